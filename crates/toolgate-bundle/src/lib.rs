@@ -1,0 +1,1 @@
+//! Signed policy bundles (work in progress).

@@ -1,0 +1,440 @@
+//! Validation and compilation of a spec into a matcher built once.
+
+use std::collections::HashMap;
+
+use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
+use ipnet::IpNet;
+use jiff::Timestamp;
+
+use crate::digest::PolicyVersion;
+use crate::error::PolicyError;
+use crate::load::validate_object_name;
+use crate::model::{ApprovalSettings, Grant, Mode, PolicySpec, RuleTiers, ToolEffect};
+
+/// Rule key that applies to every tool.
+pub const ANY_TOOL: &str = "*";
+
+/// An ordered list of globs compiled into one set; the lowest matching
+/// index is the first rule in policy order.
+#[derive(Debug, Clone)]
+pub(crate) struct OrderedGlobs {
+    set: GlobSet,
+    /// Parallel to the set: the `matched_rule` label of each glob.
+    labels: Vec<String>,
+}
+
+impl OrderedGlobs {
+    fn build(entries: Vec<(String, String, String)>) -> Result<Self, PolicyError> {
+        // entries: (field path, glob, label)
+        let mut builder = GlobSetBuilder::new();
+        let mut labels = Vec::with_capacity(entries.len());
+        for (field, glob, label) in entries {
+            builder.add(compile_glob(&field, &glob)?);
+            labels.push(label);
+        }
+        let set = builder.build().map_err(|e| PolicyError::InvalidGlob {
+            field: "spec".into(),
+            glob: String::new(),
+            message: e.to_string(),
+        })?;
+        Ok(Self { set, labels })
+    }
+
+    /// Index of the first glob matching `text` or its lowercase copy.
+    pub(crate) fn first_match(&self, text: &str, scratch: &mut Vec<usize>) -> Option<usize> {
+        if self.labels.is_empty() {
+            return None;
+        }
+        scratch.clear();
+        self.set.matches_candidate_into(&Candidate::new(text), scratch);
+        let mut best = scratch.iter().copied().min();
+        if text.chars().any(char::is_uppercase) {
+            let lower = text.to_lowercase();
+            scratch.clear();
+            self.set
+                .matches_candidate_into(&Candidate::new(&lower), scratch);
+            best = match (best, scratch.iter().copied().min()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        best
+    }
+
+    pub(crate) fn label(&self, index: usize) -> &str {
+        &self.labels[index]
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.labels.len()
+    }
+}
+
+/// fnmatch-style glob: `*` also matches `/`, backslash is a literal.
+pub(crate) fn compile_glob(field: &str, glob: &str) -> Result<globset::Glob, PolicyError> {
+    if glob.is_empty() {
+        return Err(PolicyError::InvalidGlob {
+            field: field.into(),
+            glob: String::new(),
+            message: "empty glob".into(),
+        });
+    }
+    GlobBuilder::new(glob)
+        .literal_separator(false)
+        .backslash_escape(false)
+        .build()
+        .map_err(|e| PolicyError::InvalidGlob {
+            field: field.into(),
+            glob: glob.into(),
+            message: e.kind().to_string(),
+        })
+}
+
+/// The tier a rule belongs to, in evaluation order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tier {
+    Deny,
+    Allow,
+    Escalate,
+}
+
+impl Tier {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Deny => "deny",
+            Self::Allow => "allow",
+            Self::Escalate => "escalate",
+        }
+    }
+    fn globs(self, tiers: &RuleTiers) -> &[String] {
+        match self {
+            Self::Deny => &tiers.deny,
+            Self::Allow => &tiers.allow,
+            Self::Escalate => &tiers.escalate,
+        }
+    }
+}
+
+/// Which arguments form the text that rules match.
+#[derive(Debug, Clone)]
+pub(crate) enum MatchText {
+    /// Values of these arguments, in order, joined by one space.
+    Named(Vec<String>),
+    /// The action, then every argument value in key order, joined by one space.
+    ActionAndValues,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct CompiledTool {
+    pub(crate) effect: ToolEffect,
+    pub(crate) match_text: MatchText,
+    /// deny(tool), deny(*), allow(tool), allow(*), escalate(tool), escalate(*).
+    pub(crate) rules: OrderedGlobs,
+    /// Tier of each rule, parallel to `rules`.
+    pub(crate) tiers: Vec<Tier>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct CompiledGrant {
+    pub(crate) tool: String,
+    pub(crate) globs: OrderedGlobs,
+    pub(crate) subjects: Vec<String>,
+    pub(crate) expires_at: Timestamp,
+}
+
+/// A validated profile compiled for evaluation. Cheap to share behind an
+/// `Arc`; evaluation takes `&self` and never allocates a matcher.
+#[derive(Debug, Clone)]
+pub struct CompiledPolicy {
+    pub(crate) name: String,
+    pub(crate) version: PolicyVersion,
+    pub(crate) mode: Mode,
+    pub(crate) aliases: HashMap<String, String>,
+    pub(crate) tools: HashMap<String, CompiledTool>,
+    pub(crate) hardline_commands: OrderedGlobs,
+    pub(crate) hardline_paths: OrderedGlobs,
+    pub(crate) hardline_cidrs: Vec<(IpNet, String)>,
+    pub(crate) egress_hosts: OrderedGlobs,
+    pub(crate) grants: Vec<CompiledGrant>,
+    pub(crate) spec: PolicySpec,
+    pub(crate) source_grants: Vec<Grant>,
+}
+
+impl CompiledPolicy {
+    /// Validates `spec` (and standing `grants`) and compiles them. Every
+    /// error names the offending field.
+    pub fn compile(name: &str, spec: &PolicySpec, grants: &[Grant]) -> Result<Self, PolicyError> {
+        validate_object_name("metadata.name", name)?;
+        let aliases = compile_aliases(spec)?;
+        let canonical = |t: &str| aliases.get(t).cloned().unwrap_or_else(|| t.to_owned());
+
+        for (tool, effect) in &spec.effects {
+            if tool.is_empty() || tool == ANY_TOOL {
+                return Err(PolicyError::InvalidValue {
+                    field: format!("spec.effects.{tool}"),
+                    message: "effects must name a concrete tool".into(),
+                });
+            }
+            if let Some(args) = &effect.match_args {
+                if args.is_empty() || args.iter().any(String::is_empty) {
+                    return Err(PolicyError::InvalidValue {
+                        field: format!("spec.effects.{tool}.matchArgs"),
+                        message: "matchArgs must list at least one non-empty argument name".into(),
+                    });
+                }
+            }
+        }
+
+        // Rule keys, normalized through aliases.
+        let mut rules_by_tool: HashMap<String, (&str, &RuleTiers)> = HashMap::new();
+        for (key, tiers) in &spec.rules {
+            if key == ANY_TOOL {
+                continue;
+            }
+            let tool = canonical(key);
+            if !spec.effects.contains_key(&tool) {
+                return Err(PolicyError::IncompleteEffects {
+                    field: format!("spec.rules.{key}"),
+                    tool,
+                });
+            }
+            if let Some((other, _)) = rules_by_tool.insert(tool.clone(), (key, tiers)) {
+                return Err(PolicyError::InvalidAlias {
+                    field: format!("spec.rules.{key}"),
+                    message: format!("`{key}` and `{other}` both name tool `{tool}`"),
+                });
+            }
+        }
+        let any_rules = spec.rules.get(ANY_TOOL);
+
+        let mut tools = HashMap::with_capacity(spec.effects.len());
+        for (tool, effect) in &spec.effects {
+            let own = rules_by_tool.get(tool.as_str());
+            let mut entries = Vec::new();
+            let mut tiers = Vec::new();
+            for tier in [Tier::Deny, Tier::Allow, Tier::Escalate] {
+                let sources = [own.map(|(k, t)| (*k, tool.as_str(), *t)), any_rules.map(|t| (ANY_TOOL, ANY_TOOL, t))];
+                for (key, label_tool, rule_tiers) in sources.into_iter().flatten() {
+                    for (i, glob) in tier.globs(rule_tiers).iter().enumerate() {
+                        entries.push((
+                            format!("spec.rules.{key}.{}[{i}]", tier.name()),
+                            glob.clone(),
+                            format!("{}:{label_tool}:{glob}", tier.name()),
+                        ));
+                        tiers.push(tier);
+                    }
+                }
+            }
+            tools.insert(
+                tool.clone(),
+                CompiledTool {
+                    effect: effect.clone(),
+                    match_text: default_match_text(tool, effect),
+                    rules: OrderedGlobs::build(entries)?,
+                    tiers,
+                },
+            );
+        }
+        // "*" globs must compile even when no tool is declared.
+        if let Some(any) = any_rules {
+            for tier in [Tier::Deny, Tier::Allow, Tier::Escalate] {
+                for (i, glob) in tier.globs(any).iter().enumerate() {
+                    compile_glob(&format!("spec.rules.*.{}[{i}]", tier.name()), glob)?;
+                }
+            }
+        }
+
+        let hardline = spec.hardline.clone().unwrap_or_default();
+        let hardline_commands = OrderedGlobs::build(labelled(
+            "spec.hardline.commands",
+            &hardline.commands,
+            "hardline:commands",
+        ))?;
+        let hardline_paths = OrderedGlobs::build(labelled(
+            "spec.hardline.paths",
+            &hardline.paths,
+            "hardline:paths",
+        ))?;
+        let mut hardline_cidrs = Vec::with_capacity(hardline.cidrs.len());
+        for (i, text) in hardline.cidrs.iter().enumerate() {
+            let net = parse_cidr(text).ok_or_else(|| PolicyError::InvalidCidr {
+                field: format!("spec.hardline.cidrs[{i}]"),
+                value: text.clone(),
+            })?;
+            hardline_cidrs.push((net, format!("hardline:cidrs:{text}")));
+        }
+
+        let hosts: Vec<String> = spec
+            .egress
+            .as_ref()
+            .map(|e| e.allow_hosts.iter().map(|h| h.to_lowercase()).collect())
+            .unwrap_or_default();
+        let egress_hosts = OrderedGlobs::build(labelled(
+            "spec.egress.allowHosts",
+            &hosts,
+            "egress:allowHosts",
+        ))?;
+
+        if let Some(ApprovalSettings { ttl_seconds: 0, .. }) = &spec.approvals {
+            return Err(PolicyError::InvalidValue {
+                field: "spec.approvals.ttlSeconds".into(),
+                message: "ttlSeconds must be at least 1".into(),
+            });
+        }
+
+        let mut compiled_grants = Vec::with_capacity(grants.len());
+        for (i, grant) in grants.iter().enumerate() {
+            compiled_grants.push(compile_grant(i, grant, spec, &canonical)?);
+        }
+
+        Ok(Self {
+            name: name.to_owned(),
+            version: PolicyVersion::compute(name, spec, grants),
+            mode: spec.mode,
+            aliases,
+            tools,
+            hardline_commands,
+            hardline_paths,
+            hardline_cidrs,
+            egress_hosts,
+            grants: compiled_grants,
+            spec: spec.clone(),
+            source_grants: grants.to_vec(),
+        })
+    }
+
+    /// The profile name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `{name}@{sha12}+h{sha8}` and the full hashes.
+    pub fn version(&self) -> &PolicyVersion {
+        &self.version
+    }
+
+    /// The spec this policy was compiled from.
+    pub fn spec(&self) -> &PolicySpec {
+        &self.spec
+    }
+
+    /// The standing grants compiled into this policy.
+    pub fn grants(&self) -> &[Grant] {
+        &self.source_grants
+    }
+
+    /// Number of rule globs across all tiers and tools (after `"*"` expansion).
+    pub fn rule_count(&self) -> usize {
+        self.tools.values().map(|t| t.rules.len()).sum()
+    }
+
+    /// Canonical name of `tool` after alias resolution.
+    pub fn canonical_tool<'a>(&'a self, tool: &'a str) -> &'a str {
+        self.aliases.get(tool).map(String::as_str).unwrap_or(tool)
+    }
+
+    /// The declared effect of a tool (after alias resolution).
+    pub fn effect(&self, tool: &str) -> Option<&ToolEffect> {
+        self.tools.get(self.canonical_tool(tool)).map(|t| &t.effect)
+    }
+}
+
+fn labelled(field: &str, globs: &[String], prefix: &str) -> Vec<(String, String, String)> {
+    globs
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (format!("{field}[{i}]"), g.clone(), format!("{prefix}:{g}")))
+        .collect()
+}
+
+fn compile_aliases(spec: &PolicySpec) -> Result<HashMap<String, String>, PolicyError> {
+    let mut aliases = HashMap::with_capacity(spec.aliases.len());
+    for (alias, target) in &spec.aliases {
+        let field = format!("spec.aliases.{alias}");
+        if alias.is_empty() || alias == ANY_TOOL || alias == target {
+            return Err(PolicyError::InvalidAlias {
+                field,
+                message: format!("alias `{alias}` -> `{target}` is not a rename"),
+            });
+        }
+        if spec.effects.contains_key(alias) {
+            return Err(PolicyError::InvalidAlias {
+                field,
+                message: format!("`{alias}` is both an alias and a tool in spec.effects"),
+            });
+        }
+        if spec.aliases.contains_key(target) {
+            return Err(PolicyError::InvalidAlias {
+                field,
+                message: format!("`{target}` is itself an alias; aliases must name canonical tools"),
+            });
+        }
+        if !spec.effects.contains_key(target) {
+            return Err(PolicyError::IncompleteEffects {
+                field,
+                tool: target.clone(),
+            });
+        }
+        aliases.insert(alias.clone(), target.clone());
+    }
+    Ok(aliases)
+}
+
+fn default_match_text(tool: &str, effect: &ToolEffect) -> MatchText {
+    if let Some(args) = &effect.match_args {
+        return MatchText::Named(args.clone());
+    }
+    let named = |names: &[&str]| MatchText::Named(names.iter().map(|s| (*s).to_owned()).collect());
+    match tool {
+        "bash" => named(&["command"]),
+        "editor" => named(&["file_path"]),
+        "reader" => named(&["path"]),
+        "search" => named(&["pattern", "path"]),
+        _ => MatchText::ActionAndValues,
+    }
+}
+
+/// A literal network (`10.0.0.0/8`) or address (`10.1.2.3`, as a /32).
+fn parse_cidr(text: &str) -> Option<IpNet> {
+    text.parse::<IpNet>()
+        .ok()
+        .or_else(|| text.parse::<std::net::IpAddr>().ok().map(IpNet::from))
+        .map(|n| n.trunc())
+}
+
+fn compile_grant(
+    index: usize,
+    grant: &Grant,
+    spec: &PolicySpec,
+    canonical: &dyn Fn(&str) -> String,
+) -> Result<CompiledGrant, PolicyError> {
+    let field = format!("grants[{index}]");
+    let tool = canonical(&grant.tool);
+    if !spec.effects.contains_key(&tool) {
+        return Err(PolicyError::IncompleteEffects {
+            field: format!("{field}.tool"),
+            tool,
+        });
+    }
+    if grant.subjects.is_empty() || grant.subjects.iter().any(String::is_empty) {
+        return Err(PolicyError::InvalidValue {
+            field: format!("{field}.subjects"),
+            message: "a grant must name at least one subject (or \"*\")".into(),
+        });
+    }
+    let expires_at: Timestamp = grant.expires_at.parse().map_err(|e| PolicyError::InvalidValue {
+        field: format!("{field}.expiresAt"),
+        message: format!("`{}` is not an RFC 3339 timestamp: {e}", grant.expires_at),
+    })?;
+    let globs = OrderedGlobs::build(vec![(
+        format!("{field}.glob"),
+        grant.glob.clone(),
+        format!("grant:{tool}:{}", grant.glob),
+    )])?;
+    Ok(CompiledGrant {
+        tool,
+        globs,
+        subjects: grant.subjects.clone(),
+        expires_at,
+    })
+}

@@ -1,0 +1,324 @@
+//! Evaluation of one call against a compiled policy. Total: every input
+//! yields a verdict, and every path that is not an explicit allow denies.
+
+use std::net::IpAddr;
+
+use jiff::Timestamp;
+use serde_json::{Map, Value};
+
+use crate::compile::{CompiledPolicy, CompiledTool, MatchText, Tier};
+use crate::digest::{args_digest, canonical_json};
+use crate::model::{Mode, Risk, SideEffect};
+use crate::verdict::{Decision, Reason, Verdict};
+
+/// One tool call as the agent proposes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// Tool name as the agent calls it (aliases are resolved).
+    pub tool: &'a str,
+    /// Optional action (sub-command) of the tool.
+    pub action: Option<&'a str>,
+    /// The exact arguments; the verdict is bound to their digest.
+    pub arguments: &'a Map<String, Value>,
+}
+
+/// What evaluation needs from outside, passed in so evaluation stays pure.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The current time, for grant expiry.
+    pub now: Timestamp,
+    /// Who is calling (the tenant); standing grants are scoped by it.
+    pub subject: Option<&'a str>,
+}
+
+impl Context<'_> {
+    /// A context at `now` with no subject.
+    pub fn at(now: Timestamp) -> Self {
+        Self { now, subject: None }
+    }
+}
+
+/// Characters and sequences that let one command line run more than one command.
+fn has_shell_control(command: &str) -> bool {
+    command
+        .bytes()
+        .any(|b| matches!(b, b';' | b'&' | b'|' | b'`' | b'>' | b'<' | b'\n' | b'\r'))
+        || command.contains("$(")
+}
+
+impl CompiledPolicy {
+    /// Decides one call. Never fails: unknown tools and malformed arguments
+    /// are denied with a typed reason.
+    pub fn evaluate(&self, call: &Call<'_>, ctx: &Context<'_>) -> Verdict {
+        let digest = args_digest(call.arguments);
+        let tool_name = self.canonical_tool(call.tool);
+        let Some(tool) = self.tools.get(tool_name) else {
+            return self.verdict(Decision::Deny, Reason::UnknownTool, None, Risk::High, digest);
+        };
+        let risk = tool.effect.risk;
+        let decide = |decision, reason, rule: Option<&str>| {
+            self.verdict(decision, reason, rule.map(str::to_owned), risk, digest.clone())
+        };
+        let text = match_text(tool, call);
+        let mut scratch = Vec::new();
+        let side_effect = tool.effect.side_effect;
+
+        // 1. Hardline rules, in every mode.
+        if side_effect == SideEffect::ProcessExec {
+            if let Some(i) = self.hardline_commands.first_match(&text, &mut scratch) {
+                return decide(Decision::Deny, Reason::HardlineCommand, Some(self.hardline_commands.label(i)));
+            }
+        }
+        if side_effect.is_workspace() {
+            for candidate in path_candidates(&text, call.arguments) {
+                if let Some(i) = self.hardline_paths.first_match(candidate, &mut scratch) {
+                    return decide(Decision::Deny, Reason::HardlinePath, Some(self.hardline_paths.label(i)));
+                }
+            }
+        }
+        if side_effect.is_network() {
+            let targets = network_targets(call.arguments);
+            if targets.is_empty() {
+                return decide(Decision::Deny, Reason::NetworkTargetInvalid, None);
+            }
+            for target in &targets {
+                match target {
+                    Target::Ip(ip) => {
+                        if let Some(rule) = self.blocked_cidr(*ip) {
+                            return decide(Decision::Deny, Reason::HardlineCidr, Some(rule));
+                        }
+                    }
+                    Target::Host(host) => {
+                        if self.egress_hosts.first_match(host, &mut scratch).is_none() {
+                            return decide(Decision::Deny, Reason::EgressHostNotAllowed, None);
+                        }
+                    }
+                    Target::Invalid => {
+                        return decide(Decision::Deny, Reason::NetworkTargetInvalid, None);
+                    }
+                }
+            }
+        }
+
+        // 2. Mode.
+        match self.mode {
+            Mode::AllowAll => return decide(Decision::Allow, Reason::ModeAllowAll, None),
+            Mode::DenyAll => return decide(Decision::Deny, Reason::ModeDenyAll, None),
+            Mode::Rules => {}
+        }
+
+        // 3. Shell control in commands, before any allow rule.
+        if side_effect == SideEffect::ProcessExec && has_shell_control(&text) {
+            return decide(Decision::Deny, Reason::ShellControl, None);
+        }
+
+        // 4. Tiers, first match wins.
+        let Some(i) = tool.rules.first_match(&text, &mut scratch) else {
+            return decide(Decision::Deny, Reason::NoMatchingRule, None);
+        };
+        let rule = tool.rules.label(i);
+        match tool.tiers[i] {
+            Tier::Deny => decide(Decision::Deny, Reason::DenyRule, Some(rule)),
+            Tier::Allow => decide(Decision::Allow, Reason::AllowRule, Some(rule)),
+            Tier::Escalate => {
+                if let Some(grant) = self.matching_grant(tool_name, &text, ctx, &mut scratch) {
+                    decide(Decision::Allow, Reason::ApprovedByGrant, Some(grant))
+                } else {
+                    decide(Decision::Escalate, Reason::EscalateRule, Some(rule))
+                }
+            }
+        }
+    }
+
+    fn verdict(
+        &self,
+        verdict: Decision,
+        reason: Reason,
+        matched_rule: Option<String>,
+        risk: Risk,
+        args_digest: String,
+    ) -> Verdict {
+        Verdict {
+            verdict,
+            reason,
+            matched_rule,
+            policy_version: self.version.version.clone(),
+            risk,
+            intent_required: verdict == Decision::Allow && risk == Risk::High,
+            args_digest,
+        }
+    }
+
+    fn blocked_cidr(&self, ip: IpAddr) -> Option<&str> {
+        let mapped = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4),
+            IpAddr::V4(_) => None,
+        };
+        self.hardline_cidrs
+            .iter()
+            .find(|(net, _)| net.contains(&ip) || mapped.is_some_and(|m| net.contains(&m)))
+            .map(|(_, label)| label.as_str())
+    }
+
+    fn matching_grant(
+        &self,
+        tool: &str,
+        text: &str,
+        ctx: &Context<'_>,
+        scratch: &mut Vec<usize>,
+    ) -> Option<&str> {
+        self.grants
+            .iter()
+            .filter(|g| g.tool == tool && ctx.now < g.expires_at)
+            .filter(|g| {
+                g.subjects
+                    .iter()
+                    .any(|s| s == "*" || Some(s.as_str()) == ctx.subject)
+            })
+            .find(|g| g.globs.first_match(text, scratch).is_some())
+            .map(|g| g.globs.label(0))
+    }
+}
+
+/// The text rules match for this call.
+fn match_text(tool: &CompiledTool, call: &Call<'_>) -> String {
+    let mut out = String::new();
+    let mut push = |piece: &str| {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(piece);
+    };
+    match &tool.match_text {
+        MatchText::Named(names) => {
+            for name in names {
+                match call.arguments.get(name) {
+                    Some(Value::String(s)) => push(s),
+                    Some(Value::Null) | None => {}
+                    Some(other) => push(&String::from_utf8_lossy(&canonical_json(other))),
+                }
+            }
+        }
+        MatchText::ActionAndValues => {
+            if let Some(action) = call.action {
+                push(action);
+            }
+            // serde_json's Map is ordered by key, so this is key order.
+            for value in call.arguments.values() {
+                match value {
+                    Value::String(s) => push(s),
+                    other => push(&String::from_utf8_lossy(&canonical_json(other))),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Texts a hardline path glob is checked against: the match text and any
+/// `path` / `file_path` argument.
+fn path_candidates<'a>(text: &'a str, args: &'a Map<String, Value>) -> impl Iterator<Item = &'a str> {
+    std::iter::once(text).chain(
+        ["path", "file_path"]
+            .into_iter()
+            .filter_map(|k| args.get(k).and_then(Value::as_str)),
+    )
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Ip(IpAddr),
+    Host(String),
+    Invalid,
+}
+
+/// Network targets named by `url` and `host` arguments. IP literals in any
+/// WHATWG-accepted spelling (`2130706433`, `0x7f.1`) are normalized, so a
+/// rewritten address cannot slip past a CIDR rule.
+fn network_targets(args: &Map<String, Value>) -> Vec<Target> {
+    let mut targets = Vec::with_capacity(2);
+    if let Some(value) = args.get("url") {
+        targets.push(match value.as_str().map(url::Url::parse) {
+            Some(Ok(u)) => match u.host() {
+                Some(host) => host_target(host),
+                None => Target::Invalid,
+            },
+            _ => Target::Invalid,
+        });
+    }
+    if let Some(value) = args.get("host") {
+        targets.push(match value.as_str() {
+            Some(h) => host_arg_target(h),
+            None => Target::Invalid,
+        });
+    }
+    targets
+}
+
+fn host_target<S: AsRef<str>>(host: url::Host<S>) -> Target {
+    match host {
+        url::Host::Ipv4(a) => Target::Ip(IpAddr::V4(a)),
+        url::Host::Ipv6(a) => Target::Ip(IpAddr::V6(a)),
+        url::Host::Domain(d) => {
+            let d = d.as_ref().trim_end_matches('.').to_ascii_lowercase();
+            if d.is_empty() { Target::Invalid } else { Target::Host(d) }
+        }
+    }
+}
+
+fn host_arg_target(raw: &str) -> Target {
+    let raw = raw.trim();
+    if let Ok(ip) = raw.parse::<IpAddr>() {
+        return Target::Ip(ip);
+    }
+    if let Ok(sock) = raw.parse::<std::net::SocketAddr>() {
+        return Target::Ip(sock.ip());
+    }
+    let host = match raw.rsplit_once(':') {
+        Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => raw,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match url::Host::parse(host) {
+        Ok(h) => host_target(h),
+        Err(_) => Target::Invalid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_control_detection() {
+        for bad in ["ls; rm x", "a && b", "a || b", "a | b", "a & b", "`id`", "$(id)", "a > f", "a < f", "a\nb"] {
+            assert!(has_shell_control(bad), "{bad:?}");
+        }
+        for ok in ["ls -la", "git status", "echo $HOME", "grep -n foo bar.txt"] {
+            assert!(!has_shell_control(ok), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn ip_spellings_are_normalized() {
+        let args = |k: &str, v: &str| {
+            let mut m = Map::new();
+            m.insert(k.into(), Value::String(v.into()));
+            m
+        };
+        let loopback = Target::Ip("127.0.0.1".parse().unwrap());
+        assert_eq!(network_targets(&args("url", "http://2130706433/x")), vec![loopback.clone()]);
+        assert_eq!(network_targets(&args("url", "http://0x7f.1/")), vec![loopback.clone()]);
+        assert_eq!(network_targets(&args("host", "127.0.0.1:8080")), vec![loopback.clone()]);
+        assert_eq!(network_targets(&args("host", "2130706433")), vec![loopback]);
+        assert_eq!(
+            network_targets(&args("host", "[::1]:443")),
+            vec![Target::Ip("::1".parse().unwrap())]
+        );
+        assert_eq!(
+            network_targets(&args("url", "https://API.GitHub.com./repos")),
+            vec![Target::Host("api.github.com".into())]
+        );
+        assert_eq!(network_targets(&args("url", "not a url")), vec![Target::Invalid]);
+    }
+}

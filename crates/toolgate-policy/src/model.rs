@@ -1,0 +1,214 @@
+//! The PolicyProfile data model, exactly as users write it.
+//!
+//! Every struct rejects unknown fields and every enum is closed, so a typo in
+//! a manifest is an error rather than a silently ignored rule.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group and version every toolgate manifest carries.
+pub const API_VERSION: &str = "toolgate.dev/v1alpha1";
+/// Kind of a policy manifest.
+pub const KIND: &str = "PolicyProfile";
+
+/// A PolicyProfile manifest as read from a file (`kubectl apply` shape).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyManifest {
+    /// Must be [`API_VERSION`].
+    pub api_version: String,
+    /// Must be [`KIND`].
+    pub kind: String,
+    /// Name (and optional namespace) of the profile.
+    pub metadata: ManifestMetadata,
+    /// The policy itself.
+    pub spec: PolicySpec,
+}
+
+/// The subset of Kubernetes object metadata a profile file may carry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManifestMetadata {
+    /// Profile name; becomes the prefix of the policy version.
+    pub name: String,
+    /// Namespace the profile lives in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Labels, kept for round-tripping manifests; they carry no policy meaning.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations, kept for round-tripping manifests; no policy meaning.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The body of a PolicyProfile: what is allowed, denied or escalated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicySpec {
+    /// How calls that pass the hardline and egress checks are decided.
+    pub mode: Mode,
+    /// Alternative tool names mapped to their canonical name (e.g. `bash_tool: bash`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub aliases: BTreeMap<String, String>,
+    /// Per-tool rule tiers; the key `"*"` applies to every tool.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rules: BTreeMap<String, RuleTiers>,
+    /// Rules nothing overrides, in every mode. Hashed separately.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardline: Option<Hardline>,
+    /// Hostnames network tools may name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
+    /// Side-effect class and risk of every tool; a tool without an entry is unknown and denied.
+    #[serde(default)]
+    pub effects: BTreeMap<String, ToolEffect>,
+    /// How escalations are answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalSettings>,
+}
+
+/// Decision mode of a profile. Closed: an unknown mode is a load error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Mode {
+    /// Allow every call that passes hardline and egress checks.
+    AllowAll,
+    /// Deny every call.
+    DenyAll,
+    /// Decide by the deny, allow and escalate tiers; default deny.
+    Rules,
+}
+
+/// Three tiers of fnmatch-style globs for one tool, checked deny → allow → escalate.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RuleTiers {
+    /// Globs that deny.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+    /// Globs that allow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// Globs that require a human approval.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escalate: Vec<String>,
+}
+
+/// Rules that win over everything else, including `allowAll` and grants.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Hardline {
+    /// Globs on the command text of `PROCESS_EXEC` tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<String>,
+    /// Globs on the path arguments of `WORKSPACE_*` tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// CIDR ranges that literal-IP targets of `NETWORK_*` tools may not reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cidrs: Vec<String>,
+}
+
+/// Egress allowlist for network tools.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Egress {
+    /// Hostname globs (e.g. `api.github.com`, `*.example.com`), compared case-insensitively.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
+}
+
+/// What a tool does to the world, and how risky it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolEffect {
+    /// The side-effect class; selects which hardline and egress checks apply.
+    pub side_effect: SideEffect,
+    /// Risk class; `high` calls need a durable intent record before they run.
+    pub risk: Risk,
+    /// True when the tool never changes anything.
+    #[serde(default)]
+    pub read_only: bool,
+    /// True when the tool may run concurrently with other read-only calls.
+    #[serde(default)]
+    pub allow_parallel: bool,
+    /// Argument names whose values form the text rules match against, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_args: Option<Vec<String>>,
+}
+
+/// Side-effect classes of a tool. Closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[allow(missing_docs)]
+pub enum SideEffect {
+    None,
+    WorkspaceRead,
+    WorkspaceWrite,
+    NetworkRead,
+    NetworkWrite,
+    ProcessExec,
+    ExternalWrite,
+}
+
+impl SideEffect {
+    /// Tools whose hardline path globs apply.
+    pub fn is_workspace(self) -> bool {
+        matches!(self, Self::WorkspaceRead | Self::WorkspaceWrite)
+    }
+    /// Tools whose target is checked against hardline CIDRs and the egress list.
+    pub fn is_network(self) -> bool {
+        matches!(self, Self::NetworkRead | Self::NetworkWrite)
+    }
+}
+
+/// Risk classes. Closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Risk {
+    /// Reads and routine calls: best-effort audit.
+    Low,
+    /// Reversible writes.
+    Write,
+    /// Irreversible or destructive: durable intent before execution.
+    High,
+}
+
+impl Risk {
+    /// The lowercase wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Write => "write",
+            Self::High => "high",
+        }
+    }
+}
+
+/// How escalations are answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApprovalSettings {
+    /// Seconds an approval request stays answerable.
+    pub ttl_seconds: u32,
+    /// Subjects allowed to answer; empty means anyone with access to the Approval resource.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+}
+
+/// A standing grant: lets calls the profile would escalate through without asking.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Grant {
+    /// Canonical tool name the grant covers.
+    pub tool: String,
+    /// Glob on the tool's match text.
+    pub glob: String,
+    /// Subjects (tenants) the grant applies to; `"*"` means every subject.
+    pub subjects: Vec<String>,
+    /// RFC 3339 instant after which the grant no longer applies.
+    pub expires_at: String,
+}

@@ -1,0 +1,393 @@
+//! Durable records for toolgate.
+//!
+//! The shared database is where toolgate keeps its promises: a high-risk
+//! call's intent exists before the call runs, an approval is never lost or
+//! resolved twice, and a decision record cannot be altered without
+//! [`Decisions::verify`] noticing. PostgreSQL is the production backend and
+//! SQLite the embedded default; both run the same SQL where possible and the
+//! same integration suite proves they behave the same.
+//!
+//! Entry point: [`Store::connect`], then one handle per record family:
+//! [`Store::intents`], [`Store::approvals`], [`Store::decisions`],
+//! [`Store::profiles`], [`Store::heartbeats`].
+//!
+//! All times are UTC and stored as BIGINT Unix milliseconds on both engines,
+//! so sub-millisecond precision of a [`jiff::Timestamp`] is dropped on write.
+#![forbid(unsafe_code)]
+
+mod approvals;
+mod decisions;
+mod heartbeats;
+mod intents;
+mod profiles;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+pub use approvals::{Approval, ApprovalDecision, ApprovalStatus, Approvals, NewApproval, RunEvent};
+pub use decisions::{ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH};
+pub use heartbeats::{Heartbeat, Heartbeats};
+pub use intents::{
+    Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
+};
+pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
+
+/// Every failure the store reports. Callers branch on [`StoreError::code`],
+/// which is stable across releases; the display text is for humans.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or the connection broke. On a
+    /// high-risk path the caller must deny rather than proceed unrecorded.
+    #[error("store unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// The named record does not exist (or belongs to another tenant).
+    #[error("{kind} not found: {id}")]
+    NotFound {
+        /// Record family, e.g. `intent` or `approval`.
+        kind: &'static str,
+        /// The identifier that was looked up.
+        id: String,
+    },
+    /// The request contradicts what is already recorded, e.g. completing an
+    /// intent with a different outcome or resolving an approval the other way.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The approval's time to live has passed; it can no longer be resolved.
+    #[error("approval {id} has expired")]
+    ApprovalExpired {
+        /// The approval id.
+        id: String,
+    },
+    /// The caller supplied a value the store refuses to record.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// Applying the embedded schema migrations failed.
+    #[error("migration failed: {0}")]
+    MigrationFailed(#[source] sqlx::migrate::MigrateError),
+    /// A stored row could not be interpreted (unknown status, bad JSON,
+    /// out-of-range time). Indicates tampering or a schema mismatch.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// Any other database error (constraint or SQL failure).
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+}
+
+impl StoreError {
+    /// Stable snake_case code for logs, metrics and API error envelopes.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "store_unavailable",
+            StoreError::NotFound { .. } => "not_found",
+            StoreError::Conflict(_) => "conflict",
+            StoreError::ApprovalExpired { .. } => "approval_expired",
+            StoreError::InvalidInput(_) => "invalid_input",
+            StoreError::MigrationFailed(_) => "migration_failed",
+            StoreError::Corrupt(_) => "stored_data_corrupt",
+            StoreError::Database(_) => "database_error",
+        }
+    }
+
+    pub(crate) fn not_found(kind: &'static str, id: &str) -> Self {
+        StoreError::NotFound {
+            kind,
+            id: id.to_owned(),
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Protocol(_) => StoreError::Unavailable(e),
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                StoreError::Conflict(db.message().to_owned())
+            }
+            _ => StoreError::Database(e),
+        }
+    }
+}
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Pool sizing for [`Store::connect_with`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Maximum pooled connections. SQLite in-memory databases always use one
+    /// connection, because each connection would otherwise see its own database.
+    pub max_connections: u32,
+    /// How long to wait for a free connection before reporting
+    /// `store_unavailable`.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Backend {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// Runs `$body` once per backend with `$pool` bound to the concrete pool, so
+/// shared SQL is written once but compiled against both drivers.
+macro_rules! on_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match &$store.backend {
+            $crate::Backend::Postgres($pool) => $body,
+            $crate::Backend::Sqlite($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
+/// Begins a write transaction. On SQLite this is `BEGIN IMMEDIATE`, which takes
+/// the write lock up front: a deferred transaction that reads and then writes
+/// can fail with `SQLITE_BUSY` instead of waiting for its turn.
+pub(crate) trait BeginWrite {
+    type Db: sqlx::Database;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, Self::Db>>;
+}
+
+impl BeginWrite for PgPool {
+    type Db = sqlx::Postgres;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+        Ok(self.begin().await?)
+    }
+}
+
+impl BeginWrite for SqlitePool {
+    type Db = sqlx::Sqlite;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        Ok(self.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+/// Handle to the toolgate database. Cheap to clone; clones share one pool.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pub(crate) backend: Backend,
+}
+
+impl Store {
+    /// Connects with default [`StoreOptions`] and applies pending migrations.
+    ///
+    /// `url` is `postgres://…` / `postgresql://…`, or `sqlite://path?mode=rwc`
+    /// / `sqlite::memory:`.
+    pub async fn connect(url: &str) -> Result<Store> {
+        Store::connect_with(url, StoreOptions::default()).await
+    }
+
+    /// Connects with explicit pool options and applies pending migrations.
+    pub async fn connect_with(url: &str, options: StoreOptions) -> Result<Store> {
+        let store = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pool = PgPoolOptions::new()
+                .max_connections(options.max_connections.max(1))
+                .acquire_timeout(options.acquire_timeout)
+                .connect(url)
+                .await
+                .map_err(connect_error)?;
+            Store::from_postgres_pool(pool)
+        } else if url.starts_with("sqlite:") {
+            let connect = SqliteConnectOptions::from_str(url)
+                .map_err(|e| StoreError::InvalidInput(format!("bad sqlite url: {e}")))?
+                .busy_timeout(Duration::from_secs(30))
+                .foreign_keys(true)
+                .synchronous(SqliteSynchronous::Normal);
+            let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+            let pool_options = SqlitePoolOptions::new().acquire_timeout(options.acquire_timeout);
+            let pool = if in_memory {
+                // One connection that never closes: the database lives in it.
+                pool_options
+                    .max_connections(1)
+                    .min_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .connect_with(connect)
+                    .await
+            } else {
+                pool_options
+                    .max_connections(options.max_connections.max(1))
+                    .connect_with(connect.journal_mode(SqliteJournalMode::Wal))
+                    .await
+            }
+            .map_err(connect_error)?;
+            Store::from_sqlite_pool(pool)
+        } else {
+            return Err(StoreError::InvalidInput(
+                "database url must start with postgres://, postgresql:// or sqlite:".into(),
+            ));
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Wraps an existing PostgreSQL pool (e.g. one whose connections set a
+    /// `search_path`). Does not migrate; call [`Store::migrate`].
+    pub fn from_postgres_pool(pool: PgPool) -> Store {
+        Store {
+            backend: Backend::Postgres(pool),
+        }
+    }
+
+    /// Wraps an existing SQLite pool. Does not migrate; call [`Store::migrate`].
+    /// The pool should set a busy timeout so concurrent writers wait.
+    pub fn from_sqlite_pool(pool: SqlitePool) -> Store {
+        Store {
+            backend: Backend::Sqlite(pool),
+        }
+    }
+
+    /// Applies the embedded migrations for this backend. Idempotent.
+    pub async fn migrate(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Postgres(pool) => sqlx::migrate!("../../migrations/postgres")
+                .run(pool)
+                .await
+                .map_err(StoreError::MigrationFailed),
+            Backend::Sqlite(pool) => sqlx::migrate!("../../migrations/sqlite")
+                .run(pool)
+                .await
+                .map_err(StoreError::MigrationFailed),
+        }
+    }
+
+    /// The PostgreSQL pool, if this store uses PostgreSQL. For operational
+    /// tooling and tests that need raw SQL next to the store.
+    pub fn as_postgres(&self) -> Option<&PgPool> {
+        match &self.backend {
+            Backend::Postgres(p) => Some(p),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// The SQLite pool, if this store uses SQLite.
+    pub fn as_sqlite(&self) -> Option<&SqlitePool> {
+        match &self.backend {
+            Backend::Sqlite(p) => Some(p),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// Closes the pool, waiting for checked-out connections to return.
+    pub async fn close(&self) {
+        match &self.backend {
+            Backend::Postgres(p) => p.close().await,
+            Backend::Sqlite(p) => p.close().await,
+        }
+    }
+
+    /// The intent ledger (durable pre-execution records of high-risk calls).
+    pub fn intents(&self) -> Intents<'_> {
+        Intents { store: self }
+    }
+
+    /// Durable, tenant-scoped approvals.
+    pub fn approvals(&self) -> Approvals<'_> {
+        Approvals { store: self }
+    }
+
+    /// The append-only, hash-chained decision log.
+    pub fn decisions(&self) -> Decisions<'_> {
+        Decisions { store: self }
+    }
+
+    /// Loaded policy profile versions and process-wide events.
+    pub fn profiles(&self) -> Profiles<'_> {
+        Profiles { store: self }
+    }
+
+    /// Sidecar heartbeats for the controller's fleet view.
+    pub fn heartbeats(&self) -> Heartbeats<'_> {
+        Heartbeats { store: self }
+    }
+
+    pub(crate) fn is_postgres(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+}
+
+fn connect_error(e: sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::Configuration(c) => StoreError::InvalidInput(format!("bad database url: {c}")),
+        // Anything else while establishing the pool means we could not reach
+        // a usable database.
+        other => StoreError::Unavailable(other),
+    }
+}
+
+// ---- small shared helpers -------------------------------------------------
+
+pub(crate) fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+pub(crate) fn ts_from_ms(ms: i64) -> Result<jiff::Timestamp> {
+    jiff::Timestamp::from_millisecond(ms)
+        .map_err(|e| StoreError::Corrupt(format!("timestamp {ms} out of range: {e}")))
+}
+
+pub(crate) fn opt_ts_from_ms(ms: Option<i64>) -> Result<Option<jiff::Timestamp>> {
+    ms.map(ts_from_ms).transpose()
+}
+
+pub(crate) fn duration_ms(d: Duration, what: &str) -> Result<i64> {
+    i64::try_from(d.as_millis())
+        .map_err(|_| StoreError::InvalidInput(format!("{what} is too large")))
+}
+
+/// Longest identifier-like string the store accepts.
+const MAX_FIELD_LEN: usize = 1024;
+
+/// Rejects empty, oversized or control-character-bearing identifiers.
+pub(crate) fn require(field: &str, value: &str) -> Result<()> {
+    if value.trim().is_empty() {
+        return Err(StoreError::InvalidInput(format!("{field} must not be empty")));
+    }
+    if value.len() > MAX_FIELD_LEN {
+        return Err(StoreError::InvalidInput(format!(
+            "{field} is longer than {MAX_FIELD_LEN} bytes"
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(StoreError::InvalidInput(format!(
+            "{field} must not contain control characters"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn require_opt(field: &str, value: Option<&str>) -> Result<()> {
+    value.map_or(Ok(()), |v| require(field, v))
+}
+
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+pub(crate) fn parse_json(text: &str, what: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}

@@ -1,0 +1,46 @@
+//! Errors the command line reports as `{"error": {"code", "message"}}`.
+
+use toolgate_policy::PolicyError;
+
+/// A failure of one command, with a stable code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A policy, case file or call was rejected.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A command-line value is unusable.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl CliError {
+    /// Stable code of the error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Policy(e) => e.code(),
+            Self::Io { .. } => "io_error",
+            Self::Usage(_) => "usage",
+        }
+    }
+
+    /// The `{error: {code, message}}` body.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"error": {"code": self.code(), "message": self.to_string()}})
+    }
+}
+
+/// Reads a whole file as UTF-8 text.
+pub fn read_text(path: &std::path::Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|source| CliError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}

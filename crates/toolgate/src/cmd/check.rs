@@ -1,0 +1,91 @@
+//! `toolgate check`: one call, one verdict.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use toolgate_policy::{Call, CompiledPolicy, Context, PolicyError};
+
+use crate::cli_error::{CliError, read_text};
+
+/// Arguments of `toolgate check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// PolicyProfile manifest (YAML or JSON).
+    #[arg(long)]
+    pub profile: PathBuf,
+    /// Tool name as the agent calls it.
+    #[arg(long)]
+    pub tool: String,
+    /// Optional action of the tool.
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Call arguments as a JSON object.
+    #[arg(long, default_value = "{}")]
+    pub args: String,
+    /// Subject (tenant) the call is made for; scopes standing grants.
+    #[arg(long)]
+    pub subject: Option<String>,
+    /// Evaluate as of this RFC 3339 instant instead of now.
+    #[arg(long)]
+    pub now: Option<String>,
+}
+
+/// Loads and compiles a profile file.
+pub fn load_profile(path: &std::path::Path) -> Result<CompiledPolicy, CliError> {
+    Ok(toolgate_policy::compile_manifest(&read_text(path)?)?)
+}
+
+/// Parses `--args` as a JSON object.
+pub fn parse_arguments(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, CliError> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(other) => Err(PolicyError::InvalidArguments(format!(
+            "expected a JSON object, got {}",
+            json_kind(&other)
+        ))
+        .into()),
+        Err(e) => Err(PolicyError::InvalidArguments(format!("not valid JSON: {e}")).into()),
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Parses `--now`, defaulting to the current time.
+pub fn parse_now(now: Option<&str>) -> Result<jiff::Timestamp, CliError> {
+    match now {
+        None => Ok(jiff::Timestamp::now()),
+        Some(text) => text
+            .parse()
+            .map_err(|e| CliError::Usage(format!("--now `{text}` is not an RFC 3339 timestamp: {e}"))),
+    }
+}
+
+/// Runs `toolgate check`.
+pub fn run(args: CheckArgs) -> Result<ExitCode, CliError> {
+    let policy = load_profile(&args.profile)?;
+    let arguments = parse_arguments(&args.args)?;
+    let now = parse_now(args.now.as_deref())?;
+    let verdict = policy.evaluate(
+        &Call {
+            tool: &args.tool,
+            action: args.action.as_deref(),
+            arguments: &arguments,
+        },
+        &Context {
+            now,
+            subject: args.subject.as_deref(),
+        },
+    );
+    println!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,106 @@
+//! `toolgate test`: policy test cases, the `opa test` of toolgate.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde::Deserialize;
+use toolgate_policy::{Call, CompiledPolicy, Context, Decision, Reason, Verdict};
+
+use crate::cli_error::{CliError, read_text};
+use crate::cmd::check::{load_profile, parse_now};
+
+/// Arguments of `toolgate test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// PolicyProfile manifest the cases run against.
+    #[arg(long)]
+    pub profile: PathBuf,
+    /// YAML or JSON list of cases: `[{name, tool, action?, args, expect, reason?}]`.
+    pub cases: PathBuf,
+    /// Evaluate as of this RFC 3339 instant instead of now.
+    #[arg(long)]
+    pub now: Option<String>,
+}
+
+/// One expected outcome.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// Shown in failures.
+    pub name: String,
+    /// Tool as the agent calls it.
+    pub tool: String,
+    /// Optional action.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// Call arguments.
+    #[serde(default)]
+    pub args: serde_json::Map<String, serde_json::Value>,
+    /// Expected verdict.
+    pub expect: Decision,
+    /// Expected reason, when the case pins it.
+    #[serde(default)]
+    pub reason: Option<Reason>,
+    /// Subject the call is made for.
+    #[serde(default)]
+    pub subject: Option<String>,
+}
+
+/// Parses a case file strictly.
+pub fn parse_cases(text: &str) -> Result<Vec<Case>, CliError> {
+    Ok(toolgate_policy::load::from_str(text)?)
+}
+
+/// Evaluates one case.
+pub fn evaluate_case(policy: &CompiledPolicy, case: &Case, now: jiff::Timestamp) -> Verdict {
+    policy.evaluate(
+        &Call {
+            tool: &case.tool,
+            action: case.action.as_deref(),
+            arguments: &case.args,
+        },
+        &Context {
+            now,
+            subject: case.subject.as_deref(),
+        },
+    )
+}
+
+/// True when the verdict is what the case expects.
+pub fn case_passes(case: &Case, verdict: &Verdict) -> bool {
+    verdict.verdict == case.expect && case.reason.is_none_or(|r| r == verdict.reason)
+}
+
+/// Runs `toolgate test`.
+pub fn run(args: TestArgs) -> Result<ExitCode, CliError> {
+    let policy = load_profile(&args.profile)?;
+    let cases = parse_cases(&read_text(&args.cases)?)?;
+    let now = parse_now(args.now.as_deref())?;
+    let (mut passed, mut failed) = (0usize, 0usize);
+    for case in &cases {
+        let verdict = evaluate_case(&policy, case, now);
+        if case_passes(case, &verdict) {
+            passed += 1;
+        } else {
+            failed += 1;
+            let expected = match case.reason {
+                Some(r) => format!("{} ({})", case.expect.as_str(), r.as_str()),
+                None => case.expect.as_str().to_owned(),
+            };
+            println!(
+                "FAIL {}: expected {expected}, got {} ({}), matched rule {}",
+                case.name,
+                verdict.verdict.as_str(),
+                verdict.reason.as_str(),
+                verdict.matched_rule.as_deref().unwrap_or("none"),
+            );
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
