@@ -46,7 +46,8 @@ impl OrderedGlobs {
             return None;
         }
         scratch.clear();
-        self.set.matches_candidate_into(&Candidate::new(text), scratch);
+        self.set
+            .matches_candidate_into(&Candidate::new(text), scratch);
         let mut best = scratch.iter().copied().min();
         if text.chars().any(char::is_uppercase) {
             let lower = text.to_lowercase();
@@ -213,7 +214,10 @@ impl CompiledPolicy {
             let mut entries = Vec::new();
             let mut tiers = Vec::new();
             for tier in [Tier::Deny, Tier::Allow, Tier::Escalate] {
-                let sources = [own.map(|(k, t)| (*k, tool.as_str(), *t)), any_rules.map(|t| (ANY_TOOL, ANY_TOOL, t))];
+                let sources = [
+                    own.map(|(k, t)| (*k, tool.as_str(), *t)),
+                    any_rules.map(|t| (ANY_TOOL, ANY_TOOL, t)),
+                ];
                 for (key, label_tool, rule_tiers) in sources.into_iter().flatten() {
                     for (i, glob) in tier.globs(rule_tiers).iter().enumerate() {
                         entries.push((
@@ -366,7 +370,9 @@ fn compile_aliases(spec: &PolicySpec) -> Result<HashMap<String, String>, PolicyE
         if spec.aliases.contains_key(target) {
             return Err(PolicyError::InvalidAlias {
                 field,
-                message: format!("`{target}` is itself an alias; aliases must name canonical tools"),
+                message: format!(
+                    "`{target}` is itself an alias; aliases must name canonical tools"
+                ),
             });
         }
         if !spec.effects.contains_key(target) {
@@ -422,10 +428,14 @@ fn compile_grant(
             message: "a grant must name at least one subject (or \"*\")".into(),
         });
     }
-    let expires_at: Timestamp = grant.expires_at.parse().map_err(|e| PolicyError::InvalidValue {
-        field: format!("{field}.expiresAt"),
-        message: format!("`{}` is not an RFC 3339 timestamp: {e}", grant.expires_at),
-    })?;
+    let expires_at: Timestamp =
+        grant
+            .expires_at
+            .parse()
+            .map_err(|e| PolicyError::InvalidValue {
+                field: format!("{field}.expiresAt"),
+                message: format!("`{}` is not an RFC 3339 timestamp: {e}", grant.expires_at),
+            })?;
     let globs = OrderedGlobs::build(vec![(
         format!("{field}.glob"),
         grant.glob.clone(),

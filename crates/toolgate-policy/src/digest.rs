@@ -69,7 +69,10 @@ mod tests {
         let spec: PolicySpec = serde_json::from_str(r#"{"mode":"rules"}"#).unwrap();
         let v = PolicyVersion::compute("p", &spec, &[]);
         assert_eq!(v.hardline_sha256, sha256_hex(b"{}"));
-        assert_eq!(v.spec_sha256, sha256_hex(br#"{"effects":{},"mode":"rules"}"#));
+        assert_eq!(
+            v.spec_sha256,
+            sha256_hex(br#"{"effects":{},"mode":"rules"}"#)
+        );
         assert_eq!(
             v.version,
             format!("p@{}+h{}", &v.spec_sha256[..12], &v.hardline_sha256[..8])

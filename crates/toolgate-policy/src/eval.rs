@@ -53,11 +53,23 @@ impl CompiledPolicy {
         let digest = args_digest(call.arguments);
         let tool_name = self.canonical_tool(call.tool);
         let Some(tool) = self.tools.get(tool_name) else {
-            return self.verdict(Decision::Deny, Reason::UnknownTool, None, Risk::High, digest);
+            return self.verdict(
+                Decision::Deny,
+                Reason::UnknownTool,
+                None,
+                Risk::High,
+                digest,
+            );
         };
         let risk = tool.effect.risk;
         let decide = |decision, reason, rule: Option<&str>| {
-            self.verdict(decision, reason, rule.map(str::to_owned), risk, digest.clone())
+            self.verdict(
+                decision,
+                reason,
+                rule.map(str::to_owned),
+                risk,
+                digest.clone(),
+            )
         };
         let text = match_text(tool, call);
         let mut scratch = Vec::new();
@@ -66,13 +78,21 @@ impl CompiledPolicy {
         // 1. Hardline rules, in every mode.
         if side_effect == SideEffect::ProcessExec {
             if let Some(i) = self.hardline_commands.first_match(&text, &mut scratch) {
-                return decide(Decision::Deny, Reason::HardlineCommand, Some(self.hardline_commands.label(i)));
+                return decide(
+                    Decision::Deny,
+                    Reason::HardlineCommand,
+                    Some(self.hardline_commands.label(i)),
+                );
             }
         }
         if side_effect.is_workspace() {
             for candidate in path_candidates(&text, call.arguments) {
                 if let Some(i) = self.hardline_paths.first_match(candidate, &mut scratch) {
-                    return decide(Decision::Deny, Reason::HardlinePath, Some(self.hardline_paths.label(i)));
+                    return decide(
+                        Decision::Deny,
+                        Reason::HardlinePath,
+                        Some(self.hardline_paths.label(i)),
+                    );
                 }
             }
         }
@@ -217,7 +237,10 @@ fn match_text(tool: &CompiledTool, call: &Call<'_>) -> String {
 
 /// Texts a hardline path glob is checked against: the match text and any
 /// `path` / `file_path` argument.
-fn path_candidates<'a>(text: &'a str, args: &'a Map<String, Value>) -> impl Iterator<Item = &'a str> {
+fn path_candidates<'a>(
+    text: &'a str,
+    args: &'a Map<String, Value>,
+) -> impl Iterator<Item = &'a str> {
     std::iter::once(text).chain(
         ["path", "file_path"]
             .into_iter()
@@ -261,7 +284,11 @@ fn host_target<S: AsRef<str>>(host: url::Host<S>) -> Target {
         url::Host::Ipv6(a) => Target::Ip(IpAddr::V6(a)),
         url::Host::Domain(d) => {
             let d = d.as_ref().trim_end_matches('.').to_ascii_lowercase();
-            if d.is_empty() { Target::Invalid } else { Target::Host(d) }
+            if d.is_empty() {
+                Target::Invalid
+            } else {
+                Target::Host(d)
+            }
         }
     }
 }
@@ -291,7 +318,10 @@ mod tests {
 
     #[test]
     fn shell_control_detection() {
-        for bad in ["ls; rm x", "a && b", "a || b", "a | b", "a & b", "`id`", "$(id)", "a > f", "a < f", "a\nb"] {
+        for bad in [
+            "ls; rm x", "a && b", "a || b", "a | b", "a & b", "`id`", "$(id)", "a > f", "a < f",
+            "a\nb",
+        ] {
             assert!(has_shell_control(bad), "{bad:?}");
         }
         for ok in ["ls -la", "git status", "echo $HOME", "grep -n foo bar.txt"] {
@@ -307,9 +337,18 @@ mod tests {
             m
         };
         let loopback = Target::Ip("127.0.0.1".parse().unwrap());
-        assert_eq!(network_targets(&args("url", "http://2130706433/x")), vec![loopback.clone()]);
-        assert_eq!(network_targets(&args("url", "http://0x7f.1/")), vec![loopback.clone()]);
-        assert_eq!(network_targets(&args("host", "127.0.0.1:8080")), vec![loopback.clone()]);
+        assert_eq!(
+            network_targets(&args("url", "http://2130706433/x")),
+            vec![loopback.clone()]
+        );
+        assert_eq!(
+            network_targets(&args("url", "http://0x7f.1/")),
+            vec![loopback.clone()]
+        );
+        assert_eq!(
+            network_targets(&args("host", "127.0.0.1:8080")),
+            vec![loopback.clone()]
+        );
         assert_eq!(network_targets(&args("host", "2130706433")), vec![loopback]);
         assert_eq!(
             network_targets(&args("host", "[::1]:443")),
@@ -319,6 +358,9 @@ mod tests {
             network_targets(&args("url", "https://API.GitHub.com./repos")),
             vec![Target::Host("api.github.com".into())]
         );
-        assert_eq!(network_targets(&args("url", "not a url")), vec![Target::Invalid]);
+        assert_eq!(
+            network_targets(&args("url", "not a url")),
+            vec![Target::Invalid]
+        );
     }
 }

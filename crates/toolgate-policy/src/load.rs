@@ -5,25 +5,12 @@ use serde::de::DeserializeOwned;
 use crate::error::PolicyError;
 use crate::model::{API_VERSION, KIND, PolicyManifest};
 
-/// Decodes YAML or JSON text into `T`, reporting the dotted path of the
-/// first offending field. JSON is detected by a leading `{` or `[`.
+/// Decodes YAML or JSON text (JSON is read as the YAML subset it is) into
+/// `T`, reporting the dotted path of the first offending field.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, PolicyError> {
-    let trimmed = text.trim_start();
-    let result = if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        let mut de = serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(&mut de)
-            .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))
-            .and_then(|v| {
-                de.end()
-                    .map(|()| v)
-                    .map_err(|e| ("<document>".to_owned(), e.to_string()))
-            })
-    } else {
-        let de = serde_yaml::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de)
-            .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))
-    };
-    result.map_err(|(path, message)| classify(path, message))
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de)
+        .map_err(|e| classify(e.path().to_string(), e.into_inner().to_string()))
 }
 
 /// Decodes a JSON value (e.g. a bundle payload field) into `T` with the same
@@ -93,7 +80,8 @@ fn classify(path: String, message: String) -> PolicyError {
     } else {
         path
     };
-    if let Some(rest) = message.strip_prefix("unknown field `") {
+    // serde_yaml may prefix its own path ("spec.mode: ..."), so search.
+    if let Some(rest) = after(&message, "unknown field `") {
         let name = rest.split('`').next().unwrap_or_default().to_owned();
         // serde_path_to_error reports the path of the object, not the key.
         let field = field
@@ -102,25 +90,39 @@ fn classify(path: String, message: String) -> PolicyError {
             .unwrap_or(field);
         return PolicyError::UnknownField { field, name };
     }
-    if let Some(rest) = message.strip_prefix("unknown variant `") {
+    if let Some(rest) = after(&message, "unknown variant `") {
         let value = rest.split('`').next().unwrap_or_default().to_owned();
         if field == "spec.mode" || field.ends_with(".mode") {
             return PolicyError::InvalidMode { field, value };
         }
-        return PolicyError::InvalidValue { field, message };
+        let message = rest.split_once('`').map_or(rest, |(_, tail)| tail);
+        return PolicyError::InvalidValue {
+            field,
+            message: format!("unknown value `{value}`{}", strip_location(message)),
+        };
     }
     PolicyError::Parse { field, message }
+}
+
+fn after<'a>(message: &'a str, marker: &str) -> Option<&'a str> {
+    message.find(marker).map(|i| &message[i + marker.len()..])
+}
+
+fn strip_location(message: &str) -> &str {
+    message.split(" at line ").next().unwrap_or(message)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const BASE: &str = "apiVersion: toolgate.dev/v1alpha1\nkind: PolicyProfile\nmetadata: {name: p}\n";
+    const BASE: &str =
+        "apiVersion: toolgate.dev/v1alpha1\nkind: PolicyProfile\nmetadata: {name: p}\n";
 
     #[test]
     fn unknown_field_is_named_with_its_path() {
-        let text = format!("{BASE}spec:\n  mode: rules\n  rules:\n    bash: {{allow: [ls], alow: [x]}}\n");
+        let text =
+            format!("{BASE}spec:\n  mode: rules\n  rules:\n    bash: {{allow: [ls], alow: [x]}}\n");
         let err = parse_manifest(&text).unwrap_err();
         assert_eq!(err.code(), "profile_unknown_field");
         assert_eq!(err.field(), Some("spec.rules.bash"));
@@ -147,7 +149,10 @@ mod tests {
     fn json_and_yaml_decode_alike() {
         let yaml = format!("{BASE}spec: {{mode: denyAll}}\n");
         let json = r#"{"apiVersion":"toolgate.dev/v1alpha1","kind":"PolicyProfile","metadata":{"name":"p"},"spec":{"mode":"denyAll"}}"#;
-        assert_eq!(parse_manifest(&yaml).unwrap(), parse_manifest(json).unwrap());
+        assert_eq!(
+            parse_manifest(&yaml).unwrap(),
+            parse_manifest(json).unwrap()
+        );
     }
 
     #[test]
@@ -158,10 +163,17 @@ mod tests {
 
     #[test]
     fn wrong_kind_and_bad_names_are_rejected() {
-        let text = "apiVersion: v1\nkind: PolicyProfile\nmetadata: {name: p}\nspec: {mode: rules}\n";
-        assert_eq!(parse_manifest(text).unwrap_err().field(), Some("apiVersion"));
+        let text =
+            "apiVersion: v1\nkind: PolicyProfile\nmetadata: {name: p}\nspec: {mode: rules}\n";
+        assert_eq!(
+            parse_manifest(text).unwrap_err().field(),
+            Some("apiVersion")
+        );
         let text = "apiVersion: toolgate.dev/v1alpha1\nkind: PolicyProfile\nmetadata: {name: Bad_Name}\nspec: {mode: rules}\n";
-        assert_eq!(parse_manifest(text).unwrap_err().code(), "profile_invalid_value");
+        assert_eq!(
+            parse_manifest(text).unwrap_err().code(),
+            "profile_invalid_value"
+        );
     }
 
     #[test]

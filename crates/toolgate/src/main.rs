@@ -7,8 +7,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::cli_error::CliError;
-
 /// Governs the tool calls of AI agents.
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, about)]

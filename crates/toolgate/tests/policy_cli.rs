@@ -1,0 +1,186 @@
+//! `toolgate check`, `toolgate test` and `toolgate demo` as a user runs them.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+fn toolgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .output()
+        .expect("run toolgate")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn write_temp(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn check_prints_the_verdict() {
+    let profile = repo("examples/profiles/safe-coding.yaml");
+    let out = toolgate(&[
+        "check",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--tool",
+        "bash",
+        "--args",
+        r#"{"command":"rm -rf /"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let v = json(&out);
+    assert_eq!(v["verdict"], "deny");
+    assert_eq!(v["reason"], "deny_rule");
+    assert_eq!(v["matched_rule"], "deny:bash:rm *");
+    assert!(
+        v["policy_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("safe-coding@")
+    );
+    assert!(v["args_digest"].as_str().unwrap().starts_with("sha256:"));
+}
+
+#[test]
+fn check_reports_typed_errors_with_exit_2() {
+    let profile = repo("examples/profiles/safe-coding.yaml");
+    let p = profile.to_str().unwrap();
+    let out = toolgate(&["check", "--profile", p, "--tool", "bash", "--args", "[1]"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["error"]["code"], "invalid_arguments");
+
+    let cases = [
+        (
+            "spec: {mode: rules, colour: red}",
+            "profile_unknown_field",
+            "colour",
+        ),
+        ("spec: {mode: sometimes}", "profile_invalid_mode", "spec.mode"),
+        (
+            "spec: {mode: rules, rules: {bash: {allow: [ls]}}}",
+            "profile_incomplete_effects",
+            "spec.rules.bash",
+        ),
+        (
+            "spec: {mode: rules, rules: {x: {allow: ['[']}}, effects: {x: {sideEffect: NONE, risk: low}}}",
+            "profile_invalid_glob",
+            "spec.rules.x.allow[0]",
+        ),
+        (
+            "spec: {mode: rules, hardline: {cidrs: [nope]}}",
+            "profile_invalid_cidr",
+            "spec.hardline.cidrs[0]",
+        ),
+        ("spec: [", "profile_parse", ""),
+    ];
+    for (spec, code, needle) in cases {
+        let text = format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: PolicyProfile\nmetadata: {{name: t}}\n{spec}\n"
+        );
+        let path = write_temp(&format!("{code}.yaml"), &text);
+        let out = toolgate(&["check", "--profile", path.to_str().unwrap(), "--tool", "x"]);
+        assert_eq!(out.status.code(), Some(2), "{spec}");
+        let v = json(&out);
+        assert_eq!(v["error"]["code"], code, "{spec}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(needle),
+            "{spec}: {v}"
+        );
+    }
+    let out = toolgate(&[
+        "check",
+        "--profile",
+        "/nonexistent/profile.yaml",
+        "--tool",
+        "x",
+    ]);
+    assert_eq!(
+        (out.status.code(), json(&out)["error"]["code"].as_str()),
+        (Some(2), Some("io_error"))
+    );
+}
+
+#[test]
+fn example_case_files_pass() {
+    for name in ["safe-coding", "read-only"] {
+        let profile = repo(&format!("examples/profiles/{name}.yaml"));
+        let cases = repo(&format!("examples/cases/{name}.yaml"));
+        let out = toolgate(&[
+            "test",
+            "--profile",
+            profile.to_str().unwrap(),
+            cases.to_str().unwrap(),
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}");
+        let last = stdout.lines().last().unwrap();
+        assert!(last.ends_with(" passed, 0 failed"), "{last}");
+        assert!(!last.starts_with("0 passed"), "{last}");
+    }
+}
+
+#[test]
+fn test_command_reports_failures_with_expected_and_got() {
+    let profile = repo("examples/profiles/safe-coding.yaml");
+    let cases = write_temp(
+        "cases.yaml",
+        "- {name: right, tool: bash, args: {command: ls}, expect: allow}\n- {name: wrong, tool: bash, args: {command: rm x}, expect: allow, reason: allow_rule}\n",
+    );
+    let out = toolgate(&[
+        "test",
+        "--profile",
+        profile.to_str().unwrap(),
+        cases.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "FAIL wrong: expected allow (allow_rule), got deny (deny_rule), matched rule deny:bash:rm *"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().last(), Some("1 passed, 1 failed"));
+
+    let bad = write_temp("bad-cases.yaml", "- {name: x, tool: bash, expect: maybe}\n");
+    let out = toolgate(&[
+        "test",
+        "--profile",
+        profile.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["error"]["code"], "profile_invalid_value");
+}
+
+#[test]
+fn demo_runs_from_any_directory() {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("demo")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("deny:bash:rm *"), "{stdout}");
+    assert!(stdout.contains("hardline:cidrs:127.0.0.0/8"), "{stdout}");
+    assert!(stdout.contains("0 differed"), "{stdout}");
+}
