@@ -61,6 +61,8 @@ pub enum Reason {
     ApprovedByGrant,
     /// A human approved this exact call (issued by the sidecar).
     Approved,
+    /// A human denied this exact call (issued by the sidecar).
+    ApprovalDenied,
     /// No valid bundle is loaded (issued by the sidecar).
     NoBundle,
     /// The held bundle is past its `expiresAt` (issued by the sidecar).
@@ -88,6 +90,7 @@ impl Reason {
             Self::NoMatchingRule => "no_matching_rule",
             Self::ApprovedByGrant => "approved_by_grant",
             Self::Approved => "approved",
+            Self::ApprovalDenied => "approval_denied",
             Self::NoBundle => "no_bundle",
             Self::BundleExpired => "bundle_expired",
             Self::AuditUnavailable => "audit_unavailable",

@@ -1,0 +1,728 @@
+//! The loopback JSON API agents call before (and around) every tool call.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use jiff::Timestamp;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use toolgate_policy::{Call, Context, Decision, Reason, Risk, Verdict};
+use toolgate_store::{
+    ApprovalDecision, ApprovalStatus, DecisionRecord, IntentOutcome, NewApproval, NewIntent, Store,
+};
+
+use crate::decision_log::DecisionLog;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::policy_state::{Enforced, PolicyState};
+use crate::workspace::Workspaces;
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+/// Longest `?wait=` an approval long-poll may ask for.
+pub const MAX_WAIT_SECONDS: u64 = 60;
+/// Allowed decisions remembered for intent checks.
+const MAX_REMEMBERED: usize = 100_000;
+/// Step id recorded for calls made outside any step.
+pub const NO_STEP: &str = "-";
+/// Policy version recorded when no bundle is loaded.
+pub const NO_POLICY: &str = "none";
+/// How many fresh approvals one (run, step, call) may go through.
+const MAX_APPROVAL_ROUNDS: u32 = 32;
+
+/// Everything a request handler needs.
+pub struct AppState {
+    /// The enforced policy.
+    pub policy: Arc<PolicyState>,
+    /// The shared database.
+    pub store: Store,
+    /// Background writer for low-risk decisions.
+    pub decision_log: DecisionLog,
+    /// Workspace roots.
+    pub workspaces: Workspaces,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Tenant this sidecar serves.
+    pub tenant: String,
+    /// Who this sidecar is (for `requested_by`).
+    pub identity: String,
+    /// Allowed high-risk decisions awaiting their intent.
+    pub(crate) allowed: Mutex<AllowedDecisions>,
+}
+
+/// What an allowed decision permits; an intent must match it exactly.
+#[derive(Debug, Clone)]
+pub(crate) struct AllowedCall {
+    run_id: String,
+    tool: String,
+    canonical_tool: String,
+    args_digest: String,
+    risk: Risk,
+    used: bool,
+}
+
+/// Bounded map of recent allowed decisions, oldest evicted first.
+#[derive(Debug, Default)]
+pub(crate) struct AllowedDecisions {
+    map: HashMap<String, AllowedCall>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl AllowedDecisions {
+    fn insert(&mut self, id: String, call: AllowedCall) {
+        if self.order.len() >= MAX_REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+        self.order.push_back(id.clone());
+        self.map.insert(id, call);
+    }
+}
+
+/// Strict JSON body: size-limited, unknown fields rejected, typed errors.
+pub struct StrictJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for StrictJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES)
+            .await
+            .map_err(|_| ApiError::TooLarge(MAX_BODY_BYTES))?;
+        parse_body(&bytes).map(StrictJson)
+    }
+}
+
+fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = deserialize_body(&mut de)?;
+    de.end()
+        .map_err(|e| ApiError::InvalidRequest(format!("trailing data after JSON body: {e}")))?;
+    Ok(value)
+}
+
+fn deserialize_body<'de, T: DeserializeOwned>(
+    de: &mut serde_json::Deserializer<serde_json::de::SliceRead<'de>>,
+) -> Result<T, ApiError> {
+    T::deserialize(de).map_err(|e| ApiError::InvalidRequest(format!("invalid request body: {e}")))
+}
+
+/// Builds the router.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/authorize", post(authorize))
+        .route("/v1/intents", post(begin_intent).get(list_intents))
+        .route("/v1/intents/{id}/effect-sent", post(effect_sent))
+        .route("/v1/intents/{id}/complete", post(complete_intent))
+        .route("/v1/approvals/{id}", get(get_approval))
+        .route("/v1/workspace/read", post(workspace_read))
+        .route("/v1/workspace/write", post(workspace_write))
+        .route("/v1/workspace/list", post(workspace_list))
+        .route("/v1/workspace/stat", post(workspace_stat))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { ApiError::NoRoute })
+        .with_state(state)
+}
+
+// ---- authorize ----
+
+/// Body of `POST /v1/authorize`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorizeRequest {
+    /// Tool as the agent calls it.
+    pub tool: String,
+    /// Optional action.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// Exact arguments.
+    pub arguments: serde_json::Map<String, serde_json::Value>,
+    /// Run the call belongs to.
+    pub run_id: String,
+    /// Step within the run.
+    #[serde(default)]
+    pub step_id: Option<String>,
+    /// Must equal the sidecar's tenant when given.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Answer of `POST /v1/authorize`: the verdict plus its identifiers.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AuthorizeResponse {
+    /// Id of this decision; intents name it.
+    pub decision_id: String,
+    /// The verdict.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// For `escalate`: the approval to wait on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+}
+
+fn require_id(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.is_empty() || value.len() > 256 {
+        return Err(ApiError::InvalidRequest(format!(
+            "{field} must be 1-256 characters"
+        )));
+    }
+    Ok(())
+}
+
+async fn authorize(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<AuthorizeRequest>,
+) -> Result<Json<AuthorizeResponse>, ApiError> {
+    let started = Instant::now();
+    require_id("run_id", &req.run_id)?;
+    if let Some(t) = &req.tenant {
+        if *t != app.tenant {
+            return Err(ApiError::InvalidRequest(format!(
+                "tenant `{t}` is not served by this sidecar"
+            )));
+        }
+    }
+    // The log needs a step; calls outside any step are recorded under "-".
+    let step_id = req
+        .step_id
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| NO_STEP.to_owned());
+    let decision_id = uuid::Uuid::now_v7().to_string();
+    let now = Timestamp::now();
+    let enforced = app.policy.current();
+    let (mut verdict, profile) = match &enforced {
+        None => (
+            sidecar_verdict(Reason::NoBundle, NO_POLICY, &req.arguments),
+            "<none>".to_owned(),
+        ),
+        Some(e) if now >= e.expires_at => (
+            sidecar_verdict(Reason::BundleExpired, &e.policy_version, &req.arguments),
+            e.profile.clone(),
+        ),
+        Some(e) => (
+            e.policy.evaluate(
+                &Call {
+                    tool: &req.tool,
+                    action: req.action.as_deref(),
+                    arguments: &req.arguments,
+                },
+                &Context {
+                    now,
+                    subject: Some(&app.tenant),
+                },
+            ),
+            e.profile.clone(),
+        ),
+    };
+
+    let mut approval_id = None;
+    if verdict.verdict == Decision::Escalate {
+        // Validated above: an escalation only comes from a live bundle.
+        if let Some(e) = &enforced {
+            match escalate(&app, e, &req, &step_id, &decision_id, &mut verdict).await {
+                Ok(id) => approval_id = id,
+                Err(err) => {
+                    tracing::error!(error = %err, "approval request failed; denying");
+                    deny_audit(&mut verdict);
+                }
+            }
+        }
+    }
+
+    let record = DecisionRecord {
+        decision_id: decision_id.clone(),
+        run_id: req.run_id.clone(),
+        step_id: step_id.clone(),
+        tool: req.tool.clone(),
+        verdict: verdict.verdict.as_str().to_owned(),
+        reason: verdict.reason.as_str().to_owned(),
+        message: None,
+        matched_rule: verdict.matched_rule.clone(),
+        policy_version: verdict.policy_version.clone(),
+        risk: verdict.risk.as_str().to_owned(),
+        args_digest: verdict.args_digest.clone(),
+        created_at: now,
+    };
+    if verdict.risk == Risk::High {
+        if let Err(err) = app.store.decisions().append(&app.tenant, record).await {
+            tracing::error!(error = %err, "high-risk decision not recorded; denying");
+            deny_audit(&mut verdict);
+            approval_id = None;
+        }
+    } else {
+        app.decision_log.enqueue(&app.tenant, record);
+    }
+
+    if verdict.verdict == Decision::Allow {
+        let canonical_tool = enforced
+            .as_ref()
+            .map(|e| e.policy.canonical_tool(&req.tool).to_owned())
+            .unwrap_or_else(|| req.tool.clone());
+        app.allowed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                decision_id.clone(),
+                AllowedCall {
+                    run_id: req.run_id.clone(),
+                    tool: req.tool.clone(),
+                    canonical_tool,
+                    args_digest: verdict.args_digest.clone(),
+                    risk: verdict.risk,
+                    used: false,
+                },
+            );
+    }
+
+    let tool_label = if verdict.reason == Reason::UnknownTool {
+        "<unknown>"
+    } else {
+        req.tool.as_str()
+    };
+    app.metrics
+        .decisions
+        .with_label_values(&[
+            verdict.verdict.as_str(),
+            verdict.reason.as_str(),
+            tool_label,
+            &profile,
+        ])
+        .inc();
+    app.metrics
+        .decision_duration
+        .observe(started.elapsed().as_secs_f64());
+    Ok(Json(AuthorizeResponse {
+        decision_id,
+        verdict,
+        approval_id,
+    }))
+}
+
+fn sidecar_verdict(
+    reason: Reason,
+    policy_version: &str,
+    arguments: &serde_json::Map<String, serde_json::Value>,
+) -> Verdict {
+    Verdict {
+        verdict: Decision::Deny,
+        reason,
+        matched_rule: None,
+        policy_version: policy_version.to_owned(),
+        risk: Risk::High,
+        intent_required: false,
+        args_digest: toolgate_policy::args_digest(arguments),
+    }
+}
+
+fn deny_audit(verdict: &mut Verdict) {
+    verdict.verdict = Decision::Deny;
+    verdict.reason = Reason::AuditUnavailable;
+    verdict.intent_required = false;
+}
+
+/// Deterministic id of "this call, in this step, under this policy": the
+/// same call asks the same approval until it is used or expires.
+fn invocation_base(tenant: &str, run_id: &str, step_id: &str, tool: &str, v: &Verdict) -> String {
+    let mut h = Sha256::new();
+    for part in [tenant, run_id, step_id, tool, &v.args_digest, &v.policy_version] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
+/// Finds or creates the approval for an escalated call. An approved,
+/// unused approval for exactly this call turns the verdict into `approved`.
+async fn escalate(
+    app: &AppState,
+    enforced: &Enforced,
+    req: &AuthorizeRequest,
+    step_id: &str,
+    decision_id: &str,
+    verdict: &mut Verdict,
+) -> Result<Option<String>, ApiError> {
+    let tool = enforced.policy.canonical_tool(&req.tool).to_owned();
+    let base = invocation_base(&app.tenant, &req.run_id, step_id, &tool, verdict);
+    for round in 0..MAX_APPROVAL_ROUNDS {
+        let approval = app
+            .store
+            .approvals()
+            .request(NewApproval {
+                approval_id: None,
+                invocation_id: format!("{base}:{round}"),
+                tenant: app.tenant.clone(),
+                run_id: req.run_id.clone(),
+                tool: tool.clone(),
+                args_digest: verdict.args_digest.clone(),
+                policy_version: verdict.policy_version.clone(),
+                decision_id: decision_id.to_owned(),
+                requested_by: app.identity.clone(),
+                ttl: Duration::from_secs(u64::from(enforced.approval_ttl_seconds)),
+            })
+            .await?;
+        if approval.consumed_at.is_some() || approval.status == ApprovalStatus::Expired {
+            continue; // used or lapsed: this call needs a fresh approval
+        }
+        match approval.status {
+            ApprovalStatus::Pending => return Ok(Some(approval.id)),
+            ApprovalStatus::Denied => {
+                verdict.verdict = Decision::Deny;
+                verdict.reason = Reason::ApprovalDenied;
+                verdict.matched_rule = Some(format!("approval:{}", approval.id));
+                return Ok(Some(approval.id));
+            }
+            ApprovalStatus::Approved => {
+                let consumed = app
+                    .store
+                    .approvals()
+                    .consume(
+                        &app.tenant,
+                        &approval.id,
+                        &tool,
+                        &verdict.args_digest,
+                        &verdict.policy_version,
+                    )
+                    .await?;
+                if consumed {
+                    verdict.verdict = Decision::Allow;
+                    verdict.reason = Reason::Approved;
+                    verdict.matched_rule = Some(format!("approval:{}", approval.id));
+                    verdict.intent_required = verdict.risk == Risk::High;
+                    return Ok(Some(approval.id));
+                }
+                // Someone else used it first: ask again.
+            }
+            ApprovalStatus::Expired => {}
+        }
+    }
+    verdict.verdict = Decision::Deny;
+    verdict.reason = Reason::ApprovalDenied;
+    Ok(None)
+}
+
+// ---- intents ----
+
+/// Body of `POST /v1/intents`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BeginIntentRequest {
+    /// The allowing decision.
+    pub decision_id: String,
+    /// Run id (must match the decision's).
+    pub run_id: String,
+    /// Step id.
+    pub step_id: String,
+    /// Tool (must match the decision's).
+    pub tool: String,
+    /// Argument digest (must match the decision's).
+    pub args_digest: String,
+    /// How a resume flow can check whether the effect happened.
+    #[serde(default)]
+    pub verification_probe: Option<serde_json::Value>,
+}
+
+async fn begin_intent(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<BeginIntentRequest>,
+) -> Result<Response, ApiError> {
+    require_id("decision_id", &req.decision_id)?;
+    require_id("run_id", &req.run_id)?;
+    let risk = {
+        let allowed = app.allowed.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(call) = allowed.map.get(&req.decision_id) else {
+            return Err(ApiError::DecisionNotAllowed(format!(
+                "decision {} did not allow a call (unknown, denied or escalated)",
+                req.decision_id
+            )));
+        };
+        if call.used {
+            return Err(ApiError::Conflict(format!(
+                "decision {} already has an intent",
+                req.decision_id
+            )));
+        }
+        if call.args_digest != req.args_digest
+            || (call.tool != req.tool && call.canonical_tool != req.tool)
+            || call.run_id != req.run_id
+        {
+            return Err(ApiError::IntentDigestMismatch(format!(
+                "decision {} allowed tool `{}` with {} in run `{}`, not these arguments",
+                req.decision_id, call.tool, call.args_digest, call.run_id
+            )));
+        }
+        call.risk
+    };
+    let intent = app
+        .store
+        .intents()
+        .begin(NewIntent {
+            tenant: app.tenant.clone(),
+            run_id: req.run_id,
+            step_id: req.step_id,
+            tool: req.tool,
+            args_digest: req.args_digest,
+            decision_id: req.decision_id.clone(),
+            risk: risk.as_str().to_owned(),
+            verification_probe: req.verification_probe,
+        })
+        .await?;
+    if let Some(call) = app
+        .allowed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .map
+        .get_mut(&req.decision_id)
+    {
+        call.used = true;
+    }
+    app.metrics.intents.with_label_values(&["pending"]).inc();
+    let body = serde_json::json!({"intent_id": intent.id, "status": intent.status});
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// Body of `POST /v1/intents/{id}/effect-sent` (may be empty).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EffectSentRequest {}
+
+async fn effect_sent(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<toolgate_store::Intent>, ApiError> {
+    if !body.is_empty() {
+        let _: EffectSentRequest = parse_body(&body)?;
+    }
+    Ok(Json(app.store.intents().mark_effect_sent(&id).await?))
+}
+
+/// Body of `POST /v1/intents/{id}/complete`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    /// completed | not_completed | error.
+    pub outcome: IntentOutcome,
+    /// Free-form detail.
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+async fn complete_intent(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    StrictJson(req): StrictJson<CompleteRequest>,
+) -> Result<Json<toolgate_store::Intent>, ApiError> {
+    let intent = app
+        .store
+        .intents()
+        .complete(&id, req.outcome, req.detail)
+        .await?;
+    app.metrics
+        .intents
+        .with_label_values(&[intent.status.as_str()])
+        .inc();
+    Ok(Json(intent))
+}
+
+/// Query of `GET /v1/intents`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListIntentsQuery {
+    /// Run to list.
+    pub run_id: String,
+    /// Only `pending` is supported: the resume flow.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+async fn list_intents(
+    State(app): State<Arc<AppState>>,
+    query: Result<Query<ListIntentsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::InvalidRequest(e.body_text()))?;
+    require_id("run_id", &q.run_id)?;
+    if let Some(s) = q.status.as_deref().filter(|s| *s != "pending") {
+        return Err(ApiError::InvalidRequest(format!(
+            "status `{s}` is not supported; only `pending` lists intents for resume"
+        )));
+    }
+    let pending = app.store.intents().pending(&q.run_id).await?;
+    let intents: Vec<_> = pending
+        .into_iter()
+        .filter(|p| p.intent.tenant == app.tenant)
+        .map(|p| {
+            let mut v = serde_json::to_value(&p.intent).unwrap_or_default();
+            if let Some(obj) = v.as_object_mut() {
+                obj.insert("resume".into(), serde_json::to_value(p.class).unwrap_or_default());
+            }
+            v
+        })
+        .collect();
+    Ok(Json(serde_json::json!({"intents": intents})))
+}
+
+// ---- approvals ----
+
+/// Query of `GET /v1/approvals/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalQuery {
+    /// Seconds to wait for a resolution (at most [`MAX_WAIT_SECONDS`]).
+    #[serde(default)]
+    pub wait: Option<u64>,
+}
+
+async fn get_approval(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    query: Result<Query<ApprovalQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::InvalidRequest(e.body_text()))?;
+    let approvals = app.store.approvals();
+    let approval = match q.wait {
+        Some(secs) if secs > 0 => {
+            approvals
+                .wait(&app.tenant, &id, Duration::from_secs(secs.min(MAX_WAIT_SECONDS)))
+                .await?
+        }
+        _ => approvals.get(&app.tenant, &id).await?,
+    };
+    let mut body = serde_json::to_value(&approval).unwrap_or_default();
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert("approval_id".into(), approval.id.clone().into());
+    }
+    Ok(Json(body))
+}
+
+/// Resolves an approval (used by the CLI and tests; the Kubernetes path goes
+/// through the controller).
+pub async fn resolve_approval(
+    store: &Store,
+    tenant: &str,
+    id: &str,
+    decision: ApprovalDecision,
+    by: &str,
+    reason: Option<&str>,
+) -> Result<toolgate_store::Approval, ApiError> {
+    Ok(store
+        .approvals()
+        .resolve(tenant, id, decision, by, reason)
+        .await?)
+}
+
+// ---- workspace ----
+
+/// Body of workspace `read`, `list` and `stat`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathRequest {
+    /// Run whose workspace to use.
+    pub run_id: String,
+    /// Relative path; `""` is the root (list and stat only).
+    pub path: String,
+}
+
+/// Body of workspace `write`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteRequest {
+    /// Run whose workspace to use.
+    pub run_id: String,
+    /// Relative path.
+    pub path: String,
+    /// UTF-8 text to write.
+    pub content: String,
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| ApiError::StoreUnavailable("workspace task failed".into()))?
+}
+
+async fn workspace_read(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<PathRequest>,
+) -> Result<Json<crate::workspace::FileRead>, ApiError> {
+    blocking(move || Ok(app.workspaces.read(&req.run_id, &req.path)?))
+        .await
+        .map(Json)
+}
+
+async fn workspace_write(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<WriteRequest>,
+) -> Result<Json<crate::workspace::FileWritten>, ApiError> {
+    blocking(move || Ok(app.workspaces.write(&req.run_id, &req.path, &req.content)?))
+        .await
+        .map(Json)
+}
+
+async fn workspace_list(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<PathRequest>,
+) -> Result<Json<crate::workspace::Listing>, ApiError> {
+    blocking(move || Ok(app.workspaces.list(&req.run_id, &req.path)?))
+        .await
+        .map(Json)
+}
+
+async fn workspace_stat(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<PathRequest>,
+) -> Result<Json<crate::workspace::Stat>, ApiError> {
+    blocking(move || Ok(app.workspaces.stat(&req.run_id, &req.path)?))
+        .await
+        .map(Json)
+}
+
+// ---- operations ----
+
+async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        app.metrics.render(),
+    )
+}
+
+async fn readyz(State(app): State<Arc<AppState>>) -> Response {
+    let now = Timestamp::now();
+    let bundle = app.policy.current();
+    let bundle_ok = bundle.as_ref().is_some_and(|b| now < b.expires_at);
+    let database_ok = app.store.ping().await.is_ok();
+    let body = serde_json::json!({
+        "ready": bundle_ok && database_ok,
+        "bundle": bundle.as_ref().map(|b| serde_json::json!({
+            "policy_version": b.policy_version,
+            "sequence": b.sequence,
+            "expires_at": b.expires_at.to_string(),
+            "digest": b.digest,
+        })),
+        "bundle_expired": bundle.as_ref().is_some_and(|b| now >= b.expires_at),
+        "last_rejected_bundle": app.policy.last_failure(),
+        "database": if database_ok { "ok" } else { "unreachable" },
+    });
+    let status = if bundle_ok && database_ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}

@@ -1,0 +1,100 @@
+//! The sidecar's one error type: every failure is `{error: {code, message}}`
+//! with a stable code and a fitting HTTP status.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::workspace::WorkspaceError;
+
+/// A request the sidecar refuses or cannot serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not the JSON the endpoint expects.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The body is larger than the limit.
+    #[error("request body larger than {0} bytes")]
+    TooLarge(usize),
+    /// Unknown id.
+    #[error("{0}")]
+    NotFound(String),
+    /// The intent does not match the decision it names.
+    #[error("{0}")]
+    IntentDigestMismatch(String),
+    /// The decision named by an intent did not allow the call.
+    #[error("{0}")]
+    DecisionNotAllowed(String),
+    /// A conflicting state transition.
+    #[error("{0}")]
+    Conflict(String),
+    /// The approval is past its deadline.
+    #[error("{0}")]
+    ApprovalExpired(String),
+    /// The database failed.
+    #[error("database unavailable: {0}")]
+    StoreUnavailable(String),
+    /// A workspace operation was refused.
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    /// No such route.
+    #[error("no such endpoint")]
+    NoRoute,
+}
+
+impl ApiError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::TooLarge(_) => "request_too_large",
+            Self::NotFound(_) => "not_found",
+            Self::IntentDigestMismatch(_) => "intent_digest_mismatch",
+            Self::DecisionNotAllowed(_) => "decision_not_allowed",
+            Self::Conflict(_) => "conflict",
+            Self::ApprovalExpired(_) => "approval_expired",
+            Self::StoreUnavailable(_) => "store_unavailable",
+            Self::Workspace(e) => e.code(),
+            Self::NoRoute => "no_route",
+        }
+    }
+
+    /// HTTP status of the error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::NotFound(_) | Self::NoRoute => StatusCode::NOT_FOUND,
+            Self::IntentDigestMismatch(_) | Self::DecisionNotAllowed(_) => StatusCode::FORBIDDEN,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::ApprovalExpired(_) => StatusCode::GONE,
+            Self::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Workspace(e) => match e {
+                WorkspaceError::NotFound => StatusCode::NOT_FOUND,
+                WorkspaceError::Escape => StatusCode::FORBIDDEN,
+                WorkspaceError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                WorkspaceError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                _ => StatusCode::BAD_REQUEST,
+            },
+        }
+    }
+}
+
+impl From<toolgate_store::StoreError> for ApiError {
+    fn from(e: toolgate_store::StoreError) -> Self {
+        use toolgate_store::StoreError as S;
+        match e {
+            S::NotFound { .. } => Self::NotFound(e.to_string()),
+            S::Conflict(_) => Self::Conflict(e.to_string()),
+            S::ApprovalExpired { .. } => Self::ApprovalExpired(e.to_string()),
+            S::InvalidInput(_) => Self::InvalidRequest(e.to_string()),
+            _ => Self::StoreUnavailable(e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {"code": self.code(), "message": self.to_string()}});
+        (self.status(), axum::Json(body)).into_response()
+    }
+}

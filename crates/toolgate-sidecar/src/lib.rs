@@ -1,0 +1,243 @@
+//! The per-pod toolgate sidecar.
+//!
+//! An agent asks the sidecar before every tool call (`POST /v1/authorize`),
+//! records high-risk calls before running them (`/v1/intents`), waits for
+//! humans on escalations (`/v1/approvals`), and reaches its files only
+//! through a workspace handle (`/v1/workspace/*`). The sidecar listens on
+//! loopback, fails closed (no valid bundle, expired bundle or unreachable
+//! audit log on a high-risk path all deny), and exports Prometheus metrics.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod api;
+mod decision_log;
+mod error;
+pub mod metrics;
+pub mod policy_state;
+pub mod workspace;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::ApiError;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use toolgate_store::{Heartbeat, Store};
+
+use crate::api::AppState;
+use crate::decision_log::DecisionLog;
+use crate::metrics::Metrics;
+use crate::policy_state::{BundleFiles, PolicyState};
+use crate::workspace::Workspaces;
+
+/// Everything needed to run a sidecar.
+#[derive(Debug, Clone)]
+pub struct SidecarConfig {
+    /// Address to listen on; loopback in production.
+    pub listen: SocketAddr,
+    /// Signed bundle file (DSSE envelope).
+    pub bundle: PathBuf,
+    /// Trusted public keys (PEM).
+    pub trust: PathBuf,
+    /// Database URL (`postgres://…` or `sqlite://…`).
+    pub database_url: String,
+    /// Directory holding `<tenant>/<run_id>` workspaces.
+    pub workspace_base: PathBuf,
+    /// Tenant served.
+    pub tenant: String,
+    /// Pod name (downward API), for heartbeats.
+    pub pod_name: String,
+    /// Pod namespace (downward API), for heartbeats.
+    pub pod_namespace: String,
+    /// How often the bundle files are checked for changes.
+    pub reload_interval: Duration,
+    /// How often a heartbeat is written.
+    pub heartbeat_interval: Duration,
+    /// Capacity of the low-risk decision queue.
+    pub decision_queue: usize,
+}
+
+impl SidecarConfig {
+    /// Defaults for everything but the files and the database.
+    pub fn new(bundle: PathBuf, trust: PathBuf, database_url: String) -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 15031)),
+            bundle,
+            trust,
+            database_url,
+            workspace_base: std::env::temp_dir().join("toolgate-workspaces"),
+            tenant: "default".into(),
+            pod_name: "local".into(),
+            pod_namespace: "default".into(),
+            reload_interval: Duration::from_secs(2),
+            heartbeat_interval: Duration::from_secs(15),
+            decision_queue: 65_536,
+        }
+    }
+}
+
+/// Why a sidecar could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The database could not be opened or migrated.
+    #[error("database: {0}")]
+    Store(#[from] toolgate_store::StoreError),
+    /// The workspace base is unusable.
+    #[error("workspace: {0}")]
+    Workspace(#[from] workspace::WorkspaceError),
+    /// The listen address could not be bound.
+    #[error("listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+}
+
+/// A running sidecar.
+pub struct Sidecar {
+    /// The bound address (useful with port 0).
+    pub addr: SocketAddr,
+    /// Shared state, for in-process inspection.
+    pub state: Arc<AppState>,
+    shutdown: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+    decision_writer: tokio::task::JoinHandle<()>,
+}
+
+impl Sidecar {
+    /// Connects to the database, loads the bundle (a bad or missing bundle
+    /// does not stop start-up: the sidecar serves and denies `no_bundle`),
+    /// binds and starts serving.
+    pub async fn start(config: SidecarConfig) -> Result<Self, StartError> {
+        let store = Store::connect(&config.database_url).await?;
+        Self::start_with_store(config, store).await
+    }
+
+    /// Like [`Sidecar::start`] with an already connected store.
+    pub async fn start_with_store(config: SidecarConfig, store: Store) -> Result<Self, StartError> {
+        let metrics = Metrics::new();
+        let policy = Arc::new(PolicyState::new(metrics.clone()));
+        let files = BundleFiles {
+            bundle: config.bundle.clone(),
+            trust: config.trust.clone(),
+        };
+        policy.load_files(&files.bundle, &files.trust, jiff::Timestamp::now());
+        if let Some(e) = policy.current() {
+            record_profile(&store, &config, &e).await;
+        }
+
+        let (decision_log, decision_writer) =
+            DecisionLog::start(store.clone(), metrics.clone(), config.decision_queue);
+        let state = Arc::new(AppState {
+            policy: policy.clone(),
+            store: store.clone(),
+            decision_log,
+            workspaces: Workspaces::new(&config.workspace_base, &config.tenant)?,
+            metrics,
+            tenant: config.tenant.clone(),
+            identity: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
+            allowed: Default::default(),
+        });
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| StartError::Bind(config.listen, e))?;
+        let addr = listener.local_addr().map_err(|e| StartError::Bind(config.listen, e))?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+
+        let mut background = Vec::new();
+        background.push(tokio::spawn(policy_state::watch(
+            policy.clone(),
+            files,
+            config.reload_interval,
+            shutdown_rx.clone(),
+        )));
+        background.push(tokio::spawn(heartbeat_loop(
+            store.clone(),
+            policy,
+            config.clone(),
+            shutdown_rx.clone(),
+        )));
+
+        let app = api::router(state.clone());
+        let mut rx = shutdown_rx;
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|stop| *stop).await;
+                })
+                .await
+        });
+        tracing::info!(%addr, tenant = config.tenant, "sidecar listening");
+        Ok(Self {
+            addr,
+            state,
+            shutdown,
+            server,
+            background,
+            decision_writer,
+        })
+    }
+
+    /// Stops accepting requests, finishes in-flight ones, then writes every
+    /// queued decision record before returning.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.server.await;
+        for task in self.background {
+            let _ = task.await;
+        }
+        // Dropping the last sender lets the writer drain its queue and end.
+        let Self { state, decision_writer, .. } = self;
+        drop(state);
+        let _ = decision_writer.await;
+    }
+}
+
+async fn record_profile(store: &Store, config: &SidecarConfig, e: &policy_state::Enforced) {
+    let v = e.policy.version();
+    let load = toolgate_store::ProfileLoad {
+        profile: e.profile.clone(),
+        namespace: e.namespace.clone().unwrap_or_default(),
+        policy_version: v.version.clone(),
+        spec_sha256: v.spec_sha256.clone(),
+        hardline_sha256: v.hardline_sha256.clone(),
+        bundle_digest: Some(e.digest.clone()),
+        loaded_by: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
+    };
+    if let Err(err) = store.profiles().record_profile_load(load).await {
+        tracing::warn!(error = %err, "could not record the profile load");
+    }
+}
+
+async fn heartbeat_loop(
+    store: Store,
+    policy: Arc<PolicyState>,
+    config: SidecarConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(config.heartbeat_interval);
+    let mut last_version = None;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(enforced) = policy.current() else { continue };
+        if last_version.as_deref() != Some(enforced.policy_version.as_str()) {
+            record_profile(&store, &config, &enforced).await;
+            last_version = Some(enforced.policy_version.clone());
+        }
+        let beat = Heartbeat {
+            pod_name: config.pod_name.clone(),
+            pod_namespace: config.pod_namespace.clone(),
+            profile: enforced.profile.clone(),
+            policy_version: enforced.policy_version.clone(),
+            sequence: i64::try_from(enforced.sequence).unwrap_or(i64::MAX),
+            last_seen: jiff::Timestamp::now(),
+        };
+        if let Err(err) = store.heartbeats().record_heartbeat(&beat).await {
+            tracing::warn!(error = %err, "heartbeat not recorded");
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Prometheus metrics of one sidecar, on a registry of its own so that tests
+//! (and several sidecars in one process) never share counters.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Every metric the sidecar exports. Names are part of the dashboard contract.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// Decisions by verdict, reason, tool and profile.
+    pub decisions: IntCounterVec,
+    /// Time to answer `/v1/authorize`, including durable writes for high-risk calls.
+    pub decision_duration: Histogram,
+    /// 1 for the policy version being enforced.
+    pub bundle_info: IntGaugeVec,
+    /// Bundles that failed to load, by error code.
+    pub bundle_reload_failures: IntCounterVec,
+    /// Intent transitions by status.
+    pub intents: IntCounterVec,
+    /// Low-risk decision records dropped because the batch queue was full.
+    pub decision_log_dropped: IntCounter,
+    /// Decision records written by the background batcher.
+    pub decision_log_written: IntCounter,
+}
+
+/// Metric names, for dashboards and the test that checks them.
+pub const METRIC_NAMES: &[&str] = &[
+    "toolgate_decisions_total",
+    "toolgate_decision_duration_seconds",
+    "toolgate_bundle_info",
+    "toolgate_bundle_reload_failures_total",
+    "toolgate_intents_total",
+    "toolgate_decision_log_dropped_total",
+    "toolgate_decision_log_written_total",
+];
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let decisions = IntCounterVec::new(
+            Opts::new("toolgate_decisions_total", "Tool-call decisions."),
+            &["verdict", "reason", "tool", "profile"],
+        )
+        .expect("static metric definition");
+        let decision_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "toolgate_decision_duration_seconds",
+                "Time to answer an authorize request.",
+            )
+            .buckets(vec![
+                0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01,
+                0.025, 0.05, 0.1, 0.25, 1.0,
+            ]),
+        )
+        .expect("static metric definition");
+        let bundle_info = IntGaugeVec::new(
+            Opts::new("toolgate_bundle_info", "The policy bundle being enforced (value 1)."),
+            &["policy_version", "profile", "sequence"],
+        )
+        .expect("static metric definition");
+        let bundle_reload_failures = IntCounterVec::new(
+            Opts::new(
+                "toolgate_bundle_reload_failures_total",
+                "Bundles rejected at load or reload.",
+            ),
+            &["code"],
+        )
+        .expect("static metric definition");
+        let intents = IntCounterVec::new(
+            Opts::new("toolgate_intents_total", "Intent records by resulting status."),
+            &["status"],
+        )
+        .expect("static metric definition");
+        let decision_log_dropped = IntCounter::new(
+            "toolgate_decision_log_dropped_total",
+            "Decision records dropped because the batch queue was full.",
+        )
+        .expect("static metric definition");
+        let decision_log_written = IntCounter::new(
+            "toolgate_decision_log_written_total",
+            "Decision records written by the batcher.",
+        )
+        .expect("static metric definition");
+        for collector in [
+            Box::new(decisions.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(decision_duration.clone()),
+            Box::new(bundle_info.clone()),
+            Box::new(bundle_reload_failures.clone()),
+            Box::new(intents.clone()),
+            Box::new(decision_log_dropped.clone()),
+            Box::new(decision_log_written.clone()),
+        ] {
+            registry.register(collector).expect("unique metric names");
+        }
+        Self {
+            registry,
+            decisions,
+            decision_duration,
+            bundle_info,
+            bundle_reload_failures,
+            intents,
+            decision_log_dropped,
+            decision_log_written,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

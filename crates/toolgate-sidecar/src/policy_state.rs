@@ -1,0 +1,244 @@
+//! The policy a sidecar enforces: loaded from a signed bundle file, reloaded
+//! when the file (or the trust file) changes, swapped atomically.
+//!
+//! A bundle that fails verification never replaces the one being enforced;
+//! the failure is logged, counted and reported by `/readyz`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwapOption;
+use jiff::Timestamp;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use toolgate_bundle::{TrustSet, VerifyOptions};
+use toolgate_policy::CompiledPolicy;
+
+use crate::metrics::Metrics;
+
+/// A verified bundle, ready to evaluate.
+#[derive(Debug)]
+pub struct Enforced {
+    /// The compiled policy.
+    pub policy: CompiledPolicy,
+    /// Profile name.
+    pub profile: String,
+    /// Profile namespace, when the bundle names one.
+    pub namespace: Option<String>,
+    /// `{name}@{sha12}+h{sha8}`.
+    pub policy_version: String,
+    /// Publication sequence of the bundle.
+    pub sequence: u64,
+    /// After this instant nothing is allowed.
+    pub expires_at: Timestamp,
+    /// `sha256:` digest of the bundle document.
+    pub digest: String,
+    /// Key that signed it.
+    pub keyid: String,
+    /// Approval time-to-live from the profile (seconds).
+    pub approval_ttl_seconds: u32,
+}
+
+/// The last rejected bundle, for `/readyz` and logs.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadFailure {
+    /// Stable error code, e.g. `bundle_bad_signature`.
+    pub code: String,
+    /// What was wrong.
+    pub message: String,
+    /// When it was seen.
+    pub at: Timestamp,
+}
+
+/// Holds the enforced bundle and the record of the last failed load.
+pub struct PolicyState {
+    current: ArcSwapOption<Enforced>,
+    last_failure: Mutex<Option<LoadFailure>>,
+    /// Digest of the (bundle, trust) bytes last attempted, so an unchanged
+    /// bad file is not re-counted on every poll.
+    last_attempt: Mutex<Option<[u8; 32]>>,
+    metrics: Metrics,
+}
+
+/// Outcome of one load attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadOutcome {
+    /// A new bundle is now enforced.
+    Swapped {
+        /// Its policy version.
+        policy_version: String,
+    },
+    /// The files are the same as last time: nothing to do.
+    Unchanged,
+    /// The files were rejected; the previous bundle (if any) stays.
+    Rejected {
+        /// Error code.
+        code: String,
+    },
+}
+
+impl PolicyState {
+    /// An empty state: every call is denied with `no_bundle` until a load succeeds.
+    pub fn new(metrics: Metrics) -> Self {
+        Self {
+            current: ArcSwapOption::empty(),
+            last_failure: Mutex::new(None),
+            last_attempt: Mutex::new(None),
+            metrics,
+        }
+    }
+
+    /// The bundle being enforced, if any. Lock-free; callers hold the `Arc`
+    /// for the whole request so no request ever sees two policies.
+    pub fn current(&self) -> Option<Arc<Enforced>> {
+        self.current.load_full()
+    }
+
+    /// The last rejected load.
+    pub fn last_failure(&self) -> Option<LoadFailure> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Verifies `bundle` against `trust` and swaps it in when valid.
+    pub fn load_bytes(&self, bundle: &[u8], trust: &[u8], now: Timestamp) -> LoadOutcome {
+        let fingerprint: [u8; 32] = {
+            let mut h = Sha256::new();
+            h.update((bundle.len() as u64).to_be_bytes());
+            h.update(bundle);
+            h.update(trust);
+            h.finalize().into()
+        };
+        {
+            let mut last = self.last_attempt.lock().unwrap_or_else(|p| p.into_inner());
+            if *last == Some(fingerprint) {
+                return LoadOutcome::Unchanged;
+            }
+            *last = Some(fingerprint);
+        }
+        match self.verify(bundle, trust, now) {
+            Ok(enforced) => {
+                let policy_version = enforced.policy_version.clone();
+                self.metrics.bundle_info.reset();
+                self.metrics
+                    .bundle_info
+                    .with_label_values(&[
+                        &policy_version,
+                        &enforced.profile,
+                        &enforced.sequence.to_string(),
+                    ])
+                    .set(1);
+                tracing::info!(
+                    policy_version,
+                    sequence = enforced.sequence,
+                    keyid = enforced.keyid,
+                    "bundle loaded"
+                );
+                self.current.store(Some(Arc::new(enforced)));
+                LoadOutcome::Swapped { policy_version }
+            }
+            Err((code, message)) => {
+                self.metrics
+                    .bundle_reload_failures
+                    .with_label_values(&[&code])
+                    .inc();
+                tracing::warn!(code, message, "bundle rejected; keeping the current one");
+                *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(LoadFailure {
+                    code: code.clone(),
+                    message,
+                    at: now,
+                });
+                LoadOutcome::Rejected { code }
+            }
+        }
+    }
+
+    fn verify(&self, bundle: &[u8], trust: &[u8], now: Timestamp) -> Result<Enforced, (String, String)> {
+        let fail = |e: toolgate_bundle::BundleError| (e.code().to_owned(), e.to_string());
+        let trust_text = std::str::from_utf8(trust)
+            .map_err(|_| ("trust_invalid".to_owned(), "trust file is not UTF-8 PEM".to_owned()))?;
+        let trust = TrustSet::from_pem(trust_text).map_err(fail)?;
+        let held = self.current().map(|e| e.sequence);
+        let options = VerifyOptions {
+            now,
+            held_sequence: held,
+            held_digest: self.current().map(|e| e.digest.clone()),
+        };
+        let verified = toolgate_bundle::verify(bundle, &trust, &options).map_err(fail)?;
+        let document = verified.document();
+        Ok(Enforced {
+            profile: document.profile.name.clone(),
+            namespace: document.profile.namespace.clone(),
+            policy_version: verified.policy_version().to_owned(),
+            sequence: document.sequence,
+            expires_at: document.expires_at,
+            digest: verified.digest().to_owned(),
+            keyid: verified.keyid().to_owned(),
+            approval_ttl_seconds: document
+                .spec
+                .approvals
+                .as_ref()
+                .map_or(900, |a| a.ttl_seconds),
+            policy: verified.into_policy(),
+        })
+    }
+
+    /// Reads both files and loads them. A missing or unreadable file is a
+    /// rejected load (`bundle_unreadable`), not a crash.
+    pub fn load_files(&self, bundle: &Path, trust: &Path, now: Timestamp) -> LoadOutcome {
+        match (std::fs::read(bundle), std::fs::read(trust)) {
+            (Ok(b), Ok(t)) => self.load_bytes(&b, &t, now),
+            (b, t) => {
+                let which = if b.is_err() { "bundle" } else { "trust" };
+                let err = b.err().or(t.err()).map(|e| e.kind().to_string()).unwrap_or_default();
+                let code = "bundle_unreadable".to_owned();
+                self.metrics.bundle_reload_failures.with_label_values(&[&code]).inc();
+                tracing::warn!(which, err, "cannot read {which} file");
+                *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(LoadFailure {
+                    code: code.clone(),
+                    message: format!("cannot read the {which} file: {err}"),
+                    at: now,
+                });
+                *self.last_attempt.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                LoadOutcome::Rejected { code }
+            }
+        }
+    }
+}
+
+/// Paths of the files a sidecar watches.
+#[derive(Debug, Clone)]
+pub struct BundleFiles {
+    /// The DSSE envelope (in Kubernetes, a ConfigMap key behind `..data`).
+    pub bundle: PathBuf,
+    /// Trusted public keys (PEM).
+    pub trust: PathBuf,
+}
+
+/// Polls the files and reloads on change. Polling (rather than inotify)
+/// follows Kubernetes' atomic `..data` symlink swap without special cases,
+/// because every poll re-opens the path from the top.
+pub async fn watch(
+    state: Arc<PolicyState>,
+    files: BundleFiles,
+    interval: std::time::Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                let state = state.clone();
+                let files = files.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    state.load_files(&files.bundle, &files.trust, Timestamp::now())
+                })
+                .await;
+            }
+            _ = shutdown.changed() => return,
+        }
+    }
+}

@@ -1,0 +1,443 @@
+//! Per-run workspace roots that tools can only reach by relative path.
+//!
+//! Every run gets `<base>/<tenant>/<run_id>`. Paths are checked as text
+//! (absolute, `..`, empty components, NUL) and then opened through a
+//! capability directory (`cap-std`), which resolves each component beneath the
+//! root with kernel help, so a symlink that points outside is refused at open
+//! time rather than by a string check that a race could defeat.
+//!
+//! Provenance is conservative: a file is `INTERNAL_TOOL` only while it still
+//! looks exactly as this process wrote it; anything else found on disk,
+//! including after a restart, is `EXTERNAL_UNTRUSTED`.
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, Metadata};
+use serde::Serialize;
+
+/// Largest file the workspace API reads or writes, in bytes.
+pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Where a file's content came from, as far as this process can prove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Provenance {
+    /// Written through this handle by this process and unchanged since.
+    InternalTool,
+    /// Anything else: pre-existing, changed by someone else, or from before a restart.
+    ExternalUntrusted,
+}
+
+/// Kind of a directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (not followed when listing).
+    Symlink,
+    /// Sockets, devices and the like.
+    Other,
+}
+
+/// Why a workspace operation was refused. Messages never contain host paths.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    /// The path text itself is not acceptable.
+    #[error("invalid path: {0}")]
+    InvalidPath(&'static str),
+    /// The run or tenant id cannot name a directory.
+    #[error("invalid {0}: use 1-128 characters from [A-Za-z0-9._-], not `.` or `..`")]
+    InvalidId(&'static str),
+    /// Resolution left the workspace root (e.g. through a symlink).
+    #[error("path escapes the workspace")]
+    Escape,
+    /// Nothing at that path.
+    #[error("no such file or directory")]
+    NotFound,
+    /// The file is not UTF-8 text.
+    #[error("file is not UTF-8 text")]
+    NotText,
+    /// The file is larger than [`MAX_FILE_BYTES`].
+    #[error("file is larger than {MAX_FILE_BYTES} bytes")]
+    TooLarge,
+    /// A directory was expected and a file found, or the reverse.
+    #[error("{0}")]
+    WrongKind(&'static str),
+    /// Any other I/O failure (the OS error kind only, never the path).
+    #[error("workspace I/O error: {0}")]
+    Io(ErrorKind),
+}
+
+impl WorkspaceError {
+    /// Stable error code for API responses.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidPath(_) => "workspace_invalid_path",
+            Self::InvalidId(_) => "workspace_invalid_id",
+            Self::Escape => "workspace_escape",
+            Self::NotFound => "workspace_not_found",
+            Self::NotText => "workspace_not_text",
+            Self::TooLarge => "workspace_too_large",
+            Self::WrongKind(_) => "workspace_wrong_kind",
+            Self::Io(_) => "workspace_io",
+        }
+    }
+
+    fn from_io(e: std::io::Error) -> Self {
+        // cap-std reports an escape as PermissionDenied with its own message;
+        // symlink loops surface as FilesystemLoop on recent kernels.
+        match e.kind() {
+            ErrorKind::NotFound => Self::NotFound,
+            ErrorKind::PermissionDenied => Self::Escape,
+            ErrorKind::NotADirectory => Self::WrongKind("a path component is not a directory"),
+            ErrorKind::IsADirectory => Self::WrongKind("path is a directory"),
+            ErrorKind::InvalidData => Self::NotText,
+            kind => {
+                // EXDEV from openat2(RESOLVE_BENEATH) means the path crossed
+                // out of the root; ELOOP, a symlink loop or a refused link.
+                if matches!(e.raw_os_error(), Some(18) | Some(40)) {
+                    Self::Escape
+                } else {
+                    Self::Io(kind)
+                }
+            }
+        }
+    }
+}
+
+/// A relative path that passed the text checks. `""` is the root.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RelPath(String);
+
+impl RelPath {
+    /// Checks `text` as a workspace-relative path. `allow_root` admits `""`.
+    pub fn parse(text: &str, allow_root: bool) -> Result<Self, WorkspaceError> {
+        if text.is_empty() {
+            return if allow_root {
+                Ok(Self(String::new()))
+            } else {
+                Err(WorkspaceError::InvalidPath("empty path"))
+            };
+        }
+        if text.contains('\0') {
+            return Err(WorkspaceError::InvalidPath("NUL in path"));
+        }
+        if text.starts_with('/') || text.starts_with('\\') {
+            return Err(WorkspaceError::InvalidPath("absolute paths are not allowed"));
+        }
+        if text.contains('\\') {
+            return Err(WorkspaceError::InvalidPath("backslashes are not allowed"));
+        }
+        for component in text.split('/') {
+            match component {
+                "" => return Err(WorkspaceError::InvalidPath("empty path component")),
+                "." | ".." => {
+                    return Err(WorkspaceError::InvalidPath("`.` and `..` are not allowed"));
+                }
+                _ => {}
+            }
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    /// The path as the tool gave it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn as_path(&self) -> &Path {
+        if self.0.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(&self.0)
+        }
+    }
+}
+
+fn check_id(kind: &'static str, id: &str) -> Result<(), WorkspaceError> {
+    let ok = (1..=128).contains(&id.len())
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(WorkspaceError::InvalidId(kind))
+    }
+}
+
+/// Fingerprint of a file as this process last wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Written {
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl Written {
+    fn of(meta: &Metadata) -> Self {
+        Self {
+            len: meta.len(),
+            modified: meta.modified().ok().map(|t| t.into_std()),
+        }
+    }
+}
+
+/// Result of reading a file.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileRead {
+    /// The relative path.
+    pub path: String,
+    /// Where the content came from.
+    pub provenance: Provenance,
+    /// UTF-8 content.
+    pub content: String,
+}
+
+/// Result of writing a file.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileWritten {
+    /// The relative path.
+    pub path: String,
+    /// Always `INTERNAL_TOOL`.
+    pub provenance: Provenance,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    /// Name within the directory.
+    pub name: String,
+    /// What it is.
+    pub kind: EntryKind,
+    /// Provenance of files; directories and links are `EXTERNAL_UNTRUSTED`
+    /// unless this process wrote them.
+    pub provenance: Provenance,
+}
+
+/// Result of listing a directory.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listing {
+    /// The relative path (`""` for the root).
+    pub path: String,
+    /// Always `EXTERNAL_UNTRUSTED`: a directory's set of names is not ours.
+    pub provenance: Provenance,
+    /// Entries sorted by name.
+    pub entries: Vec<Entry>,
+    /// Entries left out because their names are not UTF-8.
+    pub skipped_non_utf8: usize,
+}
+
+/// Result of `stat`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stat {
+    /// The relative path.
+    pub path: String,
+    /// What it is (symlinks inside the root are followed).
+    pub kind: EntryKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Provenance of the content.
+    pub provenance: Provenance,
+}
+
+/// All workspaces of one sidecar, rooted at one host directory.
+#[derive(Debug)]
+pub struct Workspaces {
+    base: PathBuf,
+    tenant: String,
+    written: Mutex<HashMap<(String, String), Written>>,
+}
+
+impl Workspaces {
+    /// Workspaces under `base/<tenant>/`. The base is created if missing.
+    pub fn new(base: impl Into<PathBuf>, tenant: &str) -> Result<Self, WorkspaceError> {
+        check_id("tenant", tenant)?;
+        let base = base.into();
+        std::fs::create_dir_all(base.join(tenant)).map_err(WorkspaceError::from_io)?;
+        Ok(Self {
+            base,
+            tenant: tenant.to_owned(),
+            written: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn root(&self, run_id: &str) -> Result<Dir, WorkspaceError> {
+        check_id("run_id", run_id)?;
+        let tenant_dir = Dir::open_ambient_dir(self.base.join(&self.tenant), ambient_authority())
+            .map_err(WorkspaceError::from_io)?;
+        match tenant_dir.create_dir(run_id) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(WorkspaceError::from_io(e)),
+        }
+        tenant_dir.open_dir(run_id).map_err(WorkspaceError::from_io)
+    }
+
+    fn provenance(&self, run_id: &str, path: &RelPath, meta: &Metadata) -> Provenance {
+        let written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        match written.get(&(run_id.to_owned(), path.0.clone())) {
+            Some(w) if *w == Written::of(meta) => Provenance::InternalTool,
+            _ => Provenance::ExternalUntrusted,
+        }
+    }
+
+    /// Reads a UTF-8 file.
+    pub fn read(&self, run_id: &str, path: &str) -> Result<FileRead, WorkspaceError> {
+        let rel = RelPath::parse(path, false)?;
+        let root = self.root(run_id)?;
+        let meta = root.metadata(rel.as_path()).map_err(WorkspaceError::from_io)?;
+        if meta.is_dir() {
+            return Err(WorkspaceError::WrongKind("path is a directory"));
+        }
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(WorkspaceError::TooLarge);
+        }
+        let bytes = root.read(rel.as_path()).map_err(WorkspaceError::from_io)?;
+        let content = String::from_utf8(bytes).map_err(|_| WorkspaceError::NotText)?;
+        Ok(FileRead {
+            provenance: self.provenance(run_id, &rel, &meta),
+            path: rel.0,
+            content,
+        })
+    }
+
+    /// Writes a UTF-8 file, creating parent directories inside the root.
+    pub fn write(&self, run_id: &str, path: &str, content: &str) -> Result<FileWritten, WorkspaceError> {
+        let rel = RelPath::parse(path, false)?;
+        if content.len() as u64 > MAX_FILE_BYTES {
+            return Err(WorkspaceError::TooLarge);
+        }
+        let root = self.root(run_id)?;
+        if let Some(parent) = rel.as_path().parent().filter(|p| !p.as_os_str().is_empty()) {
+            match root.create_dir_all(parent) {
+                // A symlink in the way reports "exists"; the write below
+                // then tells an escape from a file blocking the path.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                other => other.map_err(WorkspaceError::from_io)?,
+            }
+        }
+        root.write(rel.as_path(), content.as_bytes())
+            .map_err(WorkspaceError::from_io)?;
+        let meta = root.metadata(rel.as_path()).map_err(WorkspaceError::from_io)?;
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((run_id.to_owned(), rel.0.clone()), Written::of(&meta));
+        Ok(FileWritten {
+            path: rel.0,
+            provenance: Provenance::InternalTool,
+            bytes: content.len() as u64,
+        })
+    }
+
+    /// Lists a directory; `""` is the root.
+    pub fn list(&self, run_id: &str, path: &str) -> Result<Listing, WorkspaceError> {
+        let rel = RelPath::parse(path, true)?;
+        let root = self.root(run_id)?;
+        let dir = if rel.0.is_empty() {
+            root
+        } else {
+            root.open_dir(rel.as_path()).map_err(WorkspaceError::from_io)?
+        };
+        let mut entries = Vec::new();
+        let mut skipped_non_utf8 = 0;
+        for item in dir.entries().map_err(WorkspaceError::from_io)? {
+            let item = item.map_err(WorkspaceError::from_io)?;
+            let Ok(name) = item.file_name().into_string() else {
+                skipped_non_utf8 += 1;
+                continue;
+            };
+            let file_type = item.file_type().map_err(WorkspaceError::from_io)?;
+            let kind = if file_type.is_symlink() {
+                EntryKind::Symlink
+            } else if file_type.is_dir() {
+                EntryKind::Dir
+            } else if file_type.is_file() {
+                EntryKind::File
+            } else {
+                EntryKind::Other
+            };
+            let child = if rel.0.is_empty() {
+                name.clone()
+            } else {
+                format!("{}/{name}", rel.0)
+            };
+            let provenance = match (kind, item.metadata()) {
+                (EntryKind::File, Ok(meta)) => self.provenance(run_id, &RelPath(child), &meta),
+                _ => Provenance::ExternalUntrusted,
+            };
+            entries.push(Entry {
+                name,
+                kind,
+                provenance,
+            });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Listing {
+            path: rel.0,
+            provenance: Provenance::ExternalUntrusted,
+            entries,
+            skipped_non_utf8,
+        })
+    }
+
+    /// Size, kind and provenance of a path (symlinks inside the root are followed).
+    pub fn stat(&self, run_id: &str, path: &str) -> Result<Stat, WorkspaceError> {
+        let rel = RelPath::parse(path, true)?;
+        let root = self.root(run_id)?;
+        let meta = root.metadata(rel.as_path()).map_err(WorkspaceError::from_io)?;
+        let kind = if meta.is_dir() {
+            EntryKind::Dir
+        } else if meta.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Other
+        };
+        Ok(Stat {
+            provenance: if kind == EntryKind::File {
+                self.provenance(run_id, &rel, &meta)
+            } else {
+                Provenance::ExternalUntrusted
+            },
+            path: rel.0,
+            kind,
+            size: meta.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_text_checks() {
+        for bad in ["/etc/passwd", "..", "a/../b", "a//b", "a/", "./a", "a\0b", "\\x", "a\\..\\b"] {
+            assert!(RelPath::parse(bad, true).is_err(), "{bad:?}");
+        }
+        assert!(RelPath::parse("", false).is_err());
+        assert_eq!(RelPath::parse("", true).unwrap().as_str(), "");
+        assert_eq!(RelPath::parse("src/main.rs", false).unwrap().as_str(), "src/main.rs");
+        assert_eq!(RelPath::parse("..hidden", false).unwrap().as_str(), "..hidden");
+    }
+
+    #[test]
+    fn ids_are_single_safe_components() {
+        for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(129)] {
+            assert!(check_id("run_id", bad).is_err(), "{bad:?}");
+        }
+        check_id("run_id", "run-1.a_b").unwrap();
+    }
+}
