@@ -82,25 +82,16 @@ CREATE TABLE decisions (
 
 -- The chain head per tenant: the last appended seq and hash. Appenders lock
 -- this row, so appends per tenant are serialised; verification compares it to
--- the last row so that deleting the newest rows is detected too.
+-- the last row so that deleting the newest rows is detected too. On
+-- PostgreSQL the append statement itself advances the head (one statement per
+-- decision); SQLite uses the trigger in its migration.
 CREATE TABLE decision_heads (
-    tenant TEXT PRIMARY KEY,
-    seq    BIGINT NOT NULL,
-    hash   TEXT NOT NULL
+    tenant    TEXT PRIMARY KEY,
+    seq       BIGINT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash      TEXT NOT NULL
 );
 
-CREATE FUNCTION toolgate_decision_advance_head() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO decision_heads (tenant, seq, hash)
-    VALUES (NEW.tenant, NEW.seq, NEW.hash)
-    ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, hash = excluded.hash;
-    RETURN NEW;
-END
-$$;
-
-CREATE TRIGGER decisions_advance_head AFTER INSERT ON decisions
-FOR EACH ROW EXECUTE FUNCTION toolgate_decision_advance_head();
 
 -- Every policy profile version a process loaded, with its full hashes.
 CREATE TABLE policy_profiles (

@@ -80,20 +80,24 @@ CREATE TABLE decisions (
     PRIMARY KEY (tenant, seq)
 );
 
--- The chain head per tenant: the last appended seq and hash. Appenders lock
--- this row, so appends per tenant are serialised; verification compares it to
--- the last row so that deleting the newest rows is detected too.
+-- The chain head per tenant: the last appended seq and hash. Appends run in
+-- BEGIN IMMEDIATE transactions, so they are serialised; verification compares
+-- the head to the last row so that deleting the newest rows is detected too.
+-- The trigger below advances the head (PostgreSQL does it in the append
+-- statement instead).
 CREATE TABLE decision_heads (
-    tenant TEXT PRIMARY KEY,
-    seq    BIGINT NOT NULL,
-    hash   TEXT NOT NULL
+    tenant    TEXT PRIMARY KEY,
+    seq       BIGINT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash      TEXT NOT NULL
 );
 
 CREATE TRIGGER decisions_advance_head AFTER INSERT ON decisions
 FOR EACH ROW BEGIN
-    INSERT INTO decision_heads (tenant, seq, hash)
-    VALUES (NEW.tenant, NEW.seq, NEW.hash)
-    ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, hash = excluded.hash;
+    INSERT INTO decision_heads (tenant, seq, prev_hash, hash)
+    VALUES (NEW.tenant, NEW.seq, NEW.prev_hash, NEW.hash)
+    ON CONFLICT (tenant) DO UPDATE
+        SET seq = excluded.seq, prev_hash = excluded.prev_hash, hash = excluded.hash;
 END;
 
 -- Every policy profile version a process loaded, with its full hashes.

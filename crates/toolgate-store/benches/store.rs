@@ -1,1 +1,319 @@
-fn main() {}
+//! Store overhead benchmark on PostgreSQL.
+//!
+//! `TOOLGATE_BENCH_DATABASE_URL=postgres://… cargo bench -p toolgate-store --bench store`
+//!
+//! For concurrency 1, 16 and 64 it measures, through one pool in one run:
+//! - intents: `begin` + `complete` per second, beside a bare INSERT + UPDATE
+//!   of the same row shape into a copy of the table;
+//! - decisions: `append` per second (one tenant per worker, and all workers on
+//!   one shared tenant), beside a bare INSERT of the same rows into a copy of
+//!   the table without the chain.
+//!
+//! and prints store/bare ratios. Store and bare runs alternate in short
+//! slices so background load affects both alike. `TOOLGATE_BENCH_SECONDS` (default 2) sets the
+//! measuring time per line. Runs in a fresh schema that is dropped afterwards.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use toolgate_store::{DecisionRecord, IntentOutcome, NewIntent, Store};
+
+const CONCURRENCY: [usize; 3] = [1, 16, 64];
+
+#[tokio::main]
+async fn main() {
+    // `cargo bench` passes `--bench`; ignore arguments.
+    let Ok(url) = std::env::var("TOOLGATE_BENCH_DATABASE_URL") else {
+        eprintln!("TOOLGATE_BENCH_DATABASE_URL is not set; skipping the store benchmark");
+        return;
+    };
+    let seconds: f64 = std::env::var("TOOLGATE_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    let window = Duration::from_secs_f64(seconds);
+
+    let options = PgConnectOptions::from_str(&url).expect("parse TOOLGATE_BENCH_DATABASE_URL");
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.clone())
+        .await
+        .expect("connect");
+    let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .expect("create schema");
+    let pool = PgPoolOptions::new()
+        .max_connections(*CONCURRENCY.iter().max().unwrap() as u32)
+        .min_connections(*CONCURRENCY.iter().max().unwrap() as u32)
+        .connect_with(options.options([("search_path", schema.as_str())]))
+        .await
+        .expect("connect bench pool");
+    let store = Store::from_postgres_pool(pool.clone());
+    store.migrate().await.expect("migrate");
+    sqlx::raw_sql(
+        "CREATE TABLE bare_intents (LIKE intents INCLUDING ALL); \
+         CREATE TABLE bare_decisions (LIKE decisions INCLUDING ALL);",
+    )
+    .execute(&pool)
+    .await
+    .expect("bare tables");
+
+    println!("toolgate-store benchmark, PostgreSQL, {seconds}s per line");
+    println!(
+        "{:<34} {:>5} {:>12} {:>12} {:>7}",
+        "workload", "conc", "store ops/s", "bare ops/s", "ratio"
+    );
+    let mut run = 0usize;
+    for &c in &CONCURRENCY {
+        run += 1;
+        let s = store.clone();
+        let p = pool.clone();
+        let (store_rate, bare_rate) = compare(
+            c,
+            window,
+            move |w, i| {
+                let store = s.clone();
+                async move {
+                    let intent = store
+                        .intents()
+                        .begin(new_intent(w, i))
+                        .await
+                        .expect("begin");
+                    store
+                        .intents()
+                        .complete(&intent.id, IntentOutcome::Completed, None)
+                        .await
+                        .expect("complete");
+                }
+            },
+            move |w, i| {
+                let pool = p.clone();
+                async move { bare_intent(&pool, w, i).await }
+            },
+        )
+        .await;
+        report("intents begin+complete", c, store_rate, bare_rate);
+
+        for shared in [false, true] {
+            let tag = format!("r{run}{}", if shared { "s" } else { "p" });
+            let tenant = move |w: usize| {
+                if shared {
+                    format!("{tag}-shared")
+                } else {
+                    format!("{tag}-w{w}")
+                }
+            };
+            let t = tenant.clone();
+            let s = store.clone();
+            let p = pool.clone();
+            let seqs = Arc::new(AtomicU64::new(0));
+            let (store_rate, bare_rate) = compare(
+                c,
+                window,
+                move |w, i| {
+                    let store = s.clone();
+                    let tenant = t(w);
+                    async move {
+                        store
+                            .decisions()
+                            .append(&tenant, record(w, i))
+                            .await
+                            .expect("append");
+                    }
+                },
+                move |w, i| {
+                    let pool = p.clone();
+                    let tenant = tenant(w);
+                    let seq = seqs.fetch_add(1, Ordering::Relaxed) as i64 + 1;
+                    async move { bare_decision(&pool, &tenant, seq, record(w, i)).await }
+                },
+            )
+            .await;
+            let label = if shared {
+                "decisions append (1 shared tenant)"
+            } else {
+                "decisions append (tenant/worker)"
+            };
+            report(label, c, store_rate, bare_rate);
+        }
+    }
+
+    let verified = store.decisions().verify(None).await.expect("verify");
+    let rows: u64 = verified.iter().map(|r| r.rows).sum();
+    assert!(
+        verified.iter().all(|r| r.ok),
+        "chain broken after benchmark"
+    );
+    println!("verified {} chains, {rows} rows: ok", verified.len());
+
+    store.close().await;
+    let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&admin)
+        .await;
+}
+
+/// Measures two workloads fairly on a shared, noisy machine: alternates
+/// `SLICES` slices of each (store first, then bare, and so on), so both see
+/// the same background load. Each slice runs `concurrency` workers calling
+/// `op(worker, iteration)` for a short warm-up and then its share of
+/// `window`. Returns operations per second for (a, b).
+async fn compare<A, FA, B, FB>(concurrency: usize, window: Duration, a: A, b: B) -> (f64, f64)
+where
+    A: Fn(usize, u64) -> FA + Clone + Send + 'static,
+    FA: std::future::Future<Output = ()> + Send + 'static,
+    B: Fn(usize, u64) -> FB + Clone + Send + 'static,
+    FB: std::future::Future<Output = ()> + Send + 'static,
+{
+    const SLICES: u32 = 6;
+    let slice = window / SLICES;
+    let (mut na, mut nb) = (0u64, 0u64);
+    let mut iteration = 0u64;
+    for _ in 0..SLICES {
+        na += slice_run(concurrency, slice, iteration, a.clone()).await;
+        nb += slice_run(concurrency, slice, iteration, b.clone()).await;
+        iteration += 1_000_000;
+    }
+    let secs = (slice * SLICES).as_secs_f64();
+    (na as f64 / secs, nb as f64 / secs)
+}
+
+async fn slice_run<F, Fut>(concurrency: usize, window: Duration, first: u64, op: F) -> u64
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let warmup = Duration::from_millis(50);
+    let start = Instant::now();
+    let measure_from = start + warmup;
+    let end = measure_from + window;
+    let counted = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..concurrency {
+        let op = op.clone();
+        let counted = counted.clone();
+        tasks.spawn(async move {
+            let mut i = first;
+            loop {
+                let began = Instant::now();
+                if began >= end {
+                    break;
+                }
+                op(w, i).await;
+                i += 1;
+                if began >= measure_from {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("worker");
+    }
+    counted.load(Ordering::Relaxed)
+}
+
+fn report(label: &str, concurrency: usize, store: f64, bare: f64) {
+    println!(
+        "{label:<34} {concurrency:>5} {store:>12.0} {bare:>12.0} {:>7.2}",
+        store / bare
+    );
+}
+
+fn new_intent(w: usize, i: u64) -> NewIntent {
+    NewIntent {
+        tenant: "bench".into(),
+        run_id: format!("run-{w}"),
+        step_id: format!("step-{i}"),
+        tool: "email.send".into(),
+        args_digest: "sha256:0123456789abcdef0123456789abcdef".into(),
+        decision_id: format!("dec-{w}-{i}"),
+        risk: "high".into(),
+        verification_probe: None,
+    }
+}
+
+async fn bare_intent(pool: &PgPool, w: usize, i: u64) {
+    let n = new_intent(w, i);
+    let id = uuid::Uuid::now_v7().to_string();
+    let now = jiff::Timestamp::now().as_millisecond();
+    sqlx::query(
+        "INSERT INTO bare_intents (id, tenant, run_id, step_id, tool, args_digest, decision_id, \
+         risk, verification_probe, status, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10)",
+    )
+    .bind(&id)
+    .bind(&n.tenant)
+    .bind(&n.run_id)
+    .bind(&n.step_id)
+    .bind(&n.tool)
+    .bind(&n.args_digest)
+    .bind(&n.decision_id)
+    .bind(&n.risk)
+    .bind(Option::<String>::None)
+    .bind(now)
+    .execute(pool)
+    .await
+    .expect("bare insert");
+    sqlx::query(
+        "UPDATE bare_intents SET status = $2, detail = $3, completed_at = $4 \
+         WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(&id)
+    .bind("completed")
+    .bind(Option::<String>::None)
+    .bind(now)
+    .execute(pool)
+    .await
+    .expect("bare update");
+}
+
+fn record(w: usize, i: u64) -> DecisionRecord {
+    DecisionRecord {
+        decision_id: format!("dec-{w}-{i}"),
+        run_id: format!("run-{w}"),
+        step_id: format!("step-{i}"),
+        tool: "shell.exec".into(),
+        verdict: "allow".into(),
+        reason: "rule_matched".into(),
+        message: None,
+        matched_rule: Some("allow-reads".into()),
+        policy_version: "default@0123456789ab+h01234567".into(),
+        risk: "low".into(),
+        args_digest: "sha256:0123456789abcdef0123456789abcdef".into(),
+        created_at: jiff::Timestamp::now(),
+    }
+}
+
+async fn bare_decision(pool: &PgPool, tenant: &str, seq: i64, r: DecisionRecord) {
+    const HASH: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+    sqlx::query(
+        "INSERT INTO bare_decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
+         reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
+         prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
+         $15, $16)",
+    )
+    .bind(tenant)
+    .bind(seq)
+    .bind(&r.decision_id)
+    .bind(&r.run_id)
+    .bind(&r.step_id)
+    .bind(&r.tool)
+    .bind(&r.verdict)
+    .bind(&r.reason)
+    .bind(&r.message)
+    .bind(&r.matched_rule)
+    .bind(&r.policy_version)
+    .bind(&r.risk)
+    .bind(&r.args_digest)
+    .bind(r.created_at.as_millisecond())
+    .bind(HASH)
+    .bind(HASH)
+    .execute(pool)
+    .await
+    .expect("bare decision insert");
+}

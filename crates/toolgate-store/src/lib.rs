@@ -287,6 +287,15 @@ impl Store {
         }
     }
 
+    /// Round-trips a trivial query: readiness probes use it to tell a
+    /// reachable database from a configured one.
+    pub async fn ping(&self) -> Result<()> {
+        on_pool!(self, pool => {
+            sqlx::query("SELECT 1").execute(pool).await?;
+        });
+        Ok(())
+    }
+
     /// Closes the pool, waiting for checked-out connections to return.
     pub async fn close(&self) {
         match &self.backend {
@@ -360,7 +369,9 @@ const MAX_FIELD_LEN: usize = 1024;
 /// Rejects empty, oversized or control-character-bearing identifiers.
 pub(crate) fn require(field: &str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
-        return Err(StoreError::InvalidInput(format!("{field} must not be empty")));
+        return Err(StoreError::InvalidInput(format!(
+            "{field} must not be empty"
+        )));
     }
     if value.len() > MAX_FIELD_LEN {
         return Err(StoreError::InvalidInput(format!(

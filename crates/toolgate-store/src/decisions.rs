@@ -1,0 +1,670 @@
+//! Append-only decision log, hash-chained per tenant.
+//!
+//! Row `seq` (1-based per tenant) stores `prev_hash`, the previous row's hash
+//! (or [`GENESIS_HASH`] for seq 1), and `hash`, the SHA-256 of the RFC 8785
+//! canonical JSON of the record together with tenant, seq and prev_hash. A
+//! per-tenant head row (advanced by every append) holds the last
+//! seq and hash: appenders lock it so the chain stays linear under
+//! concurrency, and [`Decisions::verify`] compares it with the last row so that
+//! truncating the newest rows is detected as well as edits, gaps and
+//! reordering in the middle.
+//!
+//! The chain proves integrity against edits that do not rewrite every later
+//! row; anchoring the head hash outside the database (e.g. in logs) is what
+//! makes a full rewrite detectable.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::{BeginWrite, Result, Store, StoreError, on_pool, require, require_opt, ts_from_ms};
+
+/// `prev_hash` of the first row of every tenant's chain.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Version tag mixed into every hash so the hashed shape can evolve.
+const HASH_FORMAT: u32 = 1;
+
+/// Rows read per round trip while verifying.
+const VERIFY_PAGE: i64 = 1000;
+
+/// Largest batch accepted by [`Decisions::append_batch`].
+const MAX_BATCH: usize = 10_000;
+
+/// One policy decision, as the sidecar reports it. Denials are recorded too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// Decision id issued by the policy gate.
+    pub decision_id: String,
+    /// Run id.
+    pub run_id: String,
+    /// Step id.
+    pub step_id: String,
+    /// Tool that was checked.
+    pub tool: String,
+    /// Verdict (`allow`, `deny`, `escalate`, ...).
+    pub verdict: String,
+    /// Closed reason code.
+    pub reason: String,
+    /// Optional human-readable message.
+    pub message: Option<String>,
+    /// Rule that matched, if any.
+    pub matched_rule: Option<String>,
+    /// Policy version that decided.
+    pub policy_version: String,
+    /// Risk class.
+    pub risk: String,
+    /// Digest of the checked arguments.
+    pub args_digest: String,
+    /// When the decision was made; stored with millisecond precision.
+    pub created_at: Timestamp,
+}
+
+/// A record as stored in the chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainedDecision {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Position in the tenant's chain, starting at 1.
+    pub seq: i64,
+    /// Hash of the previous row ([`GENESIS_HASH`] for seq 1).
+    pub prev_hash: String,
+    /// Hash of this row.
+    pub hash: String,
+    /// The record (created_at truncated to milliseconds).
+    pub record: DecisionRecord,
+}
+
+/// Result of verifying one tenant's chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainReport {
+    /// Tenant verified.
+    pub tenant: String,
+    /// Rows read.
+    pub rows: u64,
+    /// Whether the whole chain, including the head, checks out.
+    pub ok: bool,
+    /// The first seq at which the chain is broken (edited, missing or out of
+    /// place).
+    pub first_broken_seq: Option<i64>,
+    /// What was wrong at `first_broken_seq`.
+    pub problem: Option<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct DecisionRow {
+    tenant: String,
+    seq: i64,
+    decision_id: String,
+    run_id: String,
+    step_id: String,
+    tool: String,
+    verdict: String,
+    reason: String,
+    message: Option<String>,
+    matched_rule: Option<String>,
+    policy_version: String,
+    risk: String,
+    args_digest: String,
+    created_at: i64,
+    prev_hash: String,
+    hash: String,
+}
+
+const COLUMNS: &str = "tenant, seq, decision_id, run_id, step_id, tool, verdict, reason, \
+    message, matched_rule, policy_version, risk, args_digest, created_at, prev_hash, hash";
+
+const INSERT: &str = "INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, \
+    verdict, reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
+    prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
+    $15, $16)";
+
+impl DecisionRow {
+    fn into_chained(self) -> Result<ChainedDecision> {
+        Ok(ChainedDecision {
+            record: DecisionRecord {
+                decision_id: self.decision_id,
+                run_id: self.run_id,
+                step_id: self.step_id,
+                tool: self.tool,
+                verdict: self.verdict,
+                reason: self.reason,
+                message: self.message,
+                matched_rule: self.matched_rule,
+                policy_version: self.policy_version,
+                risk: self.risk,
+                args_digest: self.args_digest,
+                created_at: ts_from_ms(self.created_at)?,
+            },
+            tenant: self.tenant,
+            seq: self.seq,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+        })
+    }
+}
+
+fn validate(record: &DecisionRecord) -> Result<()> {
+    require("decision_id", &record.decision_id)?;
+    require("run_id", &record.run_id)?;
+    require("step_id", &record.step_id)?;
+    require("tool", &record.tool)?;
+    require("verdict", &record.verdict)?;
+    require("reason", &record.reason)?;
+    require_opt("matched_rule", record.matched_rule.as_deref())?;
+    require("policy_version", &record.policy_version)?;
+    require("risk", &record.risk)?;
+    require("args_digest", &record.args_digest)?;
+    if record.message.as_ref().is_some_and(|m| m.len() > 16 * 1024) {
+        return Err(StoreError::InvalidInput("message exceeds 16 KiB".into()));
+    }
+    Ok(())
+}
+
+/// Canonical JSON (RFC 8785) of the record alone, with `created_at` as the
+/// stored millisecond value.
+fn record_canonical(r: &DecisionRecord, created_at_ms: i64) -> Result<String> {
+    let value = serde_json::json!({
+        "decision_id": r.decision_id,
+        "run_id": r.run_id,
+        "step_id": r.step_id,
+        "tool": r.tool,
+        "verdict": r.verdict,
+        "reason": r.reason,
+        "message": r.message,
+        "matched_rule": r.matched_rule,
+        "policy_version": r.policy_version,
+        "risk": r.risk,
+        "args_digest": r.args_digest,
+        "created_at_ms": created_at_ms,
+    });
+    serde_json_canonicalizer::to_string(&value)
+        .map_err(|e| StoreError::InvalidInput(format!("cannot canonicalize record: {e}")))
+}
+
+/// Canonical JSON of the tenant as a JSON string.
+fn tenant_canonical(tenant: &str) -> Result<String> {
+    serde_json_canonicalizer::to_string(&serde_json::Value::String(tenant.to_owned()))
+        .map_err(|e| StoreError::InvalidInput(format!("cannot canonicalize tenant: {e}")))
+}
+
+/// The hashed document of one row: the RFC 8785 canonical JSON of
+/// `{"prev_hash", "record", "seq", "tenant", "v"}`. RFC 8785 sorts keys and
+/// adds no whitespace, so the document can be assembled from canonical parts;
+/// PostgreSQL assembles the same text in [`PG_APPEND`] so it can chain a row
+/// in one statement. `prev_hash` is lowercase hex and `seq` an integer, so
+/// neither needs escaping.
+fn hashed_document(tenant_json: &str, seq: i64, prev_hash: &str, record_json: &str) -> String {
+    format!(
+        "{{\"prev_hash\":\"{prev_hash}\",\"record\":{record_json},\"seq\":{seq},\
+         \"tenant\":{tenant_json},\"v\":{HASH_FORMAT}}}"
+    )
+}
+
+/// The hash of one row: hex SHA-256 of [`hashed_document`].
+fn row_hash(
+    tenant: &str,
+    seq: i64,
+    prev_hash: &str,
+    r: &DecisionRecord,
+    created_at_ms: i64,
+) -> Result<String> {
+    let doc = hashed_document(
+        &tenant_canonical(tenant)?,
+        seq,
+        prev_hash,
+        &record_canonical(r, created_at_ms)?,
+    );
+    Ok(crate::sha256_hex(doc.as_bytes()))
+}
+
+/// PostgreSQL: chain one row in a single statement. The UPDATE advances the
+/// tenant's head row, computing the new hash server-side from the head's
+/// current hash over the same canonical document as [`hashed_document`]. A
+/// concurrent appender holding the row makes it wait and then re-evaluate
+/// against the committed head, so the chain stays linear; the insert then
+/// stores the row the head now describes. Inserts nothing if the tenant has
+/// no head row yet.
+/// $1 tenant, $2 record canonical JSON, $3 tenant canonical JSON, $4.. columns.
+const PG_APPEND: &str = "WITH head AS ( \
+        UPDATE decision_heads SET seq = seq + 1, prev_hash = hash, \
+            hash = encode(sha256(convert_to('{\"prev_hash\":\"' || hash || '\",\"record\":' \
+                || $2 || ',\"seq\":' || (seq + 1)::text || ',\"tenant\":' || $3 \
+                || ',\"v\":1}', 'UTF8')), 'hex') \
+        WHERE tenant = $1 \
+        RETURNING seq, prev_hash, hash \
+    ) \
+    INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, reason, \
+        message, matched_rule, policy_version, risk, args_digest, created_at, prev_hash, hash) \
+    SELECT $1, head.seq, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+        head.prev_hash, head.hash FROM head \
+    RETURNING seq, prev_hash, hash";
+
+/// Decision log operations. Obtain with [`Store::decisions`].
+#[derive(Debug, Clone, Copy)]
+pub struct Decisions<'a> {
+    pub(crate) store: &'a Store,
+}
+
+impl Decisions<'_> {
+    /// Appends one record to `tenant`'s chain and returns it as stored.
+    pub async fn append(&self, tenant: &str, record: DecisionRecord) -> Result<ChainedDecision> {
+        let mut out = self.append_batch(tenant, vec![record]).await?;
+        out.pop()
+            .ok_or_else(|| StoreError::Corrupt("append produced no row".into()))
+    }
+
+    /// Appends records in order, in one transaction: either all are chained
+    /// or none is. Used by the sidecar to batch low-risk decisions.
+    pub async fn append_batch(
+        &self,
+        tenant: &str,
+        records: Vec<DecisionRecord>,
+    ) -> Result<Vec<ChainedDecision>> {
+        require("tenant", tenant)?;
+        if records.len() > MAX_BATCH {
+            return Err(StoreError::InvalidInput(format!(
+                "batch of {} exceeds {MAX_BATCH} records",
+                records.len()
+            )));
+        }
+        for r in &records {
+            validate(r)?;
+        }
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Normalise times to the stored precision before hashing.
+        let mut records = records;
+        for r in &mut records {
+            r.created_at = ts_from_ms(r.created_at.as_millisecond())?;
+        }
+        match &self.store.backend {
+            crate::Backend::Postgres(pool) => self.append_pg(pool, tenant, records).await,
+            crate::Backend::Sqlite(pool) => append_sqlite(pool, tenant, records).await,
+        }
+    }
+
+    async fn append_pg(
+        &self,
+        pool: &sqlx::PgPool,
+        tenant: &str,
+        records: Vec<DecisionRecord>,
+    ) -> Result<Vec<ChainedDecision>> {
+        let tenant_json = tenant_canonical(tenant)?;
+        let mut prepared = Vec::with_capacity(records.len());
+        for r in records {
+            let json = record_canonical(&r, r.created_at.as_millisecond())?;
+            prepared.push((r, json));
+        }
+        for attempt in 0..2 {
+            let result = if prepared.len() == 1 {
+                // One statement in autocommit: one round trip per decision.
+                let (r, json) = &prepared[0];
+                pg_append_one(&mut *pool.acquire().await?, tenant, &tenant_json, r, json)
+                    .await?
+                    .map(|row| vec![row])
+            } else {
+                let mut tx = pool.begin().await?;
+                let mut out = Vec::with_capacity(prepared.len());
+                for (r, json) in &prepared {
+                    match pg_append_one(&mut tx, tenant, &tenant_json, r, json).await? {
+                        Some(row) => out.push(row),
+                        None => break,
+                    }
+                }
+                if out.len() == prepared.len() {
+                    tx.commit().await?;
+                    Some(out)
+                } else {
+                    None
+                }
+            };
+            match result {
+                Some(rows) => {
+                    return Ok(rows
+                        .into_iter()
+                        .zip(prepared)
+                        .map(|((seq, prev_hash, hash), (record, _))| ChainedDecision {
+                            tenant: tenant.to_owned(),
+                            seq,
+                            prev_hash,
+                            hash,
+                            record,
+                        })
+                        .collect());
+                }
+                None if attempt == 0 => {
+                    // First append for this tenant: create its (empty) head,
+                    // committed on its own, then chain against it. An empty
+                    // head is a valid chain of zero rows.
+                    sqlx::query(SEED_HEAD)
+                        .bind(tenant)
+                        .bind(GENESIS_HASH)
+                        .execute(pool)
+                        .await?;
+                }
+                None => break,
+            }
+        }
+        Err(StoreError::Corrupt(format!(
+            "chain head for tenant {tenant} disappeared during append"
+        )))
+    }
+
+    /// Reads up to `limit` rows of `tenant`'s chain with `seq > after_seq`,
+    /// in seq order, for audit export.
+    pub async fn list(
+        &self,
+        tenant: &str,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<ChainedDecision>> {
+        require("tenant", tenant)?;
+        self.page(tenant, after_seq, i64::from(limit.min(10_000)))
+            .await?
+            .into_iter()
+            .map(DecisionRow::into_chained)
+            .collect()
+    }
+
+    async fn page(&self, tenant: &str, after_seq: i64, limit: i64) -> Result<Vec<DecisionRow>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM decisions WHERE tenant = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        );
+        Ok(on_pool!(self.store, pool => {
+            sqlx::query_as(&sql)
+                .bind(tenant)
+                .bind(after_seq)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        }))
+    }
+
+    /// Recomputes the chain of `tenant`, or of every tenant with rows or a
+    /// head when `None`, and reports the first broken seq of each.
+    pub async fn verify(&self, tenant: Option<&str>) -> Result<Vec<ChainReport>> {
+        let tenants: Vec<String> = match tenant {
+            Some(t) => {
+                require("tenant", t)?;
+                vec![t.to_owned()]
+            }
+            None => on_pool!(self.store, pool => {
+                sqlx::query_scalar(
+                    "SELECT tenant FROM decisions UNION SELECT tenant FROM decision_heads \
+                     ORDER BY tenant",
+                )
+                .fetch_all(pool)
+                .await?
+            }),
+        };
+        let mut reports = Vec::with_capacity(tenants.len());
+        for t in tenants {
+            reports.push(self.verify_one(t).await?);
+        }
+        Ok(reports)
+    }
+
+    async fn verify_one(&self, tenant: String) -> Result<ChainReport> {
+        let mut report = ChainReport {
+            tenant,
+            rows: 0,
+            ok: true,
+            first_broken_seq: None,
+            problem: None,
+        };
+        let mut expected_seq = 1i64;
+        let mut prev = GENESIS_HASH.to_owned();
+        let mut last_seen = 0i64;
+        'pages: loop {
+            let rows = self.page(&report.tenant, last_seen, VERIFY_PAGE).await?;
+            let done = (rows.len() as i64) < VERIFY_PAGE;
+            for row in rows {
+                report.rows += 1;
+                last_seen = row.seq;
+                if let Some(problem) = check_row(&report.tenant, expected_seq, &prev, &row) {
+                    report.ok = false;
+                    report.first_broken_seq = Some(expected_seq.min(row.seq));
+                    report.problem = Some(problem);
+                    break 'pages;
+                }
+                expected_seq += 1;
+                prev = row.hash;
+            }
+            if done {
+                break;
+            }
+        }
+        if report.ok {
+            // Rows end here; the head must agree, or newest rows were removed
+            // (or the head was tampered with).
+            let head: Option<(i64, String)> = on_pool!(self.store, pool => {
+                sqlx::query_as("SELECT seq, hash FROM decision_heads WHERE tenant = $1")
+                    .bind(&report.tenant)
+                    .fetch_optional(pool)
+                    .await?
+            });
+            let last_seq = expected_seq - 1;
+            let problem = match head {
+                None if last_seq > 0 => Some("chain head is missing".to_owned()),
+                None => None,
+                Some((seq, _)) if seq > last_seq => Some(format!(
+                    "rows end at seq {last_seq} but the chain head is at seq {seq}"
+                )),
+                Some((seq, hash)) if seq != last_seq || hash != prev => Some(format!(
+                    "chain head (seq {seq}) does not match the last row (seq {last_seq})"
+                )),
+                Some(_) => None,
+            };
+            if let Some(p) = problem {
+                report.ok = false;
+                report.first_broken_seq = Some(last_seq + 1);
+                report.problem = Some(p);
+            }
+        }
+        Ok(report)
+    }
+}
+
+const SEED_HEAD: &str = "INSERT INTO decision_heads (tenant, seq, prev_hash, hash) \
+    VALUES ($1, 0, $2, $2) ON CONFLICT (tenant) DO NOTHING";
+
+/// Runs [`PG_APPEND`] for one record; `None` if the tenant has no head yet.
+async fn pg_append_one(
+    conn: &mut sqlx::PgConnection,
+    tenant: &str,
+    tenant_json: &str,
+    r: &DecisionRecord,
+    record_json: &str,
+) -> Result<Option<(i64, String, String)>> {
+    Ok(sqlx::query_as(PG_APPEND)
+        .bind(tenant)
+        .bind(record_json)
+        .bind(tenant_json)
+        .bind(&r.decision_id)
+        .bind(&r.run_id)
+        .bind(&r.step_id)
+        .bind(&r.tool)
+        .bind(&r.verdict)
+        .bind(&r.reason)
+        .bind(&r.message)
+        .bind(&r.matched_rule)
+        .bind(&r.policy_version)
+        .bind(&r.risk)
+        .bind(&r.args_digest)
+        .bind(r.created_at.as_millisecond())
+        .fetch_optional(conn)
+        .await?)
+}
+
+/// SQLite: `BEGIN IMMEDIATE` holds the database write lock, so reading the
+/// head and inserting after it cannot interleave with another appender.
+async fn append_sqlite(
+    pool: &sqlx::SqlitePool,
+    tenant: &str,
+    records: Vec<DecisionRecord>,
+) -> Result<Vec<ChainedDecision>> {
+    let head_sql = "SELECT seq, hash FROM decision_heads WHERE tenant = $1";
+    let mut tx = pool.begin_write().await?;
+    let head: Option<(i64, String)> = sqlx::query_as(head_sql)
+        .bind(tenant)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let (mut seq, mut prev) = head.unwrap_or_else(|| (0, GENESIS_HASH.to_owned()));
+    let mut out = Vec::with_capacity(records.len());
+    for record in records {
+        seq += 1;
+        let created_ms = record.created_at.as_millisecond();
+        let hash = row_hash(tenant, seq, &prev, &record, created_ms)?;
+        sqlx::query(INSERT)
+            .bind(tenant)
+            .bind(seq)
+            .bind(&record.decision_id)
+            .bind(&record.run_id)
+            .bind(&record.step_id)
+            .bind(&record.tool)
+            .bind(&record.verdict)
+            .bind(&record.reason)
+            .bind(&record.message)
+            .bind(&record.matched_rule)
+            .bind(&record.policy_version)
+            .bind(&record.risk)
+            .bind(&record.args_digest)
+            .bind(created_ms)
+            .bind(&prev)
+            .bind(&hash)
+            .execute(&mut *tx)
+            .await?;
+        out.push(ChainedDecision {
+            tenant: tenant.to_owned(),
+            seq,
+            prev_hash: std::mem::replace(&mut prev, hash.clone()),
+            hash,
+            record,
+        });
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// Returns what is wrong with `row` when it should be `expected_seq` following
+/// a row hashed `prev`, or `None` if it checks out.
+fn check_row(tenant: &str, expected_seq: i64, prev: &str, row: &DecisionRow) -> Option<String> {
+    if row.seq != expected_seq {
+        return Some(format!(
+            "seq {expected_seq} is missing (next row present is seq {})",
+            row.seq
+        ));
+    }
+    if row.prev_hash != prev {
+        return Some(format!(
+            "seq {} prev_hash does not match the hash of seq {}",
+            row.seq,
+            row.seq - 1
+        ));
+    }
+    let record = match DecisionRow::clone_record(row) {
+        Ok(r) => r,
+        Err(e) => return Some(format!("seq {} is unreadable: {e}", row.seq)),
+    };
+    match row_hash(tenant, row.seq, &row.prev_hash, &record, row.created_at) {
+        Ok(h) if h == row.hash => None,
+        Ok(_) => Some(format!(
+            "seq {} content does not match its hash (edited or moved)",
+            row.seq
+        )),
+        Err(e) => Some(format!("seq {} cannot be hashed: {e}", row.seq)),
+    }
+}
+
+impl DecisionRow {
+    fn clone_record(&self) -> Result<DecisionRecord> {
+        Ok(DecisionRecord {
+            decision_id: self.decision_id.clone(),
+            run_id: self.run_id.clone(),
+            step_id: self.step_id.clone(),
+            tool: self.tool.clone(),
+            verdict: self.verdict.clone(),
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+            matched_rule: self.matched_rule.clone(),
+            policy_version: self.policy_version.clone(),
+            risk: self.risk.clone(),
+            args_digest: self.args_digest.clone(),
+            created_at: ts_from_ms(self.created_at)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> DecisionRecord {
+        DecisionRecord {
+            decision_id: "d\u{e9}\"1".into(),
+            run_id: "r".into(),
+            step_id: "s".into(),
+            tool: "t".into(),
+            verdict: "allow".into(),
+            reason: "x".into(),
+            message: Some("line\nbreak \u{1F600}".into()),
+            matched_rule: None,
+            policy_version: "p@1".into(),
+            risk: "low".into(),
+            args_digest: "sha256:0".into(),
+            created_at: Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
+        }
+    }
+
+    /// The piecewise document must equal canonicalizing the whole object,
+    /// or the PostgreSQL and SQLite hashes (and `verify`) would diverge.
+    #[test]
+    fn hashed_document_is_rfc8785_canonical() {
+        let r = sample();
+        for tenant in ["acme", "t\u{e9}nant \"q\"", "\u{1F600}"] {
+            let whole = serde_json::json!({
+                "v": HASH_FORMAT,
+                "tenant": tenant,
+                "seq": 42,
+                "prev_hash": GENESIS_HASH,
+                "record": serde_json::from_str::<serde_json::Value>(
+                    &record_canonical(&r, 1_700_000_000_123).unwrap()
+                ).unwrap(),
+            });
+            let expected = serde_json_canonicalizer::to_string(&whole).unwrap();
+            let built = hashed_document(
+                &tenant_canonical(tenant).unwrap(),
+                42,
+                GENESIS_HASH,
+                &record_canonical(&r, 1_700_000_000_123).unwrap(),
+            );
+            assert_eq!(built, expected);
+        }
+        assert!(PG_APPEND.contains(&format!("\"v\":{HASH_FORMAT}}}")));
+    }
+
+    #[test]
+    fn hash_covers_every_field() {
+        let base = row_hash("acme", 1, GENESIS_HASH, &sample(), 5).unwrap();
+        assert_ne!(
+            base,
+            row_hash("acme2", 1, GENESIS_HASH, &sample(), 5).unwrap()
+        );
+        assert_ne!(
+            base,
+            row_hash("acme", 2, GENESIS_HASH, &sample(), 5).unwrap()
+        );
+        assert_ne!(
+            base,
+            row_hash("acme", 1, &"1".repeat(64), &sample(), 5).unwrap()
+        );
+        assert_ne!(
+            base,
+            row_hash("acme", 1, GENESIS_HASH, &sample(), 6).unwrap()
+        );
+        let mut r = sample();
+        r.matched_rule = Some("r".into());
+        assert_ne!(base, row_hash("acme", 1, GENESIS_HASH, &r, 5).unwrap());
+    }
+}

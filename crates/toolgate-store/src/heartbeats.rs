@@ -1,0 +1,95 @@
+//! Sidecar heartbeats: the latest report of each pod, so the controller can
+//! show how many pods enforce which policy version.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::{Result, Store, StoreError, on_pool, require, ts_from_ms};
+
+/// One sidecar's latest report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Pod name.
+    pub pod_name: String,
+    /// Pod namespace.
+    pub pod_namespace: String,
+    /// Profile the sidecar enforces.
+    pub profile: String,
+    /// Policy version it has loaded.
+    pub policy_version: String,
+    /// Sidecar-local counter, increasing per heartbeat.
+    pub sequence: i64,
+    /// When the sidecar sent it.
+    pub last_seen: Timestamp,
+}
+
+#[derive(sqlx::FromRow)]
+struct HeartbeatRow {
+    pod_name: String,
+    pod_namespace: String,
+    profile: String,
+    policy_version: String,
+    sequence: i64,
+    last_seen: i64,
+}
+
+/// Heartbeat operations. Obtain with [`Store::heartbeats`].
+#[derive(Debug, Clone, Copy)]
+pub struct Heartbeats<'a> {
+    pub(crate) store: &'a Store,
+}
+
+impl Heartbeats<'_> {
+    /// Upserts the pod's heartbeat (one row per namespace and pod name).
+    pub async fn record_heartbeat(&self, hb: &Heartbeat) -> Result<()> {
+        require("pod_name", &hb.pod_name)?;
+        require("pod_namespace", &hb.pod_namespace)?;
+        require("profile", &hb.profile)?;
+        require("policy_version", &hb.policy_version)?;
+        if hb.sequence < 0 {
+            return Err(StoreError::InvalidInput(
+                "sequence must not be negative".into(),
+            ));
+        }
+        let sql = "INSERT INTO sidecar_heartbeats (pod_namespace, pod_name, profile, \
+            policy_version, sequence, last_seen) VALUES ($1, $2, $3, $4, $5, $6) \
+            ON CONFLICT (pod_namespace, pod_name) DO UPDATE SET profile = excluded.profile, \
+            policy_version = excluded.policy_version, sequence = excluded.sequence, \
+            last_seen = excluded.last_seen";
+        on_pool!(self.store, pool => {
+            sqlx::query(sql)
+                .bind(&hb.pod_namespace)
+                .bind(&hb.pod_name)
+                .bind(&hb.profile)
+                .bind(&hb.policy_version)
+                .bind(hb.sequence)
+                .bind(hb.last_seen.as_millisecond())
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    /// Latest heartbeat of every pod, optionally only pods on `profile`,
+    /// ordered by namespace and pod name.
+    pub async fn list_heartbeats(&self, profile: Option<&str>) -> Result<Vec<Heartbeat>> {
+        let sql = "SELECT pod_name, pod_namespace, profile, policy_version, sequence, last_seen \
+            FROM sidecar_heartbeats WHERE ($1 IS NULL OR profile = $1) \
+            ORDER BY pod_namespace, pod_name";
+        let rows: Vec<HeartbeatRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(sql).bind(profile).fetch_all(pool).await?
+        });
+        rows.into_iter()
+            .map(|r| {
+                Ok(Heartbeat {
+                    last_seen: ts_from_ms(r.last_seen)?,
+                    pod_name: r.pod_name,
+                    pod_namespace: r.pod_namespace,
+                    profile: r.profile,
+                    policy_version: r.policy_version,
+                    sequence: r.sequence,
+                })
+            })
+            .collect()
+    }
+}

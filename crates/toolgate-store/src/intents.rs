@@ -1,0 +1,386 @@
+//! Intent ledger: a durable `pending` row committed before a high-risk call
+//! runs, an `effect_sent_at` watermark just before the side effect, and the
+//! outcome written to the same row afterwards. A crash anywhere in between
+//! leaves a row the resume flow can classify instead of an action with no
+//! record at all.
+
+use std::fmt;
+use std::str::FromStr;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Result, Store, StoreError, new_id, now_ms, on_pool, opt_ts_from_ms, require, ts_from_ms,
+};
+
+/// What the caller knows before running a high-risk call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewIntent {
+    /// Tenant that owns the run.
+    pub tenant: String,
+    /// Run the call belongs to; [`Intents::pending`] lists by run.
+    pub run_id: String,
+    /// Step within the run.
+    pub step_id: String,
+    /// Tool being invoked.
+    pub tool: String,
+    /// Digest of the exact arguments the policy decision was bound to.
+    pub args_digest: String,
+    /// Decision that allowed the call.
+    pub decision_id: String,
+    /// Risk class reported by the policy (e.g. `high`).
+    pub risk: String,
+    /// How a resume flow can check whether the effect happened.
+    pub verification_probe: Option<serde_json::Value>,
+}
+
+/// Lifecycle state of an intent row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentStatus {
+    /// Recorded before the call; outcome not yet known.
+    Pending,
+    /// The tool reported its effect happened.
+    Completed,
+    /// The tool reported its effect did not happen.
+    NotCompleted,
+    /// The tool failed; whether the effect happened is in `detail`.
+    Error,
+}
+
+impl IntentStatus {
+    /// The stored, wire-stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentStatus::Pending => "pending",
+            IntentStatus::Completed => "completed",
+            IntentStatus::NotCompleted => "not_completed",
+            IntentStatus::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for IntentStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for IntentStatus {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "pending" => Ok(IntentStatus::Pending),
+            other => IntentOutcome::from_str(other).map(IntentStatus::from),
+        }
+    }
+}
+
+/// The terminal outcome reported by [`Intents::complete`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentOutcome {
+    /// The effect happened.
+    Completed,
+    /// The effect did not happen.
+    NotCompleted,
+    /// The call failed.
+    Error,
+}
+
+impl IntentOutcome {
+    /// The stored, wire-stable name.
+    pub fn as_str(self) -> &'static str {
+        IntentStatus::from(self).as_str()
+    }
+}
+
+impl From<IntentOutcome> for IntentStatus {
+    fn from(o: IntentOutcome) -> Self {
+        match o {
+            IntentOutcome::Completed => IntentStatus::Completed,
+            IntentOutcome::NotCompleted => IntentStatus::NotCompleted,
+            IntentOutcome::Error => IntentStatus::Error,
+        }
+    }
+}
+
+impl FromStr for IntentOutcome {
+    type Err = StoreError;
+    /// Parses `completed`, `not_completed` or `error`; anything else is
+    /// `invalid_input`.
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "completed" => Ok(IntentOutcome::Completed),
+            "not_completed" => Ok(IntentOutcome::NotCompleted),
+            "error" => Ok(IntentOutcome::Error),
+            other => Err(StoreError::InvalidInput(format!(
+                "unknown intent outcome {other:?} (expected completed, not_completed or error)"
+            ))),
+        }
+    }
+}
+
+/// One intent row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Intent {
+    /// Generated id (UUIDv7).
+    pub id: String,
+    /// Tenant that owns the run.
+    pub tenant: String,
+    /// Run id.
+    pub run_id: String,
+    /// Step id.
+    pub step_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// Bound argument digest.
+    pub args_digest: String,
+    /// Decision that allowed the call.
+    pub decision_id: String,
+    /// Risk class.
+    pub risk: String,
+    /// Probe for checking the effect on resume.
+    pub verification_probe: Option<serde_json::Value>,
+    /// Current status.
+    pub status: IntentStatus,
+    /// Free-form detail given at completion.
+    pub detail: Option<String>,
+    /// When the pending row was committed.
+    pub created_at: Timestamp,
+    /// When the caller said the side effect was about to be sent.
+    pub effect_sent_at: Option<Timestamp>,
+    /// When the outcome was recorded.
+    pub completed_at: Option<Timestamp>,
+}
+
+/// How the resume flow may treat an open intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeClass {
+    /// The effect was never sent, so running the call again cannot double it.
+    SafeToRetry,
+    /// The effect may have happened; a human or the verification probe must
+    /// decide. Never replay silently.
+    Uncertain,
+}
+
+/// An open intent plus its resume classification.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingIntent {
+    /// The open row.
+    pub intent: Intent,
+    /// Whether a retry is safe.
+    pub class: ResumeClass,
+}
+
+#[derive(sqlx::FromRow)]
+struct IntentRow {
+    id: String,
+    tenant: String,
+    run_id: String,
+    step_id: String,
+    tool: String,
+    args_digest: String,
+    decision_id: String,
+    risk: String,
+    verification_probe: Option<String>,
+    status: String,
+    detail: Option<String>,
+    created_at: i64,
+    effect_sent_at: Option<i64>,
+    completed_at: Option<i64>,
+}
+
+const COLUMNS: &str = "id, tenant, run_id, step_id, tool, args_digest, decision_id, risk, \
+    verification_probe, status, detail, created_at, effect_sent_at, completed_at";
+
+impl IntentRow {
+    fn into_intent(self) -> Result<Intent> {
+        Ok(Intent {
+            status: self
+                .status
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("intent status {:?}", self.status)))?,
+            verification_probe: self
+                .verification_probe
+                .as_deref()
+                .map(|t| crate::parse_json(t, "verification_probe"))
+                .transpose()?,
+            created_at: ts_from_ms(self.created_at)?,
+            effect_sent_at: opt_ts_from_ms(self.effect_sent_at)?,
+            completed_at: opt_ts_from_ms(self.completed_at)?,
+            id: self.id,
+            tenant: self.tenant,
+            run_id: self.run_id,
+            step_id: self.step_id,
+            tool: self.tool,
+            args_digest: self.args_digest,
+            decision_id: self.decision_id,
+            risk: self.risk,
+            detail: self.detail,
+        })
+    }
+}
+
+/// Intent ledger operations. Obtain with [`Store::intents`].
+#[derive(Debug, Clone, Copy)]
+pub struct Intents<'a> {
+    pub(crate) store: &'a Store,
+}
+
+impl Intents<'_> {
+    /// Commits a `pending` intent and returns it. The row is durable when this
+    /// returns, so the caller may then run the tool.
+    pub async fn begin(&self, new: NewIntent) -> Result<Intent> {
+        require("tenant", &new.tenant)?;
+        require("run_id", &new.run_id)?;
+        require("step_id", &new.step_id)?;
+        require("tool", &new.tool)?;
+        require("args_digest", &new.args_digest)?;
+        require("decision_id", &new.decision_id)?;
+        require("risk", &new.risk)?;
+        let probe = new
+            .verification_probe
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::InvalidInput(format!("verification_probe: {e}")))?;
+        let id = new_id();
+        let now = now_ms();
+        let sql = "INSERT INTO intents (id, tenant, run_id, step_id, tool, args_digest, \
+            decision_id, risk, verification_probe, status, created_at) \
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10)";
+        on_pool!(self.store, pool => {
+            sqlx::query(sql)
+                .bind(&id)
+                .bind(&new.tenant)
+                .bind(&new.run_id)
+                .bind(&new.step_id)
+                .bind(&new.tool)
+                .bind(&new.args_digest)
+                .bind(&new.decision_id)
+                .bind(&new.risk)
+                .bind(&probe)
+                .bind(now)
+                .execute(pool)
+                .await?;
+        });
+        Ok(Intent {
+            id,
+            tenant: new.tenant,
+            run_id: new.run_id,
+            step_id: new.step_id,
+            tool: new.tool,
+            args_digest: new.args_digest,
+            decision_id: new.decision_id,
+            risk: new.risk,
+            verification_probe: new.verification_probe,
+            status: IntentStatus::Pending,
+            detail: None,
+            created_at: ts_from_ms(now)?,
+            effect_sent_at: None,
+            completed_at: None,
+        })
+    }
+
+    /// Records that the side effect is about to be sent. Idempotent (the
+    /// first watermark wins); `conflict` if the intent is already completed,
+    /// because a watermark after the outcome would misclassify it.
+    pub async fn mark_effect_sent(&self, id: &str) -> Result<Intent> {
+        require("id", id)?;
+        let sql = format!(
+            "UPDATE intents SET effect_sent_at = COALESCE(effect_sent_at, $2) \
+             WHERE id = $1 AND status = 'pending' RETURNING {COLUMNS}"
+        );
+        let updated: Option<IntentRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(&sql).bind(id).bind(now_ms()).fetch_optional(pool).await?
+        });
+        if let Some(row) = updated {
+            return row.into_intent();
+        }
+        let intent = self.get(id).await?;
+        Err(StoreError::Conflict(format!(
+            "intent {id} is already {}",
+            intent.status
+        )))
+    }
+
+    /// Moves a pending intent to its outcome. Repeating the same outcome is a
+    /// no-op returning the row; a different outcome is `conflict`.
+    pub async fn complete(
+        &self,
+        id: &str,
+        outcome: IntentOutcome,
+        detail: Option<String>,
+    ) -> Result<Intent> {
+        require("id", id)?;
+        if let Some(d) = &detail
+            && d.len() > 64 * 1024
+        {
+            return Err(StoreError::InvalidInput("detail exceeds 64 KiB".into()));
+        }
+        let sql = format!(
+            "UPDATE intents SET status = $2, detail = $3, completed_at = $4 \
+             WHERE id = $1 AND status = 'pending' RETURNING {COLUMNS}"
+        );
+        let updated: Option<IntentRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(&sql)
+                .bind(id)
+                .bind(outcome.as_str())
+                .bind(&detail)
+                .bind(now_ms())
+                .fetch_optional(pool)
+                .await?
+        });
+        if let Some(row) = updated {
+            return row.into_intent();
+        }
+        // Not pending (or absent): same outcome is an idempotent repeat.
+        let intent = self.get(id).await?;
+        if intent.status == IntentStatus::from(outcome) {
+            Ok(intent)
+        } else {
+            Err(StoreError::Conflict(format!(
+                "intent {id} is already {}, cannot record {}",
+                intent.status,
+                outcome.as_str()
+            )))
+        }
+    }
+
+    /// Fetches one intent; `not_found` if it does not exist.
+    pub async fn get(&self, id: &str) -> Result<Intent> {
+        require("id", id)?;
+        let sql = format!("SELECT {COLUMNS} FROM intents WHERE id = $1");
+        let row: Option<IntentRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?
+        });
+        row.ok_or_else(|| StoreError::not_found("intent", id))?
+            .into_intent()
+    }
+
+    /// Lists a run's open intents, oldest first, each classified for resume.
+    pub async fn pending(&self, run_id: &str) -> Result<Vec<PendingIntent>> {
+        require("run_id", run_id)?;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM intents WHERE run_id = $1 AND status = 'pending' \
+             ORDER BY created_at, id"
+        );
+        let rows: Vec<IntentRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(&sql).bind(run_id).fetch_all(pool).await?
+        });
+        rows.into_iter()
+            .map(|r| {
+                let intent = r.into_intent()?;
+                let class = if intent.effect_sent_at.is_some() {
+                    ResumeClass::Uncertain
+                } else {
+                    ResumeClass::SafeToRetry
+                };
+                Ok(PendingIntent { intent, class })
+            })
+            .collect()
+    }
+}
