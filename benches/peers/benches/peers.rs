@@ -40,13 +40,13 @@ ask_globs := {}
 
 verdict := "deny" if {{
     some g in deny_globs
-    glob.match(g, [], input.command)
+    glob.match(g, null, input.command)
 }} else := "allow" if {{
     some g in allow_globs
-    glob.match(g, [], input.command)
+    glob.match(g, null, input.command)
 }} else := "escalate" if {{
     some g in ask_globs
-    glob.match(g, [], input.command)
+    glob.match(g, null, input.command)
 }} else := "deny"
 "#,
         list("deny", DENY),

@@ -78,11 +78,10 @@ pub(crate) struct AllowedDecisions {
 
 impl AllowedDecisions {
     fn insert(&mut self, id: String, call: AllowedCall) {
-        if self.order.len() >= MAX_REMEMBERED {
-            if let Some(old) = self.order.pop_front() {
+        if self.order.len() >= MAX_REMEMBERED
+            && let Some(old) = self.order.pop_front() {
                 self.map.remove(&old);
             }
-        }
         self.order.push_back(id.clone());
         self.map.insert(id, call);
     }
@@ -128,6 +127,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/workspace/write", post(workspace_write))
         .route("/v1/workspace/list", post(workspace_list))
         .route("/v1/workspace/stat", post(workspace_stat))
+        .merge(ops_router(state.clone()))
+        .fallback(|| async { ApiError::NoRoute })
+        .with_state(state)
+}
+
+/// Probes and metrics only: what the kubelet and Prometheus reach on the
+/// pod IP, while the agent API stays on loopback.
+pub fn ops_router(state: Arc<AppState>) -> Router {
+    Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -186,13 +194,12 @@ async fn authorize(
 ) -> Result<Json<AuthorizeResponse>, ApiError> {
     let started = Instant::now();
     require_id("run_id", &req.run_id)?;
-    if let Some(t) = &req.tenant {
-        if *t != app.tenant {
+    if let Some(t) = &req.tenant
+        && *t != app.tenant {
             return Err(ApiError::InvalidRequest(format!(
                 "tenant `{t}` is not served by this sidecar"
             )));
         }
-    }
     // The log needs a step; calls outside any step are recorded under "-".
     let step_id = req
         .step_id

@@ -35,8 +35,11 @@ use crate::workspace::Workspaces;
 /// Everything needed to run a sidecar.
 #[derive(Debug, Clone)]
 pub struct SidecarConfig {
-    /// Address to listen on; loopback in production.
+    /// Address of the agent API; loopback in production.
     pub listen: SocketAddr,
+    /// Address of `/healthz`, `/readyz` and `/metrics` for the kubelet and
+    /// Prometheus (the pod IP); `None` serves them on `listen` only.
+    pub ops_listen: Option<SocketAddr>,
     /// Signed bundle file (DSSE envelope).
     pub bundle: PathBuf,
     /// Trusted public keys (PEM).
@@ -64,6 +67,7 @@ impl SidecarConfig {
     pub fn new(bundle: PathBuf, trust: PathBuf, database_url: String) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 15031)),
+            ops_listen: None,
             bundle,
             trust,
             database_url,
@@ -96,6 +100,8 @@ pub enum StartError {
 pub struct Sidecar {
     /// The bound address (useful with port 0).
     pub addr: SocketAddr,
+    /// The bound probes-and-metrics address, when configured.
+    pub ops_addr: Option<SocketAddr>,
     /// Shared state, for in-process inspection.
     pub state: Arc<AppState>,
     shutdown: watch::Sender<bool>,
@@ -145,19 +151,43 @@ impl Sidecar {
         let addr = listener.local_addr().map_err(|e| StartError::Bind(config.listen, e))?;
         let (shutdown, shutdown_rx) = watch::channel(false);
 
-        let mut background = Vec::new();
-        background.push(tokio::spawn(policy_state::watch(
-            policy.clone(),
-            files,
-            config.reload_interval,
-            shutdown_rx.clone(),
-        )));
-        background.push(tokio::spawn(heartbeat_loop(
-            store.clone(),
-            policy,
-            config.clone(),
-            shutdown_rx.clone(),
-        )));
+        let background = vec![
+            tokio::spawn(policy_state::watch(
+                policy.clone(),
+                files,
+                config.reload_interval,
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(heartbeat_loop(
+                store.clone(),
+                policy,
+                config.clone(),
+                shutdown_rx.clone(),
+            )),
+        ];
+
+        let ops = match config.ops_listen {
+            Some(ops_addr) => Some(
+                TcpListener::bind(ops_addr)
+                    .await
+                    .map_err(|e| StartError::Bind(ops_addr, e))?,
+            ),
+            None => None,
+        };
+        let ops_addr = ops.as_ref().and_then(|l| l.local_addr().ok());
+        let ops_server = ops.map(|listener| {
+            let mut rx = shutdown_rx.clone();
+            let app = api::ops_router(state.clone());
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.wait_for(|stop| *stop).await;
+                    })
+                    .await;
+            })
+        });
+        let mut background = background;
+        background.extend(ops_server);
 
         let app = api::router(state.clone());
         let mut rx = shutdown_rx;
@@ -168,9 +198,10 @@ impl Sidecar {
                 })
                 .await
         });
-        tracing::info!(%addr, tenant = config.tenant, "sidecar listening");
+        tracing::info!(%addr, ?ops_addr, tenant = config.tenant, "sidecar listening");
         Ok(Self {
             addr,
+            ops_addr,
             state,
             shutdown,
             server,

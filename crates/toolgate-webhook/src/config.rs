@@ -1,0 +1,129 @@
+//! Command-line flags and the configuration they produce.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::inject::{InjectConfig, SidecarMode};
+
+/// Default limit on an AdmissionReview body.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+/// Default interval between checks of the certificate files.
+pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Flags of `toolgate webhook`; each also reads a `TOOLGATE_WEBHOOK_*` /
+/// `TOOLGATE_*` variable. Flatten into a clap command with `#[command(flatten)]`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct WebhookArgs {
+    /// Address to serve HTTPS on.
+    #[arg(long, env = "TOOLGATE_WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// PEM certificate chain (re-read when it changes).
+    #[arg(
+        long,
+        env = "TOOLGATE_WEBHOOK_TLS_CERT",
+        default_value = "/etc/toolgate/webhook-tls/tls.crt"
+    )]
+    pub tls_cert: PathBuf,
+    /// PEM private key (re-read when it changes).
+    #[arg(
+        long,
+        env = "TOOLGATE_WEBHOOK_TLS_KEY",
+        default_value = "/etc/toolgate/webhook-tls/tls.key"
+    )]
+    pub tls_key: PathBuf,
+    /// Image of the injected sidecar container.
+    #[arg(long, env = "TOOLGATE_SIDECAR_IMAGE")]
+    pub sidecar_image: String,
+    /// Profile for pods without a `toolgate.dev/profile` annotation.
+    #[arg(long, env = "TOOLGATE_DEFAULT_PROFILE")]
+    pub default_profile: Option<String>,
+    /// Inject a native sidecar (init container, restartPolicy Always) or a regular container.
+    #[arg(long, env = "TOOLGATE_SIDECAR_MODE", value_enum, default_value_t = SidecarMode::Native)]
+    pub sidecar_mode: SidecarMode,
+    /// Secret (in the pod's namespace) whose key `url` is the database URL.
+    #[arg(
+        long,
+        env = "TOOLGATE_DATABASE_SECRET",
+        default_value = "toolgate-database"
+    )]
+    pub database_secret: String,
+}
+
+/// Everything [`serve`](crate::serve) and [`router`](crate::router) need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Address to serve HTTPS on (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// PEM certificate chain.
+    pub tls_cert: PathBuf,
+    /// PEM private key.
+    pub tls_key: PathBuf,
+    /// How often the certificate files are checked for rotation.
+    pub tls_reload_interval: Duration,
+    /// Largest accepted body; larger ones get HTTP 413.
+    pub max_body_bytes: usize,
+    /// What to inject.
+    pub inject: InjectConfig,
+}
+
+impl From<WebhookArgs> for WebhookConfig {
+    fn from(args: WebhookArgs) -> Self {
+        Self {
+            listen: args.listen,
+            tls_cert: args.tls_cert,
+            tls_key: args.tls_key,
+            tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            inject: InjectConfig {
+                sidecar_image: args.sidecar_image,
+                default_profile: args.default_profile.filter(|p| !p.is_empty()),
+                mode: args.sidecar_mode,
+                database_secret: args.database_secret,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: WebhookArgs,
+    }
+
+    #[test]
+    fn flags_parse_into_a_config() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "--listen",
+            "127.0.0.1:9443",
+            "--sidecar-image",
+            "img:1",
+            "--sidecar-mode",
+            "container",
+            "--default-profile",
+            "base",
+            "--database-secret",
+            "db",
+            "--tls-cert",
+            "/c",
+            "--tls-key",
+            "/k",
+        ])
+        .unwrap();
+        let config = WebhookConfig::from(cli.args);
+        assert_eq!(config.listen.port(), 9443);
+        assert_eq!(config.inject.mode, SidecarMode::Container);
+        assert_eq!(config.inject.default_profile.as_deref(), Some("base"));
+        assert_eq!(config.tls_key, PathBuf::from("/k"));
+        assert!(
+            Cli::try_parse_from(["x", "--sidecar-image", "i", "--sidecar-mode", "pod"]).is_err()
+        );
+    }
+}

@@ -1,0 +1,43 @@
+//! toolgate's Kubernetes admission webhooks.
+//!
+//! - `POST /mutate-pods` injects the `toolgate-sidecar` into agent pods
+//!   ([`inject`]: pure pod JSON in, JSON Patch out).
+//! - `POST /validate-policyprofiles` refuses a PolicyProfile that does not
+//!   load and compile, naming the field and the rule ([`validate`]).
+//! - `POST /validate-approvals` keeps an Approval well formed and its
+//!   decision final once made ([`validate`]).
+//! - `GET /healthz` answers `{"status":"ok"}`.
+//!
+//! [`serve`] serves them over TLS ([`tls`]) from a mounted certificate and
+//! key that are re-read when they rotate; [`router`] gives the bare
+//! [`axum::Router`] for embedding behind another TLS terminator.
+//!
+//! Every failure is a [`WebhookError`] with a stable [`code`](WebhookError::code).
+//!
+//! Wiring it into a CLI (`toolgate webhook`):
+//!
+//! ```no_run
+//! # async fn webhook(args: toolgate_webhook::WebhookArgs) -> Result<(), toolgate_webhook::WebhookError> {
+//! // `args` came from `#[command(flatten)]` / a `Webhook(WebhookArgs)` subcommand.
+//! toolgate_webhook::serve(args.into(), async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod error;
+pub mod inject;
+pub mod review;
+mod server;
+pub mod tls;
+pub mod validate;
+
+pub use config::{WebhookArgs, WebhookConfig};
+pub use error::WebhookError;
+pub use inject::{InjectConfig, SidecarMode};
+pub use server::{Server, bind, router, serve};

@@ -1,0 +1,222 @@
+//! Validation of toolgate's custom resources at admission time.
+//!
+//! A PolicyProfile is admitted only if its `spec` loads strictly and
+//! compiles, exactly as the controller and sidecar will load it; the denial
+//! names the field and the rule. An Approval must carry exactly one of
+//! `spec.request` / `spec.grant`, a decision from the closed set, and once
+//! decided it is final.
+
+use serde_json::Value;
+use toolgate_policy::{CompiledPolicy, PolicySpec};
+
+use crate::WebhookError;
+use crate::review::AdmissionRequest;
+
+/// Decisions a human may write into `spec.decision`.
+pub const DECISIONS: [&str; 2] = ["approved", "denied"];
+
+/// Checks a PolicyProfile create or update. DELETE and CONNECT pass.
+pub fn policy_profile(request: &AdmissionRequest) -> Result<(), WebhookError> {
+    let Some(object) = reviewed_object(request)? else {
+        return Ok(());
+    };
+    let metadata = object.get("metadata");
+    let name = metadata
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .or(request.name.as_deref().filter(|n| !n.is_empty()))
+        .or(metadata
+            .and_then(|m| m.get("generateName"))
+            .and_then(Value::as_str)
+            .map(|g| g.trim_end_matches('-'))
+            .filter(|g| !g.is_empty()))
+        .ok_or_else(|| WebhookError::InvalidObject {
+            field: "metadata.name".into(),
+            message: "a PolicyProfile needs a name".into(),
+        })?;
+    let spec = object
+        .get("spec")
+        .cloned()
+        .ok_or_else(|| WebhookError::InvalidObject {
+            field: "spec".into(),
+            message: "a PolicyProfile needs a spec".into(),
+        })?;
+    let spec: PolicySpec = toolgate_policy::load::from_value(spec, "spec")?;
+    CompiledPolicy::compile(name, &spec, &[])?;
+    Ok(())
+}
+
+/// Checks an Approval create or update. DELETE and CONNECT pass.
+pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
+    let Some(object) = reviewed_object(request)? else {
+        return Ok(());
+    };
+    let spec = object
+        .get("spec")
+        .and_then(Value::as_object)
+        .ok_or_else(|| invalid_approval("spec", "an Approval needs a spec object"))?;
+    let is_set = |key: &str| spec.get(key).is_some_and(|v| !v.is_null());
+    match (is_set("request"), is_set("grant")) {
+        (true, false) | (false, true) => {}
+        (true, true) => {
+            return Err(invalid_approval(
+                "spec",
+                "set exactly one of spec.request (answer one escalated call) or spec.grant (a standing grant), not both",
+            ));
+        }
+        (false, false) => {
+            return Err(invalid_approval(
+                "spec",
+                "set exactly one of spec.request (answer one escalated call) or spec.grant (a standing grant)",
+            ));
+        }
+    }
+    let decision = spec.get("decision").filter(|d| !d.is_null());
+    if let Some(decision) = decision {
+        match decision.as_str() {
+            Some(d) if DECISIONS.contains(&d) => {}
+            _ => {
+                return Err(invalid_approval(
+                    "spec.decision",
+                    &format!("must be one of approved, denied; got {decision}"),
+                ));
+            }
+        }
+    }
+    if request.operation != "UPDATE" {
+        return Ok(());
+    }
+    let old_spec = request.old_object.as_ref().and_then(|o| o.get("spec"));
+    let old_decision = old_spec
+        .and_then(|s| s.get("decision"))
+        .filter(|d| !d.is_null());
+    let Some(old_decision) = old_decision else {
+        return Ok(());
+    };
+    if decision != Some(old_decision) {
+        let now = decision.map_or_else(|| "removed".to_owned(), |d| format!("changed to {d}"));
+        return Err(WebhookError::ApprovalImmutable {
+            field: "spec.decision".into(),
+            message: format!(
+                "the approval was already resolved as {old_decision} and cannot be {now}; create a new Approval instead"
+            ),
+        });
+    }
+    for key in ["request", "grant"] {
+        if spec.get(key).filter(|v| !v.is_null())
+            != old_spec.and_then(|s| s.get(key)).filter(|v| !v.is_null())
+        {
+            return Err(WebhookError::ApprovalImmutable {
+                field: format!("spec.{key}"),
+                message: "a resolved approval cannot be edited; create a new Approval instead"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The object to check, or `None` when the operation needs no check.
+fn reviewed_object(request: &AdmissionRequest) -> Result<Option<&Value>, WebhookError> {
+    match request.operation.as_str() {
+        "CREATE" | "UPDATE" => {
+            request
+                .object
+                .as_ref()
+                .map(Some)
+                .ok_or_else(|| WebhookError::InvalidObject {
+                    field: "request.object".into(),
+                    message: format!("missing for {}", request.operation),
+                })
+        }
+        _ => Ok(None),
+    }
+}
+
+fn invalid_approval(field: &str, message: &str) -> WebhookError {
+    WebhookError::InvalidApproval {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(operation: &str, object: Value, old: Option<Value>) -> AdmissionRequest {
+        AdmissionRequest {
+            uid: "u".into(),
+            name: None,
+            namespace: Some("ns".into()),
+            operation: operation.into(),
+            object: Some(object),
+            old_object: old,
+            dry_run: None,
+        }
+    }
+
+    #[test]
+    fn profile_rules() {
+        let good = json!({"metadata": {"name": "p"}, "spec": {"mode": "rules", "rules": {"bash": {"allow": ["ls *"]}}, "effects": {"bash": {"sideEffect": "PROCESS_EXEC", "risk": "high"}}}});
+        policy_profile(&request("CREATE", good, None)).unwrap();
+        let err = policy_profile(&request(
+            "CREATE",
+            json!({"metadata": {"name": "p"}, "spec": {"mode": "rulez"}}),
+            None,
+        ))
+        .unwrap_err();
+        assert_eq!(err.code(), "profile_invalid_mode");
+        assert_eq!(err.field(), Some("spec.mode"));
+        let mut del = request("DELETE", json!(null), None);
+        del.object = None;
+        policy_profile(&del).unwrap();
+    }
+
+    #[test]
+    fn approval_rules() {
+        let req = json!({"invocationId": "i"});
+        approval(&request("CREATE", json!({"spec": {"request": req}}), None)).unwrap();
+        let both = approval(&request(
+            "CREATE",
+            json!({"spec": {"request": req, "grant": {}}}),
+            None,
+        ))
+        .unwrap_err();
+        assert_eq!(both.code(), "approval_invalid");
+        let neither = approval(&request("CREATE", json!({"spec": {}}), None)).unwrap_err();
+        assert_eq!(neither.field(), Some("spec"));
+        let bad = approval(&request(
+            "CREATE",
+            json!({"spec": {"request": req, "decision": "yes"}}),
+            None,
+        ))
+        .unwrap_err();
+        assert_eq!(bad.field(), Some("spec.decision"));
+        let old = json!({"spec": {"request": req, "decision": "approved"}});
+        approval(&request("UPDATE", old.clone(), Some(old.clone()))).unwrap();
+        approval(&request(
+            "UPDATE",
+            json!({"spec": {"request": req, "decision": "denied"}}),
+            Some(json!({"spec": {"request": req}})),
+        ))
+        .unwrap();
+        for new in [
+            json!({"spec": {"request": req, "decision": "denied"}}),
+            json!({"spec": {"request": req}}),
+        ] {
+            let err = approval(&request("UPDATE", new, Some(old.clone()))).unwrap_err();
+            assert_eq!(err.code(), "approval_immutable");
+            assert_eq!(err.field(), Some("spec.decision"));
+        }
+        let swapped = approval(&request(
+            "UPDATE",
+            json!({"spec": {"request": {"invocationId": "j"}, "decision": "approved"}}),
+            Some(old),
+        ))
+        .unwrap_err();
+        assert_eq!(swapped.field(), Some("spec.request"));
+    }
+}
