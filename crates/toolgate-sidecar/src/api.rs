@@ -127,7 +127,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/workspace/write", post(workspace_write))
         .route("/v1/workspace/list", post(workspace_list))
         .route("/v1/workspace/stat", post(workspace_stat))
-        .merge(ops_router(state.clone()))
+        .merge(ops_routes())
         .fallback(|| async { ApiError::NoRoute })
         .with_state(state)
 }
@@ -135,12 +135,16 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// Probes and metrics only: what the kubelet and Prometheus reach on the
 /// pod IP, while the agent API stays on loopback.
 pub fn ops_router(state: Arc<AppState>) -> Router {
+    ops_routes()
+        .fallback(|| async { ApiError::NoRoute })
+        .with_state(state)
+}
+
+fn ops_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .fallback(|| async { ApiError::NoRoute })
-        .with_state(state)
 }
 
 // ---- authorize ----

@@ -1,5 +1,6 @@
 //! Errors the command line reports as `{"error": {"code", "message"}}`.
 
+use toolgate_bundle::BundleError;
 use toolgate_policy::PolicyError;
 
 /// A failure of one command, with a stable code.
@@ -8,6 +9,12 @@ pub enum CliError {
     /// A policy, case file or call was rejected.
     #[error(transparent)]
     Policy(#[from] PolicyError),
+    /// A bundle, key or trust file was rejected.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    /// The database refused or failed an operation.
+    #[error(transparent)]
+    Store(#[from] toolgate_store::StoreError),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
@@ -26,6 +33,8 @@ impl CliError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Policy(e) => e.code(),
+            Self::Bundle(e) => e.code(),
+            Self::Store(e) => e.code(),
             Self::Io { .. } => "io_error",
             Self::Usage(_) => "usage",
         }
@@ -40,6 +49,22 @@ impl CliError {
 /// Reads a whole file as UTF-8 text.
 pub fn read_text(path: &std::path::Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|source| CliError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Reads a whole file as bytes.
+pub fn read_bytes(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(|source| CliError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Writes a whole file.
+pub fn write_bytes(path: &std::path::Path, bytes: &[u8]) -> Result<(), CliError> {
+    std::fs::write(path, bytes).map_err(|source| CliError::Io {
         path: path.display().to_string(),
         source,
     })

@@ -2,6 +2,7 @@
 
 mod cli_error;
 mod cmd;
+mod logging;
 
 use std::process::ExitCode;
 
@@ -19,10 +20,26 @@ struct Cli {
 enum Command {
     /// Evaluate one tool call against a profile and print the verdict JSON.
     Check(cmd::check::CheckArgs),
+    /// Build, verify or inspect signed policy bundles.
+    #[command(subcommand)]
+    Bundle(cmd::bundle::BundleCommand),
+    /// Generate an Ed25519 signing key pair for bundles.
+    Keygen(cmd::keygen::KeygenArgs),
     /// Run policy test cases against a profile (like `opa test`).
     Test(cmd::test::TestArgs),
-    /// Evaluate the bundled example calls and print what each one gets.
+    /// The whole flow on the embedded default: policy table, then a live
+    /// sidecar on a temporary SQLite database driven by a scripted agent.
     Demo(cmd::demo::DemoArgs),
+    /// Run the per-pod sidecar (authorize, intents, approvals, workspace).
+    Sidecar(cmd::sidecar::SidecarArgs),
+    /// Serve the admission webhooks (pod injection, policy validation) over TLS.
+    Webhook(toolgate_webhook::WebhookArgs),
+    /// List, approve or deny escalated calls in the database.
+    Approvals(cmd::approvals::ApprovalsArgs),
+    /// Verify the hash-chained decision log.
+    Audit(cmd::audit::AuditArgs),
+    /// Apply database migrations.
+    Migrate(cmd::audit::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,7 +47,14 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(args) => cmd::check::run(args),
         Command::Test(args) => cmd::test::run(args),
+        Command::Bundle(command) => cmd::bundle::run(command),
+        Command::Keygen(args) => cmd::keygen::run(args),
         Command::Demo(args) => cmd::demo::run(args),
+        Command::Sidecar(args) => cmd::sidecar::run(args),
+        Command::Webhook(args) => cmd::webhook::run(args),
+        Command::Approvals(args) => cmd::approvals::run(args),
+        Command::Audit(args) => cmd::audit::run(args),
+        Command::Migrate(args) => cmd::audit::migrate(args),
     };
     match result {
         Ok(code) => code,
@@ -38,5 +62,38 @@ fn main() -> ExitCode {
             println!("{}", err.to_json());
             ExitCode::from(2)
         }
+    }
+}
+
+/// A multi-threaded runtime for the commands that do I/O.
+fn runtime() -> Result<tokio::runtime::Runtime, cli_error::CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| cli_error::CliError::Io {
+            path: "tokio runtime".into(),
+            source,
+        })
+}
+
+/// Resolves on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
     }
 }

@@ -73,7 +73,11 @@ fn check_reports_typed_errors_with_exit_2() {
             "profile_unknown_field",
             "colour",
         ),
-        ("spec: {mode: sometimes}", "profile_invalid_mode", "spec.mode"),
+        (
+            "spec: {mode: sometimes}",
+            "profile_invalid_mode",
+            "spec.mode",
+        ),
         (
             "spec: {mode: rules, rules: {bash: {allow: [ls]}}}",
             "profile_incomplete_effects",

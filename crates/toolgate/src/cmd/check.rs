@@ -3,17 +3,25 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{ArgGroup, Args};
 use toolgate_policy::{Call, CompiledPolicy, Context, PolicyError};
 
 use crate::cli_error::{CliError, read_text};
 
-/// Arguments of `toolgate check`.
+/// Arguments of `toolgate check`. The policy comes from exactly one of a
+/// profile file or a signed bundle (verified against `--trust` first).
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["profile", "bundle"])))]
 pub struct CheckArgs {
     /// PolicyProfile manifest (YAML or JSON).
     #[arg(long)]
-    pub profile: PathBuf,
+    pub profile: Option<PathBuf>,
+    /// Signed bundle (DSSE envelope); evaluated only after it verifies.
+    #[arg(long, requires = "trust")]
+    pub bundle: Option<PathBuf>,
+    /// Trust file (concatenated SPKI PEM public keys) for `--bundle`.
+    #[arg(long, requires = "bundle")]
+    pub trust: Option<PathBuf>,
     /// Tool name as the agent calls it.
     #[arg(long)]
     pub tool: String,
@@ -64,17 +72,34 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
 pub fn parse_now(now: Option<&str>) -> Result<jiff::Timestamp, CliError> {
     match now {
         None => Ok(jiff::Timestamp::now()),
-        Some(text) => text
-            .parse()
-            .map_err(|e| CliError::Usage(format!("--now `{text}` is not an RFC 3339 timestamp: {e}"))),
+        Some(text) => text.parse().map_err(|e| {
+            CliError::Usage(format!("--now `{text}` is not an RFC 3339 timestamp: {e}"))
+        }),
     }
 }
 
 /// Runs `toolgate check`.
 pub fn run(args: CheckArgs) -> Result<ExitCode, CliError> {
-    let policy = load_profile(&args.profile)?;
-    let arguments = parse_arguments(&args.args)?;
     let now = parse_now(args.now.as_deref())?;
+    let policy = match (&args.profile, &args.bundle, &args.trust) {
+        (Some(profile), None, None) => load_profile(profile)?,
+        (None, Some(bundle), Some(trust)) => {
+            // The bundle's own clock check uses the same instant the call is
+            // evaluated at, so `--now` moves both together.
+            crate::cmd::bundle::verify_file(
+                bundle,
+                trust,
+                &toolgate_bundle::VerifyOptions::at(now),
+            )?
+            .into_policy()
+        }
+        _ => {
+            return Err(CliError::Usage(
+                "pass either --profile FILE or --bundle FILE --trust FILE".into(),
+            ));
+        }
+    };
+    let arguments = parse_arguments(&args.args)?;
     let verdict = policy.evaluate(
         &Call {
             tool: &args.tool,
@@ -86,6 +111,9 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CliError> {
             subject: args.subject.as_deref(),
         },
     );
-    println!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&verdict).unwrap_or_default()
+    );
     Ok(ExitCode::SUCCESS)
 }

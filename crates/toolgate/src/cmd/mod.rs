@@ -1,5 +1,11 @@
 //! One module per subcommand.
 
+pub mod approvals;
+pub mod audit;
+pub mod bundle;
 pub mod check;
 pub mod demo;
+pub mod keygen;
+pub mod sidecar;
 pub mod test;
+pub mod webhook;

@@ -1,0 +1,104 @@
+//! `toolgate approvals`: answer escalations from the command line.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use toolgate_store::{ApprovalDecision, ApprovalStatus, Store};
+
+use crate::cli_error::CliError;
+
+/// Arguments of `toolgate approvals`.
+#[derive(Debug, Args)]
+pub struct ApprovalsArgs {
+    #[command(subcommand)]
+    command: ApprovalsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalsCommand {
+    /// List approvals (pending first).
+    List {
+        /// Database URL.
+        #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+        database: String,
+        /// Only this tenant's approvals.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only approvals in this state: pending, approved, denied, expired.
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Approve one escalated call.
+    Approve(Resolve),
+    /// Deny one escalated call.
+    Deny(Resolve),
+}
+
+#[derive(Debug, Args)]
+struct Resolve {
+    /// Approval id.
+    id: String,
+    /// Database URL.
+    #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+    database: String,
+    /// Who decides (recorded).
+    #[arg(long)]
+    by: String,
+    /// Why (recorded).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Tenant owning the approval; found from the id when omitted.
+    #[arg(long)]
+    tenant: Option<String>,
+}
+
+/// Runs `toolgate approvals …`.
+pub fn run(args: ApprovalsArgs) -> Result<ExitCode, CliError> {
+    crate::runtime()?.block_on(async move {
+        match args.command {
+            ApprovalsCommand::List {
+                database,
+                tenant,
+                status,
+            } => {
+                let store = Store::connect(&database).await?;
+                let status = status.map(|s| s.parse::<ApprovalStatus>()).transpose()?;
+                let list = match tenant {
+                    Some(t) => store.approvals().list(&t, status).await?,
+                    None => store.approvals().list_all(status).await?,
+                };
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list).unwrap_or_default()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            ApprovalsCommand::Approve(r) => resolve(r, ApprovalDecision::Approved).await,
+            ApprovalsCommand::Deny(r) => resolve(r, ApprovalDecision::Denied).await,
+        }
+    })
+}
+
+async fn resolve(r: Resolve, decision: ApprovalDecision) -> Result<ExitCode, CliError> {
+    let store = Store::connect(&r.database).await?;
+    let tenant = match r.tenant {
+        Some(t) => t,
+        None => store
+            .approvals()
+            .list_all(None)
+            .await?
+            .into_iter()
+            .find(|a| a.id == r.id)
+            .map(|a| a.tenant)
+            .ok_or_else(|| CliError::Usage(format!("no approval with id {}", r.id)))?,
+    };
+    let approval = store
+        .approvals()
+        .resolve(&tenant, &r.id, decision, &r.by, r.reason.as_deref())
+        .await?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&approval).unwrap_or_default()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,81 @@
+//! `toolgate sidecar`: the per-pod enforcement server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use toolgate_sidecar::{Sidecar, SidecarConfig};
+
+use crate::cli_error::CliError;
+
+/// Arguments of `toolgate sidecar`; each also reads a `TOOLGATE_*` variable.
+#[derive(Debug, Args)]
+pub struct SidecarArgs {
+    /// Signed bundle (DSSE envelope) to enforce; reloaded when it changes.
+    #[arg(long, env = "TOOLGATE_BUNDLE")]
+    pub bundle: PathBuf,
+    /// Trusted public keys (concatenated PEM blocks).
+    #[arg(long, env = "TOOLGATE_TRUST")]
+    pub trust: PathBuf,
+    /// Database URL: `postgres://…` or `sqlite://path?mode=rwc`.
+    #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+    pub database: String,
+    /// Address to serve on (keep it on loopback).
+    #[arg(long, env = "TOOLGATE_LISTEN", default_value = "127.0.0.1:15031")]
+    pub listen: SocketAddr,
+    /// Address for `/healthz`, `/readyz` and `/metrics` (kubelet probes and
+    /// Prometheus reach the pod IP, not loopback); `off` to disable.
+    #[arg(long, env = "TOOLGATE_OPS_LISTEN", default_value = "0.0.0.0:15032")]
+    pub ops_listen: String,
+    /// Directory holding `<tenant>/<run_id>` workspaces.
+    #[arg(
+        long,
+        env = "TOOLGATE_WORKSPACE_BASE",
+        default_value = "/var/lib/toolgate/workspaces"
+    )]
+    pub workspace_base: PathBuf,
+    /// Tenant this sidecar serves.
+    #[arg(long, env = "TOOLGATE_TENANT", default_value = "default")]
+    pub tenant: String,
+    /// Pod name for heartbeats (downward API).
+    #[arg(long, env = "POD_NAME", default_value = "local")]
+    pub pod_name: String,
+    /// Pod namespace for heartbeats (downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub pod_namespace: String,
+    /// Seconds between bundle file checks.
+    #[arg(long, env = "TOOLGATE_RELOAD_SECONDS", default_value_t = 2)]
+    pub reload_seconds: u64,
+    /// Log as JSON lines.
+    #[arg(long, env = "TOOLGATE_LOG_JSON")]
+    pub log_json: bool,
+}
+
+/// Runs the sidecar until SIGTERM or Ctrl-C, then shuts down gracefully.
+pub fn run(args: SidecarArgs) -> Result<ExitCode, CliError> {
+    crate::logging::init(args.log_json);
+    let mut config = SidecarConfig::new(args.bundle, args.trust, args.database);
+    config.listen = args.listen;
+    config.ops_listen = match args.ops_listen.as_str() {
+        "off" | "" => None,
+        addr => Some(addr.parse().map_err(|e| {
+            CliError::Usage(format!("--ops-listen `{addr}` is not an address: {e}"))
+        })?),
+    };
+    config.workspace_base = args.workspace_base;
+    config.tenant = args.tenant;
+    config.pod_name = args.pod_name;
+    config.pod_namespace = args.pod_namespace;
+    config.reload_interval = Duration::from_secs(args.reload_seconds.max(1));
+    crate::runtime()?.block_on(async move {
+        let sidecar = Sidecar::start(config)
+            .await
+            .map_err(|e| CliError::Usage(format!("sidecar failed to start: {e}")))?;
+        crate::wait_for_signal().await;
+        tracing::info!("shutting down: draining requests and the decision log");
+        sidecar.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
