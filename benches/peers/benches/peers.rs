@@ -18,7 +18,11 @@ fn globs(prefix: &str, n: usize) -> Vec<String> {
 
 fn toolgate_policy_text() -> String {
     let list = |p: &str, n| {
-        globs(p, n).iter().map(|g| format!("'{g}'")).collect::<Vec<_>>().join(", ")
+        globs(p, n)
+            .iter()
+            .map(|g| format!("'{g}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     format!(
         "{{mode: rules, rules: {{bash: {{deny: [{}], allow: [{}], escalate: [{}]}}}},
@@ -81,18 +85,32 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("evaluate_100_rules");
 
     // toolgate
-    let spec: toolgate_policy::PolicySpec = toolgate_policy::load::from_str(&toolgate_policy_text()).unwrap();
+    let spec: toolgate_policy::PolicySpec =
+        toolgate_policy::load::from_str(&toolgate_policy_text()).unwrap();
     let policy = toolgate_policy::CompiledPolicy::compile("bench", &spec, &[]).unwrap();
     let args = serde_json::json!({ "command": COMMAND });
-    let call = toolgate_policy::Call { tool: "bash", action: None, arguments: args.as_object().unwrap() };
+    let call = toolgate_policy::Call {
+        tool: "bash",
+        action: None,
+        arguments: args.as_object().unwrap(),
+    };
     let ctx = toolgate_policy::Context::at(jiff::Timestamp::UNIX_EPOCH);
-    assert_eq!(policy.evaluate(&call, &ctx).verdict, toolgate_policy::Decision::Allow);
-    group.bench_function("toolgate", |b| b.iter(|| black_box(policy.evaluate(black_box(&call), &ctx))));
+    assert_eq!(
+        policy.evaluate(&call, &ctx).verdict,
+        toolgate_policy::Decision::Allow
+    );
+    group.bench_function("toolgate", |b| {
+        b.iter(|| black_box(policy.evaluate(black_box(&call), &ctx)))
+    });
 
     // regorus
     let mut engine = regorus::Engine::new();
-    engine.add_policy("toolgate.rego".into(), rego_policy()).unwrap();
-    let input = regorus::Value::from_json_str(&serde_json::json!({ "command": COMMAND }).to_string()).unwrap();
+    engine
+        .add_policy("toolgate.rego".into(), rego_policy())
+        .unwrap();
+    let input =
+        regorus::Value::from_json_str(&serde_json::json!({ "command": COMMAND }).to_string())
+            .unwrap();
     engine.set_input(input.clone());
     let got = engine.eval_rule("data.toolgate.verdict".into()).unwrap();
     assert_eq!(got, regorus::Value::from("allow"));
@@ -113,13 +131,27 @@ fn bench(c: &mut Criterion) {
     let action = EntityUid::from_str("Action::\"bash\"").unwrap();
     let resource = EntityUid::from_str("Workspace::\"w\"").unwrap();
     let make_request = || {
-        let context = Context::from_json_value(serde_json::json!({ "command": COMMAND }), None).unwrap();
-        Request::new(principal.clone(), action.clone(), resource.clone(), context, None).unwrap()
+        let context =
+            Context::from_json_value(serde_json::json!({ "command": COMMAND }), None).unwrap();
+        Request::new(
+            principal.clone(),
+            action.clone(),
+            resource.clone(),
+            context,
+            None,
+        )
+        .unwrap()
     };
     let response = authorizer.is_authorized(&make_request(), &policies, &entities);
     assert_eq!(response.decision(), Decision::Allow);
     group.bench_function("cedar", |b| {
-        b.iter(|| black_box(authorizer.is_authorized(&make_request(), &policies, &entities).decision()))
+        b.iter(|| {
+            black_box(
+                authorizer
+                    .is_authorized(&make_request(), &policies, &entities)
+                    .decision(),
+            )
+        })
     });
     group.finish();
 }

@@ -177,12 +177,13 @@ impl CompiledPolicy {
                 });
             }
             if let Some(args) = &effect.match_args
-                && (args.is_empty() || args.iter().any(String::is_empty)) {
-                    return Err(PolicyError::InvalidValue {
-                        field: format!("spec.effects.{tool}.matchArgs"),
-                        message: "matchArgs must list at least one non-empty argument name".into(),
-                    });
-                }
+                && (args.is_empty() || args.iter().any(String::is_empty))
+            {
+                return Err(PolicyError::InvalidValue {
+                    field: format!("spec.effects.{tool}.matchArgs"),
+                    message: "matchArgs must list at least one non-empty argument name".into(),
+                });
+            }
         }
 
         // Rule keys, normalized through aliases.

@@ -42,12 +42,13 @@ impl PolicyVersion {
         let hardline = rules.hardline.take().unwrap_or_default();
         let mut body = serde_json::to_value(&rules).unwrap_or_default();
         if !grants.is_empty()
-            && let serde_json::Value::Object(map) = &mut body {
-                map.insert(
-                    "grants".into(),
-                    serde_json::to_value(grants).unwrap_or_default(),
-                );
-            }
+            && let serde_json::Value::Object(map) = &mut body
+        {
+            map.insert(
+                "grants".into(),
+                serde_json::to_value(grants).unwrap_or_default(),
+            );
+        }
         let spec_sha256 = sha256_hex(&canonical_json(&body));
         let hardline_sha256 = sha256_hex(&canonical_json(&hardline));
         let version = format!("{name}@{}+h{}", &spec_sha256[..12], &hardline_sha256[..8]);

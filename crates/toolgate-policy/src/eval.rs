@@ -77,13 +77,14 @@ impl CompiledPolicy {
 
         // 1. Hardline rules, in every mode.
         if side_effect == SideEffect::ProcessExec
-            && let Some(i) = self.hardline_commands.first_match(&text, &mut scratch) {
-                return decide(
-                    Decision::Deny,
-                    Reason::HardlineCommand,
-                    Some(self.hardline_commands.label(i)),
-                );
-            }
+            && let Some(i) = self.hardline_commands.first_match(&text, &mut scratch)
+        {
+            return decide(
+                Decision::Deny,
+                Reason::HardlineCommand,
+                Some(self.hardline_commands.label(i)),
+            );
+        }
         if side_effect.is_workspace() {
             for candidate in path_candidates(&text, call.arguments) {
                 if let Some(i) = self.hardline_paths.first_match(candidate, &mut scratch) {

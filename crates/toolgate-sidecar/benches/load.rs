@@ -48,7 +48,12 @@ fn us(d: Duration) -> String {
 }
 
 /// Open-loop: one request every 1/rate seconds for `secs`.
-async fn fixed_rate(client: &reqwest::Client, url: &str, rate: u32, secs: u64) -> (Duration, Duration, usize, u64) {
+async fn fixed_rate(
+    client: &reqwest::Client,
+    url: &str,
+    rate: u32,
+    secs: u64,
+) -> (Duration, Duration, usize, u64) {
     let total = rate as u64 * secs;
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let start = Instant::now() + Duration::from_millis(50);
@@ -58,7 +63,12 @@ async fn fixed_rate(client: &reqwest::Client, url: &str, rate: u32, secs: u64) -
         tokio::time::sleep_until(scheduled.into()).await;
         let (client, url) = (client.clone(), url.to_owned());
         handles.push(tokio::spawn(async move {
-            let ok = client.post(&url).json(&body()).send().await.is_ok_and(|r| r.status().is_success());
+            let ok = client
+                .post(&url)
+                .json(&body())
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
             (scheduled.elapsed(), ok)
         }));
     }
@@ -72,7 +82,12 @@ async fn fixed_rate(client: &reqwest::Client, url: &str, rate: u32, secs: u64) -
         lat.push(d);
     }
     lat.sort();
-    (percentile(&lat, 0.5), percentile(&lat, 0.99), lat.len(), errors)
+    (
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat.len(),
+        errors,
+    )
 }
 
 /// Closed loop: `conns` workers as fast as they can for `secs`.
@@ -84,7 +99,13 @@ async fn peak(client: &reqwest::Client, url: &str, conns: usize, secs: u64) -> f
         handles.push(tokio::spawn(async move {
             let mut n = 0u64;
             while Instant::now() < deadline {
-                if client.post(&url).json(&body()).send().await.is_ok_and(|r| r.status().is_success()) {
+                if client
+                    .post(&url)
+                    .json(&body())
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                {
                     n += 1;
                 }
             }
@@ -124,7 +145,10 @@ async fn start_sidecar(dir: &std::path::Path, url: &str) -> Sidecar {
     let key = SigningKey::from_seed(&[1; 32]);
     let (_, bytes) = toolgate_bundle::build(
         BundleInput {
-            profile: ProfileRef { name: "bench".into(), namespace: None },
+            profile: ProfileRef {
+                name: "bench".into(),
+                namespace: None,
+            },
             spec: toolgate_policy::load::from_str(SPEC).unwrap(),
             grants: vec![],
             sequence: 1,
@@ -135,8 +159,16 @@ async fn start_sidecar(dir: &std::path::Path, url: &str) -> Sidecar {
     )
     .unwrap();
     std::fs::write(dir.join("bundle.json"), bytes).unwrap();
-    std::fs::write(dir.join("trust.pem"), key.public_key().to_spki_pem().unwrap()).unwrap();
-    let mut config = SidecarConfig::new(dir.join("bundle.json"), dir.join("trust.pem"), url.to_owned());
+    std::fs::write(
+        dir.join("trust.pem"),
+        key.public_key().to_spki_pem().unwrap(),
+    )
+    .unwrap();
+    let mut config = SidecarConfig::new(
+        dir.join("bundle.json"),
+        dir.join("trust.pem"),
+        url.to_owned(),
+    );
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.workspace_base = dir.join("ws");
     config.tenant = format!("bench-{}", std::process::id());
@@ -145,11 +177,19 @@ async fn start_sidecar(dir: &std::path::Path, url: &str) -> Sidecar {
 
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let pg = std::env::var("TOOLGATE_BENCH_DATABASE_URL").ok().filter(|u| !u.is_empty());
-    let url = pg
-        .clone()
-        .unwrap_or_else(|| format!("sqlite://{}?mode=rwc", dir.path().join("bench.db").display()));
-    let secs: u64 = std::env::var("TOOLGATE_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let pg = std::env::var("TOOLGATE_BENCH_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    let url = pg.clone().unwrap_or_else(|| {
+        format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("bench.db").display()
+        )
+    });
+    let secs: u64 = std::env::var("TOOLGATE_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
 
     let server = server_runtime();
     let (sidecar_addr, trivial_addr) = server.block_on(async {
@@ -159,23 +199,45 @@ fn main() {
         (addr, trivial_server().await)
     });
 
-    let client_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let client_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     client_rt.block_on(async {
-        let client = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .unwrap();
         let targets = [
-            ("toolgate authorize", format!("http://{sidecar_addr}/v1/authorize")),
-            ("trivial axum", format!("http://{trivial_addr}/v1/authorize")),
+            (
+                "toolgate authorize",
+                format!("http://{sidecar_addr}/v1/authorize"),
+            ),
+            (
+                "trivial axum",
+                format!("http://{trivial_addr}/v1/authorize"),
+            ),
         ];
         // Warm up connections and caches.
         for (_, u) in &targets {
             let _ = fixed_rate(&client, u, 1000, 1).await;
         }
-        println!("database: {}", if pg.is_some() { "postgresql" } else { "sqlite" });
-        println!("{:<20} {:>8} {:>10} {:>10} {:>8} {:>7}", "target", "rate/s", "p50", "p99", "requests", "errors");
+        println!(
+            "database: {}",
+            if pg.is_some() { "postgresql" } else { "sqlite" }
+        );
+        println!(
+            "{:<20} {:>8} {:>10} {:>10} {:>8} {:>7}",
+            "target", "rate/s", "p50", "p99", "requests", "errors"
+        );
         for rate in [1000u32, 5000] {
             for (name, u) in &targets {
                 let (p50, p99, n, errors) = fixed_rate(&client, u, rate, secs).await;
-                println!("{name:<20} {rate:>8} {:>10} {:>10} {n:>8} {errors:>7}", us(p50), us(p99));
+                println!(
+                    "{name:<20} {rate:>8} {:>10} {:>10} {n:>8} {errors:>7}",
+                    us(p50),
+                    us(p99)
+                );
             }
         }
         let mut peaks = Vec::new();
@@ -190,7 +252,9 @@ fn main() {
     if let Some(pg) = pg {
         client_rt.block_on(high_risk(&pg, sidecar_addr));
     } else {
-        println!("(set TOOLGATE_BENCH_DATABASE_URL for the high-risk authorize+intent vs bare INSERT comparison)");
+        println!(
+            "(set TOOLGATE_BENCH_DATABASE_URL for the high-risk authorize+intent vs bare INSERT comparison)"
+        );
     }
     drop(server);
 }
@@ -216,27 +280,41 @@ async fn high_risk(pg: &str, addr: SocketAddr) {
             flow.push(t.elapsed());
         }
     }
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(4).connect(pg).await.unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(pg)
+        .await
+        .unwrap();
     let mut bare = Vec::with_capacity(n);
     let mut conn = pool.acquire().await.unwrap();
     // A regular (WAL-logged) table: a temporary one would skip the very
     // commit cost being compared.
     let table = format!("bare_bench_{}", std::process::id());
-    sqlx::query(&format!("CREATE TABLE {table} (id TEXT PRIMARY KEY, run_id TEXT, body TEXT, created_at BIGINT)"))
-        .execute(&mut *conn).await.unwrap();
+    sqlx::query(&format!(
+        "CREATE TABLE {table} (id TEXT PRIMARY KEY, run_id TEXT, body TEXT, created_at BIGINT)"
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
     for i in 0..n + 50 {
         let t = Instant::now();
-        sqlx::query(&format!("INSERT INTO {table} (id, run_id, body, created_at) VALUES ($1, $2, $3, $4)"))
-            .bind(format!("{}-{i}", std::process::id()))
-            .bind("hr")
-            .bind("{\"tool\":\"bash\"}")
-            .bind(i as i64)
-            .execute(&mut *conn).await.unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO {table} (id, run_id, body, created_at) VALUES ($1, $2, $3, $4)"
+        ))
+        .bind(format!("{}-{i}", std::process::id()))
+        .bind("hr")
+        .bind("{\"tool\":\"bash\"}")
+        .bind(i as i64)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
         if i >= 50 {
             bare.push(t.elapsed());
         }
     }
-    let _ = sqlx::query(&format!("DROP TABLE {table}")).execute(&mut *conn).await;
+    let _ = sqlx::query(&format!("DROP TABLE {table}"))
+        .execute(&mut *conn)
+        .await;
     flow.sort();
     bare.sort();
     println!(

@@ -79,9 +79,10 @@ pub(crate) struct AllowedDecisions {
 impl AllowedDecisions {
     fn insert(&mut self, id: String, call: AllowedCall) {
         if self.order.len() >= MAX_REMEMBERED
-            && let Some(old) = self.order.pop_front() {
-                self.map.remove(&old);
-            }
+            && let Some(old) = self.order.pop_front()
+        {
+            self.map.remove(&old);
+        }
         self.order.push_back(id.clone());
         self.map.insert(id, call);
     }
@@ -199,11 +200,12 @@ async fn authorize(
     let started = Instant::now();
     require_id("run_id", &req.run_id)?;
     if let Some(t) = &req.tenant
-        && *t != app.tenant {
-            return Err(ApiError::InvalidRequest(format!(
-                "tenant `{t}` is not served by this sidecar"
-            )));
-        }
+        && *t != app.tenant
+    {
+        return Err(ApiError::InvalidRequest(format!(
+            "tenant `{t}` is not served by this sidecar"
+        )));
+    }
     // The log needs a step; calls outside any step are recorded under "-".
     let step_id = req
         .step_id
@@ -347,7 +349,14 @@ fn deny_audit(verdict: &mut Verdict) {
 /// same call asks the same approval until it is used or expires.
 fn invocation_base(tenant: &str, run_id: &str, step_id: &str, tool: &str, v: &Verdict) -> String {
     let mut h = Sha256::new();
-    for part in [tenant, run_id, step_id, tool, &v.args_digest, &v.policy_version] {
+    for part in [
+        tenant,
+        run_id,
+        step_id,
+        tool,
+        &v.args_digest,
+        &v.policy_version,
+    ] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
@@ -576,7 +585,10 @@ async fn list_intents(
         .map(|p| {
             let mut v = serde_json::to_value(&p.intent).unwrap_or_default();
             if let Some(obj) = v.as_object_mut() {
-                obj.insert("resume".into(), serde_json::to_value(p.class).unwrap_or_default());
+                obj.insert(
+                    "resume".into(),
+                    serde_json::to_value(p.class).unwrap_or_default(),
+                );
             }
             v
         })
@@ -605,7 +617,11 @@ async fn get_approval(
     let approval = match q.wait {
         Some(secs) if secs > 0 => {
             approvals
-                .wait(&app.tenant, &id, Duration::from_secs(secs.min(MAX_WAIT_SECONDS)))
+                .wait(
+                    &app.tenant,
+                    &id,
+                    Duration::from_secs(secs.min(MAX_WAIT_SECONDS)),
+                )
                 .await?
         }
         _ => approvals.get(&app.tenant, &id).await?,

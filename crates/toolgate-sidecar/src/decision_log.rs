@@ -62,7 +62,11 @@ async fn write_loop(
             let mut attempt = 0;
             loop {
                 attempt += 1;
-                match store.decisions().append_batch(&tenant, records.clone()).await {
+                match store
+                    .decisions()
+                    .append_batch(&tenant, records.clone())
+                    .await
+                {
                     Ok(_) => {
                         metrics.decision_log_written.inc_by(count);
                         break;

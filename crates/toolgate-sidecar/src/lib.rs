@@ -148,7 +148,9 @@ impl Sidecar {
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|e| StartError::Bind(config.listen, e))?;
-        let addr = listener.local_addr().map_err(|e| StartError::Bind(config.listen, e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| StartError::Bind(config.listen, e))?;
         let (shutdown, shutdown_rx) = watch::channel(false);
 
         let background = vec![
@@ -219,7 +221,11 @@ impl Sidecar {
             let _ = task.await;
         }
         // Dropping the last sender lets the writer drain its queue and end.
-        let Self { state, decision_writer, .. } = self;
+        let Self {
+            state,
+            decision_writer,
+            ..
+        } = self;
         drop(state);
         let _ = decision_writer.await;
     }
@@ -254,7 +260,9 @@ async fn heartbeat_loop(
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let Some(enforced) = policy.current() else { continue };
+        let Some(enforced) = policy.current() else {
+            continue;
+        };
         if last_version.as_deref() != Some(enforced.policy_version.as_str()) {
             record_profile(&store, &config, &enforced).await;
             last_version = Some(enforced.policy_version.clone());

@@ -58,7 +58,10 @@ impl Metrics {
         )
         .expect("static metric definition");
         let bundle_info = IntGaugeVec::new(
-            Opts::new("toolgate_bundle_info", "The policy bundle being enforced (value 1)."),
+            Opts::new(
+                "toolgate_bundle_info",
+                "The policy bundle being enforced (value 1).",
+            ),
             &["policy_version", "profile", "sequence"],
         )
         .expect("static metric definition");
@@ -71,7 +74,10 @@ impl Metrics {
         )
         .expect("static metric definition");
         let intents = IntCounterVec::new(
-            Opts::new("toolgate_intents_total", "Intent records by resulting status."),
+            Opts::new(
+                "toolgate_intents_total",
+                "Intent records by resulting status.",
+            ),
             &["status"],
         )
         .expect("static metric definition");

@@ -155,10 +155,19 @@ impl PolicyState {
         }
     }
 
-    fn verify(&self, bundle: &[u8], trust: &[u8], now: Timestamp) -> Result<Enforced, (String, String)> {
+    fn verify(
+        &self,
+        bundle: &[u8],
+        trust: &[u8],
+        now: Timestamp,
+    ) -> Result<Enforced, (String, String)> {
         let fail = |e: toolgate_bundle::BundleError| (e.code().to_owned(), e.to_string());
-        let trust_text = std::str::from_utf8(trust)
-            .map_err(|_| ("trust_invalid".to_owned(), "trust file is not UTF-8 PEM".to_owned()))?;
+        let trust_text = std::str::from_utf8(trust).map_err(|_| {
+            (
+                "trust_invalid".to_owned(),
+                "trust file is not UTF-8 PEM".to_owned(),
+            )
+        })?;
         let trust = TrustSet::from_pem(trust_text).map_err(fail)?;
         let held = self.current().map(|e| e.sequence);
         let options = VerifyOptions {
@@ -192,9 +201,16 @@ impl PolicyState {
             (Ok(b), Ok(t)) => self.load_bytes(&b, &t, now),
             (b, t) => {
                 let which = if b.is_err() { "bundle" } else { "trust" };
-                let err = b.err().or(t.err()).map(|e| e.kind().to_string()).unwrap_or_default();
+                let err = b
+                    .err()
+                    .or(t.err())
+                    .map(|e| e.kind().to_string())
+                    .unwrap_or_default();
                 let code = "bundle_unreadable".to_owned();
-                self.metrics.bundle_reload_failures.with_label_values(&[&code]).inc();
+                self.metrics
+                    .bundle_reload_failures
+                    .with_label_values(&[&code])
+                    .inc();
                 tracing::warn!(which, err, "cannot read {which} file");
                 *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(LoadFailure {
                     code: code.clone(),

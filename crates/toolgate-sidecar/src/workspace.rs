@@ -131,7 +131,9 @@ impl RelPath {
             return Err(WorkspaceError::InvalidPath("NUL in path"));
         }
         if text.starts_with('/') || text.starts_with('\\') {
-            return Err(WorkspaceError::InvalidPath("absolute paths are not allowed"));
+            return Err(WorkspaceError::InvalidPath(
+                "absolute paths are not allowed",
+            ));
         }
         if text.contains('\\') {
             return Err(WorkspaceError::InvalidPath("backslashes are not allowed"));
@@ -297,7 +299,9 @@ impl Workspaces {
     pub fn read(&self, run_id: &str, path: &str) -> Result<FileRead, WorkspaceError> {
         let rel = RelPath::parse(path, false)?;
         let root = self.root(run_id)?;
-        let meta = root.metadata(rel.as_path()).map_err(WorkspaceError::from_io)?;
+        let meta = root
+            .metadata(rel.as_path())
+            .map_err(WorkspaceError::from_io)?;
         if meta.is_dir() {
             return Err(WorkspaceError::WrongKind("path is a directory"));
         }
@@ -314,7 +318,12 @@ impl Workspaces {
     }
 
     /// Writes a UTF-8 file, creating parent directories inside the root.
-    pub fn write(&self, run_id: &str, path: &str, content: &str) -> Result<FileWritten, WorkspaceError> {
+    pub fn write(
+        &self,
+        run_id: &str,
+        path: &str,
+        content: &str,
+    ) -> Result<FileWritten, WorkspaceError> {
         let rel = RelPath::parse(path, false)?;
         if content.len() as u64 > MAX_FILE_BYTES {
             return Err(WorkspaceError::TooLarge);
@@ -330,7 +339,9 @@ impl Workspaces {
         }
         root.write(rel.as_path(), content.as_bytes())
             .map_err(WorkspaceError::from_io)?;
-        let meta = root.metadata(rel.as_path()).map_err(WorkspaceError::from_io)?;
+        let meta = root
+            .metadata(rel.as_path())
+            .map_err(WorkspaceError::from_io)?;
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -349,7 +360,8 @@ impl Workspaces {
         let dir = if rel.0.is_empty() {
             root
         } else {
-            root.open_dir(rel.as_path()).map_err(WorkspaceError::from_io)?
+            root.open_dir(rel.as_path())
+                .map_err(WorkspaceError::from_io)?
         };
         let mut entries = Vec::new();
         let mut skipped_non_utf8 = 0;
@@ -397,7 +409,9 @@ impl Workspaces {
     pub fn stat(&self, run_id: &str, path: &str) -> Result<Stat, WorkspaceError> {
         let rel = RelPath::parse(path, true)?;
         let root = self.root(run_id)?;
-        let meta = root.metadata(rel.as_path()).map_err(WorkspaceError::from_io)?;
+        let meta = root
+            .metadata(rel.as_path())
+            .map_err(WorkspaceError::from_io)?;
         let kind = if meta.is_dir() {
             EntryKind::Dir
         } else if meta.is_file() {
@@ -424,13 +438,29 @@ mod tests {
 
     #[test]
     fn path_text_checks() {
-        for bad in ["/etc/passwd", "..", "a/../b", "a//b", "a/", "./a", "a\0b", "\\x", "a\\..\\b"] {
+        for bad in [
+            "/etc/passwd",
+            "..",
+            "a/../b",
+            "a//b",
+            "a/",
+            "./a",
+            "a\0b",
+            "\\x",
+            "a\\..\\b",
+        ] {
             assert!(RelPath::parse(bad, true).is_err(), "{bad:?}");
         }
         assert!(RelPath::parse("", false).is_err());
         assert_eq!(RelPath::parse("", true).unwrap().as_str(), "");
-        assert_eq!(RelPath::parse("src/main.rs", false).unwrap().as_str(), "src/main.rs");
-        assert_eq!(RelPath::parse("..hidden", false).unwrap().as_str(), "..hidden");
+        assert_eq!(
+            RelPath::parse("src/main.rs", false).unwrap().as_str(),
+            "src/main.rs"
+        );
+        assert_eq!(
+            RelPath::parse("..hidden", false).unwrap().as_str(),
+            "..hidden"
+        );
     }
 
     #[test]

@@ -30,19 +30,33 @@ macro_rules! each_backend {
 async fn verdicts_are_typed_and_recorded() {
     each_backend!(|h| {
         let run = unique("run");
-        let allow = h.authorize("bash", json!({"command": "ls -la"}), &run).await;
+        let allow = h
+            .authorize("bash", json!({"command": "ls -la"}), &run)
+            .await;
         assert_eq!(allow["verdict"], "allow");
         assert_eq!(allow["reason"], "allow_rule");
         assert_eq!(allow["matched_rule"], "allow:bash:ls*");
         assert_eq!(allow["intent_required"], true);
-        assert!(allow["policy_version"].as_str().unwrap().starts_with("coding@"));
+        assert!(
+            allow["policy_version"]
+                .as_str()
+                .unwrap()
+                .starts_with("coding@")
+        );
         assert!(allow["decision_id"].as_str().unwrap().len() >= 32);
 
-        let deny = h.authorize("bash", json!({"command": "rm -rf /"}), &run).await;
-        assert_eq!((deny["verdict"].as_str(), deny["reason"].as_str()), (Some("deny"), Some("deny_rule")));
+        let deny = h
+            .authorize("bash", json!({"command": "rm -rf /"}), &run)
+            .await;
+        assert_eq!(
+            (deny["verdict"].as_str(), deny["reason"].as_str()),
+            (Some("deny"), Some("deny_rule"))
+        );
         let unknown = h.authorize("browser", json!({}), &run).await;
         assert_eq!(unknown["reason"], "unknown_tool");
-        let low = h.authorize("reader", json!({"path": "src/lib.rs"}), &run).await;
+        let low = h
+            .authorize("reader", json!({"path": "src/lib.rs"}), &run)
+            .await;
         assert_eq!(low["verdict"], "allow");
         assert_eq!(low["intent_required"], false);
         let hard = h.authorize("reader", json!({"path": "a/.env"}), &run).await;
@@ -51,7 +65,10 @@ async fn verdicts_are_typed_and_recorded() {
         // Metrics carry the decisions.
         let (_, metrics) = h.get("/metrics").await;
         assert!(metrics.contains(r#"toolgate_decisions_total{profile="coding",reason="allow_rule",tool="bash",verdict="allow"} 1"#), "{metrics}");
-        assert!(metrics.contains(r#"tool="<unknown>""#), "unknown tools share one label");
+        assert!(
+            metrics.contains(r#"tool="<unknown>""#),
+            "unknown tools share one label"
+        );
         assert!(metrics.contains("toolgate_bundle_info{policy_version=\"coding@"));
 
         // Shutdown flushes the low-risk batch; every decision is in the chain.
@@ -71,19 +88,31 @@ async fn no_bundle_and_expired_bundle_fail_closed() {
         std::fs::create_dir_all(&dir).unwrap();
         let mut h = Harness::start(&dir, &url, None).await;
         let v = h.authorize("bash", json!({"command": "ls"}), "r").await;
-        assert_eq!((v["verdict"].as_str(), v["reason"].as_str()), (Some("deny"), Some("no_bundle")));
+        assert_eq!(
+            (v["verdict"].as_str(), v["reason"].as_str()),
+            (Some("deny"), Some("no_bundle"))
+        );
         let (status, ready) = h.get_json("/readyz").await;
         assert_eq!(status, 503, "{ready}");
         assert_eq!(ready["last_rejected_bundle"]["code"], "bundle_unreadable");
 
         // A bundle that expires shortly: allowed now, denied after expiry.
-        replace_file(&h.bundle_path, &bundle(SPEC, 1, SignedDuration::from_millis(1500), &key()));
+        replace_file(
+            &h.bundle_path,
+            &bundle(SPEC, 1, SignedDuration::from_millis(1500), &key()),
+        );
         h.wait_for_version(|v| v.is_some()).await;
         assert_eq!(h.get_json("/readyz").await.0, 200);
-        assert_eq!(h.authorize("bash", json!({"command": "ls"}), "r").await["verdict"], "allow");
+        assert_eq!(
+            h.authorize("bash", json!({"command": "ls"}), "r").await["verdict"],
+            "allow"
+        );
         tokio::time::sleep(Duration::from_millis(1600)).await;
         let v = h.authorize("bash", json!({"command": "ls"}), "r").await;
-        assert_eq!((v["verdict"].as_str(), v["reason"].as_str()), (Some("deny"), Some("bundle_expired")));
+        assert_eq!(
+            (v["verdict"].as_str(), v["reason"].as_str()),
+            (Some("deny"), Some("bundle_expired"))
+        );
         assert_eq!(h.get_json("/readyz").await.1["bundle_expired"], true);
         h.stop().await;
     }
@@ -93,7 +122,16 @@ async fn no_bundle_and_expired_bundle_fail_closed() {
 async fn bad_bundles_never_replace_the_good_one() {
     each_backend!(|h| {
         h.wait_for_version(|v| v.is_some()).await;
-        let good = h.sidecar.as_ref().unwrap().state.policy.current().unwrap().policy_version.clone();
+        let good = h
+            .sidecar
+            .as_ref()
+            .unwrap()
+            .state
+            .policy
+            .current()
+            .unwrap()
+            .policy_version
+            .clone();
 
         // Tampered: one byte of the envelope changed.
         let signed = bundle(&SPEC.replace("rm *", "rn *"), 2, day(), &key());
@@ -105,31 +143,105 @@ async fn bad_bundles_never_replace_the_good_one() {
         replace_file(&h.bundle_path, envelope.to_string().as_bytes());
         // Signed by a key nobody trusts.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let failure = h.sidecar.as_ref().unwrap().state.policy.last_failure().expect("rejection recorded");
+        let failure = h
+            .sidecar
+            .as_ref()
+            .unwrap()
+            .state
+            .policy
+            .last_failure()
+            .expect("rejection recorded");
         assert_eq!(failure.code, "bundle_bad_signature", "{failure:?}");
-        assert_eq!(h.sidecar.as_ref().unwrap().state.policy.current().unwrap().policy_version, good);
+        assert_eq!(
+            h.sidecar
+                .as_ref()
+                .unwrap()
+                .state
+                .policy
+                .current()
+                .unwrap()
+                .policy_version,
+            good
+        );
 
-        replace_file(&h.bundle_path, &bundle(SPEC, 3, day(), &toolgate_bundle::SigningKey::from_seed(&[9; 32])));
+        replace_file(
+            &h.bundle_path,
+            &bundle(
+                SPEC,
+                3,
+                day(),
+                &toolgate_bundle::SigningKey::from_seed(&[9; 32]),
+            ),
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(h.sidecar.as_ref().unwrap().state.policy.last_failure().unwrap().code, "bundle_unknown_key");
+        assert_eq!(
+            h.sidecar
+                .as_ref()
+                .unwrap()
+                .state
+                .policy
+                .last_failure()
+                .unwrap()
+                .code,
+            "bundle_unknown_key"
+        );
 
         // A newer good bundle swaps in; then an older one (rollback) is refused.
         let newer = SPEC.replace("\"git status\"", "\"git status\", \"pwd\"");
         replace_file(&h.bundle_path, &bundle(&newer, 5, day(), &key()));
         h.wait_for_version(|v| v.is_some_and(|v| v != good)).await;
-        let v5 = h.sidecar.as_ref().unwrap().state.policy.current().unwrap().policy_version.clone();
+        let v5 = h
+            .sidecar
+            .as_ref()
+            .unwrap()
+            .state
+            .policy
+            .current()
+            .unwrap()
+            .policy_version
+            .clone();
         replace_file(&h.bundle_path, &bundle(SPEC, 4, day(), &key()));
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(h.sidecar.as_ref().unwrap().state.policy.last_failure().unwrap().code, "bundle_rollback");
-        assert_eq!(h.sidecar.as_ref().unwrap().state.policy.current().unwrap().policy_version, v5);
-        assert_eq!(h.authorize("bash", json!({"command": "pwd"}), "r").await["verdict"], "allow");
+        assert_eq!(
+            h.sidecar
+                .as_ref()
+                .unwrap()
+                .state
+                .policy
+                .last_failure()
+                .unwrap()
+                .code,
+            "bundle_rollback"
+        );
+        assert_eq!(
+            h.sidecar
+                .as_ref()
+                .unwrap()
+                .state
+                .policy
+                .current()
+                .unwrap()
+                .policy_version,
+            v5
+        );
+        assert_eq!(
+            h.authorize("bash", json!({"command": "pwd"}), "r").await["verdict"],
+            "allow"
+        );
 
         let (status, ready) = h.get_json("/readyz").await;
         assert_eq!(status, 200, "the old bundle keeps serving: {ready}");
         assert_eq!(ready["last_rejected_bundle"]["code"], "bundle_rollback");
         let (_, metrics) = h.get("/metrics").await;
-        assert!(metrics.contains(r#"toolgate_bundle_reload_failures_total{code="bundle_rollback"} 1"#), "{metrics}");
-        assert!(metrics.contains(r#"toolgate_bundle_reload_failures_total{code="bundle_unknown_key"} 1"#), "{metrics}");
+        assert!(
+            metrics.contains(r#"toolgate_bundle_reload_failures_total{code="bundle_rollback"} 1"#),
+            "{metrics}"
+        );
+        assert!(
+            metrics
+                .contains(r#"toolgate_bundle_reload_failures_total{code="bundle_unknown_key"} 1"#),
+            "{metrics}"
+        );
     });
 }
 
@@ -142,17 +254,43 @@ async fn hot_swap_under_load_never_mixes_policies() {
         let a = bundle(SPEC, 10, day(), &key());
         let b_spec = SPEC.replace("deny: [\"rm *\"]", "deny: [\"rm *\", \"ls*\"]");
         let b = bundle(&b_spec, 11, day(), &key());
-        let b2 = bundle(&SPEC.replace("deny: [\"rm *\"]", "deny: [\"ls*\", \"rm *\"]"), 12, day(), &key());
+        let b2 = bundle(
+            &SPEC.replace("deny: [\"rm *\"]", "deny: [\"ls*\", \"rm *\"]"),
+            12,
+            day(),
+            &key(),
+        );
         replace_file(&h.bundle_path, &a);
-        h.wait_for_version(|_| h.sidecar.as_ref().unwrap().state.policy.current().unwrap().sequence == 10).await;
-        let a_version = h.sidecar.as_ref().unwrap().state.policy.current().unwrap().policy_version.clone();
+        h.wait_for_version(|_| {
+            h.sidecar
+                .as_ref()
+                .unwrap()
+                .state
+                .policy
+                .current()
+                .unwrap()
+                .sequence
+                == 10
+        })
+        .await;
+        let a_version = h
+            .sidecar
+            .as_ref()
+            .unwrap()
+            .state
+            .policy
+            .current()
+            .unwrap()
+            .policy_version
+            .clone();
 
         let client = h.client.clone();
         let url = format!("{}/v1/authorize", h.base);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut workers = Vec::new();
         for _ in 0..8 {
-            let (client, url, stop, a_version) = (client.clone(), url.clone(), stop.clone(), a_version.clone());
+            let (client, url, stop, a_version) =
+                (client.clone(), url.clone(), stop.clone(), a_version.clone());
             workers.push(tokio::spawn(async move {
                 let mut seen = std::collections::BTreeSet::new();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -170,17 +308,43 @@ async fn hot_swap_under_load_never_mixes_policies() {
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
         replace_file(&h.bundle_path, &b);
-        h.wait_for_version(|_| h.sidecar.as_ref().unwrap().state.policy.current().unwrap().sequence == 11).await;
+        h.wait_for_version(|_| {
+            h.sidecar
+                .as_ref()
+                .unwrap()
+                .state
+                .policy
+                .current()
+                .unwrap()
+                .sequence
+                == 11
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(150)).await;
         replace_file(&h.bundle_path, &b2);
-        h.wait_for_version(|_| h.sidecar.as_ref().unwrap().state.policy.current().unwrap().sequence == 12).await;
+        h.wait_for_version(|_| {
+            h.sidecar
+                .as_ref()
+                .unwrap()
+                .state
+                .policy
+                .current()
+                .unwrap()
+                .sequence
+                == 12
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(150)).await;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut versions = std::collections::BTreeSet::new();
         for w in workers {
             versions.extend(w.await.unwrap());
         }
-        assert_eq!(versions.len(), 3, "requests saw all three versions: {versions:?}");
+        assert_eq!(
+            versions.len(),
+            3,
+            "requests saw all three versions: {versions:?}"
+        );
     });
 }
 
@@ -190,7 +354,10 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
         let run = unique("run");
         let args = json!({"target": "prod"});
         let first = h.authorize("deploy", args.clone(), &run).await;
-        assert_eq!((first["verdict"].as_str(), first["reason"].as_str()), (Some("escalate"), Some("escalate_rule")));
+        assert_eq!(
+            (first["verdict"].as_str(), first["reason"].as_str()),
+            (Some("escalate"), Some("escalate_rule"))
+        );
         let approval_id = first["approval_id"].as_str().unwrap().to_owned();
         // Asking again before anyone answers is the same approval.
         let again = h.authorize("deploy", args.clone(), &run).await;
@@ -201,23 +368,52 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
 
         // A long-poll wakes when a human approves from elsewhere.
         let waiter = {
-            let (client, url) = (h.client.clone(), format!("{}/v1/approvals/{approval_id}?wait=10", h.base));
-            tokio::spawn(async move { client.get(url).send().await.unwrap().json::<Value>().await.unwrap() })
+            let (client, url) = (
+                h.client.clone(),
+                format!("{}/v1/approvals/{approval_id}?wait=10", h.base),
+            );
+            tokio::spawn(async move {
+                client
+                    .get(url)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<Value>()
+                    .await
+                    .unwrap()
+            })
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
         let started = std::time::Instant::now();
-        toolgate_sidecar::api::resolve_approval(&h.store, &h.tenant, &approval_id, ApprovalDecision::Approved, "alice", Some("looks fine")).await.unwrap();
+        toolgate_sidecar::api::resolve_approval(
+            &h.store,
+            &h.tenant,
+            &approval_id,
+            ApprovalDecision::Approved,
+            "alice",
+            Some("looks fine"),
+        )
+        .await
+        .unwrap();
         let resolved = waiter.await.unwrap();
         assert_eq!(resolved["status"], "approved");
-        assert!(started.elapsed() < Duration::from_secs(5), "the wait woke on resolution");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the wait woke on resolution"
+        );
 
         // Other arguments do not ride on the approval.
-        let other = h.authorize("deploy", json!({"target": "staging"}), &run).await;
+        let other = h
+            .authorize("deploy", json!({"target": "staging"}), &run)
+            .await;
         assert_eq!(other["verdict"], "escalate");
         assert_ne!(other["approval_id"], approval_id.as_str());
         // The exact call is allowed once...
         let ok = h.authorize("deploy", args.clone(), &run).await;
-        assert_eq!((ok["verdict"].as_str(), ok["reason"].as_str()), (Some("allow"), Some("approved")));
+        assert_eq!(
+            (ok["verdict"].as_str(), ok["reason"].as_str()),
+            (Some("allow"), Some("approved"))
+        );
         assert_eq!(ok["matched_rule"], format!("approval:{approval_id}"));
         // ...and a second use escalates again with a fresh approval.
         let second = h.authorize("deploy", args.clone(), &run).await;
@@ -226,12 +422,27 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
         assert_ne!(fresh, approval_id);
 
         // A denied approval denies the call.
-        toolgate_sidecar::api::resolve_approval(&h.store, &h.tenant, &fresh, ApprovalDecision::Denied, "bob", None).await.unwrap();
+        toolgate_sidecar::api::resolve_approval(
+            &h.store,
+            &h.tenant,
+            &fresh,
+            ApprovalDecision::Denied,
+            "bob",
+            None,
+        )
+        .await
+        .unwrap();
         let denied = h.authorize("deploy", args.clone(), &run).await;
-        assert_eq!((denied["verdict"].as_str(), denied["reason"].as_str()), (Some("deny"), Some("approval_denied")));
+        assert_eq!(
+            (denied["verdict"].as_str(), denied["reason"].as_str()),
+            (Some("deny"), Some("approval_denied"))
+        );
 
         // Unknown approvals and other tenants' approvals are not found.
-        assert_eq!(h.get_json("/v1/approvals/nope").await.1["error"]["code"], "not_found");
+        assert_eq!(
+            h.get_json("/v1/approvals/nope").await.1["error"]["code"],
+            "not_found"
+        );
     });
 }
 
@@ -239,18 +450,30 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
 async fn intents_bind_to_the_allowing_decision() {
     each_backend!(|h| {
         let run = unique("run");
-        let allow = h.authorize("bash", json!({"command": "git status"}), &run).await;
+        let allow = h
+            .authorize("bash", json!({"command": "git status"}), &run)
+            .await;
         let decision_id = allow["decision_id"].as_str().unwrap();
         let digest = allow["args_digest"].as_str().unwrap();
 
         // Swapped arguments are refused.
-        let other_digest = toolgate_policy::args_digest(json!({"command": "rm -rf /"}).as_object().unwrap());
+        let other_digest =
+            toolgate_policy::args_digest(json!({"command": "rm -rf /"}).as_object().unwrap());
         let (status, err) = h.post("/v1/intents", json!({"decision_id": decision_id, "run_id": run, "step_id": "s1", "tool": "bash", "args_digest": other_digest})).await;
-        assert_eq!((status, err["error"]["code"].as_str()), (403, Some("intent_digest_mismatch")), "{err}");
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (403, Some("intent_digest_mismatch")),
+            "{err}"
+        );
         // A denied decision cannot carry an intent.
-        let deny = h.authorize("bash", json!({"command": "rm -rf /"}), &run).await;
+        let deny = h
+            .authorize("bash", json!({"command": "rm -rf /"}), &run)
+            .await;
         let (status, err) = h.post("/v1/intents", json!({"decision_id": deny["decision_id"], "run_id": run, "step_id": "s1", "tool": "bash", "args_digest": deny["args_digest"]})).await;
-        assert_eq!((status, err["error"]["code"].as_str()), (403, Some("decision_not_allowed")));
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (403, Some("decision_not_allowed"))
+        );
 
         let (status, begun) = h.post("/v1/intents", json!({"decision_id": decision_id, "run_id": run, "step_id": "s1", "tool": "bash", "args_digest": digest, "verification_probe": {"kind": "git", "ref": "HEAD"}})).await;
         assert_eq!(status, 201, "{begun}");
@@ -260,28 +483,67 @@ async fn intents_bind_to_the_allowing_decision() {
         let (status, _) = h.post("/v1/intents", json!({"decision_id": decision_id, "run_id": run, "step_id": "s1", "tool": "bash", "args_digest": digest})).await;
         assert_eq!(status, 409);
 
-        let (_, listed) = h.get_json(&format!("/v1/intents?run_id={run}&status=pending")).await;
+        let (_, listed) = h
+            .get_json(&format!("/v1/intents?run_id={run}&status=pending"))
+            .await;
         assert_eq!(listed["intents"][0]["id"], intent_id.as_str());
         assert_eq!(listed["intents"][0]["resume"], "safe_to_retry");
 
-        let (status, sent) = h.post(&format!("/v1/intents/{intent_id}/effect-sent"), json!({})).await;
+        let (status, sent) = h
+            .post(&format!("/v1/intents/{intent_id}/effect-sent"), json!({}))
+            .await;
         assert_eq!(status, 200, "{sent}");
-        let (_, listed) = h.get_json(&format!("/v1/intents?run_id={run}&status=pending")).await;
+        let (_, listed) = h
+            .get_json(&format!("/v1/intents?run_id={run}&status=pending"))
+            .await;
         assert_eq!(listed["intents"][0]["resume"], "uncertain");
 
-        let (status, done) = h.post(&format!("/v1/intents/{intent_id}/complete"), json!({"outcome": "completed", "detail": "ok"})).await;
+        let (status, done) = h
+            .post(
+                &format!("/v1/intents/{intent_id}/complete"),
+                json!({"outcome": "completed", "detail": "ok"}),
+            )
+            .await;
         assert_eq!((status, done["status"].as_str()), (200, Some("completed")));
-        let (status, _) = h.post(&format!("/v1/intents/{intent_id}/complete"), json!({"outcome": "completed", "detail": "ok"})).await;
+        let (status, _) = h
+            .post(
+                &format!("/v1/intents/{intent_id}/complete"),
+                json!({"outcome": "completed", "detail": "ok"}),
+            )
+            .await;
         assert_eq!(status, 200, "same outcome again is idempotent");
-        let (status, err) = h.post(&format!("/v1/intents/{intent_id}/complete"), json!({"outcome": "error"})).await;
-        assert_eq!((status, err["error"]["code"].as_str()), (409, Some("conflict")));
-        let (_, listed) = h.get_json(&format!("/v1/intents?run_id={run}&status=pending")).await;
+        let (status, err) = h
+            .post(
+                &format!("/v1/intents/{intent_id}/complete"),
+                json!({"outcome": "error"}),
+            )
+            .await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (409, Some("conflict"))
+        );
+        let (_, listed) = h
+            .get_json(&format!("/v1/intents?run_id={run}&status=pending"))
+            .await;
         assert_eq!(listed["intents"].as_array().unwrap().len(), 0);
 
-        let (status, err) = h.post("/v1/intents/nope/complete", json!({"outcome": "completed"})).await;
-        assert_eq!((status, err["error"]["code"].as_str()), (404, Some("not_found")));
-        let (status, err) = h.post(&format!("/v1/intents/{intent_id}/complete"), json!({"outcome": "maybe"})).await;
-        assert_eq!((status, err["error"]["code"].as_str()), (400, Some("invalid_request")));
+        let (status, err) = h
+            .post("/v1/intents/nope/complete", json!({"outcome": "completed"}))
+            .await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (404, Some("not_found"))
+        );
+        let (status, err) = h
+            .post(
+                &format!("/v1/intents/{intent_id}/complete"),
+                json!({"outcome": "maybe"}),
+            )
+            .await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (400, Some("invalid_request"))
+        );
     });
 }
 
@@ -289,19 +551,62 @@ async fn intents_bind_to_the_allowing_decision() {
 async fn malformed_requests_get_typed_errors() {
     each_backend!(|h| {
         let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
-            ("/v1/authorize", br#"{"tool":"bash","arguments":{},"run_id":"r","colour":"red"}"#.to_vec(), 400, "invalid_request"),
-            ("/v1/authorize", br#"{"tool":"bash","arguments":[],"run_id":"r"}"#.to_vec(), 400, "invalid_request"),
-            ("/v1/authorize", br#"{"tool":"bash","arguments":{}"#.to_vec(), 400, "invalid_request"),
-            ("/v1/authorize", br#"{"tool":"bash","arguments":{},"run_id":""}"#.to_vec(), 400, "invalid_request"),
-            ("/v1/authorize", br#"{"tool":"bash","arguments":{},"run_id":"r","tenant":"someone-else"}"#.to_vec(), 400, "invalid_request"),
-            ("/v1/authorize", vec![b' '; 300 * 1024], 413, "request_too_large"),
-            ("/v1/workspace/read", br#"{"run_id":"r"}"#.to_vec(), 400, "invalid_request"),
+            (
+                "/v1/authorize",
+                br#"{"tool":"bash","arguments":{},"run_id":"r","colour":"red"}"#.to_vec(),
+                400,
+                "invalid_request",
+            ),
+            (
+                "/v1/authorize",
+                br#"{"tool":"bash","arguments":[],"run_id":"r"}"#.to_vec(),
+                400,
+                "invalid_request",
+            ),
+            (
+                "/v1/authorize",
+                br#"{"tool":"bash","arguments":{}"#.to_vec(),
+                400,
+                "invalid_request",
+            ),
+            (
+                "/v1/authorize",
+                br#"{"tool":"bash","arguments":{},"run_id":""}"#.to_vec(),
+                400,
+                "invalid_request",
+            ),
+            (
+                "/v1/authorize",
+                br#"{"tool":"bash","arguments":{},"run_id":"r","tenant":"someone-else"}"#.to_vec(),
+                400,
+                "invalid_request",
+            ),
+            (
+                "/v1/authorize",
+                vec![b' '; 300 * 1024],
+                413,
+                "request_too_large",
+            ),
+            (
+                "/v1/workspace/read",
+                br#"{"run_id":"r"}"#.to_vec(),
+                400,
+                "invalid_request",
+            ),
             ("/v1/nothing", b"{}".to_vec(), 404, "no_route"),
         ];
         for (path, body, status, code) in cases {
             let (got, err) = h.post_raw(path, body).await;
-            assert_eq!((got, err["error"]["code"].as_str()), (status, Some(code)), "{path}: {err}");
-            assert!(err["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+            assert_eq!(
+                (got, err["error"]["code"].as_str()),
+                (status, Some(code)),
+                "{path}: {err}"
+            );
+            assert!(
+                err["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty())
+            );
         }
         let (status, text) = h.get("/v1/intents?status=pending").await;
         assert_eq!(status, 400, "{text}");

@@ -39,7 +39,12 @@ pub fn trust_pem(keys: &[&SigningKey]) -> String {
 }
 
 /// Signed envelope bytes for `spec_yaml` at `sequence`, valid for `valid_for`.
-pub fn bundle(spec_yaml: &str, sequence: u64, valid_for: SignedDuration, key: &SigningKey) -> Vec<u8> {
+pub fn bundle(
+    spec_yaml: &str,
+    sequence: u64,
+    valid_for: SignedDuration,
+    key: &SigningKey,
+) -> Vec<u8> {
     let spec = toolgate_policy::load::from_str(spec_yaml).unwrap();
     let issued_at = Timestamp::now() - SignedDuration::from_secs(5);
     let (_, bytes) = toolgate_bundle::build(
@@ -110,7 +115,12 @@ fn uuid_like() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    format!("{:x}{:x}{}", nanos, std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{:x}{:x}{}",
+        nanos,
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 impl Harness {
@@ -124,13 +134,16 @@ impl Harness {
         std::fs::write(&trust_path, trust_pem(&[&key()])).unwrap();
         let tenant = unique("t");
         let store = Store::connect(url).await.expect("connect test database");
-        let mut config = SidecarConfig::new(bundle_path.clone(), trust_path.clone(), url.to_owned());
+        let mut config =
+            SidecarConfig::new(bundle_path.clone(), trust_path.clone(), url.to_owned());
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.workspace_base = dir.join("workspaces");
         config.tenant = tenant.clone();
         config.reload_interval = Duration::from_millis(50);
         config.heartbeat_interval = Duration::from_millis(100);
-        let sidecar = Sidecar::start_with_store(config, store.clone()).await.unwrap();
+        let sidecar = Sidecar::start_with_store(config, store.clone())
+            .await
+            .unwrap();
         let base = format!("http://{}", sidecar.addr);
         Self {
             dir: dir.to_owned(),
