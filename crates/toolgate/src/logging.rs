@@ -5,7 +5,8 @@ use tracing_subscriber::EnvFilter;
 /// Installs a `tracing` subscriber: `RUST_LOG` filters (default `info`),
 /// JSON lines when `json` is set.
 pub fn init(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -32,6 +32,10 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Run the per-pod sidecar (authorize, intents, approvals, workspace).
     Sidecar(cmd::sidecar::SidecarArgs),
+    /// Run the Kubernetes controller (in-cluster or from a kubeconfig).
+    Controller(toolgate_controller::ControllerArgs),
+    /// Print the CustomResourceDefinitions, or write them into a directory.
+    Crdgen(cmd::crdgen::CrdgenArgs),
     /// Serve the admission webhooks (pod injection, policy validation) over TLS.
     Webhook(toolgate_webhook::WebhookArgs),
     /// List, approve or deny escalated calls in the database.
@@ -52,6 +56,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Sidecar(args) => cmd::sidecar::run(args),
         Command::Webhook(args) => cmd::webhook::run(args),
+        Command::Controller(args) => cmd::crdgen::controller(args),
+        Command::Crdgen(args) => cmd::crdgen::run(args),
         Command::Approvals(args) => cmd::approvals::run(args),
         Command::Audit(args) => cmd::audit::run(args),
         Command::Migrate(args) => cmd::audit::migrate(args),

@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod audit;
 pub mod bundle;
 pub mod check;
+pub mod crdgen;
 pub mod demo;
 pub mod keygen;
 pub mod sidecar;

@@ -1,0 +1,538 @@
+//! Approvals: the database ⇄ `Approval` object mirror, and the reconciler
+//! that turns a human's `spec.decision` into a resolved database row.
+//!
+//! Where mirrored requests live: every pending approval in the database
+//! becomes `Approval/apr-<id>` in one namespace, `--approvals-namespace`
+//! (default: the controller's own namespace, e.g. `toolgate-system`). One
+//! namespace keeps RBAC simple (approvers get rights on Approvals there)
+//! and does not depend on tenants being namespace names. Standing grants
+//! are written by humans in the namespace of the profile they extend.
+//!
+//! Directions:
+//! - database → cluster: [`sync_once`] (every few seconds) expires stale
+//!   rows, creates objects for new pending rows and moves objects whose row
+//!   left `pending` (resolved elsewhere, expired) to the matching phase;
+//! - cluster → database: [`reconcile`] resolves the row when `spec.decision`
+//!   is set, idempotently (resolving twice the same way is a no-op).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use toolgate_store::{ApprovalDecision, ApprovalStatus as DbStatus, StoreError};
+
+use crate::context::Context;
+use crate::crd::{
+    Approval, ApprovalRequest, ApprovalSpec, ApprovalStatus, Decision, Phase, StandingGrant,
+};
+use crate::error::ControllerError;
+
+/// Label on mirrored request objects.
+pub const LABEL_KIND: &str = "toolgate.dev/approval-kind";
+
+/// Object name for database approval `id`: `apr-` + the id lowercased,
+/// every character outside `[a-z0-9-]` replaced by `-`; when that loses
+/// information, a short hash of the original id keeps names distinct.
+pub fn approval_name(id: &str) -> String {
+    let lower = id.to_ascii_lowercase();
+    let mut clean: String = lower
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let lossy = clean != id;
+    clean = clean.trim_matches('-').to_owned();
+    clean.truncate(200);
+    let clean = clean.trim_end_matches('-');
+    if lossy {
+        let hash = toolgate_policy::digest::sha256_hex(id.as_bytes());
+        format!("apr-{clean}-{}", &hash[..8]).replace("--", "-")
+    } else {
+        format!("apr-{clean}")
+    }
+}
+
+/// Phase of a request from its database status.
+pub fn phase_of(status: DbStatus) -> Phase {
+    match status {
+        DbStatus::Pending => Phase::Pending,
+        DbStatus::Approved => Phase::Approved,
+        DbStatus::Denied => Phase::Denied,
+        DbStatus::Expired => Phase::Expired,
+    }
+}
+
+/// The profile a policy version belongs to (`{profile}@…`).
+pub fn profile_of(policy_version: &str) -> Option<String> {
+    policy_version
+        .split_once('@')
+        .map(|(p, _)| p.to_owned())
+        .filter(|p| !p.is_empty())
+}
+
+/// The `Approval` object mirroring a database row.
+pub fn object_for(row: &toolgate_store::Approval, namespace: &str) -> Approval {
+    let profile = profile_of(&row.policy_version);
+    let mut obj = Approval::new(
+        &approval_name(&row.id),
+        ApprovalSpec {
+            request: Some(ApprovalRequest {
+                approval_id: row.id.clone(),
+                tenant: row.tenant.clone(),
+                invocation_id: row.invocation_id.clone(),
+                tool: row.tool.clone(),
+                args_digest: row.args_digest.clone(),
+                run_id: row.run_id.clone(),
+                policy_version: row.policy_version.clone(),
+                profile: profile.clone(),
+                requested_by: Some(row.requested_by.clone()),
+            }),
+            grant: None,
+            decision: None,
+            reason: None,
+            decided_by: None,
+        },
+    );
+    obj.metadata = ObjectMeta {
+        name: Some(approval_name(&row.id)),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(BTreeMap::from([
+            (LABEL_KIND.to_owned(), "request".to_owned()),
+            (
+                "app.kubernetes.io/managed-by".to_owned(),
+                crate::MANAGER.to_owned(),
+            ),
+        ])),
+        ..Default::default()
+    };
+    obj
+}
+
+/// Status of a request object given its database row.
+pub fn request_status(
+    req: &ApprovalRequest,
+    row: Option<&toolgate_store::Approval>,
+    phase: Phase,
+    message: Option<String>,
+    generation: Option<i64>,
+) -> ApprovalStatus {
+    ApprovalStatus {
+        phase: Some(phase),
+        tool: Some(req.tool.clone()),
+        requested_by: row
+            .map(|r| r.requested_by.clone())
+            .or_else(|| req.requested_by.clone())
+            .or_else(|| Some(req.tenant.clone())),
+        profile: req
+            .profile
+            .clone()
+            .or_else(|| profile_of(&req.policy_version)),
+        expires_at: row.map(|r| r.expires_at.to_string()),
+        message,
+        observed_generation: generation,
+    }
+}
+
+/// Phase and status of a standing grant at `now`.
+pub fn grant_status(
+    spec: &ApprovalSpec,
+    grant: &StandingGrant,
+    now: Timestamp,
+    generation: Option<i64>,
+) -> ApprovalStatus {
+    let (phase, message) = match (spec.decision, grant.expires_at.parse::<Timestamp>()) {
+        (_, Err(e)) => (
+            Phase::Pending,
+            Some(format!(
+                "spec.grant.expiresAt is not an RFC 3339 instant: {e}"
+            )),
+        ),
+        (_, Ok(expiry)) if expiry <= now => {
+            (Phase::Expired, Some(format!("grant expired at {expiry}")))
+        }
+        (None, Ok(_)) => (Phase::Pending, Some("waiting for spec.decision".into())),
+        (Some(Decision::Denied), Ok(_)) => (Phase::Denied, None),
+        (Some(Decision::Approved), Ok(_)) => (
+            Phase::Approved,
+            Some(format!(
+                "compiled into the next bundle of profile {}",
+                grant.profile
+            )),
+        ),
+    };
+    ApprovalStatus {
+        phase: Some(phase),
+        tool: Some(grant.tool.clone()),
+        requested_by: spec.decided_by.clone(),
+        profile: Some(grant.profile.clone()),
+        expires_at: Some(grant.expires_at.clone()),
+        message,
+        observed_generation: generation,
+    }
+}
+
+fn to_db(d: Decision) -> ApprovalDecision {
+    match d {
+        Decision::Approved => ApprovalDecision::Approved,
+        Decision::Denied => ApprovalDecision::Denied,
+    }
+}
+
+async fn patch_status(
+    ctx: &Context,
+    obj: &Approval,
+    status: &ApprovalStatus,
+) -> Result<(), ControllerError> {
+    let ns = obj
+        .namespace()
+        .ok_or_else(|| ControllerError::InvalidObject("Approval without namespace".into()))?;
+    let api: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = serde_json::json!({"status": status});
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Resolves (decision set) or reads (no decision) the database row of a
+/// request and returns the status the object should show.
+pub async fn resolve_request(
+    ctx: &Context,
+    obj: &Approval,
+    req: &ApprovalRequest,
+) -> Result<ApprovalStatus, ControllerError> {
+    let approvals = ctx.store.approvals();
+    let generation = obj.metadata.generation;
+    let result = match obj.spec.decision {
+        Some(d) => {
+            let by = obj.spec.decided_by.as_deref().unwrap_or("kubectl");
+            approvals
+                .resolve(
+                    &req.tenant,
+                    &req.approval_id,
+                    to_db(d),
+                    by,
+                    obj.spec.reason.as_deref(),
+                )
+                .await
+        }
+        None => approvals.get(&req.tenant, &req.approval_id).await,
+    };
+    let status = match result {
+        Ok(row) => {
+            let message = match (row.status, &row.resolved_by) {
+                (DbStatus::Approved | DbStatus::Denied, Some(by)) => {
+                    Some(format!("{} by {by}", row.status))
+                }
+                _ => None,
+            };
+            request_status(req, Some(&row), phase_of(row.status), message, generation)
+        }
+        Err(StoreError::ApprovalExpired { .. }) => {
+            let row = approvals.get(&req.tenant, &req.approval_id).await.ok();
+            request_status(
+                req,
+                row.as_ref(),
+                Phase::Expired,
+                Some("expired before the decision was recorded".into()),
+                generation,
+            )
+        }
+        Err(StoreError::Conflict(message)) => {
+            let row = approvals.get(&req.tenant, &req.approval_id).await?;
+            request_status(
+                req,
+                Some(&row),
+                phase_of(row.status),
+                Some(message),
+                generation,
+            )
+        }
+        Err(StoreError::NotFound { .. }) => {
+            let phase = obj
+                .status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .unwrap_or(Phase::Pending);
+            request_status(
+                req,
+                None,
+                phase,
+                Some(format!(
+                    "approval {} of tenant {} is not in the database",
+                    req.approval_id, req.tenant
+                )),
+                generation,
+            )
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(status)
+}
+
+/// Reconciles one Approval (the `Controller`'s reconcile fn).
+pub async fn reconcile(obj: Arc<Approval>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
+    let timer = ctx.metrics.start("approval");
+    let span = tracing::info_span!(
+        "reconcile",
+        controller = "approval",
+        namespace = %obj.namespace().unwrap_or_default(),
+        approval = %obj.name_any()
+    );
+    let result = tracing::Instrument::instrument(reconcile_inner(&obj, &ctx), span).await;
+    timer.finish(&result);
+    result
+}
+
+async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, ControllerError> {
+    let now = ctx.now();
+    let previous = obj.status.clone().unwrap_or_default();
+    let (status, action) = match (&obj.spec.request, &obj.spec.grant) {
+        (Some(req), None) => {
+            let settled = matches!(
+                previous.phase,
+                Some(Phase::Approved | Phase::Denied | Phase::Expired)
+            ) && previous.observed_generation == obj.metadata.generation;
+            if settled {
+                return Ok(Action::await_change());
+            }
+            let status = resolve_request(ctx, obj, req).await?;
+            let action = match (
+                status.phase,
+                status
+                    .expires_at
+                    .as_deref()
+                    .and_then(|e| e.parse::<Timestamp>().ok()),
+            ) {
+                (Some(Phase::Pending), Some(expiry)) => {
+                    let wait =
+                        Duration::try_from(expiry.duration_since(now)).unwrap_or(Duration::ZERO);
+                    Action::requeue((wait + Duration::from_secs(1)).min(Duration::from_secs(300)))
+                }
+                (Some(Phase::Pending), None) => Action::requeue(Duration::from_secs(300)),
+                _ => Action::await_change(),
+            };
+            (status, action)
+        }
+        (None, Some(grant)) => {
+            let status = grant_status(&obj.spec, grant, now, obj.metadata.generation);
+            let action = match (status.phase, grant.expires_at.parse::<Timestamp>()) {
+                (Some(Phase::Approved | Phase::Pending | Phase::Denied), Ok(expiry)) => {
+                    let wait =
+                        Duration::try_from(expiry.duration_since(now)).unwrap_or(Duration::ZERO);
+                    Action::requeue(wait + Duration::from_secs(1))
+                }
+                _ => Action::await_change(),
+            };
+            (status, action)
+        }
+        _ => (
+            ApprovalStatus {
+                message: Some("exactly one of spec.request and spec.grant must be set".into()),
+                observed_generation: obj.metadata.generation,
+                ..previous.clone()
+            },
+            Action::await_change(),
+        ),
+    };
+    if status != previous {
+        patch_status(ctx, obj, &status).await?;
+    }
+    Ok(action)
+}
+
+/// What one mirror pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Rows moved to expired in the database.
+    pub expired: u64,
+    /// Approval objects created for new pending rows.
+    pub created: usize,
+    /// Objects whose status followed a row that left `pending`.
+    pub updated: usize,
+}
+
+/// One pass of the database → cluster mirror. `existing` is the current
+/// set of Approval objects (the controller's reflector cache).
+pub async fn sync_once(
+    ctx: &Context,
+    existing: &[Arc<Approval>],
+) -> Result<SyncReport, ControllerError> {
+    let now = ctx.now();
+    let ns = ctx.settings.approvals_namespace.clone();
+    let approvals = ctx.store.approvals();
+    let mut report = SyncReport {
+        expired: approvals.expire(now).await?,
+        ..Default::default()
+    };
+    let pending = approvals.list_all(Some(DbStatus::Pending)).await?;
+    let pending_ids: HashSet<(&str, &str)> = pending
+        .iter()
+        .map(|r| (r.tenant.as_str(), r.id.as_str()))
+        .collect();
+    let present: HashSet<String> = existing
+        .iter()
+        .filter(|a| a.namespace().as_deref() == Some(ns.as_str()))
+        .map(|a| a.name_any())
+        .collect();
+
+    let api: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
+    for row in &pending {
+        let obj = object_for(row, &ns);
+        if present.contains(&obj.name_any()) {
+            continue;
+        }
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(created) => {
+                report.created += 1;
+                let req = obj
+                    .spec
+                    .request
+                    .as_ref()
+                    .expect("mirrored objects carry a request");
+                let status = request_status(
+                    req,
+                    Some(row),
+                    Phase::Pending,
+                    None,
+                    created.metadata.generation,
+                );
+                patch_status(ctx, &created, &status).await?;
+                tracing::info!(approval = %row.id, tenant = %row.tenant, tool = %row.tool, "mirrored pending approval");
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    // Rows that left `pending` without the object knowing (resolved through
+    // the CLI or API, or expired).
+    for obj in existing {
+        let Some(req) = &obj.spec.request else {
+            continue;
+        };
+        let phase = obj.status.as_ref().and_then(|s| s.phase);
+        if !matches!(phase, None | Some(Phase::Pending)) {
+            continue;
+        }
+        if pending_ids.contains(&(req.tenant.as_str(), req.approval_id.as_str())) {
+            continue;
+        }
+        let status = resolve_request(ctx, obj, req).await?;
+        if obj.status.as_ref() != Some(&status) {
+            patch_status(ctx, obj, &status).await?;
+            report.updated += 1;
+        }
+    }
+
+    let mut counts: BTreeMap<&'static str, i64> = BTreeMap::new();
+    for phase in [
+        Phase::Pending,
+        Phase::Approved,
+        Phase::Denied,
+        Phase::Expired,
+    ] {
+        counts.insert(phase.as_str(), 0);
+    }
+    for obj in existing {
+        if let Some(phase) = obj.status.as_ref().and_then(|s| s.phase) {
+            *counts.entry(phase.as_str()).or_default() += 1;
+        }
+    }
+    for (phase, n) in counts {
+        ctx.metrics.approvals.with_label_values(&[phase]).set(n);
+    }
+    Ok(report)
+}
+
+/// Which profile an Approval change should re-reconcile (the mapper of the
+/// PolicyProfile controller's Approval watch): the grant's profile.
+pub fn grant_profile_ref(
+    a: &Approval,
+) -> Option<kube::runtime::reflector::ObjectRef<crate::crd::PolicyProfile>> {
+    let grant = a.spec.grant.as_ref()?;
+    let ns = a.namespace()?;
+    Some(kube::runtime::reflector::ObjectRef::new(&grant.profile).within(&ns))
+}
+
+/// The object reference used for Events about an Approval.
+pub fn reference(a: &Approval) -> k8s_openapi::api::core::v1::ObjectReference {
+    a.object_ref(&())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_valid_and_distinct() {
+        assert_eq!(approval_name("abc-123"), "apr-abc-123");
+        let a = approval_name("ABC_123");
+        let b = approval_name("abc_123");
+        assert_ne!(a, b);
+        for n in [a, b, approval_name("01J_X/Y:Z")] {
+            assert!(n.len() <= 253);
+            assert!(
+                n.bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'),
+                "{n}"
+            );
+            assert!(!n.ends_with('-') && !n.contains("--"), "{n}");
+        }
+        assert_eq!(
+            profile_of("safe-coding@abc+hdef").as_deref(),
+            Some("safe-coding")
+        );
+        assert_eq!(profile_of("nope"), None);
+    }
+
+    #[test]
+    fn grant_phases() {
+        let now: Timestamp = "2030-01-01T00:00:00Z".parse().unwrap();
+        let grant = StandingGrant {
+            profile: "p".into(),
+            tool: "bash".into(),
+            glob: "make *".into(),
+            subjects: vec!["*".into()],
+            expires_at: "2030-01-02T00:00:00Z".into(),
+        };
+        let mut spec = ApprovalSpec {
+            request: None,
+            grant: Some(grant.clone()),
+            decision: None,
+            reason: None,
+            decided_by: None,
+        };
+        assert_eq!(
+            grant_status(&spec, &grant, now, None).phase,
+            Some(Phase::Pending)
+        );
+        spec.decision = Some(Decision::Approved);
+        assert_eq!(
+            grant_status(&spec, &grant, now, None).phase,
+            Some(Phase::Approved)
+        );
+        let later: Timestamp = "2030-01-03T00:00:00Z".parse().unwrap();
+        assert_eq!(
+            grant_status(&spec, &grant, later, None).phase,
+            Some(Phase::Expired)
+        );
+        spec.decision = Some(Decision::Denied);
+        assert_eq!(
+            grant_status(&spec, &grant, now, None).phase,
+            Some(Phase::Denied)
+        );
+    }
+}

@@ -1,0 +1,20 @@
+//! `kubectl-toolgate`: the kubectl plugin (`kubectl toolgate approve|deny|list`).
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use toolgate_controller::plugin::{PluginCli, run_plugin};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = PluginCli::parse();
+    let mut stdout = std::io::stdout();
+    match run_plugin(cli, &mut stdout).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e} ({})", e.code());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! What every reconcile needs, behind one handle.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use jiff::{SignedDuration, Timestamp};
+use kube::runtime::events::{Event, Recorder, Reporter};
+use toolgate_bundle::SigningKey;
+use toolgate_store::Store;
+
+use crate::metrics::Metrics;
+
+/// The source of "now"; tests pin it.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// Tunables of the reconcilers.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a signed bundle stays valid (`expiresAt - issuedAt`).
+    pub bundle_validity: SignedDuration,
+    /// Namespace that holds the Approval objects mirrored from the database.
+    pub approvals_namespace: String,
+    /// Namespace the controller runs in (signing key, trust set, lease).
+    pub namespace: String,
+    /// How recently a pod must have reported to count as current.
+    pub fleet_window: SignedDuration,
+    /// How often a profile is re-reconciled to refresh its fleet status.
+    pub fleet_refresh: SignedDuration,
+}
+
+impl Settings {
+    /// Defaults for a controller running in `namespace`.
+    pub fn new(namespace: impl Into<String>) -> Self {
+        let namespace = namespace.into();
+        Self {
+            bundle_validity: SignedDuration::from_hours(24),
+            approvals_namespace: namespace.clone(),
+            namespace,
+            fleet_window: crate::fleet::FLEET_WINDOW,
+            fleet_refresh: SignedDuration::from_secs(60),
+        }
+    }
+}
+
+/// Shared state of the reconcilers. Cheap to clone via `Arc`.
+pub struct Context {
+    /// Kubernetes client (a real one, or a `tower-test` mock in tests).
+    pub client: kube::Client,
+    /// toolgate database.
+    pub store: Store,
+    /// The key that signs bundles.
+    pub key: SigningKey,
+    /// Metrics registry.
+    pub metrics: Metrics,
+    /// Kubernetes Events publisher.
+    pub recorder: Recorder,
+    /// Tunables.
+    pub settings: Settings,
+    /// The clock.
+    pub clock: Clock,
+    /// Namespaces whose `toolgate-trust` ConfigMap is known to list the key.
+    pub(crate) trusted_namespaces: Mutex<HashSet<String>>,
+}
+
+impl Context {
+    /// A context with the wall clock.
+    pub fn new(
+        client: kube::Client,
+        store: Store,
+        key: SigningKey,
+        metrics: Metrics,
+        settings: Settings,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: crate::MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            client,
+            store,
+            key,
+            metrics,
+            recorder,
+            settings,
+            clock: Arc::new(Timestamp::now),
+            trusted_namespaces: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Records that `namespace` already trusts the key, so reconciles there
+    /// do not check `toolgate-trust` again.
+    pub fn mark_trusted(&self, namespace: &str) {
+        self.trusted_namespaces
+            .lock()
+            .expect("trusted namespaces lock")
+            .insert(namespace.to_owned());
+    }
+
+    pub(crate) fn is_trusted(&self, namespace: &str) -> bool {
+        self.trusted_namespaces
+            .lock()
+            .expect("trusted namespaces lock")
+            .contains(namespace)
+    }
+
+    /// Current time.
+    pub fn now(&self) -> Timestamp {
+        (self.clock)()
+    }
+
+    /// Publishes an Event; a failure is logged, never fatal.
+    pub(crate) async fn event(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        event: Event,
+    ) {
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::warn!(error = %e, reason = %event.reason, "could not publish event");
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoints.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::crd::Phase;
+use crate::error::ControllerError;
+
+/// Controller label values.
+pub const CONTROLLERS: [&str; 2] = ["policyprofile", "approval"];
+
+/// The controller's metrics, registered in their own registry.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// `toolgate_reconcile_total{controller,result}`; result is `ok` or `error`.
+    pub reconcile_total: IntCounterVec,
+    /// `toolgate_reconcile_errors_total{controller,error}`; error is one of [`ControllerError::CODES`].
+    pub reconcile_errors: IntCounterVec,
+    /// `toolgate_reconcile_duration_seconds{controller}`.
+    pub reconcile_duration: HistogramVec,
+    /// `toolgate_approvals{phase}`: Approval objects by phase.
+    pub approvals: IntGaugeVec,
+    /// `toolgate_controller_leader`: 1 while this replica leads.
+    pub leader: IntGauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric, with every label combination
+    /// pre-initialised so dashboards see zeros rather than gaps.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let reconcile_total = IntCounterVec::new(
+            Opts::new(
+                "toolgate_reconcile_total",
+                "Reconciliations by controller and result.",
+            ),
+            &["controller", "result"],
+        )
+        .expect("valid metric");
+        let reconcile_errors = IntCounterVec::new(
+            Opts::new(
+                "toolgate_reconcile_errors_total",
+                "Failed reconciliations by controller and error code.",
+            ),
+            &["controller", "error"],
+        )
+        .expect("valid metric");
+        let reconcile_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "toolgate_reconcile_duration_seconds",
+                "Time spent in one reconciliation.",
+            )
+            .buckets(vec![
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["controller"],
+        )
+        .expect("valid metric");
+        let approvals = IntGaugeVec::new(
+            Opts::new("toolgate_approvals", "Approval objects by phase."),
+            &["phase"],
+        )
+        .expect("valid metric");
+        let leader = IntGauge::new(
+            "toolgate_controller_leader",
+            "1 while this replica holds the leader lease.",
+        )
+        .expect("valid metric");
+        for c in [
+            Box::new(reconcile_total.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(reconcile_errors.clone()),
+            Box::new(reconcile_duration.clone()),
+            Box::new(approvals.clone()),
+            Box::new(leader.clone()),
+        ] {
+            registry.register(c).expect("metric registered once");
+        }
+        for controller in CONTROLLERS {
+            for result in ["ok", "error"] {
+                reconcile_total.with_label_values(&[controller, result]);
+            }
+            for code in ControllerError::CODES {
+                reconcile_errors.with_label_values(&[controller, code]);
+            }
+            reconcile_duration.with_label_values(&[controller]);
+        }
+        for phase in [
+            Phase::Pending,
+            Phase::Approved,
+            Phase::Denied,
+            Phase::Expired,
+        ] {
+            approvals.with_label_values(&[phase.as_str()]);
+        }
+        Self {
+            registry,
+            reconcile_total,
+            reconcile_errors,
+            reconcile_duration,
+            approvals,
+            leader,
+        }
+    }
+
+    /// Starts timing one reconciliation; call [`ReconcileTimer::finish`] with its outcome.
+    pub fn start(&self, controller: &'static str) -> ReconcileTimer {
+        ReconcileTimer {
+            metrics: self.clone(),
+            controller,
+            started: Instant::now(),
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding never fails");
+        String::from_utf8(out).expect("prometheus text is UTF-8")
+    }
+}
+
+/// Times one reconciliation.
+pub struct ReconcileTimer {
+    metrics: Metrics,
+    controller: &'static str,
+    started: Instant,
+}
+
+impl ReconcileTimer {
+    /// Records duration, result and (for failures) the error code.
+    pub fn finish<T>(self, result: &Result<T, ControllerError>) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        self.metrics
+            .reconcile_duration
+            .with_label_values(&[self.controller])
+            .observe(elapsed);
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        self.metrics
+            .reconcile_total
+            .with_label_values(&[self.controller, outcome])
+            .inc();
+        if let Err(e) = result {
+            self.metrics
+                .reconcile_errors
+                .with_label_values(&[self.controller, e.code()])
+                .inc();
+        }
+    }
+}
+
+/// Shared health state for `/healthz` and `/readyz`.
+#[derive(Clone, Default)]
+pub struct Health {
+    ready: Arc<AtomicBool>,
+}
+
+impl Health {
+    /// Marks the process ready (store reachable, Kubernetes client built).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+}
+
+/// The HTTP router: `/metrics`, `/healthz` (always 200 while serving), `/readyz`.
+pub fn router(metrics: Metrics, health: Health) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State((m, _)): State<(Metrics, Health)>| async move {
+                (
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    m.render(),
+                )
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State((_, h)): State<(Metrics, Health)>| async move {
+                if h.is_ready() {
+                    (StatusCode::OK, "ready").into_response()
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+                }
+            }),
+        )
+        .with_state((metrics, health))
+}
+
+/// Serves [`router`] on `addr` until the process ends.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Metrics,
+    health: Health,
+) -> Result<(), ControllerError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ControllerError::Io(format!("bind {addr}: {e}")))?;
+    tracing::info!(%addr, "serving /metrics /healthz /readyz");
+    axum::serve(listener, router(metrics, health))
+        .await
+        .map_err(|e| ControllerError::Io(format!("metrics server: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_labels_are_a_fixed_set() {
+        let m = Metrics::new();
+        m.start("policyprofile")
+            .finish::<()>(&Err(ControllerError::Key("x".into())));
+        let text = m.render();
+        assert!(text.contains(
+            r#"toolgate_reconcile_errors_total{controller="policyprofile",error="signing_key"} 1"#
+        ));
+        assert!(text.contains(r#"toolgate_reconcile_total{controller="approval",result="ok"} 0"#));
+        assert!(text.contains(r#"toolgate_approvals{phase="Pending"} 0"#));
+        let labels = text
+            .lines()
+            .filter(|l| l.starts_with("toolgate_reconcile_errors_total{"))
+            .count();
+        assert_eq!(labels, CONTROLLERS.len() * ControllerError::CODES.len());
+    }
+}

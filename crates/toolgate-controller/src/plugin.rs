@@ -1,0 +1,262 @@
+//! The `kubectl toolgate` plugin: answer and list Approvals.
+//!
+//! `kubectl-toolgate` on `PATH` makes `kubectl toolgate …` work. It talks to
+//! the cluster of the current kubeconfig context and only ever merge-patches
+//! `spec.decision`, `spec.reason` and `spec.decidedBy`; the controller then
+//! resolves the database row.
+
+use std::io::Write;
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+
+use crate::crd::{Approval, Decision};
+use crate::error::ControllerError;
+
+/// `kubectl toolgate` commands.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "kubectl-toolgate",
+    version,
+    about = "Answer and list toolgate Approvals"
+)]
+pub struct PluginCli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: PluginCommand,
+}
+
+/// One plugin command.
+#[derive(Debug, clap::Subcommand)]
+pub enum PluginCommand {
+    /// Approve an escalated call (or activate a standing grant).
+    Approve(DecideArgs),
+    /// Deny an escalated call; `--reason` is required.
+    Deny(DecideArgs),
+    /// List Approvals.
+    List(ListArgs),
+}
+
+/// Arguments of `approve` / `deny`.
+#[derive(Debug, clap::Args)]
+pub struct DecideArgs {
+    /// Approval object name (e.g. `apr-01j…`).
+    pub name: String,
+    /// Namespace (default: the kubeconfig context's namespace).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Why (recorded with the decision).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Who decides (default: $KUBECTL_TOOLGATE_USER, else $USER; the controller records `kubectl` when empty).
+    #[arg(long)]
+    pub by: Option<String>,
+}
+
+/// Arguments of `list`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Namespace (default: the kubeconfig context's namespace).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+}
+
+/// The merge patch `approve` / `deny` send.
+pub fn decision_patch(
+    decision: Decision,
+    reason: Option<&str>,
+    by: Option<&str>,
+) -> serde_json::Value {
+    let mut spec = serde_json::Map::new();
+    spec.insert("decision".into(), decision.as_str().into());
+    if let Some(r) = reason {
+        spec.insert("reason".into(), r.into());
+    }
+    if let Some(b) = by.filter(|b| !b.is_empty()) {
+        spec.insert("decidedBy".into(), b.into());
+    }
+    serde_json::json!({ "spec": spec })
+}
+
+/// Renders the `list` table.
+pub fn render_table(items: &[Approval], now: Timestamp, with_namespace: bool) -> String {
+    let mut rows = vec![{
+        let mut h = vec![
+            "NAME",
+            "KIND",
+            "TOOL",
+            "PHASE",
+            "DECISION",
+            "PROFILE",
+            "REQUESTED BY",
+            "AGE",
+        ];
+        if with_namespace {
+            h.insert(0, "NAMESPACE");
+        }
+        h.into_iter().map(String::from).collect::<Vec<_>>()
+    }];
+    for a in items {
+        let status = a.status.clone().unwrap_or_default();
+        let (kind, tool, profile) = match (&a.spec.request, &a.spec.grant) {
+            (Some(r), _) => (
+                "request",
+                r.tool.clone(),
+                r.profile.clone().unwrap_or_default(),
+            ),
+            (_, Some(g)) => ("grant", g.tool.clone(), g.profile.clone()),
+            _ => ("?", String::new(), String::new()),
+        };
+        let age = a
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| age(now.duration_since(t.0)))
+            .unwrap_or_else(|| "-".into());
+        let mut row = vec![
+            a.name_any(),
+            kind.into(),
+            tool,
+            status
+                .phase
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_else(|| "-".into()),
+            a.spec
+                .decision
+                .map(|d| d.as_str().to_owned())
+                .unwrap_or_else(|| "-".into()),
+            profile,
+            status.requested_by.unwrap_or_else(|| "-".into()),
+            age,
+        ];
+        if with_namespace {
+            row.insert(0, a.namespace().unwrap_or_default());
+        }
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn age(d: jiff::SignedDuration) -> String {
+    let s = d.as_secs().max(0);
+    match s {
+        0..120 => format!("{s}s"),
+        120..7200 => format!("{}m", s / 60),
+        7200..172_800 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// Runs one plugin command against the current kubeconfig context.
+pub async fn run_plugin(cli: PluginCli, out: &mut dyn Write) -> Result<(), ControllerError> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| ControllerError::Config(e.to_string()))?;
+    let io = |e: std::io::Error| ControllerError::Io(e.to_string());
+    match cli.command {
+        PluginCommand::Approve(args) => decide(&client, args, Decision::Approved, out).await,
+        PluginCommand::Deny(args) => {
+            if args.reason.as_deref().is_none_or(str::is_empty) {
+                return Err(ControllerError::InvalidObject("deny needs --reason".into()));
+            }
+            decide(&client, args, Decision::Denied, out).await
+        }
+        PluginCommand::List(args) => {
+            let api: Api<Approval> = match (&args.namespace, args.all_namespaces) {
+                (_, true) => Api::all(client.clone()),
+                (Some(ns), false) => Api::namespaced(client.clone(), ns),
+                (None, false) => Api::default_namespaced(client.clone()),
+            };
+            let mut items = api.list(&ListParams::default()).await?.items;
+            items.sort_by_key(|a| (a.namespace(), a.name_any()));
+            write!(
+                out,
+                "{}",
+                render_table(&items, Timestamp::now(), args.all_namespaces)
+            )
+            .map_err(io)
+        }
+    }
+}
+
+async fn decide(
+    client: &kube::Client,
+    args: DecideArgs,
+    decision: Decision,
+    out: &mut dyn Write,
+) -> Result<(), ControllerError> {
+    let api: Api<Approval> = match &args.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::default_namespaced(client.clone()),
+    };
+    let current = api.get(&args.name).await?;
+    match current.spec.decision {
+        Some(d) if d == decision => {
+            writeln!(
+                out,
+                "approval.toolgate.dev/{} already {}",
+                args.name,
+                d.as_str()
+            )
+            .map_err(|e| ControllerError::Io(e.to_string()))?;
+            return Ok(());
+        }
+        Some(d) => {
+            return Err(ControllerError::InvalidObject(format!(
+                "approval {} is already {}; a decision cannot be changed",
+                args.name,
+                d.as_str()
+            )));
+        }
+        None => {}
+    }
+    let by = args
+        .by
+        .clone()
+        .or_else(|| std::env::var("KUBECTL_TOOLGATE_USER").ok())
+        .or_else(|| std::env::var("USER").ok());
+    let patch = decision_patch(decision, args.reason.as_deref(), by.as_deref());
+    api.patch(&args.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    writeln!(
+        out,
+        "approval.toolgate.dev/{} {}",
+        args.name,
+        decision.as_str()
+    )
+    .map_err(|e| ControllerError::Io(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_shape() {
+        assert_eq!(
+            decision_patch(Decision::Denied, Some("no"), Some("alice")),
+            serde_json::json!({"spec": {"decision": "denied", "reason": "no", "decidedBy": "alice"}})
+        );
+        assert_eq!(
+            decision_patch(Decision::Approved, None, Some("")),
+            serde_json::json!({"spec": {"decision": "approved"}})
+        );
+    }
+}

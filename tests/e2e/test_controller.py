@@ -1,0 +1,143 @@
+"""End-to-end: the real controller process against the kmock emulator,
+driven with the real kubectl and the kubectl-toolgate plugin."""
+import json
+import sqlite3
+import subprocess
+import time
+import urllib.request
+
+from conftest import ROOT, wait_for
+
+NS = 'agents'
+PROFILE = ROOT / 'examples' / 'profiles' / 'safe-coding.yaml'
+
+
+def _bundle_cm(kube):
+    return kube['get']('configmap', 'toolgate-bundle-safe-coding', '-n', NS)
+
+
+def _verify(kube, binaries, cm):
+    """Verifies the bundle ConfigMap's envelope against the published trust set."""
+    trust = kube['get']('configmap', 'toolgate-trust', '-n', NS)
+    assert trust, 'toolgate-trust ConfigMap in the profile namespace'
+    d = kube['dir']
+    (d / 'bundle.json').write_text(cm['data']['bundle.json'])
+    (d / 'trust.pem').write_text(trust['data']['trust.pem'])
+    toolgate = str(binaries['toolgate'])
+    out = subprocess.run([toolgate, 'bundle', 'verify', '--bundle', str(d / 'bundle.json'),
+                          '--trust', str(d / 'trust.pem')], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    verified = json.loads(out.stdout)
+    inspected = subprocess.run([toolgate, 'bundle', 'inspect', '--bundle', str(d / 'bundle.json')],
+                               capture_output=True, text=True)
+    assert inspected.returncode == 0, inspected.stdout + inspected.stderr
+    document = json.loads(inspected.stdout[inspected.stdout.index('{'):])['document']
+    return {
+        'verified': True,
+        'policyVersion': verified['policy_version'],
+        'sequence': verified['sequence'],
+        'digest': verified['digest'],
+        'grants': len(document['grants']),
+    }
+
+
+def _profile(kube):
+    return kube['get']('policyprofile', 'safe-coding', '-n', NS)
+
+
+def _ready(status):
+    return any(c['type'] == 'Ready' and c['status'] == 'True' for c in status.get('conditions', []))
+
+
+def test_profile_bundle_approval_and_cleanup(kube, binaries, controller):
+    kubectl = kube['kubectl']
+
+    # 1. A profile applied with kubectl becomes a signed bundle ConfigMap.
+    kubectl('apply', '--validate=false', '-f', str(PROFILE))
+    cm = wait_for('bundle ConfigMap', lambda: _bundle_cm(kube))
+    verified = _verify(kube, binaries, cm)
+    ann = cm['metadata']['annotations']
+    assert verified['verified'] is True
+    assert verified['policyVersion'] == ann['toolgate.dev/policy-version']
+    assert verified['sequence'] == 1 and ann['toolgate.dev/sequence'] == '1'
+    assert verified['digest'] == ann['toolgate.dev/bundle-digest']
+    assert cm['metadata']['ownerReferences'][0]['kind'] == 'PolicyProfile'
+
+    # 2. The status reports the version, and Ready/Valid.
+    status = wait_for('profile status', lambda: (_profile(kube) or {}).get('status', {}).get('version')
+                      and _profile(kube)['status'])
+    assert status['version'] == verified['policyVersion']
+    assert status['bundleDigest'] == verified['digest']
+    assert status['bundleRef'] == 'toolgate-bundle-safe-coding'
+    assert _ready(status), status
+    assert 'toolgate.dev/cleanup' in _profile(kube)['metadata']['finalizers']
+
+    # 3. A pending approval written by a sidecar into the database appears as an
+    #    Approval object, and `kubectl toolgate approve` resolves the row.
+    now_ms = int(time.time() * 1000)
+    with sqlite3.connect(controller['db']) as db:
+        db.execute(
+            "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, args_digest, policy_version,"
+            " decision_id, requested_by, status, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            ('e2e-approval-1', 'team-a', 'inv-1', 'run-1', 'bash', 'sha256:abc', verified['policyVersion'],
+             'dec-1', 'sidecar/agent-0', 'pending', now_ms, now_ms + 15 * 60 * 1000))
+    name = 'apr-e2e-approval-1'
+    obj = wait_for('mirrored Approval', lambda: kube['get']('approval', name, '-n', NS))
+    assert obj['spec']['request']['tool'] == 'bash'
+    assert obj['spec']['request']['profile'] == 'safe-coding'
+    listed = kubectl('toolgate', 'list', '-n', NS).stdout
+    assert name in listed and 'bash' in listed, listed
+
+    out = kubectl('toolgate', 'approve', name, '-n', NS, '--reason', 'e2e says yes', '--by', 'alice')
+    assert 'approved' in out.stdout
+
+    def resolved():
+        with sqlite3.connect(controller['db']) as db:
+            return db.execute("SELECT status, resolved_by, reason FROM approvals WHERE id = ?",
+                              ('e2e-approval-1',)).fetchone()
+    row = wait_for('approval resolved in the database', lambda: (r := resolved()) and r[0] == 'approved' and r)
+    assert row == ('approved', 'alice', 'e2e says yes')
+    wait_for('Approval phase', lambda: (kube['get']('approval', name, '-n', NS) or {}).get('status', {}).get('phase') == 'Approved')
+    # A second decision the other way is refused by the plugin.
+    again = kubectl('toolgate', 'deny', name, '-n', NS, '--reason', 'changed my mind', check=False)
+    assert again.returncode != 0 and 'cannot be changed' in again.stderr
+
+    # 4. A standing grant (kubectl apply) gives the profile a new version.
+    grant = {
+        'apiVersion': 'toolgate.dev/v1alpha1', 'kind': 'Approval',
+        'metadata': {'name': 'grant-make', 'namespace': NS},
+        'spec': {'grant': {'profile': 'safe-coding', 'tool': 'bash', 'glob': 'make *', 'subjects': ['*'],
+                           'expiresAt': '2099-01-01T00:00:00Z'}},
+    }
+    kubectl('apply', '--validate=false', '-f', '-', input=json.dumps(grant))
+    kubectl('patch', 'approval', 'grant-make', '-n', NS, '--type', 'merge',
+            '-p', json.dumps({'spec': {'decision': 'approved', 'decidedBy': 'bob'}}))
+    status = wait_for('new version with the grant', lambda: (s := _profile(kube)['status']).get('sequence') == 2 and s)
+    assert status['grants'] == 1 and status['version'] != verified['policyVersion']
+    cm = _bundle_cm(kube)
+    v2 = _verify(kube, binaries, cm)
+    assert (v2['sequence'], v2['grants'], v2['policyVersion']) == (2, 1, status['version'])
+
+    # 5. An invalid spec is rejected and never replaces the last good bundle.
+    kubectl('patch', 'policyprofile', 'safe-coding', '-n', NS, '--type', 'merge',
+            '-p', json.dumps({'spec': {'rules': {'deploy': {'allow': ['*']}}}}))
+
+    def rejected():
+        s = _profile(kube)['status']
+        valid = [c for c in s.get('conditions', []) if c['type'] == 'Valid']
+        return valid and valid[0]['status'] == 'False' and s
+    status = wait_for('Valid=False', rejected)
+    valid = [c for c in status['conditions'] if c['type'] == 'Valid'][0]
+    assert valid['reason'] == 'InvalidSpec' and valid['message'].startswith('profile_incomplete_effects'), valid
+    assert status['version'] == v2['policyVersion']
+    assert _bundle_cm(kube)['data']['bundle.json'] == cm['data']['bundle.json']
+
+    # 6. Metrics are served.
+    metrics = urllib.request.urlopen(controller['metrics'] + '/metrics').read().decode()
+    assert 'toolgate_reconcile_total{controller="policyprofile",result="ok"}' in metrics
+    assert 'toolgate_controller_leader 1' in metrics
+
+    # 7. Deleting the profile removes its bundle ConfigMap and the finalizer.
+    kubectl('delete', 'policyprofile', 'safe-coding', '-n', NS, '--wait=false')
+    wait_for('bundle ConfigMap deleted', lambda: _bundle_cm(kube) is None)
+    wait_for('profile gone', lambda: _profile(kube) is None)
