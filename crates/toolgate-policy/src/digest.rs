@@ -20,7 +20,121 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// `sha256:<hex>` of the canonical JSON of a call's arguments object.
 pub fn args_digest(arguments: &serde_json::Map<String, serde_json::Value>) -> String {
-    format!("sha256:{}", sha256_hex(&canonical_json(arguments)))
+    let mut bytes = Vec::with_capacity(128);
+    if !write_canonical_object(arguments, &mut bytes) {
+        bytes = canonical_json(arguments);
+    }
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    out.push_str(&hex::encode(Sha256::digest(&bytes)));
+    out
+}
+
+/// Largest integer a JSON number can hold exactly (2^53): below it RFC 8785
+/// prints integers as plain decimals.
+const MAX_EXACT_INT: u64 = 1 << 53;
+
+/// Canonical JSON of the common case — strings, booleans, null, exact
+/// integers, arrays and objects whose keys sort the same in UTF-8 and
+/// UTF-16 — written straight into `out`. Returns false (with `out` in an
+/// unspecified state) for anything else, which the caller then hands to the
+/// general serializer; a property test keeps the two byte-identical.
+fn write_canonical_value(value: &serde_json::Value, out: &mut Vec<u8>) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => {
+            let text = if let Some(u) = n.as_u64().filter(|u| *u <= MAX_EXACT_INT) {
+                u.to_string()
+            } else if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= MAX_EXACT_INT) {
+                i.to_string()
+            } else {
+                return false;
+            };
+            out.extend_from_slice(text.as_bytes());
+        }
+        Value::String(s) => write_canonical_string(s, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                if !write_canonical_value(item, out) {
+                    return false;
+                }
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => return write_canonical_object(map, out),
+    }
+    true
+}
+
+fn write_canonical_object(
+    map: &serde_json::Map<String, serde_json::Value>,
+    out: &mut Vec<u8>,
+) -> bool {
+    // UTF-8 byte order equals UTF-16 code-unit order unless a key holds a
+    // character at or above U+E000 (lead byte 0xEE and up).
+    if map.keys().any(|k| k.bytes().any(|b| b >= 0xEE)) {
+        return false;
+    }
+    let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+    if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+    }
+    out.push(b'{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_canonical_string(key, out);
+        out.push(b':');
+        if !write_canonical_value(value, out) {
+            return false;
+        }
+    }
+    out.push(b'}');
+    true
+}
+
+fn write_canonical_string(s: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => {
+                out.extend_from_slice(&s.as_bytes()[start..i]);
+                out.extend_from_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 0xf) as usize],
+                ]);
+                start = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&s.as_bytes()[start..i]);
+        out.extend_from_slice(escape);
+        start = i + 1;
+    }
+    out.extend_from_slice(&s.as_bytes()[start..]);
+    out.push(b'"');
 }
 
 /// The content address of a profile and the full hashes it is built from.
@@ -63,6 +177,54 @@ impl PolicyVersion {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(|i| serde_json::json!(i)),
+            any::<u64>().prop_map(|u| serde_json::json!(u)),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| serde_json::json!(f)),
+            any::<String>().prop_map(serde_json::Value::String),
+            "[\\x00-\\x7f]{0,8}".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map(any::<String>(), inner.clone(), 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+                prop::collection::btree_map("[a-z\\\\\"\\n]{0,4}", inner, 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn fast_digest_path_matches_the_general_serializer(args in prop::collection::btree_map(any::<String>(), json_value(), 0..6)) {
+            let map: serde_json::Map<String, serde_json::Value> = args.into_iter().collect();
+            let expected = format!("sha256:{}", sha256_hex(&canonical_json(&map)));
+            prop_assert_eq!(args_digest(&map), expected);
+        }
+    }
+
+    #[test]
+    fn fast_path_writes_rfc8785_escapes() {
+        let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+            r#"{"b":"tab\there \"q\" \\ \u0001 \u001f é 😀","a":[1,-2,true,null,{"z":0,"y":"/"}]}"#,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        assert!(write_canonical_object(&map, &mut out));
+        assert_eq!(out, canonical_json(&map));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"a":[1,-2,true,null,{"y":"/","z":0}],"b":"tab\there \"q\" \\ \u0001 \u001f é 😀"}"#
+        );
+    }
 
     #[test]
     fn empty_hardline_hashes_as_empty_object() {

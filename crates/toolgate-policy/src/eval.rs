@@ -223,8 +223,14 @@ fn match_text(tool: &CompiledTool, call: &Call<'_>) -> String {
             if let Some(action) = call.action {
                 push(action);
             }
-            // serde_json's Map is ordered by key, so this is key order.
-            for value in call.arguments.values() {
+            // serde_json's Map iterates in key order unless a dependency
+            // turns on `preserve_order`; sort then, so the text never
+            // depends on how the caller built the map.
+            let mut entries: Vec<(&String, &Value)> = call.arguments.iter().collect();
+            if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+            }
+            for (_, value) in entries {
                 match value {
                     Value::String(s) => push(s),
                     other => push(&String::from_utf8_lossy(&canonical_json(other))),

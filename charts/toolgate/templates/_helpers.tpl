@@ -1,0 +1,99 @@
+{{/* Name of the chart, overridable. */}}
+{{- define "toolgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: release-based unless overridden; never "toolgate-toolgate". */}}
+{{- define "toolgate.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "toolgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels that select the controller pods; never change them on upgrade. */}}
+{{- define "toolgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "toolgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "toolgate.labels" -}}
+helm.sh/chart: {{ include "toolgate.chart" . }}
+app.kubernetes.io/name: {{ include "toolgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: toolgate
+{{- end -}}
+
+{{- define "toolgate.serviceAccountName" -}}
+{{- default (include "toolgate.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The image of controller and webhook: repository@digest or repository:tag. */}}
+{{- define "toolgate.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "toolgate.sidecarImage" -}}
+{{- default (include "toolgate.image" .) .Values.sidecar.image -}}
+{{- end -}}
+
+{{- define "toolgate.databaseSecret" -}}
+{{- if and .Values.database.existingSecret .Values.database.url -}}
+{{- fail "database: set either existingSecret or url, not both" -}}
+{{- end -}}
+{{- default (printf "%s-database" (include "toolgate.fullname" .)) .Values.database.existingSecret -}}
+{{- end -}}
+
+{{- define "toolgate.approvalsNamespace" -}}
+{{- default .Release.Namespace .Values.approvalsNamespace -}}
+{{- end -}}
+
+{{/* Webhook Service name and the DNS names its certificate must carry. */}}
+{{- define "toolgate.webhookService" -}}
+{{- printf "%s-webhook" (include "toolgate.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "toolgate.webhookDNSNames" -}}
+{{- $svc := include "toolgate.webhookService" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson -}}
+{{- end -}}
+
+{{- define "toolgate.tlsSecret" -}}
+{{- printf "%s-webhook-tls" (include "toolgate.fullname" .) -}}
+{{- end -}}
+
+{{- define "toolgate.certificate" -}}
+{{- printf "%s-webhook" (include "toolgate.fullname" .) -}}
+{{- end -}}
+
+{{/* Restricted (Pod Security Standard) container security context. */}}
+{{- define "toolgate.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+privileged: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
