@@ -88,7 +88,7 @@ def test_profile_bundle_approval_and_cleanup(kube, binaries, controller):
     listed = kubectl('toolgate', 'list', '-n', NS).stdout
     assert name in listed and 'bash' in listed, listed
 
-    out = kubectl('toolgate', 'approve', name, '-n', NS, '--reason', 'e2e says yes', '--by', 'alice')
+    out = kubectl('toolgate', 'approve', name, '-n', NS, '--reason', 'e2e says yes', '--by', 'platform-oncall')
     assert 'approved' in out.stdout
 
     def resolved():
@@ -96,7 +96,7 @@ def test_profile_bundle_approval_and_cleanup(kube, binaries, controller):
             return db.execute("SELECT status, resolved_by, reason FROM approvals WHERE id = ?",
                               ('e2e-approval-1',)).fetchone()
     row = wait_for('approval resolved in the database', lambda: (r := resolved()) and r[0] == 'approved' and r)
-    assert row == ('approved', 'alice', 'e2e says yes')
+    assert row == ('approved', 'platform-oncall', 'e2e says yes')
     wait_for('Approval phase', lambda: (kube['get']('approval', name, '-n', NS) or {}).get('status', {}).get('phase') == 'Approved')
     # A second decision the other way is refused by the plugin.
     again = kubectl('toolgate', 'deny', name, '-n', NS, '--reason', 'changed my mind', check=False)

@@ -13,7 +13,31 @@
 //!   rows, creates objects for new pending rows and moves objects whose row
 //!   left `pending` (resolved elsewhere, expired) to the matching phase;
 //! - cluster → database: [`reconcile`] resolves the row when `spec.decision`
-//!   is set, idempotently (resolving twice the same way is a no-op).
+//!   is set, idempotently (resolving twice the same way is a no-op), once
+//!   `spec.decidedBy` passed the profile's approvers check (below).
+//!
+//! # Who may answer
+//!
+//! A profile's `spec.approvals.approvers` lists the subjects who may answer
+//! its escalations. Before a pending row is resolved, the controller finds
+//! the profile the row's escalation came from ([`check_approvers`]): its name
+//! is the prefix of the row's policy version (the database row, not the
+//! object's `spec.request`, which whoever creates the object writes), and
+//! its namespace is the one the controller recorded in the store when it
+//! published that exact version, else the Approval's own namespace. When the
+//! list is non-empty and `spec.decidedBy` is not in it, or the profile
+//! cannot be found, the row is left pending, the object stays
+//! `phase: Pending` with a message starting with `ApproverNotAllowed`, and a
+//! Warning Event of that reason is published. `decidedBy` can be corrected
+//! (only `spec.decision` is immutable); the next reconcile checks again.
+//!
+//! **`spec.decidedBy` is self-asserted.** Anyone allowed to update an
+//! Approval can write any name there (`kubectl toolgate approve --by` just
+//! fills it in from a flag or `$USER`). The check keeps honest mistakes out
+//! and makes the decision attributable, but it is only an authorization
+//! boundary once an admission webhook pins `decidedBy` to the requesting
+//! user (`userInfo.username`) on every write of `spec.decision`. Until then,
+//! restrict who may update Approvals with RBAC.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -22,12 +46,14 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use toolgate_store::{ApprovalDecision, ApprovalStatus as DbStatus, StoreError};
 
 use crate::context::Context;
 use crate::crd::{
-    Approval, ApprovalRequest, ApprovalSpec, ApprovalStatus, Decision, Phase, StandingGrant,
+    Approval, ApprovalRequest, ApprovalSpec, ApprovalStatus, Decision, Phase, PolicyProfile,
+    StandingGrant,
 };
 use crate::error::ControllerError;
 
@@ -206,8 +232,100 @@ async fn patch_status(
     Ok(())
 }
 
+/// Reason (and message prefix) when a decision is not recorded because of
+/// the profile's approvers list.
+pub const APPROVER_NOT_ALLOWED: &str = "ApproverNotAllowed";
+
+/// Whether `decided_by` may answer an escalation of a profile whose
+/// `spec.approvals.approvers` is `approvers`: anyone when the list is empty,
+/// otherwise only an exact member (no globs, no group expansion; an unset
+/// `decidedBy` is nobody). See the module docs: `decidedBy` is self-asserted.
+pub fn approver_allowed(approvers: &[String], decided_by: Option<&str>) -> bool {
+    approvers.is_empty() || decided_by.is_some_and(|by| approvers.iter().any(|a| a == by))
+}
+
+/// What the approvers check says about one decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApproverCheck {
+    /// The decision may be recorded.
+    Allowed,
+    /// Not recorded; the status message (starts with [`APPROVER_NOT_ALLOWED`]).
+    Refused(String),
+}
+
+/// Checks `obj.spec.decidedBy` against the approvers of the profile that
+/// escalated `row` (see the module docs for how the profile is found).
+/// Fails closed: a row whose policy version names no profile, or whose
+/// profile is found nowhere, is refused. With the same profile name found in
+/// several recorded namespaces, every one of them must allow the approver.
+/// `decidedBy` is self-asserted unless an admission webhook pins it.
+pub async fn check_approvers(
+    ctx: &Context,
+    obj: &Approval,
+    row: &toolgate_store::Approval,
+) -> Result<ApproverCheck, ControllerError> {
+    let by = obj.spec.decided_by.as_deref();
+    let who = by.map_or_else(
+        || "an unset spec.decidedBy".to_owned(),
+        |b| format!("`{b}`"),
+    );
+    let Some(name) = profile_of(&row.policy_version) else {
+        return Ok(ApproverCheck::Refused(format!(
+            "{APPROVER_NOT_ALLOWED}: policy version `{}` names no profile, so its approvers \
+             cannot be checked; the decision was not recorded",
+            row.policy_version
+        )));
+    };
+    let mut namespaces: Vec<String> = ctx
+        .store
+        .profiles()
+        .list_profile_versions(Some(&name))
+        .await?
+        .into_iter()
+        .filter(|v| v.load.policy_version == row.policy_version)
+        .map(|v| v.load.namespace)
+        .collect();
+    if namespaces.is_empty() {
+        namespaces.extend(obj.namespace());
+    }
+    namespaces.sort();
+    namespaces.dedup();
+    let mut found = 0;
+    for ns in &namespaces {
+        let api: Api<PolicyProfile> = Api::namespaced(ctx.client.clone(), ns);
+        let Some(profile) = api.get_opt(&name).await? else {
+            continue;
+        };
+        found += 1;
+        let approvers = profile
+            .spec
+            .approvals
+            .as_ref()
+            .map(|a| a.approvers.as_slice())
+            .unwrap_or_default();
+        if !approver_allowed(approvers, by) {
+            return Ok(ApproverCheck::Refused(format!(
+                "{APPROVER_NOT_ALLOWED}: {who} is not in spec.approvals.approvers of \
+                 PolicyProfile {ns}/{name} ({}); the decision was not recorded",
+                approvers.join(", ")
+            )));
+        }
+    }
+    if found == 0 {
+        return Ok(ApproverCheck::Refused(format!(
+            "{APPROVER_NOT_ALLOWED}: PolicyProfile {name} not found in namespace(s) {}, so its \
+             approvers cannot be checked; the decision was not recorded",
+            namespaces.join(", ")
+        )));
+    }
+    Ok(ApproverCheck::Allowed)
+}
+
 /// Resolves (decision set) or reads (no decision) the database row of a
-/// request and returns the status the object should show.
+/// request and returns the status the object should show. A decision on a
+/// pending row is only recorded when [`check_approvers`] allows it;
+/// otherwise the row stays pending, the status says `ApproverNotAllowed` and
+/// a Warning Event is published (once per distinct message).
 pub async fn resolve_request(
     ctx: &Context,
     obj: &Approval,
@@ -217,6 +335,38 @@ pub async fn resolve_request(
     let generation = obj.metadata.generation;
     let result = match obj.spec.decision {
         Some(d) => {
+            match approvals.get(&req.tenant, &req.approval_id).await {
+                Ok(row) if row.status == DbStatus::Pending => {
+                    if let ApproverCheck::Refused(message) = check_approvers(ctx, obj, &row).await?
+                    {
+                        let shown = obj.status.as_ref().and_then(|s| s.message.as_deref());
+                        if shown != Some(message.as_str()) {
+                            tracing::warn!(approval = %req.approval_id, %message, "decision refused");
+                            ctx.event(
+                                &obj.object_ref(&()),
+                                Event {
+                                    type_: EventType::Warning,
+                                    reason: APPROVER_NOT_ALLOWED.into(),
+                                    note: Some(message.clone()),
+                                    action: "Resolve".into(),
+                                    secondary: None,
+                                },
+                            )
+                            .await;
+                        }
+                        return Ok(request_status(
+                            req,
+                            Some(&row),
+                            Phase::Pending,
+                            Some(message),
+                            generation,
+                        ));
+                    }
+                }
+                // Already resolved or expired: `resolve` reports it (idempotently).
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
             let by = obj.spec.decided_by.as_deref().unwrap_or("kubectl");
             approvals
                 .resolve(

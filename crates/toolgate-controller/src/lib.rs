@@ -27,7 +27,7 @@ mod run;
 pub use context::{Context, Settings};
 pub use crd::{crdgen, write_crds};
 pub use error::ControllerError;
-pub use run::{ControllerArgs, run_controller};
+pub use run::{ControllerArgs, run_controller, run_reconcilers};
 
 /// Field manager and Event reporter name of the controller.
 pub const MANAGER: &str = "toolgate-controller";

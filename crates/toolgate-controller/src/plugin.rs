@@ -50,6 +50,9 @@ pub struct DecideArgs {
     #[arg(long)]
     pub reason: Option<String>,
     /// Who decides (default: $KUBECTL_TOOLGATE_USER, else $USER; the controller records `kubectl` when empty).
+    /// When the profile lists `spec.approvals.approvers`, this must be one of them or the
+    /// controller leaves the approval pending (`ApproverNotAllowed`). Self-asserted: see
+    /// the `approval` module docs.
     #[arg(long)]
     pub by: Option<String>,
 }

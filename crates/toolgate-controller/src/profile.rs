@@ -3,8 +3,9 @@
 //!
 //! One reconcile, in order:
 //! 1. compile the spec (`CompiledPolicy::compile`); an invalid spec sets
-//!    `Valid=False` with the policy error code and field and never touches
-//!    the last good bundle ConfigMap;
+//!    `Valid=False` with the policy error code and field and never publishes
+//!    its content. The last good bundle keeps being served and kept fresh:
+//!    see [Invalid specs](#invalid-specs-keeping-the-last-good-bundle-fresh);
 //! 2. collect the profile's active standing grants (Approvals in the same
 //!    namespace, `spec.grant.profile == name`, approved, not expired);
 //! 3. compare the policy version with what the bundle ConfigMap holds
@@ -16,6 +17,33 @@
 //! 5. fold heartbeats into `status.fleet` and patch the status when it changed.
 //!
 //! The planning steps are plain functions so they are tested without any API.
+//!
+//! # Invalid specs: keeping the last good bundle fresh
+//!
+//! Bundles expire (`--bundle-validity`, 24h by default) and a sidecar whose
+//! bundle expired denies every call (`bundle_expired`). So while the spec
+//! does not compile, the reconciler still re-signs the *last good* document
+//! once less than a third of its validity remains (or after it expired):
+//! - it reads the envelope in `toolgate-bundle-<name>` and verifies it with
+//!   the controller's own key only (not the namespace's `toolgate-trust`
+//!   ConfigMap, which the same writer could have edited), at the sequence and
+//!   digest the status recorded ([`last_good`]): a tampered envelope, a
+//!   bundle of another profile or a replayed older bundle is never re-signed;
+//! - it builds a new document from the verified spec, profile reference and
+//!   those of its grants that are still active (an expired or withdrawn grant
+//!   is not carried forward), with the next sequence and fresh
+//!   `issuedAt`/`expiresAt`, and applies it like any other publication;
+//! - the status keeps `Valid=False/InvalidSpec` and says what is served:
+//!   `Ready=True/ServingLastGood` (version, sequence and expiry in the
+//!   message; `status.version`, `sequence`, `expiresAt`… describe the served
+//!   bundle), or `Ready=False` with `NoValidBundle` (nothing published) or
+//!   `LastGoodUnusable` (the ConfigMap's bundle failed verification);
+//! - the reconcile is requeued for the re-sign instant, so this happens with
+//!   no spec change at all.
+//!
+//! A bundle signed by a previous signing key (after the Secret was rotated)
+//! does not verify with the current key and is therefore not re-signed:
+//! fixing the spec publishes a fresh bundle.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +56,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
-use toolgate_bundle::{BundleDocument, BundleInput, ProfileRef};
+use toolgate_bundle::{BundleDocument, BundleInput, ProfileRef, TrustSet, VerifyOptions};
 use toolgate_policy::{CompiledPolicy, Grant, PolicyError, PolicySpec, PolicyVersion};
 use toolgate_store::ProfileLoad;
 
@@ -411,34 +439,71 @@ pub fn rejection_message(err: &PolicyError) -> String {
     }
 }
 
-/// Status after a rejected spec: `Valid=False/InvalidSpec`; the rest of the
-/// previous status (last good version, bundle, fleet) stays, and `Ready`
-/// says whether a last good bundle is still served.
+/// What an invalid profile still serves, for its status.
+#[derive(Debug, Clone)]
+pub enum Serving<'a> {
+    /// The verified last good bundle (maybe just re-signed) is in the ConfigMap.
+    LastGood {
+        /// The bundle now in the ConfigMap.
+        bundle: &'a PublishedBundle,
+        /// Number of grants compiled into it.
+        grants: usize,
+    },
+    /// Nothing a sidecar would accept: `reason` is `NoValidBundle` (nothing
+    /// published) or `LastGoodUnusable` (the ConfigMap's bundle failed
+    /// verification).
+    Nothing {
+        /// `Ready` reason.
+        reason: &'static str,
+        /// `Ready` message.
+        message: String,
+    },
+}
+
+/// Status after a rejected spec: `Valid=False/InvalidSpec`, and `Ready`
+/// says what is still served ([`Serving`]): `Ready=True/ServingLastGood`
+/// with the served bundle's version, sequence and expiry in both the
+/// message and the status fields, or `Ready=False`. The fleet and the
+/// `Stale` condition stay as they were.
 pub fn invalid_status(
     previous: &PolicyProfileStatus,
     err: &PolicyError,
+    serving: &Serving<'_>,
     generation: Option<i64>,
     now: Timestamp,
 ) -> PolicyProfileStatus {
     let prev = &previous.conditions;
     let mut status = previous.clone();
     status.observed_generation = generation;
-    let ready = match &previous.version {
-        Some(v) => condition(
-            prev,
-            "Ready",
-            true,
-            "LastGoodServed",
-            format!("spec is invalid; still serving {v}"),
-            generation,
-            now,
-        ),
-        None => condition(
+    let gen_text = generation.map_or_else(String::new, |g| format!(" (generation {g})"));
+    let ready = match serving {
+        Serving::LastGood { bundle, grants } => {
+            status.version = Some(bundle.version.clone());
+            status.bundle_digest = Some(bundle.digest.clone());
+            status.sequence = Some(bundle.sequence);
+            status.issued_at = Some(bundle.issued_at.to_string());
+            status.expires_at = Some(bundle.expires_at.to_string());
+            status.grants = Some(u32::try_from(*grants).unwrap_or(u32::MAX));
+            condition(
+                prev,
+                "Ready",
+                true,
+                "ServingLastGood",
+                format!(
+                    "spec{gen_text} is invalid; serving last good {} as sequence {} until {} \
+                     (re-signed before expiry while the spec stays invalid)",
+                    bundle.version, bundle.sequence, bundle.expires_at
+                ),
+                generation,
+                now,
+            )
+        }
+        Serving::Nothing { reason, message } => condition(
             prev,
             "Ready",
             false,
-            "NoValidBundle",
-            "spec is invalid and no bundle was ever published".into(),
+            reason,
+            format!("spec{gen_text} is invalid; {message}"),
             generation,
             now,
         ),
@@ -464,6 +529,81 @@ pub fn invalid_status(
     );
     status.conditions = conditions;
     status
+}
+
+/// Why the bundle in the ConfigMap cannot be served as the last good one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LastGoodRejection {
+    /// No ConfigMap, or no `bundle.json` in it.
+    Missing,
+    /// The status records no published bundle (sequence and digest), so
+    /// nothing says which signed bundle is the latest one.
+    NotRecorded,
+    /// The envelope does not verify with the controller's key, or it is
+    /// older than, or differs from, the bundle the status recorded (a
+    /// replay); the error code and message.
+    Untrusted(String),
+    /// Signed by the controller, but for another profile.
+    WrongProfile(String),
+}
+
+impl std::fmt::Display for LastGoodRejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Missing => write!(f, "the bundle ConfigMap holds no bundle"),
+            Self::NotRecorded => write!(
+                f,
+                "the status records no published bundle to check the ConfigMap against"
+            ),
+            Self::Untrusted(e) => write!(f, "the ConfigMap's bundle is not trusted: {e}"),
+            Self::WrongProfile(p) => {
+                write!(f, "the ConfigMap's bundle was signed for profile {p}")
+            }
+        }
+    }
+}
+
+/// The last good document of profile `namespace/name`, from its bundle
+/// ConfigMap, only if it is trustworthy enough to re-sign:
+/// - the envelope verifies against `trust` (the controller's own key);
+/// - its sequence is at least the one `status` recorded, and at that same
+///   sequence its digest is the recorded one (no replay of an older bundle,
+///   no equivocation);
+/// - it names this profile and namespace.
+///
+/// Expiry is deliberately not checked: a bundle that expired (the controller
+/// was down) is still the last good one and is re-signed.
+pub fn last_good(
+    cm: Option<&ConfigMap>,
+    trust: &TrustSet,
+    namespace: &str,
+    name: &str,
+    status: &PolicyProfileStatus,
+) -> Result<BundleDocument, LastGoodRejection> {
+    let envelope = cm
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|d| d.get(BUNDLE_KEY))
+        .ok_or(LastGoodRejection::Missing)?;
+    let Some(held) = status.sequence else {
+        return Err(LastGoodRejection::NotRecorded);
+    };
+    let options = VerifyOptions {
+        // Expiry is judged by the caller (an expired last good bundle is re-signed).
+        now: Timestamp::MIN,
+        held_sequence: Some(held),
+        held_digest: status.bundle_digest.clone(),
+    };
+    let verified = toolgate_bundle::verify(envelope.as_bytes(), trust, &options)
+        .map_err(|e| LastGoodRejection::Untrusted(format!("{}: {e}", e.code())))?;
+    let doc = verified.document();
+    if doc.profile.name != name || doc.profile.namespace.as_deref() != Some(namespace) {
+        return Err(LastGoodRejection::WrongProfile(format!(
+            "{}/{}",
+            doc.profile.namespace.as_deref().unwrap_or("-"),
+            doc.profile.name
+        )));
+    }
+    Ok(doc.clone())
 }
 
 fn to_std(d: SignedDuration) -> Duration {
@@ -536,10 +676,64 @@ async fn reject(
     err: PolicyError,
 ) -> Result<Action, ControllerError> {
     let (ns, name) = ns_and_name(profile)?;
+    let now = ctx.now();
+    let generation = profile.metadata.generation;
     let previous = profile.status.clone().unwrap_or_default();
-    let status = invalid_status(&previous, &err, profile.metadata.generation, ctx.now());
     tracing::warn!(code = err.code(), field = ?err.field(), "spec rejected");
-    if status != previous {
+
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    let cm = cms.get_opt(&configmap_name(&name)).await?;
+    let trust = TrustSet::from_keys([ctx.key.public_key()])?;
+    let (served, rejection) = match last_good(cm.as_ref(), &trust, &ns, &name, &previous) {
+        Ok(doc) => {
+            let current = PublishedBundle::from_document(&doc);
+            let plan = plan_bundle(
+                Some(&current),
+                previous.sequence,
+                &current.version,
+                now,
+                ctx.settings.bundle_validity,
+            );
+            let served = match plan {
+                BundlePlan::Publish {
+                    sequence,
+                    issued_at,
+                    expires_at,
+                    ..
+                } => resign_last_good(profile, ctx, doc, sequence, issued_at, expires_at).await?,
+                BundlePlan::Keep { .. } => (current, doc.grants.len()),
+            };
+            (Some(served), None)
+        }
+        Err(rejection) => (None, Some(rejection)),
+    };
+    let serving = match (&served, &rejection) {
+        (Some((bundle, grants)), _) => Serving::LastGood {
+            bundle,
+            grants: *grants,
+        },
+        (None, Some(LastGoodRejection::Missing)) => Serving::Nothing {
+            reason: "NoValidBundle",
+            message: format!("ConfigMap {} holds no bundle", configmap_name(&name)),
+        },
+        (None, r) => Serving::Nothing {
+            reason: "LastGoodUnusable",
+            message: format!(
+                "not re-signing ConfigMap {}: {}",
+                configmap_name(&name),
+                r.as_ref().map(ToString::to_string).unwrap_or_default()
+            ),
+        },
+    };
+    let status = invalid_status(&previous, &err, &serving, generation, now);
+
+    // One InvalidSpec event per rejected generation/message, not one per re-sign.
+    let valid_before = previous.conditions.iter().find(|c| c.type_ == "Valid");
+    let newly_rejected = previous.observed_generation != generation
+        || valid_before.is_none_or(|c| {
+            c.status != "False" || c.reason != "InvalidSpec" || c.message != rejection_message(&err)
+        });
+    if newly_rejected {
         ctx.event(
             &profile.object_ref(&()),
             Event {
@@ -551,10 +745,106 @@ async fn reject(
             },
         )
         .await;
+    }
+    if let Some(r) = rejection
+        .as_ref()
+        .filter(|r| **r != LastGoodRejection::Missing)
+        && status != previous
+    {
+        tracing::warn!(reason = %r, "last good bundle not re-signed");
+        ctx.event(
+            &profile.object_ref(&()),
+            Event {
+                type_: EventType::Warning,
+                reason: "LastGoodRejected".into(),
+                note: Some(format!("not re-signing {}: {r}", configmap_name(&name))),
+                action: "Resign".into(),
+                secondary: None,
+            },
+        )
+        .await;
+    }
+    if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;
     }
-    // Nothing to do until the spec changes.
-    Ok(Action::await_change())
+    match &served {
+        // Come back when the served bundle needs re-signing, spec change or not.
+        Some((bundle, _)) => Ok(Action::requeue(to_std(
+            bundle.resign_at().duration_since(now),
+        ))),
+        // Nothing to keep fresh: wait for the spec (or the ConfigMap) to change.
+        None => Ok(Action::await_change()),
+    }
+}
+
+/// Re-signs the verified last good document `doc` as `sequence`, keeping
+/// only its grants that are still active, and applies it. Returns the new
+/// bundle and its number of grants.
+async fn resign_last_good(
+    profile: &PolicyProfile,
+    ctx: &Context,
+    doc: BundleDocument,
+    sequence: u64,
+    issued_at: Timestamp,
+    expires_at: Timestamp,
+) -> Result<(PublishedBundle, usize), ControllerError> {
+    let (ns, name) = ns_and_name(profile)?;
+    let approvals: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
+    let list = approvals.list(&ListParams::default()).await?;
+    let (active, _) = active_grants(&list.items, &name, issued_at);
+    let carried = doc.grants.len();
+    let grants: Vec<Grant> = doc
+        .grants
+        .into_iter()
+        .filter(|g| active.contains(g))
+        .collect();
+    let dropped = carried - grants.len();
+
+    if !ctx.is_trusted(&ns) {
+        crate::keys::ensure_trust(&ctx.client, &ns, &ctx.key).await?;
+        ctx.mark_trusted(&ns);
+    }
+    let version = PolicyVersion::compute(&name, &doc.spec, &grants);
+    let input = BundleInput {
+        profile: doc.profile,
+        spec: doc.spec,
+        grants,
+        sequence,
+        issued_at,
+        expires_at,
+    };
+    let (new_doc, bytes) = toolgate_bundle::build(input, &ctx.key)?;
+    let cm = bundle_configmap(profile, &new_doc, &bytes, &ctx.key.key_id())?;
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    cms.patch(
+        &configmap_name(&name),
+        &PatchParams::apply(crate::MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await?;
+    let current = PublishedBundle::from_document(&new_doc);
+    record_load(ctx, &ns, &name, &version, &current).await?;
+    tracing::info!(version = %current.version, sequence, dropped, "re-signed last good bundle");
+    let dropped_text = if dropped > 0 {
+        format!("; {dropped} expired or withdrawn grant(s) dropped")
+    } else {
+        String::new()
+    };
+    ctx.event(
+        &profile.object_ref(&()),
+        Event {
+            type_: EventType::Normal,
+            reason: "Resigned".into(),
+            note: Some(format!(
+                "spec is invalid: re-signed last good {} as sequence {} (expires {}){dropped_text}",
+                current.version, sequence, current.expires_at
+            )),
+            action: "Publish".into(),
+            secondary: None,
+        },
+    )
+    .await;
+    Ok((current, new_doc.grants.len()))
 }
 
 async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, ControllerError> {
@@ -679,7 +969,11 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
         }
     };
 
-    let heartbeats = ctx.store.heartbeats().list_heartbeats(Some(&name)).await?;
+    let heartbeats = crate::fleet::of_profile(
+        ctx.store.heartbeats().list_heartbeats(Some(&name)).await?,
+        &ns,
+        &name,
+    );
     let window = ctx.settings.fleet_window;
     let fleet = crate::fleet::count(&heartbeats, Some(&current.version), now, window);
     let stale_pods = crate::fleet::stale_pods(&heartbeats, Some(&current.version), now, window);

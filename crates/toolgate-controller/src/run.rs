@@ -117,21 +117,51 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
     ctx.mark_trusted(&args.namespace);
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let controllers = tokio::spawn(run_reconcilers(
+        ctx.clone(),
+        std_duration(args.approval_sync_interval),
+        stop_rx,
+    ));
+
+    let outcome = tokio::select! {
+        e = elector.keep(renew) => Err(e),
+        _ = shutdown_signal() => Ok(()),
+        r = server => match r {
+            Ok(Err(e)) => Err(e),
+            _ => Err(ControllerError::Io("metrics server stopped".into())),
+        },
+    };
+    metrics.leader.set(0);
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;
+    outcome
+}
+
+/// Runs the PolicyProfile and Approval controllers and the approvals mirror
+/// (every `approval_sync_interval`) on `ctx` until `stop` turns true. What
+/// [`run_controller`] runs once it leads; public so tests can drive the
+/// watches against a mock API.
+pub async fn run_reconcilers(
+    ctx: Arc<Context>,
+    approval_sync_interval: Duration,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+) {
+    let interval = approval_sync_interval;
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
 
     let profiles = Controller::new(
-        Api::<PolicyProfile>::all(client.clone()),
+        Api::<PolicyProfile>::all(ctx.client.clone()),
         watcher::Config::default(),
     )
     .owns(
-        Api::<ConfigMap>::all(client.clone()),
+        Api::<ConfigMap>::all(ctx.client.clone()),
         watcher::Config::default()
             .labels(&format!("app.kubernetes.io/managed-by={}", crate::MANAGER)),
     )
     .watches(
-        Api::<Approval>::all(client.clone()),
+        Api::<Approval>::all(ctx.client.clone()),
         watcher::Config::default(),
         |a: Approval| crate::approval::grant_profile_ref(&a),
     )
@@ -148,7 +178,7 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
     });
 
     let approvals_ctrl = Controller::new(
-        Api::<Approval>::all(client.clone()),
+        Api::<Approval>::all(ctx.client.clone()),
         watcher::Config::default(),
     );
     let approval_cache = approvals_ctrl.store();
@@ -169,7 +199,6 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
         });
 
     let sync_ctx = ctx.clone();
-    let interval = std_duration(args.approval_sync_interval);
     let mut sync_stop = stop_rx.clone();
     let mirror = async move {
         let mut tick = tokio::time::interval(interval);
@@ -189,22 +218,7 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
         }
     };
 
-    let controllers = tokio::spawn(async move {
-        tokio::join!(profiles, approvals, mirror);
-    });
-
-    let outcome = tokio::select! {
-        e = elector.keep(renew) => Err(e),
-        _ = shutdown_signal() => Ok(()),
-        r = server => match r {
-            Ok(Err(e)) => Err(e),
-            _ => Err(ControllerError::Io("metrics server stopped".into())),
-        },
-    };
-    metrics.leader.set(0);
-    let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;
-    outcome
+    tokio::join!(profiles, approvals, mirror);
 }
 
 async fn shutdown_signal() {

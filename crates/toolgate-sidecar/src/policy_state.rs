@@ -139,20 +139,24 @@ impl PolicyState {
                 self.current.store(Some(Arc::new(enforced)));
                 LoadOutcome::Swapped { policy_version }
             }
-            Err((code, message)) => {
-                self.metrics
-                    .bundle_reload_failures
-                    .with_label_values(&[&code])
-                    .inc();
-                tracing::warn!(code, message, "bundle rejected; keeping the current one");
-                *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(LoadFailure {
-                    code: code.clone(),
-                    message,
-                    at: now,
-                });
-                LoadOutcome::Rejected { code }
-            }
+            Err((code, message)) => self.reject(code, message, now),
         }
+    }
+
+    /// Records a rejected load: counted once per distinct input, logged,
+    /// and kept for `/readyz`. The enforced bundle is left as it is.
+    fn reject(&self, code: String, message: String, now: Timestamp) -> LoadOutcome {
+        self.metrics
+            .bundle_reload_failures
+            .with_label_values(&[&code])
+            .inc();
+        tracing::warn!(code, message, "bundle rejected; keeping the current one");
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(LoadFailure {
+            code: code.clone(),
+            message,
+            at: now,
+        });
+        LoadOutcome::Rejected { code }
     }
 
     fn verify(
@@ -206,19 +210,21 @@ impl PolicyState {
                     .or(t.err())
                     .map(|e| e.kind().to_string())
                     .unwrap_or_default();
-                let code = "bundle_unreadable".to_owned();
-                self.metrics
-                    .bundle_reload_failures
-                    .with_label_values(&[&code])
-                    .inc();
-                tracing::warn!(which, err, "cannot read {which} file");
-                *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(LoadFailure {
-                    code: code.clone(),
-                    message: format!("cannot read the {which} file: {err}"),
-                    at: now,
-                });
-                *self.last_attempt.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                LoadOutcome::Rejected { code }
+                // The same missing file on every poll is one failure, not many.
+                let fingerprint: [u8; 32] =
+                    Sha256::digest(format!("unreadable:{which}:{err}")).into();
+                {
+                    let mut last = self.last_attempt.lock().unwrap_or_else(|p| p.into_inner());
+                    if *last == Some(fingerprint) {
+                        return LoadOutcome::Unchanged;
+                    }
+                    *last = Some(fingerprint);
+                }
+                self.reject(
+                    "bundle_unreadable".to_owned(),
+                    format!("cannot read the {which} file: {err}"),
+                    now,
+                )
             }
         }
     }

@@ -95,6 +95,14 @@ async fn no_bundle_and_expired_bundle_fail_closed() {
         let (status, ready) = h.get_json("/readyz").await;
         assert_eq!(status, 503, "{ready}");
         assert_eq!(ready["last_rejected_bundle"]["code"], "bundle_unreadable");
+        // Several polls of the same missing file count as one failure.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let (_, metrics) = h.get("/metrics").await;
+        assert!(
+            metrics
+                .contains(r#"toolgate_bundle_reload_failures_total{code="bundle_unreadable"} 1"#),
+            "{metrics}"
+        );
 
         // A bundle that expires shortly: allowed now, denied after expiry.
         replace_file(

@@ -1,7 +1,9 @@
 //! A `tower-test` mock API server (kube-rs `controller-rs` style) and fixtures.
 #![allow(dead_code)]
 
-use std::sync::Arc;
+pub mod rbac;
+
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
@@ -63,15 +65,21 @@ impl Received {
     }
 }
 
-/// The mock API server side.
-pub struct ApiServer(pub Handle);
+/// The mock API server side. Every request it receives is checked against
+/// `rbac.yaml` ([`rbac::check_request`]) and recorded in `log`.
+pub struct ApiServer(pub Handle, pub Arc<Mutex<Vec<rbac::Access>>>);
 
 impl ApiServer {
-    /// Next request, asserting method and path.
-    pub async fn expect(&mut self, method: Method, path: &str) -> Received {
+    /// The RBAC accesses of the requests this server received so far.
+    pub fn accesses(&self) -> Vec<rbac::Access> {
+        self.1.lock().unwrap().clone()
+    }
+
+    /// Next request, whatever it is (RBAC-checked and recorded).
+    pub async fn next(&mut self, waiting_for: &str) -> Received {
         let (request, send) = tokio::time::timeout(Duration::from_secs(5), self.0.next_request())
             .await
-            .unwrap_or_else(|_| panic!("timed out waiting for {method} {path}"))
+            .unwrap_or_else(|_| panic!("timed out waiting for {waiting_for}"))
             .expect("service not called");
         let (parts, body) = request.into_parts();
         let bytes = body.collect_bytes().await.unwrap();
@@ -93,6 +101,14 @@ impl ApiServer {
             body,
             send,
         };
+        let access = rbac::check_request(&got.method, &got.path, &got.query);
+        self.1.lock().unwrap().push(access);
+        got
+    }
+
+    /// Next request, asserting method and path.
+    pub async fn expect(&mut self, method: Method, path: &str) -> Received {
+        let got = self.next(&format!("{method} {path}")).await;
         assert_eq!(
             (&got.method, got.path.as_str()),
             (&method, path),
@@ -117,7 +133,10 @@ impl ApiServer {
 /// A mocked client plus its server side.
 pub fn mock_client() -> (kube::Client, ApiServer) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    (kube::Client::new(service, NS), ApiServer(handle))
+    (
+        kube::Client::new(service, NS),
+        ApiServer(handle, Arc::new(Mutex::new(Vec::new()))),
+    )
 }
 
 pub const NOW: &str = "2030-01-01T00:00:00Z";
