@@ -458,6 +458,24 @@ async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, Contro
             if settled {
                 return Ok(Action::await_change());
             }
+            // Only the mirror's own namespace speaks for database rows:
+            // anyone able to create an Approval elsewhere must not be able
+            // to answer a call by naming its id.
+            let home = &ctx.settings.approvals_namespace;
+            if obj.namespace().as_deref() != Some(home.as_str()) {
+                let status = ApprovalStatus {
+                    phase: Some(Phase::Pending),
+                    message: Some(format!(
+                        "ignored: request Approvals are honoured only in namespace {home}"
+                    )),
+                    observed_generation: obj.metadata.generation,
+                    ..previous.clone()
+                };
+                if status != previous {
+                    patch_status(ctx, obj, &status).await?;
+                }
+                return Ok(Action::await_change());
+            }
             let status = resolve_request(ctx, obj, req).await?;
             let action = match (
                 status.phase,

@@ -1654,3 +1654,34 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
         "rbac.yaml grants what no request in these scenarios uses: {unused:?}"
     );
 }
+
+#[tokio::test]
+async fn request_approvals_outside_the_mirror_namespace_resolve_nothing() {
+    let store = store().await;
+    let row = pending_row(&store, Duration::from_secs(900)).await;
+    record_version(&store, NS, &row.policy_version).await;
+    // A look-alike object in another namespace, naming the same row and an
+    // allowed approver.
+    let mut forged = decided(&row, Some("platform-oncall"));
+    forged.metadata.namespace = Some("elsewhere".into());
+    let name = approval::approval_name(&row.id);
+    let (client, mut server) = mock_client();
+    let ctx = context(client, store.clone(), jiff::Timestamp::now());
+    let n2 = name.clone();
+    run(approval::reconcile(Arc::new(forged), ctx), async move {
+        let st = server
+            .expect(
+                Method::PATCH,
+                &format!("/apis/toolgate.dev/v1alpha1/namespaces/elsewhere/approvals/{n2}/status"),
+            )
+            .await;
+        assert_eq!(st.body["status"]["phase"], "Pending");
+        let msg = st.body["status"]["message"].as_str().unwrap();
+        assert!(msg.starts_with("ignored: "), "{msg}");
+        st.echo_status(approval_json(&n2));
+    })
+    .await
+    .unwrap();
+    let db = store.approvals().get("team-a", &row.id).await.unwrap();
+    assert_eq!(db.status, DbStatus::Pending, "the row is untouched");
+}
