@@ -512,6 +512,17 @@ async fn begin_intent(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
+/// Intents are addressed by id alone; one tenant's sidecar must not move
+/// another tenant's rows, so a foreign intent is reported as not found.
+async fn own_intent(app: &AppState, id: &str) -> Result<(), ApiError> {
+    let intent = app.store.intents().get(id).await?;
+    if intent.tenant == app.tenant {
+        Ok(())
+    } else {
+        Err(ApiError::NotFound(format!("intent not found: {id}")))
+    }
+}
+
 /// Body of `POST /v1/intents/{id}/effect-sent` (may be empty).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -525,6 +536,7 @@ async fn effect_sent(
     if !body.is_empty() {
         let _: EffectSentRequest = parse_body(&body)?;
     }
+    own_intent(&app, &id).await?;
     Ok(Json(app.store.intents().mark_effect_sent(&id).await?))
 }
 
@@ -544,6 +556,7 @@ async fn complete_intent(
     Path(id): Path<String>,
     StrictJson(req): StrictJson<CompleteRequest>,
 ) -> Result<Json<toolgate_store::Intent>, ApiError> {
+    own_intent(&app, &id).await?;
     let intent = app
         .store
         .intents()

@@ -535,6 +535,42 @@ async fn intents_bind_to_the_allowing_decision() {
             .await;
         assert_eq!(listed["intents"].as_array().unwrap().len(), 0);
 
+        // Another tenant's intent is invisible here, whatever its id.
+        let foreign = h
+            .store
+            .intents()
+            .begin(toolgate_store::NewIntent {
+                tenant: unique("other"),
+                run_id: run.clone(),
+                step_id: "s1".into(),
+                tool: "bash".into(),
+                args_digest: digest.to_owned(),
+                decision_id: "d-foreign".into(),
+                risk: "high".into(),
+                verification_probe: None,
+            })
+            .await
+            .unwrap();
+        for (path, body) in [
+            ("effect-sent", json!({})),
+            ("complete", json!({"outcome": "completed"})),
+        ] {
+            let (status, err) = h
+                .post(&format!("/v1/intents/{}/{path}", foreign.id), body)
+                .await;
+            assert_eq!(
+                (status, err["error"]["code"].as_str()),
+                (404, Some("not_found")),
+                "{path}"
+            );
+        }
+        let untouched = h.store.intents().get(&foreign.id).await.unwrap();
+        assert_eq!(
+            (untouched.status, untouched.effect_sent_at),
+            (toolgate_store::IntentStatus::Pending, None),
+            "the foreign intent is untouched"
+        );
+
         let (status, err) = h
             .post("/v1/intents/nope/complete", json!({"outcome": "completed"}))
             .await;
