@@ -31,13 +31,13 @@
 //! Warning Event of that reason is published. `decidedBy` can be corrected
 //! (only `spec.decision` is immutable); the next reconcile checks again.
 //!
-//! **`spec.decidedBy` is self-asserted.** Anyone allowed to update an
-//! Approval can write any name there (`kubectl toolgate approve --by` just
-//! fills it in from a flag or `$USER`). The check keeps honest mistakes out
-//! and makes the decision attributable, but it is only an authorization
-//! boundary once an admission webhook pins `decidedBy` to the requesting
-//! user (`userInfo.username`) on every write of `spec.decision`. Until then,
-//! restrict who may update Approvals with RBAC.
+//! **Who `spec.decidedBy` is.** This reconciler only reads the field. The
+//! validating webhook (`toolgate-webhook`) pins it: a write that sets
+//! `spec.decision` is refused unless `decidedBy` equals the requesting
+//! user's `userInfo.username`, and `kubectl toolgate approve` fills it in
+//! from a SelfSubjectReview. Where the webhook is not installed the field
+//! is whatever the writer typed, so restrict who may update Approvals with
+//! RBAC there.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

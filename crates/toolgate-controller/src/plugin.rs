@@ -49,7 +49,9 @@ pub struct DecideArgs {
     /// Why (recorded with the decision).
     #[arg(long)]
     pub reason: Option<String>,
-    /// Who decides (default: $KUBECTL_TOOLGATE_USER, else $USER; the controller records `kubectl` when empty).
+    /// Who decides (default: the user the API server authenticates you as, from a
+    /// SelfSubjectReview; else $KUBECTL_TOOLGATE_USER, else $USER). The validating
+    /// webhook refuses a decision whose `decidedBy` is not the requesting user.
     /// When the profile lists `spec.approvals.approvers`, this must be one of them or the
     /// controller leaves the approval pending (`ApproverNotAllowed`). Self-asserted: see
     /// the `approval` module docs.
@@ -230,11 +232,13 @@ async fn decide(
         }
         None => {}
     }
-    let by = args
-        .by
-        .clone()
-        .or_else(|| std::env::var("KUBECTL_TOOLGATE_USER").ok())
-        .or_else(|| std::env::var("USER").ok());
+    let by = match args.by.clone() {
+        Some(by) => Some(by),
+        None => authenticated_user(client)
+            .await
+            .or_else(|| std::env::var("KUBECTL_TOOLGATE_USER").ok())
+            .or_else(|| std::env::var("USER").ok()),
+    };
     let patch = decision_patch(decision, args.reason.as_deref(), by.as_deref());
     api.patch(&args.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
@@ -245,6 +249,25 @@ async fn decide(
         decision.as_str()
     )
     .map_err(|e| ControllerError::Io(e.to_string()))
+}
+
+/// The username the API server authenticates this client as
+/// (SelfSubjectReview, Kubernetes 1.28+). The validating webhook requires a
+/// new decision's `decidedBy` to be exactly this, so it is the right default.
+async fn authenticated_user(client: &kube::Client) -> Option<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    let review = SelfSubjectReview {
+        metadata: Default::default(),
+        status: None,
+    };
+    api.create(&kube::api::PostParams::default(), &review)
+        .await
+        .ok()?
+        .status?
+        .user_info?
+        .username
+        .filter(|u| !u.is_empty())
 }
 
 #[cfg(test)]

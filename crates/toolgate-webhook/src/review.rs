@@ -48,6 +48,18 @@ pub struct AdmissionRequest {
     /// Whether the request is a dry run.
     #[serde(default)]
     pub dry_run: Option<bool>,
+    /// Who is making the request, as the API server authenticated them.
+    #[serde(default)]
+    pub user_info: Option<UserInfo>,
+}
+
+/// The authenticated user of an admission request.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct UserInfo {
+    /// Username as the API server knows it (e.g. `alice@example.com`,
+    /// `system:serviceaccount:ns:name`).
+    #[serde(default)]
+    pub username: Option<String>,
 }
 
 impl AdmissionReview {

@@ -84,13 +84,36 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
             }
         }
     }
-    if request.operation != "UPDATE" {
-        return Ok(());
-    }
-    let old_spec = request.old_object.as_ref().and_then(|o| o.get("spec"));
+    let old_spec = request
+        .old_object
+        .as_ref()
+        .filter(|_| request.operation == "UPDATE")
+        .and_then(|o| o.get("spec"));
     let old_decision = old_spec
         .and_then(|s| s.get("decision"))
         .filter(|d| !d.is_null());
+    // A decision being made now must name the user the API server
+    // authenticated, so the controller's approvers check compares real
+    // identities rather than whatever a writer typed.
+    if decision.is_some()
+        && old_decision.is_none()
+        && let Some(user) = request
+            .user_info
+            .as_ref()
+            .and_then(|u| u.username.as_deref())
+            .filter(|u| !u.is_empty())
+    {
+        let decided_by = spec.get("decidedBy").and_then(Value::as_str);
+        if decided_by != Some(user) {
+            return Err(invalid_approval(
+                "spec.decidedBy",
+                &format!(
+                    "must be the user making this decision (`{user}`), got {}; `kubectl toolgate approve` sets it",
+                    decided_by.map_or_else(|| "nothing".to_owned(), |d| format!("`{d}`"))
+                ),
+            ));
+        }
+    }
     let Some(old_decision) = old_decision else {
         return Ok(());
     };
@@ -155,6 +178,7 @@ mod tests {
             object: Some(object),
             old_object: old,
             dry_run: None,
+            user_info: None,
         }
     }
 
@@ -218,5 +242,53 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(swapped.field(), Some("spec.request"));
+    }
+
+    #[test]
+    fn a_new_decision_names_the_authenticated_user() {
+        let req = json!({"invocationId": "i"});
+        let pending = json!({"spec": {"request": req}});
+        let as_user = |object: Value, user: Option<&str>| {
+            let mut r = request("UPDATE", object, Some(pending.clone()));
+            r.user_info = user.map(|u| crate::review::UserInfo {
+                username: Some(u.into()),
+            });
+            approval(&r)
+        };
+        as_user(
+            json!({"spec": {"request": req, "decision": "approved", "decidedBy": "alice"}}),
+            Some("alice"),
+        )
+        .unwrap();
+        for spoofed in [
+            json!({"spec": {"request": req, "decision": "approved", "decidedBy": "platform-oncall"}}),
+            json!({"spec": {"request": req, "decision": "approved"}}),
+        ] {
+            let err = as_user(spoofed, Some("alice")).unwrap_err();
+            assert_eq!(
+                (err.code(), err.field()),
+                ("approval_invalid", Some("spec.decidedBy"))
+            );
+            assert!(err.to_string().contains("alice"), "{err}");
+        }
+        // Without user information (no API server in front) nothing can be pinned.
+        as_user(
+            json!({"spec": {"request": req, "decision": "denied"}}),
+            None,
+        )
+        .unwrap();
+        // Creating an already-decided object is a decision too.
+        let mut create = request(
+            "CREATE",
+            json!({"spec": {"request": req, "decision": "approved", "decidedBy": "mallory"}}),
+            None,
+        );
+        create.user_info = Some(crate::review::UserInfo {
+            username: Some("alice".into()),
+        });
+        assert_eq!(
+            approval(&create).unwrap_err().field(),
+            Some("spec.decidedBy")
+        );
     }
 }

@@ -534,6 +534,20 @@ async fn approvals_are_validated_and_decisions_are_final() {
     let response = review(&mut client, "/validate-approvals", &resolve).await;
     assert_eq!(response["allowed"], true, "{response}");
 
+    // The decision must name the user the API server authenticated.
+    let mut spoofed = resolve.clone();
+    spoofed["request"]["object"]["spec"]["decidedBy"] = json!("platform-oncall");
+    let response = review(&mut client, "/validate-approvals", &spoofed).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["reason"], "approval_invalid");
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.decidedBy: "),
+        "{response}"
+    );
+
     let mut maybe = resolve.clone();
     maybe["request"]["object"]["spec"]["decision"] = json!("maybe");
     let response = review(&mut client, "/validate-approvals", &maybe).await;
