@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use toolgate_policy::{Call, Context, Decision, Reason, Risk, Verdict};
 use toolgate_store::{
-    ApprovalDecision, ApprovalStatus, DecisionRecord, IntentOutcome, NewApproval, NewIntent, Store,
+    ApprovalStatus, DecisionRecord, IntentOutcome, NewApproval, NewIntent, Store,
 };
 
 use crate::decision_log::DecisionLog;
@@ -104,16 +104,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for StrictJson<T> {
 
 fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = deserialize_body(&mut de)?;
+    let value = T::deserialize(&mut de)
+        .map_err(|e| ApiError::InvalidRequest(format!("invalid request body: {e}")))?;
     de.end()
         .map_err(|e| ApiError::InvalidRequest(format!("trailing data after JSON body: {e}")))?;
     Ok(value)
-}
-
-fn deserialize_body<'de, T: DeserializeOwned>(
-    de: &mut serde_json::Deserializer<serde_json::de::SliceRead<'de>>,
-) -> Result<T, ApiError> {
-    T::deserialize(de).map_err(|e| ApiError::InvalidRequest(format!("invalid request body: {e}")))
 }
 
 /// Builds the router.
@@ -644,22 +639,6 @@ async fn get_approval(
         obj.insert("approval_id".into(), approval.id.clone().into());
     }
     Ok(Json(body))
-}
-
-/// Resolves an approval (used by the CLI and tests; the Kubernetes path goes
-/// through the controller).
-pub async fn resolve_approval(
-    store: &Store,
-    tenant: &str,
-    id: &str,
-    decision: ApprovalDecision,
-    by: &str,
-    reason: Option<&str>,
-) -> Result<toolgate_store::Approval, ApiError> {
-    Ok(store
-        .approvals()
-        .resolve(tenant, id, decision, by, reason)
-        .await?)
 }
 
 // ---- workspace ----

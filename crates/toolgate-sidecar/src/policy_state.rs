@@ -173,11 +173,12 @@ impl PolicyState {
             )
         })?;
         let trust = TrustSet::from_pem(trust_text).map_err(fail)?;
-        let held = self.current().map(|e| e.sequence);
+        // One load: sequence and digest must describe the same held bundle.
+        let held = self.current();
         let options = VerifyOptions {
             now,
-            held_sequence: held,
-            held_digest: self.current().map(|e| e.digest.clone()),
+            held_sequence: held.as_ref().map(|e| e.sequence),
+            held_digest: held.as_ref().map(|e| e.digest.clone()),
         };
         let verified = toolgate_bundle::verify(bundle, &trust, &options).map_err(fail)?;
         let document = verified.document();

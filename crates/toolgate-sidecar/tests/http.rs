@@ -393,16 +393,17 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
         let started = std::time::Instant::now();
-        toolgate_sidecar::api::resolve_approval(
-            &h.store,
-            &h.tenant,
-            &approval_id,
-            ApprovalDecision::Approved,
-            "alice",
-            Some("looks fine"),
-        )
-        .await
-        .unwrap();
+        h.store
+            .approvals()
+            .resolve(
+                &h.tenant,
+                &approval_id,
+                ApprovalDecision::Approved,
+                "alice",
+                Some("looks fine"),
+            )
+            .await
+            .unwrap();
         let resolved = waiter.await.unwrap();
         assert_eq!(resolved["status"], "approved");
         assert!(
@@ -430,16 +431,11 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
         assert_ne!(fresh, approval_id);
 
         // A denied approval denies the call.
-        toolgate_sidecar::api::resolve_approval(
-            &h.store,
-            &h.tenant,
-            &fresh,
-            ApprovalDecision::Denied,
-            "bob",
-            None,
-        )
-        .await
-        .unwrap();
+        h.store
+            .approvals()
+            .resolve(&h.tenant, &fresh, ApprovalDecision::Denied, "bob", None)
+            .await
+            .unwrap();
         let denied = h.authorize("deploy", args.clone(), &run).await;
         assert_eq!(
             (denied["verdict"].as_str(), denied["reason"].as_str()),

@@ -360,21 +360,15 @@ impl Agent {
     }
 
     async fn post(&self, path: &str, body: Value) -> Result<(u16, Value), CliError> {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| CliError::Usage(format!("sidecar request failed: {e}")))?;
-        let status = resp.status().as_u16();
-        Ok((status, resp.json().await.unwrap_or(Value::Null)))
+        Self::send(self.http.post(format!("{}{path}", self.base)).json(&body)).await
     }
 
     async fn get(&self, path: &str) -> Result<(u16, Value), CliError> {
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.base))
+        Self::send(self.http.get(format!("{}{path}", self.base))).await
+    }
+
+    async fn send(request: reqwest::RequestBuilder) -> Result<(u16, Value), CliError> {
+        let resp = request
             .send()
             .await
             .map_err(|e| CliError::Usage(format!("sidecar request failed: {e}")))?;
