@@ -150,6 +150,25 @@ impl BundleError {
         }
     }
 
+    /// Every code [`BundleError::code`] can return, so that metrics can
+    /// show each failure kind at zero before it first happens.
+    pub const CODES: &'static [&'static str] = &[
+        "bundle_malformed",
+        "bundle_payload_type",
+        "bundle_unknown_key",
+        "bundle_bad_signature",
+        "bundle_not_canonical",
+        "bundle_unsupported_format",
+        "bundle_invalid_policy",
+        "bundle_version_mismatch",
+        "bundle_expired",
+        "bundle_rollback",
+        "key_invalid",
+        "trust_invalid",
+        "bundle_invalid_input",
+        "io",
+    ];
+
     /// The policy error behind `bundle_invalid_policy`, for its field path.
     pub fn policy_error(&self) -> Option<&PolicyError> {
         match self {

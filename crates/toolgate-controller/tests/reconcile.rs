@@ -525,6 +525,7 @@ async fn pending_row(store: &toolgate_store::Store, ttl: Duration) -> toolgate_s
             run_id: "run-1".into(),
             tool: "bash".into(),
             args_digest: "sha256:abc".into(),
+            call_digest: None,
             policy_version: "safe-coding@0123456789ab+h01234567".into(),
             decision_id: "dec-1".into(),
             requested_by: "sidecar/agent-0".into(),

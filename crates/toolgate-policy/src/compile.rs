@@ -396,6 +396,10 @@ fn default_match_text(tool: &str, effect: &ToolEffect) -> MatchText {
         "editor" => named(&["file_path"]),
         "reader" => named(&["path"]),
         "search" => named(&["pattern", "path"]),
+        // The sidecar's own workspace API (see the README's mapping).
+        "workspace.read" | "workspace.write" | "workspace.list" | "workspace.stat" => {
+            named(&["path"])
+        }
         _ => MatchText::ActionAndValues,
     }
 }

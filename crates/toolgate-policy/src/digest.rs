@@ -20,13 +20,63 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// `sha256:<hex>` of the canonical JSON of a call's arguments object.
 pub fn args_digest(arguments: &serde_json::Map<String, serde_json::Value>) -> String {
+    prefixed_sha256(&canonical_arguments(arguments))
+}
+
+/// `sha256:<hex>` of the canonical JSON of the whole call,
+/// `{"action", "arguments", "tool"}` (`action` is `null` when absent), with
+/// `tool` the canonical name after alias resolution. Approvals, intents and
+/// decision records bind to it, so an approved `deploy status` can never be
+/// replayed as `deploy destroy` with the same arguments.
+pub fn call_digest(
+    tool: &str,
+    action: Option<&str>,
+    arguments: &serde_json::Map<String, serde_json::Value>,
+) -> String {
+    call_digest_from(tool, action, &canonical_arguments(arguments))
+}
+
+/// Both digests of one call, sharing the canonical arguments bytes.
+pub(crate) fn call_digests(
+    tool: &str,
+    action: Option<&str>,
+    arguments: &serde_json::Map<String, serde_json::Value>,
+) -> (String, String) {
+    let args = canonical_arguments(arguments);
+    (
+        prefixed_sha256(&args),
+        call_digest_from(tool, action, &args),
+    )
+}
+
+fn canonical_arguments(arguments: &serde_json::Map<String, serde_json::Value>) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(128);
     if !write_canonical_object(arguments, &mut bytes) {
         bytes = canonical_json(arguments);
     }
+    bytes
+}
+
+fn call_digest_from(tool: &str, action: Option<&str>, canonical_args: &[u8]) -> String {
+    // RFC 8785 orders the keys action < arguments < tool.
+    let mut doc = Vec::with_capacity(canonical_args.len() + tool.len() + 48);
+    doc.extend_from_slice(b"{\"action\":");
+    match action {
+        Some(a) => write_canonical_string(a, &mut doc),
+        None => doc.extend_from_slice(b"null"),
+    }
+    doc.extend_from_slice(b",\"arguments\":");
+    doc.extend_from_slice(canonical_args);
+    doc.extend_from_slice(b",\"tool\":");
+    write_canonical_string(tool, &mut doc);
+    doc.push(b'}');
+    prefixed_sha256(&doc)
+}
+
+fn prefixed_sha256(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256:");
-    out.push_str(&hex::encode(Sha256::digest(&bytes)));
+    out.push_str(&hex::encode(Sha256::digest(bytes)));
     out
 }
 
@@ -239,6 +289,32 @@ mod tests {
             v.version,
             format!("p@{}+h{}", &v.spec_sha256[..12], &v.hardline_sha256[..8])
         );
+    }
+
+    #[test]
+    fn call_digest_is_the_canonical_whole_call() {
+        let args = serde_json::json!({"b": 1, "a": "x\u{e9}\n"});
+        let args = args.as_object().unwrap();
+        for action in [None, Some("status"), Some("d\"q\u{1}")] {
+            let expected = format!(
+                "sha256:{}",
+                sha256_hex(&canonical_json(&serde_json::json!({
+                    "tool": "deploy", "action": action, "arguments": args,
+                })))
+            );
+            assert_eq!(call_digest("deploy", action, args), expected);
+        }
+        assert_ne!(
+            call_digest("deploy", Some("status"), args),
+            call_digest("deploy", Some("destroy"), args)
+        );
+        assert_ne!(
+            call_digest("deploy", None, args),
+            call_digest("deploy", Some(""), args)
+        );
+        let (a, c) = call_digests("deploy", Some("status"), args);
+        assert_eq!(a, args_digest(args));
+        assert_eq!(c, call_digest("deploy", Some("status"), args));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use serde_json::{Map, Value};
 
 use crate::compile::{CompiledPolicy, CompiledTool, MatchText, Tier};
-use crate::digest::{args_digest, canonical_json};
+use crate::digest::{call_digests, canonical_json};
 use crate::model::{Mode, Risk, SideEffect};
 use crate::verdict::{Decision, Reason, Verdict};
 
@@ -50,15 +50,15 @@ impl CompiledPolicy {
     /// Decides one call. Never fails: unknown tools and malformed arguments
     /// are denied with a typed reason.
     pub fn evaluate(&self, call: &Call<'_>, ctx: &Context<'_>) -> Verdict {
-        let digest = args_digest(call.arguments);
         let tool_name = self.canonical_tool(call.tool);
+        let digests = call_digests(tool_name, call.action, call.arguments);
         let Some(tool) = self.tools.get(tool_name) else {
             return self.verdict(
                 Decision::Deny,
                 Reason::UnknownTool,
                 None,
                 Risk::High,
-                digest,
+                digests,
             );
         };
         let risk = tool.effect.risk;
@@ -68,7 +68,7 @@ impl CompiledPolicy {
                 reason,
                 rule.map(str::to_owned),
                 risk,
-                digest.clone(),
+                digests.clone(),
             )
         };
         let text = match_text(tool, call);
@@ -156,7 +156,7 @@ impl CompiledPolicy {
         reason: Reason,
         matched_rule: Option<String>,
         risk: Risk,
-        args_digest: String,
+        (args_digest, call_digest): (String, String),
     ) -> Verdict {
         Verdict {
             verdict,
@@ -166,6 +166,7 @@ impl CompiledPolicy {
             risk,
             intent_required: verdict == Decision::Allow && risk == Risk::High,
             args_digest,
+            call_digest,
         }
     }
 

@@ -35,7 +35,7 @@ pub mod model;
 mod verdict;
 
 pub use compile::{ANY_TOOL, CompiledPolicy};
-pub use digest::{PolicyVersion, args_digest};
+pub use digest::{PolicyVersion, args_digest, call_digest};
 pub use error::PolicyError;
 pub use eval::{Call, Context};
 pub use model::{Grant, Mode, PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect};

@@ -96,6 +96,40 @@ impl Reason {
             Self::AuditUnavailable => "audit_unavailable",
         }
     }
+
+    /// Every reason, in declaration order (for pre-creating metric series).
+    pub const ALL: [Reason; 19] = [
+        Self::UnknownTool,
+        Self::HardlineCommand,
+        Self::HardlinePath,
+        Self::HardlineCidr,
+        Self::EgressHostNotAllowed,
+        Self::NetworkTargetInvalid,
+        Self::ModeAllowAll,
+        Self::ModeDenyAll,
+        Self::ShellControl,
+        Self::DenyRule,
+        Self::AllowRule,
+        Self::EscalateRule,
+        Self::NoMatchingRule,
+        Self::ApprovedByGrant,
+        Self::Approved,
+        Self::ApprovalDenied,
+        Self::NoBundle,
+        Self::BundleExpired,
+        Self::AuditUnavailable,
+    ];
+
+    /// The verdict this reason comes with: each reason belongs to exactly one.
+    pub fn decision(self) -> Decision {
+        match self {
+            Self::ModeAllowAll | Self::AllowRule | Self::ApprovedByGrant | Self::Approved => {
+                Decision::Allow
+            }
+            Self::EscalateRule => Decision::Escalate,
+            _ => Decision::Deny,
+        }
+    }
 }
 
 /// The answer to one call, bound to the exact arguments it was asked about.
@@ -116,4 +150,32 @@ pub struct Verdict {
     pub intent_required: bool,
     /// `sha256:` digest of the canonical arguments the verdict applies to.
     pub args_digest: String,
+    /// `sha256:` digest of the canonical `{tool, action, arguments}` (see
+    /// [`crate::call_digest`]): what approvals and intents are bound to.
+    pub call_digest: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_reasons_are_distinct_and_round_trip() {
+        let mut names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        for r in Reason::ALL {
+            let back: Reason = serde_json::from_value(serde_json::json!(r.as_str())).unwrap();
+            assert_eq!(back, r);
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Reason::ALL.len());
+    }
+
+    #[test]
+    fn each_reason_has_its_verdict() {
+        assert_eq!(Reason::Approved.decision(), Decision::Allow);
+        assert_eq!(Reason::EscalateRule.decision(), Decision::Escalate);
+        assert_eq!(Reason::HardlinePath.decision(), Decision::Deny);
+        assert_eq!(Reason::AuditUnavailable.decision(), Decision::Deny);
+    }
 }

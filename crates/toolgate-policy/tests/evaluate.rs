@@ -87,6 +87,7 @@ fn verdict_json_has_the_stable_field_names() {
         keys,
         [
             "args_digest",
+            "call_digest",
             "intent_required",
             "matched_rule",
             "policy_version",
@@ -534,4 +535,39 @@ proptest! {
         let v = policy.evaluate(&Call { tool: &tool, action: None, arguments: &arguments }, &Context::at(jiff::Timestamp::UNIX_EPOCH));
         prop_assert!(v.args_digest.starts_with("sha256:"));
     }
+}
+
+/// The verdict binds the whole call: the same arguments under another
+/// action (or another spelling of the tool, via an alias) give another
+/// call digest, while the alias resolves to the same one.
+#[test]
+fn call_digest_binds_tool_action_and_arguments() {
+    let policy = compile(
+        "{mode: rules, aliases: {deploy_tool: deploy}, rules: {deploy: {escalate: ['*']}}, \
+         effects: {deploy: {sideEffect: EXTERNAL_WRITE, risk: high}}}",
+    );
+    let args = json!({"service": "api"});
+    let args = args.as_object().unwrap();
+    let at = |tool, action| {
+        policy.evaluate(
+            &Call {
+                tool,
+                action,
+                arguments: args,
+            },
+            &Context::at(jiff::Timestamp::UNIX_EPOCH),
+        )
+    };
+    let status = at("deploy", Some("status"));
+    let destroy = at("deploy", Some("destroy"));
+    assert_eq!(status.args_digest, destroy.args_digest);
+    assert_ne!(status.call_digest, destroy.call_digest);
+    assert_eq!(
+        status.call_digest,
+        at("deploy_tool", Some("status")).call_digest
+    );
+    assert_eq!(
+        status.call_digest,
+        toolgate_policy::call_digest("deploy", Some("status"), args)
+    );
 }

@@ -14,9 +14,9 @@ use jiff::Timestamp;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use toolgate_policy::{Call, Context, Decision, Reason, Risk, Verdict};
+use toolgate_policy::{Call, CompiledPolicy, Context, Decision, Reason, Risk, Verdict};
 use toolgate_store::{
-    ApprovalStatus, DecisionRecord, IntentOutcome, NewApproval, NewIntent, Store,
+    ApprovalStatus, ApprovedCall, DecisionRecord, IntentOutcome, NewApproval, NewIntent, Store,
 };
 
 use crate::decision_log::DecisionLog;
@@ -56,6 +56,11 @@ pub struct AppState {
     pub identity: String,
     /// Allowed high-risk decisions awaiting their intent.
     pub(crate) allowed: Mutex<AllowedDecisions>,
+    /// Bounds concurrent workspace I/O (see [`WORKSPACE_SLOTS`]).
+    pub workspace_slots: Arc<tokio::sync::Semaphore>,
+    /// Host names, besides loopback addresses and `localhost`, that the
+    /// agent API answers to (the pod's own name, say).
+    pub local_hosts: Vec<String>,
 }
 
 /// What an allowed decision permits; an intent must match it exactly.
@@ -65,6 +70,7 @@ pub(crate) struct AllowedCall {
     tool: String,
     canonical_tool: String,
     args_digest: String,
+    call_digest: String,
     risk: Risk,
     used: bool,
 }
@@ -113,6 +119,7 @@ fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
 
 /// Builds the router.
 pub fn router(state: Arc<AppState>) -> Router {
+    let guard = axum::middleware::from_fn_with_state(state.clone(), crate::guard::local_json_only);
     Router::new()
         .route("/v1/authorize", post(authorize))
         .route("/v1/intents", post(begin_intent).get(list_intents))
@@ -125,6 +132,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/workspace/stat", post(workspace_stat))
         .merge(ops_routes())
         .fallback(|| async { ApiError::NoRoute })
+        .layer(guard)
         .with_state(state)
 }
 
@@ -179,28 +187,78 @@ pub struct AuthorizeResponse {
     pub approval_id: Option<String>,
 }
 
-fn require_id(field: &str, value: &str) -> Result<(), ApiError> {
-    if value.is_empty() || value.len() > 256 {
+/// Longest id-like field an agent may send (run, step, tool, action).
+pub const MAX_ID_BYTES: usize = 256;
+/// Longest label value a metric series may carry.
+pub(crate) const MAX_LABEL_CHARS: usize = 128;
+/// Metric label for a tool the held profile does not declare.
+pub const OTHER_TOOL: &str = "<other>";
+/// Metric label for "no profile loaded".
+pub const NO_PROFILE: &str = "<none>";
+
+/// Refuses an id-like field the decision log would refuse: empty, longer
+/// than [`MAX_ID_BYTES`], or holding control characters. Checked before any
+/// decision is made, so bad input is a 400, never a lost record or a
+/// spurious `audit_unavailable`.
+pub(crate) fn require_id(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.len() > MAX_ID_BYTES {
         return Err(ApiError::InvalidRequest(format!(
-            "{field} must be 1-256 characters"
+            "{field} must be 1-{MAX_ID_BYTES} bytes"
+        )));
+    }
+    toolgate_store::check_field(field, value).map_err(|e| match e {
+        toolgate_store::StoreError::InvalidInput(m) => ApiError::InvalidRequest(m),
+        other => ApiError::InvalidRequest(other.to_string()),
+    })
+}
+
+/// Every agent-supplied field of a call, checked before it is decided.
+fn validate_call(app: &AppState, req: &AuthorizeRequest) -> Result<(), ApiError> {
+    require_id("run_id", &req.run_id)?;
+    require_id("tool", &req.tool)?;
+    if let Some(step) = req.step_id.as_deref().filter(|s| !s.is_empty()) {
+        require_id("step_id", step)?;
+    }
+    if let Some(action) = &req.action {
+        require_id("action", action)?;
+    }
+    if let Some(t) = &req.tenant
+        && *t != app.tenant
+    {
+        return Err(ApiError::InvalidRequest(format!(
+            "tenant `{}` is not served by this sidecar",
+            truncate(t, MAX_LABEL_CHARS)
         )));
     }
     Ok(())
+}
+
+/// `text` cut to at most `max` characters.
+pub(crate) fn truncate(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
 }
 
 async fn authorize(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<AuthorizeRequest>,
 ) -> Result<Json<AuthorizeResponse>, ApiError> {
+    decide(&app, &req).await.map(Json)
+}
+
+/// Decides one call exactly once: evaluate under the held bundle, find or
+/// use its approval, record the decision (durably before answering for a
+/// high-risk tool), remember an allow for its intent, count it. The
+/// workspace endpoints decide through here too, so they can never be more
+/// permissive than `/v1/authorize`.
+pub(crate) async fn decide(
+    app: &AppState,
+    req: &AuthorizeRequest,
+) -> Result<AuthorizeResponse, ApiError> {
     let started = Instant::now();
-    require_id("run_id", &req.run_id)?;
-    if let Some(t) = &req.tenant
-        && *t != app.tenant
-    {
-        return Err(ApiError::InvalidRequest(format!(
-            "tenant `{t}` is not served by this sidecar"
-        )));
-    }
+    validate_call(app, req)?;
     // The log needs a step; calls outside any step are recorded under "-".
     let step_id = req
         .step_id
@@ -210,28 +268,22 @@ async fn authorize(
     let decision_id = uuid::Uuid::now_v7().to_string();
     let now = Timestamp::now();
     let enforced = app.policy.current();
-    let (mut verdict, profile) = match &enforced {
-        None => (
-            sidecar_verdict(Reason::NoBundle, NO_POLICY, &req.arguments),
-            "<none>".to_owned(),
-        ),
-        Some(e) if now >= e.expires_at => (
-            sidecar_verdict(Reason::BundleExpired, &e.policy_version, &req.arguments),
-            e.profile.clone(),
-        ),
-        Some(e) => (
-            e.policy.evaluate(
-                &Call {
-                    tool: &req.tool,
-                    action: req.action.as_deref(),
-                    arguments: &req.arguments,
-                },
-                &Context {
-                    now,
-                    subject: Some(&app.tenant),
-                },
-            ),
-            e.profile.clone(),
+    let call = Call {
+        tool: &req.tool,
+        action: req.action.as_deref(),
+        arguments: &req.arguments,
+    };
+    let mut verdict = match &enforced {
+        None => sidecar_verdict(Reason::NoBundle, NO_POLICY, &call),
+        Some(e) if now >= e.expires_at => {
+            sidecar_verdict(Reason::BundleExpired, &e.policy_version, &call)
+        }
+        Some(e) => e.policy.evaluate(
+            &call,
+            &Context {
+                now,
+                subject: Some(&app.tenant),
+            },
         ),
     };
 
@@ -239,7 +291,7 @@ async fn authorize(
     if verdict.verdict == Decision::Escalate {
         // Validated above: an escalation only comes from a live bundle.
         if let Some(e) = &enforced {
-            match escalate(&app, e, &req, &step_id, &decision_id, &mut verdict).await {
+            match escalate(app, e, req, &step_id, &decision_id, &mut verdict).await {
                 Ok(id) => approval_id = id,
                 Err(err) => {
                     tracing::error!(error = %err, "approval request failed; denying");
@@ -257,12 +309,23 @@ async fn authorize(
         verdict: verdict.verdict.as_str().to_owned(),
         reason: verdict.reason.as_str().to_owned(),
         message: None,
-        matched_rule: verdict.matched_rule.clone(),
+        // Labels come from the profile; a very long glob must not make the
+        // log refuse the record.
+        matched_rule: verdict
+            .matched_rule
+            .as_deref()
+            .map(|r| truncate(r, toolgate_store::MAX_FIELD_LEN / 4).to_owned()),
         policy_version: verdict.policy_version.clone(),
         risk: verdict.risk.as_str().to_owned(),
         args_digest: verdict.args_digest.clone(),
+        call_digest: Some(verdict.call_digest.clone()),
         created_at: now,
     };
+    if let Err(e) = record.validate() {
+        // Every agent field was checked above, so this is a sidecar bug;
+        // refuse rather than answer with a decision the log cannot hold.
+        return Err(ApiError::InvalidRequest(e.to_string()));
+    }
     if verdict.risk == Risk::High {
         if let Err(err) = app.store.decisions().append(&app.tenant, record).await {
             tracing::error!(error = %err, "high-risk decision not recorded; denying");
@@ -274,10 +337,6 @@ async fn authorize(
     }
 
     if verdict.verdict == Decision::Allow {
-        let canonical_tool = enforced
-            .as_ref()
-            .map(|e| e.policy.canonical_tool(&req.tool).to_owned())
-            .unwrap_or_else(|| req.tool.clone());
         app.allowed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -286,18 +345,24 @@ async fn authorize(
                 AllowedCall {
                     run_id: req.run_id.clone(),
                     tool: req.tool.clone(),
-                    canonical_tool,
+                    canonical_tool: enforced
+                        .as_ref()
+                        .map(|e| e.policy.canonical_tool(&req.tool).to_owned())
+                        .unwrap_or_else(|| req.tool.clone()),
                     args_digest: verdict.args_digest.clone(),
+                    call_digest: verdict.call_digest.clone(),
                     risk: verdict.risk,
                     used: false,
                 },
             );
     }
 
-    let tool_label = if verdict.reason == Reason::UnknownTool {
-        "<unknown>"
-    } else {
-        req.tool.as_str()
+    let (tool_label, profile_label) = match &enforced {
+        Some(e) => (
+            metric_tool_label(&e.policy, &req.tool),
+            truncate(&e.profile, MAX_LABEL_CHARS),
+        ),
+        None => (OTHER_TOOL, NO_PROFILE),
     };
     app.metrics
         .decisions
@@ -305,24 +370,31 @@ async fn authorize(
             verdict.verdict.as_str(),
             verdict.reason.as_str(),
             tool_label,
-            &profile,
+            profile_label,
         ])
         .inc();
     app.metrics
         .decision_duration
         .observe(started.elapsed().as_secs_f64());
-    Ok(Json(AuthorizeResponse {
+    Ok(AuthorizeResponse {
         decision_id,
         verdict,
         approval_id,
-    }))
+    })
 }
 
-fn sidecar_verdict(
-    reason: Reason,
-    policy_version: &str,
-    arguments: &serde_json::Map<String, serde_json::Value>,
-) -> Verdict {
+/// The `tool` label of a call: the canonical name when the held profile
+/// declares it, else [`OTHER_TOOL`]. Agent text never becomes a label, so
+/// label cardinality is bounded by the profile.
+pub(crate) fn metric_tool_label<'a>(policy: &'a CompiledPolicy, tool: &'a str) -> &'a str {
+    if policy.effect(tool).is_some() {
+        truncate(policy.canonical_tool(tool), MAX_LABEL_CHARS)
+    } else {
+        OTHER_TOOL
+    }
+}
+
+fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Verdict {
     Verdict {
         verdict: Decision::Deny,
         reason,
@@ -330,7 +402,8 @@ fn sidecar_verdict(
         policy_version: policy_version.to_owned(),
         risk: Risk::High,
         intent_required: false,
-        args_digest: toolgate_policy::args_digest(arguments),
+        args_digest: toolgate_policy::args_digest(call.arguments),
+        call_digest: toolgate_policy::call_digest(call.tool, call.action, call.arguments),
     }
 }
 
@@ -341,17 +414,12 @@ fn deny_audit(verdict: &mut Verdict) {
 }
 
 /// Deterministic id of "this call, in this step, under this policy": the
-/// same call asks the same approval until it is used or expires.
-fn invocation_base(tenant: &str, run_id: &str, step_id: &str, tool: &str, v: &Verdict) -> String {
+/// same call asks the same approval until it is used or expires. The call
+/// digest covers tool, action and arguments, so another action is another
+/// invocation.
+fn invocation_base(tenant: &str, run_id: &str, step_id: &str, v: &Verdict) -> String {
     let mut h = Sha256::new();
-    for part in [
-        tenant,
-        run_id,
-        step_id,
-        tool,
-        &v.args_digest,
-        &v.policy_version,
-    ] {
+    for part in [tenant, run_id, step_id, &v.call_digest, &v.policy_version] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
@@ -369,7 +437,7 @@ async fn escalate(
     verdict: &mut Verdict,
 ) -> Result<Option<String>, ApiError> {
     let tool = enforced.policy.canonical_tool(&req.tool).to_owned();
-    let base = invocation_base(&app.tenant, &req.run_id, step_id, &tool, verdict);
+    let base = invocation_base(&app.tenant, &req.run_id, step_id, verdict);
     for round in 0..MAX_APPROVAL_ROUNDS {
         let approval = app
             .store
@@ -381,6 +449,7 @@ async fn escalate(
                 run_id: req.run_id.clone(),
                 tool: tool.clone(),
                 args_digest: verdict.args_digest.clone(),
+                call_digest: Some(verdict.call_digest.clone()),
                 policy_version: verdict.policy_version.clone(),
                 decision_id: decision_id.to_owned(),
                 requested_by: app.identity.clone(),
@@ -405,9 +474,12 @@ async fn escalate(
                     .consume(
                         &app.tenant,
                         &approval.id,
-                        &tool,
-                        &verdict.args_digest,
-                        &verdict.policy_version,
+                        &ApprovedCall {
+                            tool: &tool,
+                            args_digest: &verdict.args_digest,
+                            call_digest: &verdict.call_digest,
+                            policy_version: &verdict.policy_version,
+                        },
                     )
                     .await?;
                 if consumed {
@@ -443,6 +515,9 @@ pub struct BeginIntentRequest {
     pub tool: String,
     /// Argument digest (must match the decision's).
     pub args_digest: String,
+    /// Whole-call digest (must match the decision's when given).
+    #[serde(default)]
+    pub call_digest: Option<String>,
     /// How a resume flow can check whether the effect happened.
     #[serde(default)]
     pub verification_probe: Option<serde_json::Value>,
@@ -454,7 +529,10 @@ async fn begin_intent(
 ) -> Result<Response, ApiError> {
     require_id("decision_id", &req.decision_id)?;
     require_id("run_id", &req.run_id)?;
-    let risk = {
+    require_id("step_id", &req.step_id)?;
+    require_id("tool", &req.tool)?;
+    require_id("args_digest", &req.args_digest)?;
+    let (risk, call_digest) = {
         let allowed = app.allowed.lock().unwrap_or_else(|p| p.into_inner());
         let Some(call) = allowed.map.get(&req.decision_id) else {
             return Err(ApiError::DecisionNotAllowed(format!(
@@ -463,12 +541,16 @@ async fn begin_intent(
             )));
         };
         if call.used {
-            return Err(ApiError::Conflict(format!(
+            return Err(ApiError::IntentExists(format!(
                 "decision {} already has an intent",
                 req.decision_id
             )));
         }
         if call.args_digest != req.args_digest
+            || req
+                .call_digest
+                .as_ref()
+                .is_some_and(|d| *d != call.call_digest)
             || (call.tool != req.tool && call.canonical_tool != req.tool)
             || call.run_id != req.run_id
         {
@@ -477,7 +559,7 @@ async fn begin_intent(
                 req.decision_id, call.tool, call.args_digest, call.run_id
             )));
         }
-        call.risk
+        (call.risk, call.call_digest.clone())
     };
     let intent = app
         .store
@@ -488,6 +570,7 @@ async fn begin_intent(
             step_id: req.step_id,
             tool: req.tool,
             args_digest: req.args_digest,
+            call_digest: Some(call_digest),
             decision_id: req.decision_id.clone(),
             risk: risk.as_str().to_owned(),
             verification_probe: req.verification_probe,
@@ -593,6 +676,9 @@ async fn list_intents(
         .map(|p| {
             let mut v = serde_json::to_value(&p.intent).unwrap_or_default();
             if let Some(obj) = v.as_object_mut() {
+                // `intent_id`, as POST /v1/intents answers; `id` stays one
+                // release for older clients.
+                obj.insert("intent_id".into(), p.intent.id.clone().into());
                 obj.insert(
                     "resume".into(),
                     serde_json::to_value(p.class).unwrap_or_default(),
@@ -642,6 +728,13 @@ async fn get_approval(
 }
 
 // ---- workspace ----
+//
+// Every workspace operation is the tool call `workspace.<op>` with arguments
+// `{"path": …}` (write adds `"content"`), decided by `decide` exactly as
+// `/v1/authorize` would decide it and recorded in the decision log. A
+// profile that declares no `workspace.*` tool denies them (`unknown_tool`);
+// a hardline path rule denies them in every mode. A high-risk write records
+// its intent around the write itself.
 
 /// Body of workspace `read`, `list` and `stat`.
 #[derive(Debug, Deserialize)]
@@ -651,6 +744,9 @@ pub struct PathRequest {
     pub run_id: String,
     /// Relative path; `""` is the root (list and stat only).
     pub path: String,
+    /// Step within the run, for the decision record.
+    #[serde(default)]
+    pub step_id: Option<String>,
 }
 
 /// Body of workspace `write`.
@@ -663,50 +759,224 @@ pub struct WriteRequest {
     pub path: String,
     /// UTF-8 text to write.
     pub content: String,
+    /// Step within the run, for the decision record.
+    #[serde(default)]
+    pub step_id: Option<String>,
 }
 
-async fn blocking<T: Send + 'static>(
+/// A workspace result with the decision that allowed it.
+#[derive(Debug, Serialize)]
+pub struct Governed<T> {
+    /// The allowing decision.
+    pub decision_id: String,
+    /// What the operation returned.
+    #[serde(flatten)]
+    pub result: T,
+}
+
+/// Concurrent workspace operations; the rest wait (bounded) for a slot, so
+/// stuck file I/O can never take every blocking thread.
+pub const WORKSPACE_SLOTS: usize = 8;
+/// How long a workspace request waits for a slot.
+const WORKSPACE_QUEUE_WAIT: Duration = Duration::from_secs(5);
+/// How long one workspace operation may take.
+const WORKSPACE_IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs file I/O on the blocking pool, holding one of [`WORKSPACE_SLOTS`].
+/// A timed-out operation keeps its slot until its thread returns, so even
+/// operations that never return cannot exceed the bound.
+async fn workspace_io<T: Send + 'static>(
+    app: &AppState,
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|_| ApiError::StoreUnavailable("workspace task failed".into()))?
+    let permit = tokio::time::timeout(
+        WORKSPACE_QUEUE_WAIT,
+        app.workspace_slots.clone().acquire_owned(),
+    )
+    .await
+    .map_err(|_| ApiError::WorkspaceBusy("every workspace I/O slot is busy".into()))?
+    .map_err(|_| ApiError::WorkspaceBusy("workspace I/O is shut down".into()))?;
+    let task = tokio::task::spawn_blocking(move || {
+        let _slot = permit;
+        f()
+    });
+    match tokio::time::timeout(WORKSPACE_IO_TIMEOUT, task).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(ApiError::StoreUnavailable("workspace task failed".into())),
+        Err(_) => Err(ApiError::WorkspaceTimeout(format!(
+            "workspace operation exceeded {} s",
+            WORKSPACE_IO_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// Decides `workspace.<op>` for these arguments; anything but an allow is a
+/// 403 carrying the verdict.
+async fn govern(
+    app: &AppState,
+    op: &str,
+    run_id: &str,
+    step_id: Option<String>,
+    arguments: serde_json::Map<String, serde_json::Value>,
+) -> Result<AuthorizeResponse, ApiError> {
+    // A run id that cannot name a workspace is refused as such, before it
+    // is decided or recorded.
+    crate::workspace::check_id("run_id", run_id)?;
+    let answer = decide(
+        app,
+        &AuthorizeRequest {
+            tool: format!("workspace.{op}"),
+            action: None,
+            arguments,
+            run_id: run_id.to_owned(),
+            step_id,
+            tenant: None,
+        },
+    )
+    .await?;
+    if answer.verdict.verdict == Decision::Allow {
+        return Ok(answer);
+    }
+    let code = if answer.verdict.verdict == Decision::Escalate {
+        "approval_required"
+    } else {
+        "policy_denied"
+    };
+    let message = format!(
+        "workspace.{op}: {} ({})",
+        answer.verdict.verdict.as_str(),
+        answer.verdict.reason.as_str()
+    );
+    Err(ApiError::PolicyDenied {
+        code,
+        message,
+        verdict: Box::new(serde_json::to_value(&answer).unwrap_or_default()),
+    })
+}
+
+fn path_arguments(path: &str) -> serde_json::Map<String, serde_json::Value> {
+    let mut args = serde_json::Map::new();
+    args.insert("path".into(), path.into());
+    args
 }
 
 async fn workspace_read(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<PathRequest>,
-) -> Result<Json<crate::workspace::FileRead>, ApiError> {
-    blocking(move || Ok(app.workspaces.read(&req.run_id, &req.path)?))
-        .await
-        .map(Json)
+) -> Result<Json<Governed<crate::workspace::FileRead>>, ApiError> {
+    let answer = govern(
+        &app,
+        "read",
+        &req.run_id,
+        req.step_id,
+        path_arguments(&req.path),
+    )
+    .await?;
+    let state = app.clone();
+    let result = workspace_io(&app, move || {
+        Ok(state.workspaces.read(&req.run_id, &req.path)?)
+    })
+    .await?;
+    Ok(Json(Governed {
+        decision_id: answer.decision_id,
+        result,
+    }))
 }
 
 async fn workspace_write(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<WriteRequest>,
-) -> Result<Json<crate::workspace::FileWritten>, ApiError> {
-    blocking(move || Ok(app.workspaces.write(&req.run_id, &req.path, &req.content)?))
-        .await
-        .map(Json)
+) -> Result<Json<Governed<crate::workspace::FileWritten>>, ApiError> {
+    let mut args = path_arguments(&req.path);
+    args.insert("content".into(), req.content.clone().into());
+    let step = req.step_id.clone();
+    let answer = govern(&app, "write", &req.run_id, step.clone(), args).await?;
+    // A high-risk write is recorded like any high-risk call: pending before
+    // the effect, watermarked, then closed with its outcome.
+    let intent = if answer.verdict.intent_required {
+        let intent = app
+            .store
+            .intents()
+            .begin(NewIntent {
+                tenant: app.tenant.clone(),
+                run_id: req.run_id.clone(),
+                step_id: step.unwrap_or_else(|| NO_STEP.to_owned()),
+                tool: "workspace.write".into(),
+                args_digest: answer.verdict.args_digest.clone(),
+                call_digest: Some(answer.verdict.call_digest.clone()),
+                decision_id: answer.decision_id.clone(),
+                risk: answer.verdict.risk.as_str().to_owned(),
+                verification_probe: None,
+            })
+            .await?;
+        app.store.intents().mark_effect_sent(&intent.id).await?;
+        Some(intent.id)
+    } else {
+        None
+    };
+    let state = app.clone();
+    let (run_id, path, content) = (req.run_id, req.path, req.content);
+    let written = workspace_io(&app, move || {
+        Ok(state.workspaces.write(&run_id, &path, &content)?)
+    })
+    .await;
+    if let Some(id) = intent {
+        let (outcome, detail) = match &written {
+            Ok(_) => (IntentOutcome::Completed, None),
+            Err(e) => (IntentOutcome::Error, Some(e.code().to_owned())),
+        };
+        app.store.intents().complete(&id, outcome, detail).await?;
+    }
+    Ok(Json(Governed {
+        decision_id: answer.decision_id,
+        result: written?,
+    }))
 }
 
 async fn workspace_list(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<PathRequest>,
-) -> Result<Json<crate::workspace::Listing>, ApiError> {
-    blocking(move || Ok(app.workspaces.list(&req.run_id, &req.path)?))
-        .await
-        .map(Json)
+) -> Result<Json<Governed<crate::workspace::Listing>>, ApiError> {
+    let answer = govern(
+        &app,
+        "list",
+        &req.run_id,
+        req.step_id,
+        path_arguments(&req.path),
+    )
+    .await?;
+    let state = app.clone();
+    let result = workspace_io(&app, move || {
+        Ok(state.workspaces.list(&req.run_id, &req.path)?)
+    })
+    .await?;
+    Ok(Json(Governed {
+        decision_id: answer.decision_id,
+        result,
+    }))
 }
 
 async fn workspace_stat(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<PathRequest>,
-) -> Result<Json<crate::workspace::Stat>, ApiError> {
-    blocking(move || Ok(app.workspaces.stat(&req.run_id, &req.path)?))
-        .await
-        .map(Json)
+) -> Result<Json<Governed<crate::workspace::Stat>>, ApiError> {
+    let answer = govern(
+        &app,
+        "stat",
+        &req.run_id,
+        req.step_id,
+        path_arguments(&req.path),
+    )
+    .await?;
+    let state = app.clone();
+    let result = workspace_io(&app, move || {
+        Ok(state.workspaces.stat(&req.run_id, &req.path)?)
+    })
+    .await?;
+    Ok(Json(Governed {
+        decision_id: answer.decision_id,
+        result,
+    }))
 }
 
 // ---- operations ----

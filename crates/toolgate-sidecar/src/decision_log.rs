@@ -58,30 +58,51 @@ async fn write_loop(
             by_tenant.entry(tenant).or_default().push(record);
         }
         for (tenant, records) in by_tenant {
-            let count = records.len() as u64;
-            let mut attempt = 0;
-            loop {
-                attempt += 1;
-                match store
-                    .decisions()
-                    .append_batch(&tenant, records.clone())
-                    .await
-                {
-                    Ok(_) => {
-                        metrics.decision_log_written.inc_by(count);
-                        break;
-                    }
-                    Err(e) if attempt < ATTEMPTS => {
-                        tracing::warn!(error = %e, attempt, "decision batch failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-                    }
-                    Err(e) => {
-                        metrics.decision_log_dropped.inc_by(count);
-                        tracing::error!(error = %e, count, "decision batch dropped after retries");
-                        break;
-                    }
-                }
+            write_batch(&store, &metrics, &tenant, records).await;
+        }
+    }
+}
+
+/// Writes one tenant's batch. A batch the store refuses as a whole (one
+/// invalid record, or a database that stays down through every retry) is
+/// written record by record, so only the offending records are lost, and
+/// each of them is counted.
+async fn write_batch(store: &Store, metrics: &Metrics, tenant: &str, records: Vec<DecisionRecord>) {
+    let count = records.len() as u64;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match store
+            .decisions()
+            .append_batch(tenant, records.clone())
+            .await
+        {
+            Ok(_) => {
+                metrics.decision_log_written.inc_by(count);
+                return;
+            }
+            // Retrying cannot fix a refused record.
+            Err(e) if retriable(&e) && attempt < ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, "decision batch failed; retrying");
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, count, "decision batch failed; writing one by one");
+                break;
             }
         }
     }
+    for record in records {
+        match store.decisions().append(tenant, record).await {
+            Ok(_) => metrics.decision_log_written.inc(),
+            Err(e) => {
+                metrics.decision_log_dropped.inc();
+                tracing::error!(error = %e, "decision record dropped");
+            }
+        }
+    }
+}
+
+fn retriable(e: &toolgate_store::StoreError) -> bool {
+    !matches!(e, toolgate_store::StoreError::InvalidInput(_))
 }

@@ -27,6 +27,35 @@ pub enum ApiError {
     /// A conflicting state transition.
     #[error("{0}")]
     Conflict(String),
+    /// The decision already has its one intent.
+    #[error("{0}")]
+    IntentExists(String),
+    /// The request's `Host` is not this pod's loopback API.
+    #[error("{0}")]
+    HostNotAllowed(String),
+    /// A browser page of another origin sent the request.
+    #[error("{0}")]
+    OriginNotAllowed(String),
+    /// The body is not declared as JSON.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The policy denied (or escalated) a call the sidecar makes itself,
+    /// such as a workspace operation; carries the verdict.
+    #[error("{message}")]
+    PolicyDenied {
+        /// Stable code: `policy_denied` or `approval_required`.
+        code: &'static str,
+        /// What was decided.
+        message: String,
+        /// The verdict, with its decision id.
+        verdict: Box<serde_json::Value>,
+    },
+    /// Every workspace I/O slot is busy (stuck or slow file operations).
+    #[error("{0}")]
+    WorkspaceBusy(String),
+    /// A workspace operation took too long.
+    #[error("{0}")]
+    WorkspaceTimeout(String),
     /// The approval is past its deadline.
     #[error("{0}")]
     ApprovalExpired(String),
@@ -51,6 +80,13 @@ impl ApiError {
             Self::IntentDigestMismatch(_) => "intent_digest_mismatch",
             Self::DecisionNotAllowed(_) => "decision_not_allowed",
             Self::Conflict(_) => "conflict",
+            Self::IntentExists(_) => "intent_exists",
+            Self::HostNotAllowed(_) => "host_not_allowed",
+            Self::OriginNotAllowed(_) => "origin_not_allowed",
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
+            Self::PolicyDenied { code, .. } => code,
+            Self::WorkspaceBusy(_) => "workspace_busy",
+            Self::WorkspaceTimeout(_) => "workspace_timeout",
             Self::ApprovalExpired(_) => "approval_expired",
             Self::StoreUnavailable(_) => "store_unavailable",
             Self::Workspace(e) => e.code(),
@@ -65,7 +101,12 @@ impl ApiError {
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NotFound(_) | Self::NoRoute => StatusCode::NOT_FOUND,
             Self::IntentDigestMismatch(_) | Self::DecisionNotAllowed(_) => StatusCode::FORBIDDEN,
-            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Conflict(_) | Self::IntentExists(_) => StatusCode::CONFLICT,
+            Self::HostNotAllowed(_) => StatusCode::MISDIRECTED_REQUEST,
+            Self::OriginNotAllowed(_) | Self::PolicyDenied { .. } => StatusCode::FORBIDDEN,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::WorkspaceBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::WorkspaceTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::ApprovalExpired(_) => StatusCode::GONE,
             Self::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Workspace(e) => match e {
@@ -85,6 +126,7 @@ impl From<toolgate_store::StoreError> for ApiError {
         match e {
             S::NotFound { .. } => Self::NotFound(e.to_string()),
             S::Conflict(_) => Self::Conflict(e.to_string()),
+            S::IntentExists { .. } => Self::IntentExists(e.to_string()),
             S::ApprovalExpired { .. } => Self::ApprovalExpired(e.to_string()),
             S::InvalidInput(_) => Self::InvalidRequest(e.to_string()),
             _ => Self::StoreUnavailable(e.to_string()),
@@ -94,7 +136,11 @@ impl From<toolgate_store::StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": {"code": self.code(), "message": self.to_string()}});
+        let mut body =
+            serde_json::json!({"error": {"code": self.code(), "message": self.to_string()}});
+        if let Self::PolicyDenied { verdict, .. } = &self {
+            body["verdict"] = (**verdict).clone();
+        }
         (self.status(), axum::Json(body)).into_response()
     }
 }

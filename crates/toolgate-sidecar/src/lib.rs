@@ -12,6 +12,7 @@
 pub mod api;
 mod decision_log;
 mod error;
+mod guard;
 pub mod metrics;
 pub mod policy_state;
 pub mod workspace;
@@ -60,6 +61,9 @@ pub struct SidecarConfig {
     pub heartbeat_interval: Duration,
     /// Capacity of the low-risk decision queue.
     pub decision_queue: usize,
+    /// Host names or addresses, besides loopback and `localhost`, that the
+    /// agent API accepts in `Host` (the pod name is always added).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl SidecarConfig {
@@ -78,6 +82,7 @@ impl SidecarConfig {
             reload_interval: Duration::from_secs(2),
             heartbeat_interval: Duration::from_secs(15),
             decision_queue: 65_536,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -128,8 +133,21 @@ impl Sidecar {
             trust: config.trust.clone(),
         };
         policy.load_files(&files.bundle, &files.trust, jiff::Timestamp::now());
+        // Anti-rollback across restarts: the newest sequence any sidecar
+        // accepted for this profile is a floor for the bundle on disk.
+        if let Some(e) = policy.current() {
+            let namespace = e.namespace.clone().unwrap_or_default();
+            let floor = store
+                .profiles()
+                .bundle_high_water(&namespace, &e.profile)
+                .await?;
+            if let Some((sequence, digest)) = floor {
+                policy.set_floor(&namespace, &e.profile, sequence, &digest);
+            }
+        }
         if let Some(e) = policy.current() {
             record_profile(&store, &config, &e).await;
+            policy_state::record_high_water(&store, &e).await;
         }
 
         let (decision_log, decision_writer) =
@@ -143,6 +161,13 @@ impl Sidecar {
             tenant: config.tenant.clone(),
             identity: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
             allowed: Default::default(),
+            workspace_slots: Arc::new(tokio::sync::Semaphore::new(api::WORKSPACE_SLOTS)),
+            local_hosts: config
+                .allowed_hosts
+                .iter()
+                .cloned()
+                .chain(std::iter::once(config.pod_name.clone()))
+                .collect(),
         });
 
         let listener = TcpListener::bind(config.listen)
@@ -156,6 +181,7 @@ impl Sidecar {
         let background = vec![
             tokio::spawn(policy_state::watch(
                 policy.clone(),
+                store.clone(),
                 files,
                 config.reload_interval,
                 shutdown_rx.clone(),

@@ -6,6 +6,9 @@ use prometheus::{
     TextEncoder,
 };
 
+/// Declared tools whose decision series are pre-created (19 series each).
+const MAX_PRECREATED_TOOLS: usize = 256;
+
 /// Every metric the sidecar exports. Names are part of the dashboard contract.
 #[derive(Clone)]
 pub struct Metrics {
@@ -91,6 +94,20 @@ impl Metrics {
             "Decision records written by the batcher.",
         )
         .expect("static metric definition");
+        // Every series an alert may watch exists at 0 before its first event,
+        // so `increase()` sees the first failure.
+        for code in toolgate_bundle::BundleError::CODES
+            .iter()
+            .chain(&["bundle_unreadable"])
+        {
+            bundle_reload_failures.with_label_values(&[code]);
+        }
+        decisions.with_label_values(&[
+            "deny",
+            toolgate_policy::Reason::NoBundle.as_str(),
+            crate::api::OTHER_TOOL,
+            crate::api::NO_PROFILE,
+        ]);
         for collector in [
             Box::new(decisions.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(decision_duration.clone()),
@@ -111,6 +128,26 @@ impl Metrics {
             intents,
             decision_log_dropped,
             decision_log_written,
+        }
+    }
+
+    /// Creates, at 0, the decision series of every (verdict, reason) pair
+    /// for each tool the profile declares (and for [`crate::api::OTHER_TOOL`]).
+    pub(crate) fn precreate_decisions(&self, e: &crate::policy_state::Enforced) {
+        let profile = crate::api::truncate(&e.profile, crate::api::MAX_LABEL_CHARS);
+        let declared = e.policy.spec().effects.keys().take(MAX_PRECREATED_TOOLS);
+        for tool in declared
+            .map(|t| crate::api::truncate(t, crate::api::MAX_LABEL_CHARS))
+            .chain([crate::api::OTHER_TOOL])
+        {
+            for reason in toolgate_policy::Reason::ALL {
+                self.decisions.with_label_values(&[
+                    reason.decision().as_str(),
+                    reason.as_str(),
+                    tool,
+                    profile,
+                ]);
+            }
         }
     }
 

@@ -57,7 +57,42 @@ pub struct PolicyState {
     /// Digest of the (bundle, trust) bytes last attempted, so an unchanged
     /// bad file is not re-counted on every poll.
     last_attempt: Mutex<Option<[u8; 32]>>,
+    /// The durable anti-rollback floor: the newest bundle accepted for a
+    /// profile by any sidecar, as recorded in the store.
+    floor: Mutex<Option<Floor>>,
     metrics: Metrics,
+}
+
+/// Newest (sequence, digest) known for one profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Floor {
+    namespace: String,
+    profile: String,
+    sequence: u64,
+    digest: String,
+}
+
+impl Floor {
+    /// Why `e` would roll back past this floor, if it would.
+    fn refuses(&self, e: &Enforced) -> Option<String> {
+        if e.namespace.as_deref().unwrap_or_default() != self.namespace || e.profile != self.profile
+        {
+            return None;
+        }
+        if e.sequence < self.sequence {
+            Some(format!(
+                "bundle sequence {} is older than sequence {} already accepted for {}/{}",
+                e.sequence, self.sequence, self.namespace, self.profile
+            ))
+        } else if e.sequence == self.sequence && e.digest != self.digest {
+            Some(format!(
+                "bundle sequence {} of {}/{} was already accepted with another digest",
+                e.sequence, self.namespace, self.profile
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 /// Outcome of one load attempt.
@@ -84,6 +119,7 @@ impl PolicyState {
             current: ArcSwapOption::empty(),
             last_failure: Mutex::new(None),
             last_attempt: Mutex::new(None),
+            floor: Mutex::new(None),
             metrics,
         }
     }
@@ -118,7 +154,14 @@ impl PolicyState {
             }
             *last = Some(fingerprint);
         }
-        match self.verify(bundle, trust, now) {
+        let verified = self.verify(bundle, trust, now).and_then(|e| {
+            let floor = self.floor.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            match floor.and_then(|f| f.refuses(&e)) {
+                Some(why) => Err(("bundle_rollback".to_owned(), why)),
+                None => Ok(e),
+            }
+        });
+        match verified {
             Ok(enforced) => {
                 let policy_version = enforced.policy_version.clone();
                 self.metrics.bundle_info.reset();
@@ -136,10 +179,50 @@ impl PolicyState {
                     keyid = enforced.keyid,
                     "bundle loaded"
                 );
+                self.metrics.precreate_decisions(&enforced);
+                self.raise_floor(&enforced);
                 self.current.store(Some(Arc::new(enforced)));
                 LoadOutcome::Swapped { policy_version }
             }
             Err((code, message)) => self.reject(code, message, now),
+        }
+    }
+
+    /// Sets the durable anti-rollback floor for one profile (from the
+    /// store, at start-up). A held bundle below it stops being enforced:
+    /// every call is then denied `no_bundle` until a bundle at or above the
+    /// floor arrives.
+    pub fn set_floor(&self, namespace: &str, profile: &str, sequence: u64, digest: &str) {
+        let floor = Floor {
+            namespace: namespace.to_owned(),
+            profile: profile.to_owned(),
+            sequence,
+            digest: digest.to_owned(),
+        };
+        *self.floor.lock().unwrap_or_else(|p| p.into_inner()) = Some(floor.clone());
+        if let Some(held) = self.current()
+            && let Some(why) = floor.refuses(&held)
+        {
+            self.current.store(None);
+            self.metrics.bundle_info.reset();
+            self.reject("bundle_rollback".to_owned(), why, Timestamp::now());
+        }
+    }
+
+    fn raise_floor(&self, e: &Enforced) {
+        let mut floor = self.floor.lock().unwrap_or_else(|p| p.into_inner());
+        let same_profile = floor.as_ref().is_some_and(|f| {
+            f.namespace == e.namespace.as_deref().unwrap_or_default() && f.profile == e.profile
+        });
+        if floor.is_none()
+            || (same_profile && floor.as_ref().is_some_and(|f| e.sequence > f.sequence))
+        {
+            *floor = Some(Floor {
+                namespace: e.namespace.clone().unwrap_or_default(),
+                profile: e.profile.clone(),
+                sequence: e.sequence,
+                digest: e.digest.clone(),
+            });
         }
     }
 
@@ -245,6 +328,7 @@ pub struct BundleFiles {
 /// because every poll re-opens the path from the top.
 pub async fn watch(
     state: Arc<PolicyState>,
+    store: toolgate_store::Store,
     files: BundleFiles,
     interval: std::time::Duration,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
@@ -254,14 +338,30 @@ pub async fn watch(
     loop {
         tokio::select! {
             _ = ticker.tick() => {
-                let state = state.clone();
+                let loader = state.clone();
                 let files = files.clone();
-                let _ = tokio::task::spawn_blocking(move || {
-                    state.load_files(&files.bundle, &files.trust, Timestamp::now())
+                let outcome = tokio::task::spawn_blocking(move || {
+                    loader.load_files(&files.bundle, &files.trust, Timestamp::now())
                 })
                 .await;
+                if let (Ok(LoadOutcome::Swapped { .. }), Some(e)) = (outcome, state.current()) {
+                    record_high_water(&store, &e).await;
+                }
             }
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+/// Raises the profile's durable high-water mark to the enforced bundle, so
+/// a restarted sidecar (this one or any other) refuses anything older.
+pub async fn record_high_water(store: &toolgate_store::Store, e: &Enforced) {
+    let namespace = e.namespace.clone().unwrap_or_default();
+    if let Err(err) = store
+        .profiles()
+        .record_bundle_sequence(&namespace, &e.profile, e.sequence, &e.digest)
+        .await
+    {
+        tracing::warn!(error = %err, "bundle high-water mark not recorded");
     }
 }

@@ -164,7 +164,7 @@ impl RelPath {
     }
 }
 
-fn check_id(kind: &'static str, id: &str) -> Result<(), WorkspaceError> {
+pub(crate) fn check_id(kind: &'static str, id: &str) -> Result<(), WorkspaceError> {
     let ok = (1..=128).contains(&id.len())
         && id != "."
         && id != ".."

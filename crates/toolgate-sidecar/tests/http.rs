@@ -66,8 +66,8 @@ async fn verdicts_are_typed_and_recorded() {
         let (_, metrics) = h.get("/metrics").await;
         assert!(metrics.contains(r#"toolgate_decisions_total{profile="coding",reason="allow_rule",tool="bash",verdict="allow"} 1"#), "{metrics}");
         assert!(
-            metrics.contains(r#"tool="<unknown>""#),
-            "unknown tools share one label"
+            metrics.contains(r#"toolgate_decisions_total{profile="coding",reason="unknown_tool",tool="<other>",verdict="deny"} 1"#),
+            "undeclared tools share one label"
         );
         assert!(metrics.contains("toolgate_bundle_info{policy_version=\"coding@"));
 
@@ -541,7 +541,8 @@ async fn intents_bind_to_the_allowing_decision() {
                 step_id: "s1".into(),
                 tool: "bash".into(),
                 args_digest: digest.to_owned(),
-                decision_id: "d-foreign".into(),
+                call_digest: None,
+                decision_id: unique("d-foreign"),
                 risk: "high".into(),
                 verification_probe: None,
             })

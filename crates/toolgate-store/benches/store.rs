@@ -231,6 +231,7 @@ fn new_intent(w: usize, i: u64) -> NewIntent {
         step_id: format!("step-{i}"),
         tool: "email.send".into(),
         args_digest: "sha256:0123456789abcdef0123456789abcdef".into(),
+        call_digest: None,
         decision_id: format!("dec-{w}-{i}"),
         risk: "high".into(),
         verification_probe: None,
@@ -285,6 +286,7 @@ fn record(w: usize, i: u64) -> DecisionRecord {
         policy_version: "default@0123456789ab+h01234567".into(),
         risk: "low".into(),
         args_digest: "sha256:0123456789abcdef0123456789abcdef".into(),
+        call_digest: None,
         created_at: jiff::Timestamp::now(),
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
 
 use crate::{
     BeginWrite, Result, Store, StoreError, duration_ms, new_id, now_ms, on_pool, opt_ts_from_ms,
@@ -45,6 +46,10 @@ pub struct NewApproval {
     pub tool: String,
     /// Digest of the exact arguments to be approved.
     pub args_digest: String,
+    /// Digest of the whole call (tool, action, arguments) to be approved;
+    /// [`Approvals::consume`] matches on it.
+    #[serde(default)]
+    pub call_digest: Option<String>,
     /// Policy version that escalated.
     pub policy_version: String,
     /// Decision that escalated.
@@ -53,6 +58,20 @@ pub struct NewApproval {
     pub requested_by: String,
     /// Time to live; afterwards the approval counts as expired.
     pub ttl: Duration,
+}
+
+/// The call an approval is being used for: every field must equal the
+/// approved request for [`Approvals::consume`] to succeed.
+#[derive(Debug, Clone, Copy)]
+pub struct ApprovedCall<'a> {
+    /// Canonical tool name.
+    pub tool: &'a str,
+    /// Digest of the arguments.
+    pub args_digest: &'a str,
+    /// Digest of the whole call (tool, action, arguments).
+    pub call_digest: &'a str,
+    /// Policy version deciding now.
+    pub policy_version: &'a str,
 }
 
 /// Effective state of an approval. A `pending` row whose `expires_at` has
@@ -157,6 +176,10 @@ pub struct Approval {
     pub tool: String,
     /// Approved argument digest.
     pub args_digest: String,
+    /// Approved whole-call digest (`None` on rows from before it existed,
+    /// which can never be consumed).
+    #[serde(default)]
+    pub call_digest: Option<String>,
     /// Policy version that escalated.
     pub policy_version: String,
     /// Escalating decision.
@@ -207,6 +230,7 @@ struct ApprovalRow {
     run_id: String,
     tool: String,
     args_digest: String,
+    call_digest: Option<String>,
     policy_version: String,
     decision_id: String,
     requested_by: String,
@@ -219,8 +243,8 @@ struct ApprovalRow {
     consumed_at: Option<i64>,
 }
 
-const COLUMNS: &str = "id, tenant, invocation_id, run_id, tool, args_digest, policy_version, \
-    decision_id, requested_by, status, created_at, expires_at, resolved_by, reason, \
+const COLUMNS: &str = "id, tenant, invocation_id, run_id, tool, args_digest, call_digest, \
+    policy_version, decision_id, requested_by, status, created_at, expires_at, resolved_by, reason, \
     resolved_at, consumed_at";
 
 impl ApprovalRow {
@@ -244,6 +268,7 @@ impl ApprovalRow {
             run_id: self.run_id,
             tool: self.tool,
             args_digest: self.args_digest,
+            call_digest: self.call_digest,
             policy_version: self.policy_version,
             decision_id: self.decision_id,
             requested_by: self.requested_by,
@@ -286,9 +311,11 @@ impl Approvals<'_> {
         require("run_id", &new.run_id)?;
         require("tool", &new.tool)?;
         require("args_digest", &new.args_digest)?;
+        require_opt("call_digest", new.call_digest.as_deref())?;
         require("policy_version", &new.policy_version)?;
         require("decision_id", &new.decision_id)?;
         require("requested_by", &new.requested_by)?;
+        self.store.check_file()?;
         if new.ttl.is_zero() || new.ttl > MAX_TTL {
             return Err(StoreError::InvalidInput(
                 "ttl must be positive and at most 30 days".into(),
@@ -302,6 +329,7 @@ impl Approvals<'_> {
             "invocation_id": new.invocation_id,
             "tool": new.tool,
             "args_digest": new.args_digest,
+            "call_digest": new.call_digest,
             "policy_version": new.policy_version,
             "decision_id": new.decision_id,
             "requested_by": new.requested_by,
@@ -309,8 +337,9 @@ impl Approvals<'_> {
         })
         .to_string();
         let insert = "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, \
-            args_digest, policy_version, decision_id, requested_by, status, created_at, \
-            expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11) \
+            args_digest, call_digest, policy_version, decision_id, requested_by, status, \
+            created_at, expires_at) \
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12) \
             ON CONFLICT (tenant, invocation_id) DO NOTHING";
         let select =
             format!("SELECT {COLUMNS} FROM approvals WHERE tenant = $1 AND invocation_id = $2");
@@ -323,6 +352,7 @@ impl Approvals<'_> {
                 .bind(&new.run_id)
                 .bind(&new.tool)
                 .bind(&new.args_digest)
+                .bind(&new.call_digest)
                 .bind(&new.policy_version)
                 .bind(&new.decision_id)
                 .bind(&new.requested_by)
@@ -352,6 +382,7 @@ impl Approvals<'_> {
         });
         if row.tool != new.tool
             || row.args_digest != new.args_digest
+            || row.call_digest != new.call_digest
             || row.policy_version != new.policy_version
             || row.run_id != new.run_id
         {
@@ -559,29 +590,25 @@ impl Approvals<'_> {
 
     /// Uses an approved approval's single re-authorization. Returns `true` for
     /// exactly one caller; `false` if it is not approved, already used,
-    /// expired, or the call differs in tool, digest or policy version.
-    /// `not_found` if no such approval exists for `tenant`.
-    pub async fn consume(
-        &self,
-        tenant: &str,
-        id: &str,
-        tool: &str,
-        args_digest: &str,
-        policy_version: &str,
-    ) -> Result<bool> {
+    /// expired, or the call differs in tool, argument or call digest, or
+    /// policy version. `not_found` if no such approval exists for `tenant`.
+    pub async fn consume(&self, tenant: &str, id: &str, call: &ApprovedCall<'_>) -> Result<bool> {
         require("tenant", tenant)?;
         require("id", id)?;
+        self.store.check_file()?;
         let now = now_ms();
-        let sql = "UPDATE approvals SET consumed_at = $6 WHERE tenant = $1 AND id = $2 \
+        let sql = "UPDATE approvals SET consumed_at = $7 WHERE tenant = $1 AND id = $2 \
             AND status = 'approved' AND consumed_at IS NULL AND tool = $3 \
-            AND args_digest = $4 AND policy_version = $5 AND expires_at > $6";
+            AND args_digest = $4 AND call_digest = $5 AND policy_version = $6 \
+            AND expires_at > $7";
         let changed = on_pool!(self.store, pool => {
             sqlx::query(sql)
                 .bind(tenant)
                 .bind(id)
-                .bind(tool)
-                .bind(args_digest)
-                .bind(policy_version)
+                .bind(call.tool)
+                .bind(call.args_digest)
+                .bind(call.call_digest)
+                .bind(call.policy_version)
                 .bind(now)
                 .execute(pool)
                 .await?
@@ -600,8 +627,9 @@ impl Approvals<'_> {
     /// `deadline` elapses, and returns its state at that moment. Uses
     /// LISTEN/NOTIFY on PostgreSQL (re-reading at least every second as a
     /// safety net) and 50 ms polling on SQLite; holds no transaction while
-    /// waiting. On PostgreSQL each waiter holds one pooled connection for
-    /// the duration, so size the pool for the expected number of waiters.
+    /// waiting. On PostgreSQL all waiters of one store share a single
+    /// listening connection and borrow a pooled one only to re-read the row,
+    /// so many waiters never starve other queries of connections.
     pub async fn wait(&self, tenant: &str, id: &str, deadline: Duration) -> Result<Approval> {
         require("tenant", tenant)?;
         require("id", id)?;
@@ -610,19 +638,7 @@ impl Approvals<'_> {
             crate::Backend::Postgres(pool) => {
                 // Subscribe before the first read so a resolution between the
                 // read and the subscription cannot be missed.
-                let mut listener = match sqlx::postgres::PgListener::connect_with(pool).await {
-                    Ok(mut l) => match l.listen(CHANNEL).await {
-                        Ok(()) => Some(l),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "approval wait: LISTEN failed, polling");
-                            None
-                        }
-                    },
-                    Err(e) => {
-                        tracing::warn!(error = %e, "approval wait: no listener, polling");
-                        None
-                    }
-                };
+                let mut wakeups = self.store.wakeups.subscribe(pool, CHANNEL).await;
                 let wanted = format!("{tenant}/{id}");
                 loop {
                     let approval = self.get(tenant, id).await?;
@@ -631,16 +647,17 @@ impl Approvals<'_> {
                         return Ok(approval);
                     }
                     let step = wake_at(until, &approval, PG_RECHECK);
-                    match listener.as_mut() {
-                        Some(l) => {
+                    match wakeups.as_mut() {
+                        Some(rx) => {
                             let _ = tokio::time::timeout_at(step, async {
                                 loop {
-                                    match l.try_recv().await {
-                                        Ok(Some(n)) if n.payload() == wanted => break,
-                                        Ok(Some(_)) => continue,
-                                        // Connection lost or failed: fall back to
-                                        // re-reading after the recheck interval.
-                                        Ok(None) | Err(_) => {
+                                    match rx.recv().await {
+                                        Ok(payload) if *payload == *wanted => break,
+                                        Ok(_) => continue,
+                                        // Missed some: re-read now.
+                                        Err(broadcast::error::RecvError::Lagged(_)) => break,
+                                        // Store closing: re-read on the timer.
+                                        Err(broadcast::error::RecvError::Closed) => {
                                             tokio::time::sleep_until(step).await;
                                             break;
                                         }

@@ -55,6 +55,10 @@ pub struct DecisionRecord {
     pub risk: String,
     /// Digest of the checked arguments.
     pub args_digest: String,
+    /// Digest of the whole call (tool, action, arguments); `None` only on
+    /// rows written before it existed.
+    #[serde(default)]
+    pub call_digest: Option<String>,
     /// When the decision was made; stored with millisecond precision.
     pub created_at: Timestamp,
 }
@@ -105,18 +109,20 @@ struct DecisionRow {
     policy_version: String,
     risk: String,
     args_digest: String,
+    call_digest: Option<String>,
     created_at: i64,
     prev_hash: String,
     hash: String,
 }
 
 const COLUMNS: &str = "tenant, seq, decision_id, run_id, step_id, tool, verdict, reason, \
-    message, matched_rule, policy_version, risk, args_digest, created_at, prev_hash, hash";
+    message, matched_rule, policy_version, risk, args_digest, call_digest, created_at, \
+    prev_hash, hash";
 
 const INSERT: &str = "INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, \
-    verdict, reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
-    prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-    $15, $16)";
+    verdict, reason, message, matched_rule, policy_version, risk, args_digest, call_digest, \
+    created_at, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+    $13, $14, $15, $16, $17)";
 
 impl DecisionRow {
     fn into_chained(self) -> Result<ChainedDecision> {
@@ -133,6 +139,7 @@ impl DecisionRow {
                 policy_version: self.policy_version,
                 risk: self.risk,
                 args_digest: self.args_digest,
+                call_digest: self.call_digest,
                 created_at: ts_from_ms(self.created_at)?,
             },
             tenant: self.tenant,
@@ -140,6 +147,15 @@ impl DecisionRow {
             prev_hash: self.prev_hash,
             hash: self.hash,
         })
+    }
+}
+
+impl DecisionRecord {
+    /// Checks every field as [`Decisions::append`] would, so a caller can
+    /// refuse a record before promising anything about it: one bad record
+    /// must never be discovered inside a batch of good ones.
+    pub fn validate(&self) -> Result<()> {
+        validate(self)
     }
 }
 
@@ -154,6 +170,7 @@ fn validate(record: &DecisionRecord) -> Result<()> {
     require("policy_version", &record.policy_version)?;
     require("risk", &record.risk)?;
     require("args_digest", &record.args_digest)?;
+    require_opt("call_digest", record.call_digest.as_deref())?;
     if record.message.as_ref().is_some_and(|m| m.len() > 16 * 1024) {
         return Err(StoreError::InvalidInput("message exceeds 16 KiB".into()));
     }
@@ -161,9 +178,11 @@ fn validate(record: &DecisionRecord) -> Result<()> {
 }
 
 /// Canonical JSON (RFC 8785) of the record alone, with `created_at` as the
-/// stored millisecond value.
+/// stored millisecond value. `call_digest` is hashed when present; rows from
+/// before it existed keep the document (and so the hash) they were written
+/// with.
 fn record_canonical(r: &DecisionRecord, created_at_ms: i64) -> Result<String> {
-    let value = serde_json::json!({
+    let mut value = serde_json::json!({
         "decision_id": r.decision_id,
         "run_id": r.run_id,
         "step_id": r.step_id,
@@ -177,6 +196,9 @@ fn record_canonical(r: &DecisionRecord, created_at_ms: i64) -> Result<String> {
         "args_digest": r.args_digest,
         "created_at_ms": created_at_ms,
     });
+    if let (Some(digest), Some(obj)) = (&r.call_digest, value.as_object_mut()) {
+        obj.insert("call_digest".into(), digest.clone().into());
+    }
     serde_json_canonicalizer::to_string(&value)
         .map_err(|e| StoreError::InvalidInput(format!("cannot canonicalize record: {e}")))
 }
@@ -234,8 +256,9 @@ const PG_APPEND: &str = "WITH head AS ( \
         RETURNING seq, prev_hash, hash \
     ) \
     INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, reason, \
-        message, matched_rule, policy_version, risk, args_digest, created_at, prev_hash, hash) \
-    SELECT $1, head.seq, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+        message, matched_rule, policy_version, risk, args_digest, created_at, call_digest, \
+        prev_hash, hash) \
+    SELECT $1, head.seq, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
         head.prev_hash, head.hash FROM head \
     RETURNING seq, prev_hash, hash";
 
@@ -261,6 +284,7 @@ impl Decisions<'_> {
         records: Vec<DecisionRecord>,
     ) -> Result<Vec<ChainedDecision>> {
         require("tenant", tenant)?;
+        self.store.check_file()?;
         if records.len() > MAX_BATCH {
             return Err(StoreError::InvalidInput(format!(
                 "batch of {} exceeds {MAX_BATCH} records",
@@ -493,6 +517,7 @@ async fn pg_append_one(
         .bind(&r.risk)
         .bind(&r.args_digest)
         .bind(r.created_at.as_millisecond())
+        .bind(&r.call_digest)
         .fetch_optional(conn)
         .await?)
 }
@@ -530,6 +555,7 @@ async fn append_sqlite(
             .bind(&record.policy_version)
             .bind(&record.risk)
             .bind(&record.args_digest)
+            .bind(&record.call_digest)
             .bind(created_ms)
             .bind(&prev)
             .bind(&hash)
@@ -591,6 +617,7 @@ impl DecisionRow {
             policy_version: self.policy_version.clone(),
             risk: self.risk.clone(),
             args_digest: self.args_digest.clone(),
+            call_digest: self.call_digest.clone(),
             created_at: ts_from_ms(self.created_at)?,
         })
     }
@@ -613,6 +640,7 @@ mod tests {
             policy_version: "p@1".into(),
             risk: "low".into(),
             args_digest: "sha256:0".into(),
+            call_digest: Some("sha256:1".into()),
             created_at: Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
         }
     }
@@ -666,5 +694,23 @@ mod tests {
         let mut r = sample();
         r.matched_rule = Some("r".into());
         assert_ne!(base, row_hash("acme", 1, GENESIS_HASH, &r, 5).unwrap());
+        let mut r = sample();
+        r.call_digest = Some("sha256:2".into());
+        assert_ne!(base, row_hash("acme", 1, GENESIS_HASH, &r, 5).unwrap());
+    }
+
+    /// Rows written before `call_digest` existed hash as they always did.
+    #[test]
+    fn record_without_call_digest_keeps_the_old_document() {
+        let mut r = sample();
+        r.call_digest = None;
+        let doc = record_canonical(&r, 5).unwrap();
+        assert!(!doc.contains("call_digest"));
+        r.call_digest = Some("sha256:1".into());
+        assert!(
+            record_canonical(&r, 5)
+                .unwrap()
+                .contains("\"call_digest\":\"sha256:1\"")
+        );
     }
 }

@@ -11,7 +11,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Result, Store, StoreError, new_id, now_ms, on_pool, opt_ts_from_ms, require, ts_from_ms,
+    Result, Store, StoreError, new_id, now_ms, on_pool, opt_ts_from_ms, require, require_opt,
+    ts_from_ms,
 };
 
 /// What the caller knows before running a high-risk call.
@@ -27,7 +28,9 @@ pub struct NewIntent {
     pub tool: String,
     /// Digest of the exact arguments the policy decision was bound to.
     pub args_digest: String,
-    /// Decision that allowed the call.
+    /// Digest of the whole call (tool, action, arguments) the decision allowed.
+    pub call_digest: Option<String>,
+    /// Decision that allowed the call; at most one intent per decision.
     pub decision_id: String,
     /// Risk class reported by the policy (e.g. `high`).
     pub risk: String,
@@ -137,6 +140,9 @@ pub struct Intent {
     pub tool: String,
     /// Bound argument digest.
     pub args_digest: String,
+    /// Bound whole-call digest (`None` on rows from before it existed).
+    #[serde(default)]
+    pub call_digest: Option<String>,
     /// Decision that allowed the call.
     pub decision_id: String,
     /// Risk class.
@@ -183,6 +189,7 @@ struct IntentRow {
     step_id: String,
     tool: String,
     args_digest: String,
+    call_digest: Option<String>,
     decision_id: String,
     risk: String,
     verification_probe: Option<String>,
@@ -193,8 +200,8 @@ struct IntentRow {
     completed_at: Option<i64>,
 }
 
-const COLUMNS: &str = "id, tenant, run_id, step_id, tool, args_digest, decision_id, risk, \
-    verification_probe, status, detail, created_at, effect_sent_at, completed_at";
+const COLUMNS: &str = "id, tenant, run_id, step_id, tool, args_digest, call_digest, decision_id, \
+    risk, verification_probe, status, detail, created_at, effect_sent_at, completed_at";
 
 impl IntentRow {
     fn into_intent(self) -> Result<Intent> {
@@ -217,6 +224,7 @@ impl IntentRow {
             step_id: self.step_id,
             tool: self.tool,
             args_digest: self.args_digest,
+            call_digest: self.call_digest,
             decision_id: self.decision_id,
             risk: self.risk,
             detail: self.detail,
@@ -239,8 +247,10 @@ impl Intents<'_> {
         require("step_id", &new.step_id)?;
         require("tool", &new.tool)?;
         require("args_digest", &new.args_digest)?;
+        require_opt("call_digest", new.call_digest.as_deref())?;
         require("decision_id", &new.decision_id)?;
         require("risk", &new.risk)?;
+        self.store.check_file()?;
         let probe = new
             .verification_probe
             .as_ref()
@@ -250,9 +260,9 @@ impl Intents<'_> {
         let id = new_id();
         let now = now_ms();
         let sql = "INSERT INTO intents (id, tenant, run_id, step_id, tool, args_digest, \
-            decision_id, risk, verification_probe, status, created_at) \
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10)";
-        on_pool!(self.store, pool => {
+            call_digest, decision_id, risk, verification_probe, status, created_at) \
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11)";
+        let inserted = on_pool!(self.store, pool => {
             sqlx::query(sql)
                 .bind(&id)
                 .bind(&new.tenant)
@@ -260,13 +270,25 @@ impl Intents<'_> {
                 .bind(&new.step_id)
                 .bind(&new.tool)
                 .bind(&new.args_digest)
+                .bind(&new.call_digest)
                 .bind(&new.decision_id)
                 .bind(&new.risk)
                 .bind(&probe)
                 .bind(now)
                 .execute(pool)
-                .await?;
+                .await
+                .map(|_| ())
         });
+        match inserted {
+            Ok(_) => {}
+            // `intents_one_per_decision`: another request won the race.
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                return Err(StoreError::IntentExists {
+                    decision_id: new.decision_id,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
         Ok(Intent {
             id,
             tenant: new.tenant,
@@ -274,6 +296,7 @@ impl Intents<'_> {
             step_id: new.step_id,
             tool: new.tool,
             args_digest: new.args_digest,
+            call_digest: new.call_digest,
             decision_id: new.decision_id,
             risk: new.risk,
             verification_probe: new.verification_probe,
@@ -290,6 +313,7 @@ impl Intents<'_> {
     /// because a watermark after the outcome would misclassify it.
     pub async fn mark_effect_sent(&self, id: &str) -> Result<Intent> {
         require("id", id)?;
+        self.store.check_file()?;
         let sql = format!(
             "UPDATE intents SET effect_sent_at = COALESCE(effect_sent_at, $2) \
              WHERE id = $1 AND status = 'pending' RETURNING {COLUMNS}"
@@ -316,6 +340,7 @@ impl Intents<'_> {
         detail: Option<String>,
     ) -> Result<Intent> {
         require("id", id)?;
+        self.store.check_file()?;
         if let Some(d) = &detail
             && d.len() > 64 * 1024
         {

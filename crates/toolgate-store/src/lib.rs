@@ -20,8 +20,11 @@ mod decisions;
 mod heartbeats;
 mod intents;
 mod profiles;
+mod wakeups;
 
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -29,7 +32,9 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-pub use approvals::{Approval, ApprovalDecision, ApprovalStatus, Approvals, NewApproval, RunEvent};
+pub use approvals::{
+    Approval, ApprovalDecision, ApprovalStatus, Approvals, ApprovedCall, NewApproval, RunEvent,
+};
 pub use decisions::{ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH};
 pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{
@@ -57,6 +62,12 @@ pub enum StoreError {
     /// intent with a different outcome or resolving an approval the other way.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The decision already has its one intent.
+    #[error("decision {decision_id} already has an intent")]
+    IntentExists {
+        /// The decision named twice.
+        decision_id: String,
+    },
     /// The approval's time to live has passed; it can no longer be resolved.
     #[error("approval {id} has expired")]
     ApprovalExpired {
@@ -73,6 +84,10 @@ pub enum StoreError {
     /// out-of-range time). Indicates tampering or a schema mismatch.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The embedded database file was removed or replaced while in use:
+    /// nothing written now would survive a restart.
+    #[error("store unavailable: {0}")]
+    FileReplaced(String),
     /// Any other database error (constraint or SQL failure).
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
@@ -82,9 +97,10 @@ impl StoreError {
     /// Stable snake_case code for logs, metrics and API error envelopes.
     pub fn code(&self) -> &'static str {
         match self {
-            StoreError::Unavailable(_) => "store_unavailable",
+            StoreError::Unavailable(_) | StoreError::FileReplaced(_) => "store_unavailable",
             StoreError::NotFound { .. } => "not_found",
             StoreError::Conflict(_) => "conflict",
+            StoreError::IntentExists { .. } => "intent_exists",
             StoreError::ApprovalExpired { .. } => "approval_expired",
             StoreError::InvalidInput(_) => "invalid_input",
             StoreError::MigrationFailed(_) => "migration_failed",
@@ -185,6 +201,47 @@ impl BeginWrite for SqlitePool {
 #[derive(Clone, Debug)]
 pub struct Store {
     pub(crate) backend: Backend,
+    pub(crate) wakeups: Arc<wakeups::Wakeups>,
+    /// The SQLite database file as it was when the store connected.
+    sqlite_file: Option<Arc<FileIdentity>>,
+}
+
+/// Which file a path named when the store opened it (device and inode).
+/// If the path stops naming that file, for example because someone removed
+/// the database under a running process, every write would go to an
+/// unlinked file that vanishes on restart: the store then reports itself
+/// unavailable instead.
+#[derive(Debug)]
+struct FileIdentity {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl FileIdentity {
+    fn of(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path)?;
+        Ok(Self {
+            path: path.to_owned(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    fn check(&self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(&self.path) {
+            Ok(m) if m.dev() == self.dev && m.ino() == self.ino => Ok(()),
+            Ok(_) => Err(StoreError::FileReplaced(
+                "the SQLite database file was replaced under the running process".into(),
+            )),
+            Err(e) => Err(StoreError::FileReplaced(format!(
+                "the SQLite database file is gone ({})",
+                e.kind()
+            ))),
+        }
+    }
 }
 
 impl Store {
@@ -213,6 +270,7 @@ impl Store {
                 .foreign_keys(true)
                 .synchronous(SqliteSynchronous::Normal);
             let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+            let file = (!in_memory).then(|| connect.get_filename().to_owned());
             let pool_options = SqlitePoolOptions::new().acquire_timeout(options.acquire_timeout);
             let pool = if in_memory {
                 // One connection that never closes: the database lives in it.
@@ -230,7 +288,15 @@ impl Store {
                     .await
             }
             .map_err(connect_error)?;
-            Store::from_sqlite_pool(pool)
+            let mut store = Store::from_sqlite_pool(pool);
+            if let Some(path) = file {
+                // The pool has opened (and so created) the file by now.
+                let identity = FileIdentity::of(&path).map_err(|e| {
+                    StoreError::InvalidInput(format!("sqlite database file: {}", e.kind()))
+                })?;
+                store.sqlite_file = Some(Arc::new(identity));
+            }
+            store
         } else {
             return Err(StoreError::InvalidInput(
                 "database url must start with postgres://, postgresql:// or sqlite:".into(),
@@ -245,6 +311,8 @@ impl Store {
     pub fn from_postgres_pool(pool: PgPool) -> Store {
         Store {
             backend: Backend::Postgres(pool),
+            wakeups: wakeups::Wakeups::new(),
+            sqlite_file: None,
         }
     }
 
@@ -253,6 +321,8 @@ impl Store {
     pub fn from_sqlite_pool(pool: SqlitePool) -> Store {
         Store {
             backend: Backend::Sqlite(pool),
+            wakeups: wakeups::Wakeups::new(),
+            sqlite_file: None,
         }
     }
 
@@ -288,16 +358,27 @@ impl Store {
     }
 
     /// Round-trips a trivial query: readiness probes use it to tell a
-    /// reachable database from a configured one.
+    /// reachable database from a configured one. On SQLite it also checks
+    /// that the database path still names the file the store opened.
     pub async fn ping(&self) -> Result<()> {
+        self.check_file()?;
         on_pool!(self, pool => {
             sqlx::query("SELECT 1").execute(pool).await?;
         });
         Ok(())
     }
 
+    /// Fails with `store_unavailable` when the SQLite database file was
+    /// removed or replaced since the store connected (a no-op on PostgreSQL
+    /// and in-memory SQLite). Every write checks it first; callers on a
+    /// high-risk path get a refusal instead of a record that a restart loses.
+    pub fn check_file(&self) -> Result<()> {
+        self.sqlite_file.as_ref().map_or(Ok(()), |f| f.check())
+    }
+
     /// Closes the pool, waiting for checked-out connections to return.
     pub async fn close(&self) {
+        self.wakeups.stop();
         match &self.backend {
             Backend::Postgres(p) => p.close().await,
             Backend::Sqlite(p) => p.close().await,
@@ -364,9 +445,15 @@ pub(crate) fn duration_ms(d: Duration, what: &str) -> Result<i64> {
 }
 
 /// Longest identifier-like string the store accepts.
-const MAX_FIELD_LEN: usize = 1024;
+pub const MAX_FIELD_LEN: usize = 1024;
 
-/// Rejects empty, oversized or control-character-bearing identifiers.
+/// Rejects empty, oversized or control-character-bearing identifiers: the
+/// store's rule for every id-like field, public so that callers can refuse
+/// input with the same rule before it reaches the store.
+pub fn check_field(field: &str, value: &str) -> Result<()> {
+    require(field, value)
+}
+
 pub(crate) fn require(field: &str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
         return Err(StoreError::InvalidInput(format!(

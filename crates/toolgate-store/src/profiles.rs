@@ -161,6 +161,64 @@ impl Profiles<'_> {
         })
     }
 
+    /// Raises the durable high-water mark of `namespace/profile` to
+    /// `sequence` (with the bundle's digest). A lower or equal sequence
+    /// leaves the mark as it is, so concurrent sidecars can only move it up.
+    pub async fn record_bundle_sequence(
+        &self,
+        namespace: &str,
+        profile: &str,
+        sequence: u64,
+        bundle_digest: &str,
+    ) -> Result<()> {
+        require("profile", profile)?;
+        require("bundle_digest", bundle_digest)?;
+        if namespace.len() > crate::MAX_FIELD_LEN || namespace.chars().any(char::is_control) {
+            return Err(StoreError::InvalidInput(
+                "namespace is not a valid name".into(),
+            ));
+        }
+        self.store.check_file()?;
+        let sequence = i64::try_from(sequence)
+            .map_err(|_| StoreError::InvalidInput("bundle sequence is too large".into()))?;
+        let sql = "INSERT INTO bundle_high_water (namespace, profile, sequence, bundle_digest, \
+            updated_at) VALUES ($1, $2, $3, $4, $5) \
+            ON CONFLICT (namespace, profile) DO UPDATE SET sequence = excluded.sequence, \
+            bundle_digest = excluded.bundle_digest, updated_at = excluded.updated_at \
+            WHERE excluded.sequence > bundle_high_water.sequence";
+        on_pool!(self.store, pool => {
+            sqlx::query(sql)
+                .bind(namespace)
+                .bind(profile)
+                .bind(sequence)
+                .bind(bundle_digest)
+                .bind(now_ms())
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    /// The highest bundle sequence (and its digest) recorded for
+    /// `namespace/profile`, if any.
+    pub async fn bundle_high_water(
+        &self,
+        namespace: &str,
+        profile: &str,
+    ) -> Result<Option<(u64, String)>> {
+        let sql = "SELECT sequence, bundle_digest FROM bundle_high_water \
+            WHERE namespace = $1 AND profile = $2";
+        let row: Option<(i64, String)> = on_pool!(self.store, pool => {
+            sqlx::query_as(sql).bind(namespace).bind(profile).fetch_optional(pool).await?
+        });
+        row.map(|(seq, digest)| {
+            u64::try_from(seq)
+                .map(|seq| (seq, digest))
+                .map_err(|_| StoreError::Corrupt(format!("bundle sequence {seq}")))
+        })
+        .transpose()
+    }
+
     /// Recorded loads, oldest first, optionally for one profile name.
     pub async fn list_profile_versions(
         &self,

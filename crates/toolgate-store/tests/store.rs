@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use toolgate_store::{
-    ApprovalDecision, ApprovalStatus, DecisionRecord, GENESIS_HASH, Heartbeat, IntentOutcome,
-    IntentStatus, NewApproval, NewIntent, ProfileLoad, ResumeClass, Store, StoreError,
+    ApprovalDecision, ApprovalStatus, ApprovedCall, DecisionRecord, GENESIS_HASH, Heartbeat,
+    IntentOutcome, IntentStatus, NewApproval, NewIntent, ProfileLoad, ResumeClass, Store,
+    StoreError,
 };
 
 fn unique(prefix: &str) -> String {
@@ -21,9 +22,23 @@ fn new_intent(run_id: &str, step: &str) -> NewIntent {
         step_id: step.into(),
         tool: "email.send".into(),
         args_digest: "sha256:abc".into(),
+        call_digest: Some("sha256:call-abc".into()),
         decision_id: unique("dec"),
         risk: "high".into(),
         verification_probe: Some(serde_json::json!({"kind": "imap_sent", "message_id": "m1"})),
+    }
+}
+
+/// Call digest of every approval `new_approval` makes.
+const CALL: &str = "sha256:call";
+
+/// The call `consume` is asked about, with [`CALL`] as its call digest.
+fn call<'a>(tool: &'a str, args_digest: &'a str, policy_version: &'a str) -> ApprovedCall<'a> {
+    ApprovedCall {
+        tool,
+        args_digest,
+        call_digest: CALL,
+        policy_version,
     }
 }
 
@@ -35,6 +50,7 @@ fn new_approval(tenant: &str, invocation: &str, ttl: Duration) -> NewApproval {
         run_id: "run-1".into(),
         tool: "fs.delete".into(),
         args_digest: "sha256:args".into(),
+        call_digest: Some(CALL.into()),
         policy_version: "default@0123456789ab+h01234567".into(),
         decision_id: unique("dec"),
         requested_by: "agent@acme".into(),
@@ -55,6 +71,7 @@ fn record(i: usize) -> DecisionRecord {
         policy_version: "default@0123456789ab+h01234567".into(),
         risk: "low".into(),
         args_digest: format!("sha256:{i}"),
+        call_digest: Some(format!("sha256:call-{i}")),
         created_at: jiff::Timestamp::now(),
     }
 }
@@ -293,9 +310,7 @@ both_backends!(approval_tenant_isolation, |db| {
         .consume(
             "tenant-b",
             &a.id,
-            "fs.delete",
-            "sha256:args",
-            &a.policy_version,
+            &call("fs.delete", "sha256:args", &a.policy_version),
         )
         .await
         .unwrap_err();
@@ -507,7 +522,7 @@ both_backends!(approval_consume_once, |db| {
     // Not yet approved.
     assert!(
         !approvals
-            .consume("acme", &a.id, "fs.delete", "sha256:args", &pv)
+            .consume("acme", &a.id, &call("fs.delete", "sha256:args", &pv))
             .await
             .unwrap()
     );
@@ -518,31 +533,42 @@ both_backends!(approval_consume_once, |db| {
     // Mismatches never consume.
     assert!(
         !approvals
-            .consume("acme", &a.id, "fs.write", "sha256:args", &pv)
+            .consume("acme", &a.id, &call("fs.write", "sha256:args", &pv))
             .await
             .unwrap()
     );
     assert!(
         !approvals
-            .consume("acme", &a.id, "fs.delete", "sha256:other", &pv)
+            .consume("acme", &a.id, &call("fs.delete", "sha256:other", &pv))
             .await
             .unwrap()
     );
     assert!(
         !approvals
-            .consume("acme", &a.id, "fs.delete", "sha256:args", "v2")
+            .consume("acme", &a.id, &call("fs.delete", "sha256:args", "v2"))
+            .await
+            .unwrap()
+    );
+    // Same tool and arguments, another action: another call.
+    let other_action = ApprovedCall {
+        call_digest: "sha256:call-with-another-action",
+        ..call("fs.delete", "sha256:args", &pv)
+    };
+    assert!(
+        !approvals
+            .consume("acme", &a.id, &other_action)
             .await
             .unwrap()
     );
     assert!(
         approvals
-            .consume("acme", &a.id, "fs.delete", "sha256:args", &pv)
+            .consume("acme", &a.id, &call("fs.delete", "sha256:args", &pv))
             .await
             .unwrap()
     );
     assert!(
         !approvals
-            .consume("acme", &a.id, "fs.delete", "sha256:args", &pv)
+            .consume("acme", &a.id, &call("fs.delete", "sha256:args", &pv))
             .await
             .unwrap()
     );
@@ -570,7 +596,7 @@ both_backends!(approval_consume_once, |db| {
         .unwrap();
     assert!(
         !approvals
-            .consume("acme", &d.id, "fs.delete", "sha256:args", &pv)
+            .consume("acme", &d.id, &call("fs.delete", "sha256:args", &pv))
             .await
             .unwrap()
     );
@@ -591,7 +617,7 @@ both_backends!(approval_consume_once, |db| {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
         !approvals
-            .consume("acme", &e.id, "fs.delete", "sha256:args", &pv)
+            .consume("acme", &e.id, &call("fs.delete", "sha256:args", &pv))
             .await
             .unwrap()
     );
@@ -627,7 +653,7 @@ both_backends!(approval_concurrent_resolve_and_consume, |db| {
                 .await;
             assert!(resolved.is_ok(), "resolve {i}: {resolved:?}");
             approvals
-                .consume("acme", &id, "fs.delete", "sha256:args", &pv)
+                .consume("acme", &id, &call("fs.delete", "sha256:args", &pv))
                 .await
                 .unwrap()
         });

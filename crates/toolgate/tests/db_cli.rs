@@ -30,6 +30,7 @@ fn record(i: usize) -> DecisionRecord {
         policy_version: "p@000000000000+h00000000".into(),
         risk: "high".into(),
         args_digest: "sha256:00".into(),
+        call_digest: None,
         created_at: jiff::Timestamp::now(),
     }
 }
@@ -55,6 +56,7 @@ async fn approvals_and_audit_from_the_command_line() {
             run_id: "r".into(),
             tool: "deploy".into(),
             args_digest: "sha256:ab".into(),
+            call_digest: None,
             policy_version: "p@000000000000+h00000000".into(),
             decision_id: "d0".into(),
             requested_by: "sidecar:agents/pod-1".into(),

@@ -11,19 +11,28 @@ use toolgate_bundle::{BundleInput, ProfileRef, SigningKey, TrustSet};
 use toolgate_sidecar::{Sidecar, SidecarConfig};
 use toolgate_store::Store;
 
-/// The policy used throughout: bash commands tiered, a low-risk reader, an
-/// editor, and `deploy` that escalates everything.
+/// The policy used throughout: bash commands tiered, a low-risk reader,
+/// `deploy` that escalates everything, and the workspace API (writes under
+/// `locked/` denied, `.env` hardline).
 pub const SPEC: &str = r#"
 mode: rules
 rules:
   bash: {deny: ["rm *"], allow: ["ls*", "git status"], escalate: ["*"]}
   reader: {allow: ["*"]}
   deploy: {escalate: ["*"]}
+  workspace.read: {allow: ["*"]}
+  workspace.list: {allow: ["*"]}
+  workspace.stat: {allow: ["*"]}
+  workspace.write: {deny: ["locked/*"], allow: ["*"]}
 hardline: {paths: ["**/.env"]}
 effects:
   bash: {sideEffect: PROCESS_EXEC, risk: high}
   reader: {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
   deploy: {sideEffect: EXTERNAL_WRITE, risk: write}
+  workspace.read: {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
+  workspace.list: {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
+  workspace.stat: {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
+  workspace.write: {sideEffect: WORKSPACE_WRITE, risk: write}
 approvals: {ttlSeconds: 600}
 "#;
 

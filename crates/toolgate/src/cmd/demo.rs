@@ -281,6 +281,19 @@ async fn session() -> Result<bool, CliError> {
     );
     let (status, e) = agent
         .post(
+            "/v1/workspace/write",
+            json!({"run_id": "run-1", "path": ".env", "content": "TOKEN=x\n"}),
+        )
+        .await?;
+    expect(
+        &format!(
+            "writing .env through the workspace API is decided by the policy: {status} {}",
+            text(&e["verdict"]["reason"])
+        ),
+        status == 403 && e["verdict"]["reason"] == "hardline_path",
+    );
+    let (status, e) = agent
+        .post(
             "/v1/workspace/read",
             json!({"run_id": "run-1", "path": "../../../etc/passwd"}),
         )
@@ -320,8 +333,8 @@ async fn session() -> Result<bool, CliError> {
         );
     }
     expect(
-        "all 7 decisions, denials included, are in an intact hash chain",
-        reports.len() == 1 && reports[0].ok && reports[0].rows == 7,
+        "all 11 decisions (workspace calls too), denials included, are in an intact hash chain",
+        reports.len() == 1 && reports[0].ok && reports[0].rows == 11,
     );
     println!(
         "\nsession {}",
