@@ -36,6 +36,17 @@ effects:
 approvals: {ttlSeconds: 600}
 "#;
 
+/// The bundles' namespace: one per test thread. The store keeps a durable
+/// anti-rollback mark per (namespace, profile), shared by every sidecar on
+/// one database, so tests that publish their own sequences must not share
+/// a profile identity.
+pub fn test_namespace() -> String {
+    thread_local! {
+        static NAMESPACE: String = unique("agents");
+    }
+    NAMESPACE.with(Clone::clone)
+}
+
 pub fn key() -> SigningKey {
     SigningKey::from_seed(&[42; 32])
 }
@@ -60,7 +71,7 @@ pub fn bundle(
         BundleInput {
             profile: ProfileRef {
                 name: "coding".into(),
-                namespace: Some("agents".into()),
+                namespace: Some(test_namespace()),
             },
             spec,
             grants: vec![],
