@@ -425,8 +425,10 @@ def test_mutating_webhook_selects_labelled_pod_or_namespace_once(rendered, value
 @pytest.mark.parametrize("values_name", VALUE_SETS)
 def test_validating_webhooks(rendered, values_name):
     hooks = {h["clientConfig"]["service"]["path"]: h for h in validating(rendered[values_name])["webhooks"]}
-    assert set(hooks) == {"/validate-policyprofiles", "/validate-approvals"}
+    assert set(hooks) == {"/validate-policyprofiles", "/validate-approvals", "/validate-pods"}
     for path, hook in hooks.items():
+        if path == "/validate-pods":
+            continue  # test_pod_update_webhook
         resource = path.removeprefix("/validate-")
         assert hook["failurePolicy"] == "Fail"
         assert hook["sideEffects"] == "None"
@@ -437,9 +439,49 @@ def test_validating_webhooks(rendered, values_name):
     assert [c["name"] for c in hooks["/validate-policyprofiles"]["matchConditions"]] == ["spec-written"]
 
 
+@pytest.mark.parametrize("values_name", VALUE_SETS)
+def test_pod_update_webhook(rendered, values_name):
+    """Pod UPDATEs, `kubectl debug` (pods/ephemeralcontainers) and in-place
+    resizes (pods/resize) of injected pods go to the validating webhook, which
+    refuses any change to the sidecar."""
+    objects = rendered[values_name]
+    hooks = [h for h in validating(objects)["webhooks"] if h["clientConfig"]["service"]["path"] == "/validate-pods"]
+    assert len(hooks) == 1
+    hook = hooks[0]
+    assert hook["name"] == "pods.validate.toolgate.dev"
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["matchPolicy"] == "Equivalent"
+    assert hook["rules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods", "pods/ephemeralcontainers", "pods/resize"], "operations": ["UPDATE"], "scope": "Namespaced"}
+    ]
+    service = only(objects, "Service", f"{RELEASE}-webhook")
+    svc = hook["clientConfig"]["service"]
+    assert (svc["name"], svc["namespace"], svc["port"]) == (service["metadata"]["name"], NAMESPACE, 443)
+    # Not selected by the pod's own labels: an update could drop them first.
+    assert "objectSelector" not in hook
+    exprs = hook["namespaceSelector"]["matchExpressions"]
+    assert exprs == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": exprs[0]["values"]}]
+    assert NAMESPACE in exprs[0]["values"] and "kube-system" in exprs[0]["values"]
+    # Injected pods only (by the stored pod's container, whose name cannot
+    # change), and only when the spec changes: the sidecar is all in spec.
+    conditions = {c["name"]: " ".join(c["expression"].split()) for c in hook["matchConditions"]}
+    assert conditions == {
+        "injected": "oldObject.spec.containers.exists(c, c.name == 'toolgate-sidecar') || "
+        "(has(oldObject.spec.initContainers) && oldObject.spec.initContainers.exists(c, c.name == 'toolgate-sidecar'))",
+        "spec-written": "object.spec != oldObject.spec",
+    }
+    inject = (ROOT / "crates" / "toolgate-webhook" / "src" / "inject.rs").read_text()
+    assert 'SIDECAR_NAME: &str = "toolgate-sidecar"' in inject
+    # The injecting webhook still only sees CREATE.
+    for mutating_hook in mutating(objects)["webhooks"]:
+        assert [r["operations"] for r in mutating_hook["rules"]] == [["CREATE"]]
+
+
 def test_webhook_paths_exist_in_the_server():
     server = (ROOT / "crates" / "toolgate-webhook" / "src" / "server.rs").read_text()
-    for path in ("/mutate-pods", "/validate-policyprofiles", "/validate-approvals", "/healthz"):
+    for path in ("/mutate-pods", "/validate-pods", "/validate-policyprofiles", "/validate-approvals", "/healthz"):
         assert f'"{path}"' in server, f"{path} is not routed by toolgate-webhook"
 
 

@@ -24,7 +24,10 @@ pub enum WebhookError {
         message: String,
     },
     /// The pod asks for something the injector cannot honour (bad profile
-    /// name, a volume name toolgate needs is taken, no namespace).
+    /// name, a volume name toolgate needs is taken, no namespace), or has a
+    /// shape that would defeat the sidecar's isolation (a tenant other than
+    /// its namespace, its own `toolgate-sidecar`, host namespaces, mounts of
+    /// the sidecar's volumes).
     #[error("{field}: {message}")]
     Injection {
         /// Dotted path of the field.
@@ -46,6 +49,14 @@ pub enum WebhookError {
     /// An update tries to change a resolved Approval.
     #[error("{field}: {message}")]
     ApprovalImmutable {
+        /// Dotted path of the field.
+        field: String,
+        /// What was attempted.
+        message: String,
+    },
+    /// A pod update would change, remove or reach into the injected sidecar.
+    #[error("{field}: {message}")]
+    SidecarImmutable {
         /// Dotted path of the field.
         field: String,
         /// What was attempted.
@@ -84,6 +95,7 @@ impl WebhookError {
             Self::Policy(e) => e.code(),
             Self::InvalidApproval { .. } => "approval_invalid",
             Self::ApprovalImmutable { .. } => "approval_immutable",
+            Self::SidecarImmutable { .. } => "sidecar_immutable",
             Self::Tls { .. } => "tls_config",
             Self::Io { .. } => "io",
             Self::Internal(_) => "internal",
@@ -96,7 +108,8 @@ impl WebhookError {
             Self::InvalidObject { field, .. }
             | Self::Injection { field, .. }
             | Self::InvalidApproval { field, .. }
-            | Self::ApprovalImmutable { field, .. } => Some(field),
+            | Self::ApprovalImmutable { field, .. }
+            | Self::SidecarImmutable { field, .. } => Some(field),
             Self::Policy(e) => e.field(),
             _ => None,
         }
@@ -108,7 +121,9 @@ impl WebhookError {
         match self {
             Self::MalformedReview(_) | Self::InvalidObject { .. } => 400,
             Self::BodyTooLarge { .. } => 413,
-            Self::Injection { .. } | Self::ApprovalImmutable { .. } => 403,
+            Self::Injection { .. }
+            | Self::ApprovalImmutable { .. }
+            | Self::SidecarImmutable { .. } => 403,
             Self::Policy(_) | Self::InvalidApproval { .. } => 422,
             Self::Tls { .. } | Self::Io { .. } | Self::Internal(_) => 500,
         }

@@ -2,6 +2,9 @@
 //!
 //! - `POST /mutate-pods` injects the `toolgate-sidecar` into agent pods
 //!   ([`inject`]: pure pod JSON in, JSON Patch out).
+//! - `POST /validate-pods` refuses a pod UPDATE (or `pods/ephemeralcontainers`
+//!   update) that would change, remove or reach into the injected sidecar
+//!   ([`guard`]).
 //! - `POST /validate-policyprofiles` refuses a PolicyProfile that does not
 //!   load and compile, naming the field and the rule ([`validate`]).
 //! - `POST /validate-approvals` keeps an Approval well formed and its
@@ -31,6 +34,7 @@
 
 mod config;
 mod error;
+pub mod guard;
 pub mod inject;
 pub mod review;
 mod server;

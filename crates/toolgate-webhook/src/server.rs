@@ -35,6 +35,7 @@ struct AppState {
 #[derive(Debug, Clone, Copy)]
 enum Hook {
     MutatePods,
+    ValidatePods,
     ValidatePolicyProfiles,
     ValidateApprovals,
 }
@@ -43,13 +44,14 @@ impl Hook {
     fn name(self) -> &'static str {
         match self {
             Self::MutatePods => "mutate-pods",
+            Self::ValidatePods => "validate-pods",
             Self::ValidatePolicyProfiles => "validate-policyprofiles",
             Self::ValidateApprovals => "validate-approvals",
         }
     }
 }
 
-/// The webhook routes, without TLS: `POST /mutate-pods`,
+/// The webhook routes, without TLS: `POST /mutate-pods`, `POST /validate-pods`,
 /// `POST /validate-policyprofiles`, `POST /validate-approvals`, `GET /healthz`.
 /// Only `config.inject` and `config.max_body_bytes` are used.
 pub fn router(config: &WebhookConfig) -> Router {
@@ -59,6 +61,7 @@ pub fn router(config: &WebhookConfig) -> Router {
     });
     Router::new()
         .route("/mutate-pods", post(mutate_pods))
+        .route("/validate-pods", post(validate_pods))
         .route("/validate-policyprofiles", post(validate_policy_profiles))
         .route("/validate-approvals", post(validate_approvals))
         .route("/healthz", get(healthz))
@@ -71,6 +74,10 @@ async fn healthz() -> Response {
 
 async fn mutate_pods(State(state): State<Arc<AppState>>, request: Request) -> Response {
     admit(Hook::MutatePods, &state, request).await
+}
+
+async fn validate_pods(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    admit(Hook::ValidatePods, &state, request).await
 }
 
 async fn validate_policy_profiles(
@@ -121,6 +128,9 @@ async fn admit(hook: Hook, state: &AppState, request: Request) -> Response {
 fn decide(hook: Hook, request: &AdmissionRequest, config: &InjectConfig) -> AdmissionResponse {
     let result = match hook {
         Hook::MutatePods => mutate(request, config),
+        Hook::ValidatePods => {
+            validate::pod(request).map(|()| AdmissionResponse::allow(&request.uid))
+        }
         Hook::ValidatePolicyProfiles => {
             validate::policy_profile(request).map(|()| AdmissionResponse::allow(&request.uid))
         }

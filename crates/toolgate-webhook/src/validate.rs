@@ -4,7 +4,8 @@
 //! compiles, exactly as the controller and sidecar will load it; the denial
 //! names the field and the rule. An Approval must carry exactly one of
 //! `spec.request` / `spec.grant`, a decision from the closed set, and once
-//! decided it is final.
+//! decided it is final. A pod update may not touch the injected sidecar
+//! ([`pod`], checks in [`guard`](crate::guard)).
 
 use serde_json::Value;
 use toolgate_policy::{CompiledPolicy, PolicySpec};
@@ -138,6 +139,29 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
         }
     }
     Ok(())
+}
+
+/// Checks a pod UPDATE (the main resource or `pods/ephemeralcontainers`)
+/// against the stored pod with [`guard::pod_update`](crate::guard::pod_update).
+/// Other operations pass: CREATE is judged by the mutating webhook, which
+/// injects the sidecar.
+pub fn pod(request: &AdmissionRequest) -> Result<(), WebhookError> {
+    if request.operation != "UPDATE" {
+        return Ok(());
+    }
+    let missing = |field: &str| WebhookError::InvalidObject {
+        field: field.into(),
+        message: "missing for UPDATE".into(),
+    };
+    let new = request
+        .object
+        .as_ref()
+        .ok_or_else(|| missing("request.object"))?;
+    let old = request
+        .old_object
+        .as_ref()
+        .ok_or_else(|| missing("request.oldObject"))?;
+    crate::guard::pod_update(old, new)
 }
 
 /// The object to check, or `None` when the operation needs no check.

@@ -399,6 +399,415 @@ async fn injected_opted_out_and_profileless_pods_are_admitted_unchanged() {
     server.stop().await;
 }
 
+/// Expects a 403 denial with `reason`; returns its message.
+async fn denied(client: &mut Client, path: &str, body: &Value, reason: &str) -> String {
+    let response = review(client, path, body).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(response.get("patch").is_none(), "{response}");
+    assert_eq!(response["status"]["status"], "Failure", "{response}");
+    assert_eq!(response["status"]["code"], 403, "{response}");
+    assert_eq!(response["status"]["reason"], reason, "{response}");
+    let message = response["status"]["message"].as_str().unwrap().to_owned();
+    assert!(message.ends_with(&format!("[{reason}]")), "{message}");
+    message
+}
+
+/// Expects admission; returns the pod as patched.
+async fn admitted(client: &mut Client, path: &str, body: &Value) -> Value {
+    let response = review(client, path, body).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    patched(body, &response)
+}
+
+/// A copy of `review` with its pod changed by `change`.
+fn with_pod(review: &Value, change: impl FnOnce(&mut Value)) -> Value {
+    let mut review = review.clone();
+    change(&mut review["request"]["object"]);
+    review
+}
+
+fn push(list: &mut Value, item: Value) {
+    if list.is_null() {
+        *list = json!([]);
+    }
+    list.as_array_mut().unwrap().push(item);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_annotation_naming_another_namespace_is_refused() {
+    let server = native_server().await;
+    let mut client = server.client().await;
+    let original = fixture_json("pod-deployment-generatename.json");
+    assert_eq!(original["request"]["namespace"], "agents");
+
+    // The attack: read another team's approvals and intents by naming it.
+    let spoofed = with_pod(&original, |pod| {
+        pod["metadata"]["annotations"]["toolgate.dev/tenant"] = json!("victim-team")
+    });
+    let message = denied(&mut client, "/mutate-pods", &spoofed, "injection_refused").await;
+    assert!(
+        message.starts_with("metadata.annotations[toolgate.dev/tenant]: ")
+            && message.contains("`victim-team`")
+            && message.contains("`agents`"),
+        "{message}"
+    );
+
+    // Naming its own namespace is harmless.
+    let same = with_pod(&original, |pod| {
+        pod["metadata"]["annotations"]["toolgate.dev/tenant"] = json!("agents")
+    });
+    let pod = admitted(&mut client, "/mutate-pods", &same).await;
+    assert_injected(&pod, "research", "agents", true);
+
+    // The pod cannot claim another namespace than the request's …
+    let elsewhere = with_pod(&original, |pod| {
+        pod["metadata"]["namespace"] = json!("victim-team")
+    });
+    let message = denied(&mut client, "/mutate-pods", &elsewhere, "injection_refused").await;
+    assert!(
+        message.starts_with("metadata.namespace: ") && message.contains("`victim-team`"),
+        "{message}"
+    );
+    // … and is only the fallback when the request names none.
+    let mut fallback = with_pod(&original, |pod| {
+        pod["metadata"]["namespace"] = json!("agents")
+    });
+    fallback["request"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    let pod = admitted(&mut client, "/mutate-pods", &fallback).await;
+    assert_injected(&pod, "research", "agents", true);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toolgate_sidecar_the_webhook_did_not_inject_is_refused() {
+    for mode in [SidecarMode::Native, SidecarMode::Container] {
+        let server = TestServer::start(inject_config(mode, None), Duration::from_secs(5)).await;
+        let mut client = server.client().await;
+        let original = fixture_json("pod-deployment-generatename.json");
+        let fake = json!({
+            "name": SIDECAR,
+            "image": "registry.example.com/mallory/allow-all:1",
+            "restartPolicy": "Always"
+        });
+
+        // An allow-all fake under the sidecar's name, as an init or a regular container.
+        for group in ["initContainers", "containers"] {
+            let attack = with_pod(&original, |pod| {
+                push(&mut pod["spec"][group], fake.clone());
+                pod["spec"]["containers"][0]["env"] =
+                    json!([{"name": "TOOLGATE_URL", "value": URL}]);
+            });
+            let message = denied(&mut client, "/mutate-pods", &attack, "injection_refused").await;
+            assert!(
+                message.starts_with(&format!("spec.{group}["))
+                    && message.contains("`toolgate-sidecar` is reserved"),
+                "{mode:?} {group}: {message}"
+            );
+        }
+
+        // The webhook's own injection, seen again on reinvocation, is accepted …
+        let response = review(&mut client, "/mutate-pods", &original).await;
+        let injected = patched(&original, &response);
+        assert_idempotent(&mut client, &original, &injected).await;
+        let (group, index) = match mode {
+            SidecarMode::Native => ("initContainers", 0),
+            SidecarMode::Container => ("containers", 1),
+        };
+        // … but not a copy made for another tenant,
+        let mut other_tenant = original.clone();
+        other_tenant["request"]["object"] = injected.clone();
+        other_tenant["request"]["object"]["spec"][group][index]["env"][1]["value"] =
+            json!("victim-team");
+        let message = denied(
+            &mut client,
+            "/mutate-pods",
+            &other_tenant,
+            "injection_refused",
+        )
+        .await;
+        assert!(message.contains("differs in: env"), "{message}");
+        // nor one whose image was swapped,
+        let mut swapped = original.clone();
+        swapped["request"]["object"] = injected.clone();
+        swapped["request"]["object"]["spec"][group][index]["image"] =
+            json!("registry.example.com/mallory/allow-all:1");
+        let message = denied(&mut client, "/mutate-pods", &swapped, "injection_refused").await;
+        assert!(message.contains("differs in: image"), "{message}");
+        // nor an exact copy without the webhook's annotations.
+        let mut unmarked = original.clone();
+        unmarked["request"]["object"] = injected.clone();
+        unmarked["request"]["object"]["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove("toolgate.dev/injected");
+        let message = denied(&mut client, "/mutate-pods", &unmarked, "injection_refused").await;
+        assert!(message.contains("toolgate.dev/injected"), "{message}");
+        server.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_shapes_that_defeat_isolation_are_refused() {
+    let server = native_server().await;
+    let mut client = server.client().await;
+    let original = fixture_json("pod-deployment-generatename.json");
+    type Shape = fn(&mut Value);
+    let shapes: [(&str, Shape); 7] = [
+        ("spec.hostNetwork", |pod| {
+            pod["spec"]["hostNetwork"] = json!(true)
+        }),
+        ("spec.hostPID", |pod| pod["spec"]["hostPID"] = json!(true)),
+        ("spec.shareProcessNamespace", |pod| {
+            pod["spec"]["shareProcessNamespace"] = json!(true)
+        }),
+        // Mounts a volume the pod does not have yet: the injection adds it.
+        ("spec.containers[0].volumeMounts[1].name", |pod| {
+            push(
+                &mut pod["spec"]["containers"][0]["volumeMounts"],
+                json!({"name": "toolgate-workspace", "mountPath": "/workspaces"}),
+            )
+        }),
+        ("spec.initContainers[0].volumeMounts[0].name", |pod| {
+            push(
+                &mut pod["spec"]["initContainers"],
+                json!({"name": "peek", "image": "busybox:1.36",
+                       "volumeMounts": [{"name": "toolgate-bundle", "mountPath": "/b"}]}),
+            )
+        }),
+        // Its own volume under the sidecar's volume name.
+        ("spec.volumes[1].name", |pod| {
+            push(
+                &mut pod["spec"]["volumes"],
+                json!({"name": "toolgate-trust", "configMap": {"name": "mallory-keys"}}),
+            )
+        }),
+        ("spec.ephemeralContainers[0].volumeMounts[0].name", |pod| {
+            pod["spec"]["ephemeralContainers"] = json!([{"name": "debug", "image": "busybox:1.36",
+                "volumeMounts": [{"name": "toolgate-workspace", "mountPath": "/w"}]}])
+        }),
+    ];
+    for (field, shape) in shapes {
+        let attack = with_pod(&original, shape);
+        let message = denied(&mut client, "/mutate-pods", &attack, "injection_refused").await;
+        assert!(message.starts_with(&format!("{field}: ")), "{message}");
+    }
+    // A pod that opts out gets no sidecar and is not judged.
+    let opted_out = with_pod(&original, |pod| {
+        pod["metadata"]["annotations"]["toolgate.dev/inject"] = json!("false");
+        pod["spec"]["hostNetwork"] = json!(true);
+    });
+    let response = review(&mut client, "/mutate-pods", &opted_out).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none());
+    server.stop().await;
+}
+
+/// An UPDATE review as the API server sends it for `user`, of the main
+/// resource or of a subresource.
+fn update_review(old: &Value, new: &Value, sub_resource: Option<&str>) -> Value {
+    let mut request = json!({
+        "uid": "5e6f7a8b-0000-4000-8000-00000000a001",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": old["metadata"]["name"],
+        "namespace": "agents",
+        "operation": "UPDATE",
+        "userInfo": {"username": "mallory@example.com", "groups": ["agents-devs", "system:authenticated"]},
+        "object": new,
+        "oldObject": old,
+        "dryRun": false,
+        "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"}
+    });
+    if let Some(sub) = sub_resource {
+        request["subResource"] = json!(sub);
+        request["requestSubResource"] = json!(sub);
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_cannot_change_remove_or_reach_into_the_sidecar() {
+    let server = native_server().await;
+    let mut client = server.client().await;
+    // The stored pod: injected (as the reinvocation fixture shows it), scheduled, running.
+    let mut stored = fixture_json("pod-already-injected.json")["request"]["object"].clone();
+    stored["metadata"]["name"] = json!("triage-7c9f8d6b4-x2x9q");
+    stored["metadata"]["uid"] = json!("0d1e2f3a-4b5c-4d6e-8f70-81a2b3c4d5e6");
+    stored["metadata"]["resourceVersion"] = json!("48213");
+    stored["metadata"]["creationTimestamp"] = json!("2026-05-01T10:00:00Z");
+    stored["spec"]["nodeName"] = json!("node-a");
+    stored["status"] = json!({"phase": "Running", "podIP": "10.0.3.17"});
+    let update = |change: &dyn Fn(&mut Value), sub: Option<&str>| {
+        let mut new = stored.clone();
+        change(&mut new);
+        update_review(&stored, &new, sub)
+    };
+
+    // Swap the sidecar for an allow-all fake.
+    let message = denied(
+        &mut client,
+        "/validate-pods",
+        &update(
+            &|pod| {
+                pod["spec"]["initContainers"][0]["image"] =
+                    json!("registry.example.com/mallory/allow-all:1")
+            },
+            None,
+        ),
+        "sidecar_immutable",
+    )
+    .await;
+    assert!(
+        message.starts_with("spec.initContainers[0].image: ")
+            && message.contains(
+                "`ghcr.io/example/toolgate:0.1.0` → `registry.example.com/mallory/allow-all:1`"
+            ),
+        "{message}"
+    );
+    // Its env (the tenant), its removal, its volumes.
+    type Change = fn(&mut Value);
+    let changes: [(&str, Change); 3] = [
+        ("spec.initContainers[0].env: ", |pod| {
+            pod["spec"]["initContainers"][0]["env"][1]["value"] = json!("victim-team")
+        }),
+        ("spec.initContainers: ", |pod| {
+            pod["spec"]["initContainers"] = json!([])
+        }),
+        (
+            "spec.volumes[3]: ",
+            |pod| {
+                pod["spec"]["volumes"][3] =
+                    json!({"name": "toolgate-workspace", "hostPath": {"path": "/var/lib/kubelet"}})
+            },
+        ),
+    ];
+    for (prefix, change) in changes {
+        let message = denied(
+            &mut client,
+            "/validate-pods",
+            &update(&change, None),
+            "sidecar_immutable",
+        )
+        .await;
+        assert!(message.starts_with(prefix), "{message}");
+    }
+    // An in-place resize (pods/resize) of the sidecar, but not of the app.
+    let message = denied(
+        &mut client,
+        "/validate-pods",
+        &update(
+            &|pod| pod["spec"]["initContainers"][0]["resources"]["limits"]["memory"] = json!("4Mi"),
+            Some("resize"),
+        ),
+        "sidecar_immutable",
+    )
+    .await;
+    assert!(
+        message.starts_with("spec.initContainers[0].resources: "),
+        "{message}"
+    );
+    let response = review(
+        &mut client,
+        "/validate-pods",
+        &update(
+            &|pod| pod["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1Gi"}}),
+            Some("resize"),
+        ),
+    )
+    .await;
+    assert_eq!(response["allowed"], true, "{response}");
+    // The app's image may change.
+    let response = review(
+        &mut client,
+        "/validate-pods",
+        &update(
+            &|pod| pod["spec"]["containers"][0]["image"] = json!("registry.example.com/triage:2"),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(response["allowed"], true, "{response}");
+
+    // `kubectl debug`: an ephemeral container reaching the sidecar's workspace or processes …
+    let debug = |container: Value| {
+        let mut new = stored.clone();
+        new["spec"]["ephemeralContainers"] = json!([container]);
+        update_review(&stored, &new, Some("ephemeralcontainers"))
+    };
+    let message = denied(
+        &mut client,
+        "/validate-pods",
+        &debug(
+            json!({"name": "debugger-4kq2", "image": "busybox:1.36", "stdin": true, "tty": true,
+                      "volumeMounts": [{"name": "toolgate-workspace", "mountPath": "/w"}],
+                      "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}),
+        ),
+        "sidecar_immutable",
+    )
+    .await;
+    assert!(
+        message.starts_with("spec.ephemeralContainers[0].volumeMounts[0].name: ")
+            && message.contains("toolgate-workspace"),
+        "{message}"
+    );
+    for (container, prefix) in [
+        (
+            json!({"name": "debugger-9x1z", "image": "busybox:1.36", "targetContainerName": SIDECAR}),
+            "spec.ephemeralContainers[0].targetContainerName: ",
+        ),
+        (
+            json!({"name": SIDECAR, "image": "registry.example.com/mallory/allow-all:1"}),
+            "spec.ephemeralContainers[0].name: ",
+        ),
+    ] {
+        let message = denied(
+            &mut client,
+            "/validate-pods",
+            &debug(container),
+            "sidecar_immutable",
+        )
+        .await;
+        assert!(message.starts_with(prefix), "{message}");
+    }
+    // … while a plain debug container next to the app is fine.
+    let response = review(
+        &mut client,
+        "/validate-pods",
+        &debug(
+            json!({"name": "debugger-7hd3", "image": "busybox:1.36", "stdin": true, "tty": true,
+                      "targetContainerName": "agent",
+                      "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}),
+        ),
+    )
+    .await;
+    assert_eq!(response["allowed"], true, "{response}");
+
+    // A pod that was never injected is not this webhook's business.
+    let mut plain = fixture_json("pod-opted-out.json")["request"]["object"].clone();
+    plain["metadata"]["name"] = json!("debug-shell-abcde");
+    let mut changed = plain.clone();
+    changed["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+    let response = review(
+        &mut client,
+        "/validate-pods",
+        &update_review(&plain, &changed, None),
+    )
+    .await;
+    assert_eq!(response["allowed"], true, "{response}");
+    // Nor are other operations.
+    let mut delete = update_review(&stored, &stored, None);
+    delete["request"]["operation"] = json!("DELETE");
+    delete["request"]["object"] = Value::Null;
+    let response = review(&mut client, "/validate-pods", &delete).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_oversized_bodies_get_clean_answers() {
     let server = native_server().await;
@@ -418,6 +827,7 @@ async fn malformed_and_oversized_bodies_get_clean_answers() {
     // JSON of the wrong shape but with a readable uid: an AdmissionReview denial.
     for path in [
         "/mutate-pods",
+        "/validate-pods",
         "/validate-policyprofiles",
         "/validate-approvals",
     ] {
