@@ -291,6 +291,51 @@ async fn high_risk(pg: &str, addr: SocketAddr) {
             flow.push(t.elapsed());
         }
     }
+    // The same flow while 50 approval long-polls are parked on this
+    // sidecar: they share one LISTEN connection, so the appends above keep
+    // their pooled connections.
+    let v: Value = client
+        .post(format!("http://{addr}/v1/authorize"))
+        .json(
+            &json!({"tool": "bash", "arguments": {"command": "make release"}, "run_id": "hr-wait"}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let approval = v["approval_id"].as_str().unwrap().to_owned();
+    let waiters: Vec<_> = (0..50)
+        .map(|_| {
+            let (client, url) = (
+                client.clone(),
+                format!("http://{addr}/v1/approvals/{approval}?wait=15"),
+            );
+            tokio::spawn(async move { client.get(url).send().await.map(|r| r.status().as_u16()) })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut parked = Vec::with_capacity(200);
+    for i in 0..200 {
+        let t = Instant::now();
+        let v: Value = client
+            .post(format!("http://{addr}/v1/authorize"))
+            .json(&json!({"tool": "bash", "arguments": {"command": format!("git show -{i}")}, "run_id": "hr-wait", "step_id": format!("w{i}")}))
+            .send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["verdict"], "allow", "{v}");
+        parked.push(t.elapsed());
+    }
+    parked.sort();
+    println!(
+        "high-risk authorize with 50 parked approval waits: p50 {} p99 {} max {}",
+        us(percentile(&parked, 0.5)),
+        us(percentile(&parked, 0.99)),
+        us(*parked.last().unwrap())
+    );
+    for w in waiters {
+        assert_eq!(w.await.unwrap().unwrap(), 200);
+    }
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
         .connect(pg)

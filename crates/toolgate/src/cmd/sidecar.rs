@@ -45,6 +45,14 @@ pub struct SidecarArgs {
     /// Pod namespace for heartbeats (downward API).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub pod_namespace: String,
+    /// Extra `Host` names or addresses the agent API answers to, besides
+    /// loopback, `localhost` and the pod name (repeatable or comma-separated).
+    #[arg(
+        long = "allowed-host",
+        env = "TOOLGATE_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
     /// Seconds between bundle file checks.
     #[arg(long, env = "TOOLGATE_RELOAD_SECONDS", default_value_t = 2)]
     pub reload_seconds: u64,
@@ -68,6 +76,7 @@ pub fn run(args: SidecarArgs) -> Result<ExitCode, CliError> {
     config.tenant = args.tenant;
     config.pod_name = args.pod_name;
     config.pod_namespace = args.pod_namespace;
+    config.allowed_hosts = args.allowed_hosts;
     config.reload_interval = Duration::from_secs(args.reload_seconds.max(1));
     crate::runtime()?.block_on(async move {
         let sidecar = Sidecar::start(config)
