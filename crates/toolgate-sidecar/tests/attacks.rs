@@ -424,7 +424,7 @@ async fn approval_long_polls_do_not_starve_the_high_risk_path() {
     for (name, url) in backends(scratch.path()) {
         let dir = scratch.path().join(&name);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut h = Harness::start(&dir, &url, Some(&bundle(SPEC, 1, day(), &key()))).await;
+        let h = Harness::start(&dir, &url, Some(&bundle(SPEC, 1, day(), &key()))).await;
         let run = unique("run");
         let esc = call(&h, "deploy", None, json!({"service": "api"}), &run).await;
         let id = esc["approval_id"].as_str().unwrap().to_owned();
