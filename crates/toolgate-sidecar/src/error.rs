@@ -111,7 +111,7 @@ impl ApiError {
             Self::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Workspace(e) => match e {
                 WorkspaceError::NotFound => StatusCode::NOT_FOUND,
-                WorkspaceError::Escape => StatusCode::FORBIDDEN,
+                WorkspaceError::Escape | WorkspaceError::HardLink => StatusCode::FORBIDDEN,
                 WorkspaceError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
                 WorkspaceError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
                 _ => StatusCode::BAD_REQUEST,

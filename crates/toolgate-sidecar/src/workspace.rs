@@ -14,14 +14,22 @@ use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::SystemTime;
+
+use std::io::{Read, Write};
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, Metadata};
+use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 /// Largest file the workspace API reads or writes, in bytes.
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// Longest path component, in bytes (the kernel's NAME_MAX).
+pub const MAX_NAME_BYTES: usize = 255;
+/// Longest relative path, in bytes (the kernel's PATH_MAX).
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Most entries one listing returns.
+pub const MAX_LIST_ENTRIES: usize = 10_000;
 
 /// Where a file's content came from, as far as this process can prove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -68,6 +76,14 @@ pub enum WorkspaceError {
     /// The file is larger than [`MAX_FILE_BYTES`].
     #[error("file is larger than {MAX_FILE_BYTES} bytes")]
     TooLarge,
+    /// A FIFO, socket or device: reading one could block forever or never
+    /// end, so only regular files are served.
+    #[error("not a regular file")]
+    NotRegularFile,
+    /// The file has more than one hard link, so it may also live outside
+    /// the workspace (or in another run's).
+    #[error("file has more than one hard link")]
+    HardLink,
     /// A directory was expected and a file found, or the reverse.
     #[error("{0}")]
     WrongKind(&'static str),
@@ -87,6 +103,8 @@ impl WorkspaceError {
             Self::NotText => "workspace_not_text",
             Self::TooLarge => "workspace_too_large",
             Self::WrongKind(_) => "workspace_wrong_kind",
+            Self::NotRegularFile => "workspace_not_regular_file",
+            Self::HardLink => "workspace_hardlink",
             Self::Io(_) => "workspace_io",
         }
     }
@@ -105,6 +123,12 @@ impl WorkspaceError {
                 // out of the root; ELOOP, a symlink loop or a refused link.
                 if matches!(e.raw_os_error(), Some(18) | Some(40)) {
                     Self::Escape
+                } else if e.raw_os_error() == Some(36) {
+                    // ENAMETOOLONG
+                    Self::InvalidPath("name too long")
+                } else if e.raw_os_error() == Some(6) {
+                    // ENXIO: a FIFO opened for writing with no reader.
+                    Self::NotRegularFile
                 } else {
                     Self::Io(kind)
                 }
@@ -130,6 +154,9 @@ impl RelPath {
         if text.contains('\0') {
             return Err(WorkspaceError::InvalidPath("NUL in path"));
         }
+        if text.len() > MAX_PATH_BYTES {
+            return Err(WorkspaceError::InvalidPath("path longer than 4096 bytes"));
+        }
         if text.starts_with('/') || text.starts_with('\\') {
             return Err(WorkspaceError::InvalidPath(
                 "absolute paths are not allowed",
@@ -143,6 +170,11 @@ impl RelPath {
                 "" => return Err(WorkspaceError::InvalidPath("empty path component")),
                 "." | ".." => {
                     return Err(WorkspaceError::InvalidPath("`.` and `..` are not allowed"));
+                }
+                c if c.len() > MAX_NAME_BYTES => {
+                    return Err(WorkspaceError::InvalidPath(
+                        "path component longer than 255 bytes",
+                    ));
                 }
                 _ => {}
             }
@@ -178,20 +210,62 @@ pub(crate) fn check_id(kind: &'static str, id: &str) -> Result<(), WorkspaceErro
     }
 }
 
-/// Fingerprint of a file as this process last wrote it.
+/// What this process last wrote to a path: the content's SHA-256. Length
+/// and mtime are not enough, since a same-length rewrite plus `touch -d`
+/// restores both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Written {
     len: u64,
-    modified: Option<SystemTime>,
+    sha256: [u8; 32],
 }
 
 impl Written {
-    fn of(meta: &Metadata) -> Self {
+    fn of(bytes: &[u8]) -> Self {
         Self {
-            len: meta.len(),
-            modified: meta.modified().ok().map(|t| t.into_std()),
+            len: bytes.len() as u64,
+            sha256: Sha256::digest(bytes).into(),
         }
     }
+}
+
+/// Opens `path` for reading without blocking (a FIFO would otherwise hang
+/// the open itself) and checks the *open handle*: a regular file with one
+/// link, within the size limit.
+fn open_regular(root: &Dir, path: &Path) -> Result<(File, Metadata), WorkspaceError> {
+    let mut options = OpenOptions::new();
+    options.read(true).custom_flags(libc::O_NONBLOCK);
+    let file = root
+        .open_with(path, &options)
+        .map_err(WorkspaceError::from_io)?;
+    let meta = file.metadata().map_err(WorkspaceError::from_io)?;
+    check_regular(&meta)?;
+    Ok((file, meta))
+}
+
+fn check_regular(meta: &Metadata) -> Result<(), WorkspaceError> {
+    if meta.is_dir() {
+        return Err(WorkspaceError::WrongKind("path is a directory"));
+    }
+    if !meta.is_file() {
+        return Err(WorkspaceError::NotRegularFile);
+    }
+    if meta.nlink() > 1 {
+        return Err(WorkspaceError::HardLink);
+    }
+    Ok(())
+}
+
+/// Reads at most [`MAX_FILE_BYTES`] from an open regular file; one byte
+/// more means the file is too large (it may have grown since `fstat`).
+fn read_bounded(file: File) -> Result<Vec<u8>, WorkspaceError> {
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(WorkspaceError::from_io)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(WorkspaceError::TooLarge);
+    }
+    Ok(bytes)
 }
 
 /// Result of reading a file.
@@ -239,6 +313,9 @@ pub struct Listing {
     pub entries: Vec<Entry>,
     /// Entries left out because their names are not UTF-8.
     pub skipped_non_utf8: usize,
+    /// True when the directory has more than [`MAX_LIST_ENTRIES`] entries
+    /// and only the first ones read are listed.
+    pub truncated: bool,
 }
 
 /// Result of `stat`.
@@ -287,10 +364,32 @@ impl Workspaces {
         tenant_dir.open_dir(run_id).map_err(WorkspaceError::from_io)
     }
 
-    fn provenance(&self, run_id: &str, path: &RelPath, meta: &Metadata) -> Provenance {
+    fn recorded(&self, run_id: &str, path: &RelPath) -> Option<Written> {
         let written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        match written.get(&(run_id.to_owned(), path.0.clone())) {
-            Some(w) if *w == Written::of(meta) => Provenance::InternalTool,
+        written.get(&(run_id.to_owned(), path.0.clone())).cloned()
+    }
+
+    /// `INTERNAL_TOOL` only when `bytes` are exactly what this process wrote.
+    fn provenance(&self, run_id: &str, path: &RelPath, bytes: &[u8]) -> Provenance {
+        match self.recorded(run_id, path) {
+            Some(w) if w == Written::of(bytes) => Provenance::InternalTool,
+            _ => Provenance::ExternalUntrusted,
+        }
+    }
+
+    /// Provenance without the content at hand (stat, list): files this
+    /// process never wrote, or whose size changed, are untrusted at once;
+    /// the rest are re-read (bounded) and hashed.
+    fn provenance_on_disk(&self, root: &Dir, run_id: &str, path: &RelPath) -> Provenance {
+        let Some(w) = self.recorded(run_id, path) else {
+            return Provenance::ExternalUntrusted;
+        };
+        let content = open_regular(root, path.as_path())
+            .ok()
+            .filter(|(_, meta)| meta.len() == w.len)
+            .and_then(|(file, _)| read_bounded(file).ok());
+        match content {
+            Some(bytes) if Written::of(&bytes) == w => Provenance::InternalTool,
             _ => Provenance::ExternalUntrusted,
         }
     }
@@ -299,19 +398,15 @@ impl Workspaces {
     pub fn read(&self, run_id: &str, path: &str) -> Result<FileRead, WorkspaceError> {
         let rel = RelPath::parse(path, false)?;
         let root = self.root(run_id)?;
-        let meta = root
-            .metadata(rel.as_path())
-            .map_err(WorkspaceError::from_io)?;
-        if meta.is_dir() {
-            return Err(WorkspaceError::WrongKind("path is a directory"));
-        }
+        let (file, meta) = open_regular(&root, rel.as_path())?;
         if meta.len() > MAX_FILE_BYTES {
             return Err(WorkspaceError::TooLarge);
         }
-        let bytes = root.read(rel.as_path()).map_err(WorkspaceError::from_io)?;
+        let bytes = read_bounded(file)?;
+        let provenance = self.provenance(run_id, &rel, &bytes);
         let content = String::from_utf8(bytes).map_err(|_| WorkspaceError::NotText)?;
         Ok(FileRead {
-            provenance: self.provenance(run_id, &rel, &meta),
+            provenance,
             path: rel.0,
             content,
         })
@@ -337,15 +432,29 @@ impl Workspaces {
                 other => other.map_err(WorkspaceError::from_io)?,
             }
         }
-        root.write(rel.as_path(), content.as_bytes())
+        // Open without truncating and without blocking, check the open
+        // handle, and only then replace the content: a FIFO, a device or a
+        // hard link planted at the path is refused untouched.
+        let mut options = OpenOptions::new();
+        options
+            .write(true)
+            .create(true)
+            .custom_flags(libc::O_NONBLOCK);
+        let mut file = root
+            .open_with(rel.as_path(), &options)
             .map_err(WorkspaceError::from_io)?;
-        let meta = root
-            .metadata(rel.as_path())
+        let meta = file.metadata().map_err(WorkspaceError::from_io)?;
+        check_regular(&meta)?;
+        file.set_len(0).map_err(WorkspaceError::from_io)?;
+        file.write_all(content.as_bytes())
             .map_err(WorkspaceError::from_io)?;
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert((run_id.to_owned(), rel.0.clone()), Written::of(&meta));
+            .insert(
+                (run_id.to_owned(), rel.0.clone()),
+                Written::of(content.as_bytes()),
+            );
         Ok(FileWritten {
             path: rel.0,
             provenance: Provenance::InternalTool,
@@ -357,6 +466,7 @@ impl Workspaces {
     pub fn list(&self, run_id: &str, path: &str) -> Result<Listing, WorkspaceError> {
         let rel = RelPath::parse(path, true)?;
         let root = self.root(run_id)?;
+        let dir_root = root.try_clone().map_err(WorkspaceError::from_io)?;
         let dir = if rel.0.is_empty() {
             root
         } else {
@@ -365,7 +475,12 @@ impl Workspaces {
         };
         let mut entries = Vec::new();
         let mut skipped_non_utf8 = 0;
+        let mut truncated = false;
         for item in dir.entries().map_err(WorkspaceError::from_io)? {
+            if entries.len() >= MAX_LIST_ENTRIES {
+                truncated = true;
+                break;
+            }
             let item = item.map_err(WorkspaceError::from_io)?;
             let Ok(name) = item.file_name().into_string() else {
                 skipped_non_utf8 += 1;
@@ -386,8 +501,8 @@ impl Workspaces {
             } else {
                 format!("{}/{name}", rel.0)
             };
-            let provenance = match (kind, item.metadata()) {
-                (EntryKind::File, Ok(meta)) => self.provenance(run_id, &RelPath(child), &meta),
+            let provenance = match kind {
+                EntryKind::File => self.provenance_on_disk(&dir_root, run_id, &RelPath(child)),
                 _ => Provenance::ExternalUntrusted,
             };
             entries.push(Entry {
@@ -402,6 +517,7 @@ impl Workspaces {
             provenance: Provenance::ExternalUntrusted,
             entries,
             skipped_non_utf8,
+            truncated,
         })
     }
 
@@ -421,7 +537,7 @@ impl Workspaces {
         };
         Ok(Stat {
             provenance: if kind == EntryKind::File {
-                self.provenance(run_id, &rel, &meta)
+                self.provenance_on_disk(&root, run_id, &rel)
             } else {
                 Provenance::ExternalUntrusted
             },

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use serde_json::json;
 
@@ -186,6 +188,257 @@ async fn escapes_are_refused_without_leaking_host_paths() {
             (400, Some("workspace_invalid_id")),
             "{bad:?}"
         );
+    }
+    h.stop().await;
+}
+
+/// Runs `f` on a thread and fails the test (instead of hanging it) if it
+/// does not return within 10 seconds.
+async fn within_10s<T: Send + 'static>(
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    tokio::time::timeout(Duration::from_secs(10), tokio::spawn(f))
+        .await
+        .expect("the request hung")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifos_and_devices_are_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(dir.path()).await;
+    let run = unique("run");
+    h.post(
+        "/v1/workspace/write",
+        json!({"run_id": run, "path": "a.txt", "content": "a"}),
+    )
+    .await;
+    let root = run_root(&h, &run);
+    let fifo = root.join("pipe");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (client, base) = (h.client.clone(), h.base.clone());
+    let run2 = run.clone();
+    let results = within_10s(async move {
+        let mut out = Vec::new();
+        for (op, path) in [
+            ("read", "pipe"),
+            ("write", "pipe"),
+            ("read", "pipe"),
+            ("stat", "pipe"),
+        ] {
+            let mut body = json!({"run_id": run2, "path": path});
+            if op == "write" {
+                body["content"] = json!("x");
+            }
+            let r = client
+                .post(format!("{base}/v1/workspace/{op}"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            out.push((op, status, r.json::<serde_json::Value>().await.unwrap()));
+        }
+        out
+    })
+    .await;
+    for (op, status, body) in &results[..3] {
+        assert_eq!(
+            (*status, body["error"]["code"].as_str()),
+            (400, Some("workspace_not_regular_file")),
+            "{op}: {body}"
+        );
+    }
+    assert_eq!(results[3].2["kind"], "other", "{:?}", results[3]);
+    assert_eq!(results[3].2["provenance"], "EXTERNAL_UNTRUSTED");
+
+    // A FIFO someone keeps feeding (from /dev/zero, say) is refused too,
+    // and memory is never spent on it.
+    let feeder_path = fifo.clone();
+    let feeder = std::thread::spawn(move || {
+        use std::io::Write;
+        if let Ok(mut w) = std::fs::OpenOptions::new().write(true).open(&feeder_path) {
+            let chunk = vec![0u8; 64 * 1024];
+            for _ in 0..64 {
+                if w.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let (client, base, run2) = (h.client.clone(), h.base.clone(), run.clone());
+    let (status, body) = within_10s(async move {
+        let r = client
+            .post(format!("{base}/v1/workspace/read"))
+            .json(&json!({"run_id": run2, "path": "pipe"}))
+            .send()
+            .await
+            .unwrap();
+        (
+            r.status().as_u16(),
+            r.json::<serde_json::Value>().await.unwrap(),
+        )
+    })
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("workspace_not_regular_file"))
+    );
+    // Unblock the feeder if nobody opened the read end.
+    let _ = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags_nonblock()
+        .open(&fifo);
+    let _ = feeder.join();
+    // The sidecar is still responsive.
+    let (status, _) = h.get("/readyz").await;
+    assert_eq!(status, 200);
+    h.stop().await;
+}
+
+trait NonBlock {
+    fn custom_flags_nonblock(&mut self) -> &mut Self;
+}
+
+impl NonBlock for std::fs::OpenOptions {
+    fn custom_flags_nonblock(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(0o4000) // O_NONBLOCK on Linux
+    }
+}
+
+#[tokio::test]
+async fn hard_links_out_of_the_workspace_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(dir.path()).await;
+    let run = unique("run");
+    h.post(
+        "/v1/workspace/write",
+        json!({"run_id": run, "path": "a.txt", "content": "a"}),
+    )
+    .await;
+    let root = run_root(&h, &run);
+    let outside = dir.path().join("host-secret.txt");
+    std::fs::write(&outside, "secret").unwrap();
+    std::fs::hard_link(&outside, root.join("linked.txt")).unwrap();
+    let (status, err) = h
+        .post(
+            "/v1/workspace/read",
+            json!({"run_id": run, "path": "linked.txt"}),
+        )
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (403, Some("workspace_hardlink")),
+        "{err}"
+    );
+    let (status, err) = h
+        .post(
+            "/v1/workspace/write",
+            json!({"run_id": run, "path": "linked.txt", "content": "pwned"}),
+        )
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (403, Some("workspace_hardlink")),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "secret",
+        "outside file untouched"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn provenance_is_content_not_length_and_mtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(dir.path()).await;
+    let run = unique("run");
+    h.post(
+        "/v1/workspace/write",
+        json!({"run_id": run, "path": "plan.md", "content": "safe plan"}),
+    )
+    .await;
+    let file = run_root(&h, &run).join("plan.md");
+    let modified = std::fs::metadata(&file).unwrap().modified().unwrap();
+    // Same length, other content, original mtime restored (`touch -d`).
+    std::fs::write(&file, "evil plan").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().modified().unwrap(),
+        modified
+    );
+    let (_, r) = h
+        .post(
+            "/v1/workspace/read",
+            json!({"run_id": run, "path": "plan.md"}),
+        )
+        .await;
+    assert_eq!(
+        (r["content"].as_str(), r["provenance"].as_str()),
+        (Some("evil plan"), Some("EXTERNAL_UNTRUSTED"))
+    );
+    let (_, s) = h
+        .post(
+            "/v1/workspace/stat",
+            json!({"run_id": run, "path": "plan.md"}),
+        )
+        .await;
+    assert_eq!(s["provenance"], "EXTERNAL_UNTRUSTED", "{s}");
+    let (_, l) = h
+        .post("/v1/workspace/list", json!({"run_id": run, "path": ""}))
+        .await;
+    assert_eq!(l["entries"][0]["provenance"], "EXTERNAL_UNTRUSTED", "{l}");
+    // Written again through the handle, it is ours again.
+    h.post(
+        "/v1/workspace/write",
+        json!({"run_id": run, "path": "plan.md", "content": "safe plan"}),
+    )
+    .await;
+    let (_, s) = h
+        .post(
+            "/v1/workspace/stat",
+            json!({"run_id": run, "path": "plan.md"}),
+        )
+        .await;
+    assert_eq!(s["provenance"], "INTERNAL_TOOL", "{s}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn over_long_names_and_paths_are_invalid_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(dir.path()).await;
+    let run = unique("run");
+    let long_name = "n".repeat(300);
+    let long_path = vec!["d"; 2600].join("/");
+    for path in [long_name.as_str(), long_path.as_str()] {
+        for op in ["read", "write", "stat"] {
+            let mut body = json!({"run_id": run, "path": path});
+            if op == "write" {
+                body["content"] = json!("x");
+            }
+            let (status, err) = h.post(&format!("/v1/workspace/{op}"), body).await;
+            assert_eq!(
+                (status, err["error"]["code"].as_str()),
+                (400, Some("workspace_invalid_path")),
+                "{op} {}: {err}",
+                path.len()
+            );
+        }
     }
     h.stop().await;
 }
