@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use globset::{Candidate, GlobBuilder, GlobSet, GlobSetBuilder};
+use crate::fnmatch::Matcher;
 use ipnet::IpNet;
 use jiff::Timestamp;
 
@@ -14,52 +14,39 @@ use crate::model::{ApprovalSettings, Grant, Mode, PolicySpec, RuleTiers, ToolEff
 /// Rule key that applies to every tool.
 pub const ANY_TOOL: &str = "*";
 
-/// An ordered list of globs compiled into one set; the lowest matching
-/// index is the first rule in policy order.
+/// An ordered list of fnmatch globs; the first one that matches is the
+/// first rule in policy order.
 #[derive(Debug, Clone)]
 pub(crate) struct OrderedGlobs {
-    set: GlobSet,
-    /// Parallel to the set: the `matched_rule` label of each glob.
+    matchers: Vec<Matcher>,
+    /// Parallel to `matchers`: the `matched_rule` label of each glob.
     labels: Vec<String>,
 }
 
 impl OrderedGlobs {
     fn build(entries: Vec<(String, String, String)>) -> Result<Self, PolicyError> {
         // entries: (field path, glob, label)
-        let mut builder = GlobSetBuilder::new();
+        let mut matchers = Vec::with_capacity(entries.len());
         let mut labels = Vec::with_capacity(entries.len());
         for (field, glob, label) in entries {
-            builder.add(compile_glob(&field, &glob)?);
+            matchers.push(compile_glob(&field, &glob)?);
             labels.push(label);
         }
-        let set = builder.build().map_err(|e| PolicyError::InvalidGlob {
-            field: "spec".into(),
-            glob: String::new(),
-            message: e.to_string(),
-        })?;
-        Ok(Self { set, labels })
+        Ok(Self { matchers, labels })
     }
 
     /// Index of the first glob matching `text` or its lowercase copy.
-    pub(crate) fn first_match(&self, text: &str, scratch: &mut Vec<usize>) -> Option<usize> {
-        if self.labels.is_empty() {
+    pub(crate) fn first_match(&self, text: &str) -> Option<usize> {
+        if self.matchers.is_empty() {
             return None;
         }
-        scratch.clear();
-        self.set
-            .matches_candidate_into(&Candidate::new(text), scratch);
-        let mut best = scratch.iter().copied().min();
-        if text.chars().any(char::is_uppercase) {
-            let lower = text.to_lowercase();
-            scratch.clear();
-            self.set
-                .matches_candidate_into(&Candidate::new(&lower), scratch);
-            best = match (best, scratch.iter().copied().min()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
-        best
+        let lower = text
+            .chars()
+            .any(char::is_uppercase)
+            .then(|| text.to_lowercase());
+        self.matchers
+            .iter()
+            .position(|m| m.is_match(text) || lower.as_deref().is_some_and(|l| m.is_match(l)))
     }
 
     pub(crate) fn label(&self, index: usize) -> &str {
@@ -71,24 +58,19 @@ impl OrderedGlobs {
     }
 }
 
-/// fnmatch-style glob: `*` also matches `/`, backslash is a literal.
-pub(crate) fn compile_glob(field: &str, glob: &str) -> Result<globset::Glob, PolicyError> {
+/// One fnmatch glob (see [`crate::fnmatch`]); only the empty glob and a
+/// pattern too large to compile are refused, since fnmatch gives every other
+/// string a meaning.
+pub(crate) fn compile_glob(field: &str, glob: &str) -> Result<Matcher, PolicyError> {
+    let invalid = |message: String| PolicyError::InvalidGlob {
+        field: field.into(),
+        glob: glob.into(),
+        message,
+    };
     if glob.is_empty() {
-        return Err(PolicyError::InvalidGlob {
-            field: field.into(),
-            glob: String::new(),
-            message: "empty glob".into(),
-        });
+        return Err(invalid("empty glob".into()));
     }
-    GlobBuilder::new(glob)
-        .literal_separator(false)
-        .backslash_escape(false)
-        .build()
-        .map_err(|e| PolicyError::InvalidGlob {
-            field: field.into(),
-            glob: glob.into(),
-            message: e.kind().to_string(),
-        })
+    Matcher::new(glob).map_err(|e| invalid(e.to_string()))
 }
 
 /// The tier a rule belongs to, in evaluation order.

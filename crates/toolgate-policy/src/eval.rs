@@ -72,12 +72,11 @@ impl CompiledPolicy {
             )
         };
         let text = match_text(tool, call);
-        let mut scratch = Vec::new();
         let side_effect = tool.effect.side_effect;
 
         // 1. Hardline rules, in every mode.
         if side_effect == SideEffect::ProcessExec
-            && let Some(i) = self.hardline_commands.first_match(&text, &mut scratch)
+            && let Some(i) = self.hardline_commands.first_match(&text)
         {
             return decide(
                 Decision::Deny,
@@ -87,7 +86,7 @@ impl CompiledPolicy {
         }
         if side_effect.is_workspace() {
             for candidate in path_candidates(&text, call.arguments) {
-                if let Some(i) = self.hardline_paths.first_match(candidate, &mut scratch) {
+                if let Some(i) = self.hardline_paths.first_match(candidate) {
                     return decide(
                         Decision::Deny,
                         Reason::HardlinePath,
@@ -109,7 +108,7 @@ impl CompiledPolicy {
                         }
                     }
                     Target::Host(host) => {
-                        if self.egress_hosts.first_match(host, &mut scratch).is_none() {
+                        if self.egress_hosts.first_match(host).is_none() {
                             return decide(Decision::Deny, Reason::EgressHostNotAllowed, None);
                         }
                     }
@@ -133,7 +132,7 @@ impl CompiledPolicy {
         }
 
         // 4. Tiers, first match wins.
-        let Some(i) = tool.rules.first_match(&text, &mut scratch) else {
+        let Some(i) = tool.rules.first_match(&text) else {
             return decide(Decision::Deny, Reason::NoMatchingRule, None);
         };
         let rule = tool.rules.label(i);
@@ -141,7 +140,7 @@ impl CompiledPolicy {
             Tier::Deny => decide(Decision::Deny, Reason::DenyRule, Some(rule)),
             Tier::Allow => decide(Decision::Allow, Reason::AllowRule, Some(rule)),
             Tier::Escalate => {
-                if let Some(grant) = self.matching_grant(tool_name, &text, ctx, &mut scratch) {
+                if let Some(grant) = self.matching_grant(tool_name, &text, ctx) {
                     decide(Decision::Allow, Reason::ApprovedByGrant, Some(grant))
                 } else {
                     decide(Decision::Escalate, Reason::EscalateRule, Some(rule))
@@ -181,13 +180,7 @@ impl CompiledPolicy {
             .map(|(_, label)| label.as_str())
     }
 
-    fn matching_grant(
-        &self,
-        tool: &str,
-        text: &str,
-        ctx: &Context<'_>,
-        scratch: &mut Vec<usize>,
-    ) -> Option<&str> {
+    fn matching_grant(&self, tool: &str, text: &str, ctx: &Context<'_>) -> Option<&str> {
         self.grants
             .iter()
             .filter(|g| g.tool == tool && ctx.now < g.expires_at)
@@ -196,7 +189,7 @@ impl CompiledPolicy {
                     .iter()
                     .any(|s| s == "*" || Some(s.as_str()) == ctx.subject)
             })
-            .find(|g| g.globs.first_match(text, scratch).is_some())
+            .find(|g| g.globs.first_match(text).is_some())
             .map(|g| g.globs.label(0))
     }
 }

@@ -30,6 +30,7 @@ mod compile;
 pub mod digest;
 mod error;
 mod eval;
+mod fnmatch;
 pub mod load;
 pub mod model;
 mod verdict;

@@ -161,6 +161,44 @@ fn shell_control_is_denied_before_allow_in_rules_mode() {
     );
 }
 
+/// Profiles are written for fnmatch: braces are literal (no alternation),
+/// an unclosed `[` is a `[`, and a leading `**/` also covers the top level.
+#[test]
+fn globs_mean_what_fnmatch_means() {
+    let policy = compile(&format!(
+        "{{mode: allowAll, hardline: {{commands: ['*${{IFS}}*', '*:(){{ *', 'x[y*'], \
+         paths: ['**/.env']}}, effects: {{{BASH}, \
+         editor: {{sideEffect: WORKSPACE_WRITE, risk: low}}}}}}"
+    ));
+    for (cmd, denied) in [
+        ("cat${IFS}/etc/shadow", true),
+        ("cat$IFS/etc/shadow", false),
+        (":(){ :|:& };:", true),
+        ("x[y] --now", true),
+        ("xy", false),
+    ] {
+        let v = eval(&policy, "bash", json!({"command": cmd}));
+        assert_eq!(
+            v.reason == Reason::HardlineCommand,
+            denied,
+            "{cmd:?}: {:?}",
+            v.reason
+        );
+    }
+    for (path, denied) in [(".env", true), ("a/b/.env", true), ("x.env", false)] {
+        let v = eval(&policy, "editor", json!({"file_path": path}));
+        assert_eq!(v.reason == Reason::HardlinePath, denied, "{path:?}");
+    }
+    // `?` is one character, not one byte; `*` crosses newlines.
+    let policy = compile(&format!(
+        "{{mode: rules, rules: {{bash: {{deny: ['rm *', 'caf? *']}}}}, effects: {{{BASH}}}}}"
+    ));
+    assert_eq!(
+        eval(&policy, "bash", json!({"command": "café menu"})).reason,
+        Reason::DenyRule
+    );
+}
+
 #[test]
 fn network_targets_hit_cidrs_and_egress() {
     let policy = compile(
@@ -349,11 +387,6 @@ fn invalid_profiles_get_typed_errors_naming_the_field() {
             format!("{{mode: rules, rules: {{editor: {{allow: ['*']}}}}, effects: {{{BASH}}}}}"),
             "profile_incomplete_effects",
             "spec.rules.editor",
-        ),
-        (
-            format!("{{mode: rules, rules: {{bash: {{allow: ['[a']}}}}, effects: {{{BASH}}}}}"),
-            "profile_invalid_glob",
-            "spec.rules.bash.allow[0]",
         ),
         (
             format!("{{mode: rules, rules: {{bash: {{allow: ['']}}}}, effects: {{{BASH}}}}}"),

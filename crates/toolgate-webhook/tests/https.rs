@@ -878,7 +878,7 @@ async fn policy_profiles_are_validated_with_actionable_messages() {
     assert_eq!(response["status"]["code"], 422);
     let message = response["status"]["message"].as_str().unwrap();
     assert!(
-        message.starts_with("spec.rules.bash.allow[0]: invalid glob `git [status`"),
+        message.starts_with("spec.rules.bash.allow[0]: invalid glob ``: empty glob"),
         "{message}"
     );
     assert!(message.ends_with("[profile_invalid_glob]"), "{message}");

@@ -84,7 +84,7 @@ fn check_reports_typed_errors_with_exit_2() {
             "spec.rules.bash",
         ),
         (
-            "spec: {mode: rules, rules: {x: {allow: ['[']}}, effects: {x: {sideEffect: NONE, risk: low}}}",
+            "spec: {mode: rules, rules: {x: {allow: ['']}}, effects: {x: {sideEffect: NONE, risk: low}}}",
             "profile_invalid_glob",
             "spec.rules.x.allow[0]",
         ),
