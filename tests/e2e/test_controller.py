@@ -88,7 +88,10 @@ def test_profile_bundle_approval_and_cleanup(kube, binaries, controller):
     listed = kubectl('toolgate', 'list', '-n', NS).stdout
     assert name in listed and 'bash' in listed, listed
 
-    out = kubectl('toolgate', 'approve', name, '-n', NS, '--reason', 'e2e says yes', '--by', 'platform-oncall')
+    # safe-coding's approvers are `group:platform-oncall`: carol approves as
+    # a member of that group, not by borrowing the group's name.
+    out = kubectl('toolgate', 'approve', name, '-n', NS, '--reason', 'e2e says yes', '--by', 'carol',
+                  '--group', 'platform-oncall')
     assert 'approved' in out.stdout
 
     def resolved():
@@ -96,7 +99,7 @@ def test_profile_bundle_approval_and_cleanup(kube, binaries, controller):
             return db.execute("SELECT status, resolved_by, reason FROM approvals WHERE id = ?",
                               ('e2e-approval-1',)).fetchone()
     row = wait_for('approval resolved in the database', lambda: (r := resolved()) and r[0] == 'approved' and r)
-    assert row == ('approved', 'platform-oncall', 'e2e says yes')
+    assert row == ('approved', 'carol', 'e2e says yes')
     wait_for('Approval phase', lambda: (kube['get']('approval', name, '-n', NS) or {}).get('status', {}).get('phase') == 'Approved')
     # A second decision the other way is refused by the plugin.
     again = kubectl('toolgate', 'deny', name, '-n', NS, '--reason', 'changed my mind', check=False)
@@ -110,8 +113,17 @@ def test_profile_bundle_approval_and_cleanup(kube, binaries, controller):
                            'expiresAt': '2099-01-01T00:00:00Z'}},
     }
     kubectl('apply', '--validate=false', '-f', '-', input=json.dumps(grant))
+    # A self-approved grant by someone outside the approvers is never compiled in.
+    rogue = json.loads(json.dumps(grant))
+    rogue['metadata']['name'] = 'grant-everything'
+    rogue['spec']['grant']['glob'] = '*'
+    rogue['spec'].update({'decision': 'approved', 'decidedBy': 'mallory'})
+    kubectl('apply', '--validate=false', '-f', '-', input=json.dumps(rogue))
+    wait_for('rogue grant refused', lambda: 'ApproverNotAllowed' in
+             ((kube['get']('approval', 'grant-everything', '-n', NS) or {}).get('status', {}).get('message') or ''))
     kubectl('patch', 'approval', 'grant-make', '-n', NS, '--type', 'merge',
-            '-p', json.dumps({'spec': {'decision': 'approved', 'decidedBy': 'bob'}}))
+            '-p', json.dumps({'spec': {'decision': 'approved', 'decidedBy': 'bob',
+                                       'decidedByGroups': ['platform-oncall']}}))
     status = wait_for('new version with the grant', lambda: (s := _profile(kube)['status']).get('sequence') == 2 and s)
     assert status['grants'] == 1 and status['version'] != verified['policyVersion']
     cm = _bundle_cm(kube)

@@ -53,7 +53,7 @@ fn plan_and_sign(p: &PolicyProfile, key: &SigningKey, now: Timestamp) {
     let name = p.metadata.name.clone().unwrap();
     let spec: PolicySpec = p.spec.clone().into();
     CompiledPolicy::compile(&name, &spec, &[]).unwrap();
-    let (grants, _) = profile::active_grants(&[], &name, now);
+    let (grants, _) = profile::active_grants(&[], &name, &[], now);
     let (grants, _) = profile::usable_grants(&name, &spec, grants);
     let version = PolicyVersion::compute(&name, &spec, &grants);
     let day = SignedDuration::from_hours(24);

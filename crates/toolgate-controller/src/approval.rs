@@ -117,6 +117,9 @@ pub fn object_for(row: &toolgate_store::Approval, namespace: &str) -> Approval {
                 invocation_id: row.invocation_id.clone(),
                 tool: row.tool.clone(),
                 args_digest: row.args_digest.clone(),
+                call_digest: row.call_digest.clone(),
+                action: None,
+                preview: None,
                 run_id: row.run_id.clone(),
                 policy_version: row.policy_version.clone(),
                 profile: profile.clone(),
@@ -126,6 +129,7 @@ pub fn object_for(row: &toolgate_store::Approval, namespace: &str) -> Approval {
             decision: None,
             reason: None,
             decided_by: None,
+            decided_by_groups: None,
         },
     );
     obj.metadata = ObjectMeta {
@@ -163,18 +167,38 @@ pub fn request_status(
             .clone()
             .or_else(|| profile_of(&req.policy_version)),
         expires_at: row.map(|r| r.expires_at.to_string()),
+        finished_at: None,
         message,
         observed_generation: generation,
     }
 }
 
-/// Phase and status of a standing grant at `now`.
+/// Phase and status of a standing grant at `now`. `approvers` is the
+/// `spec.approvals.approvers` list of the grant's profile (`None` when the
+/// profile does not exist): an approved grant whose decider is not allowed
+/// stays `Pending` and is never compiled in (see [`decider_allowed`]).
 pub fn grant_status(
     spec: &ApprovalSpec,
     grant: &StandingGrant,
+    approvers: Option<&[String]>,
     now: Timestamp,
     generation: Option<i64>,
 ) -> ApprovalStatus {
+    let refused = match (spec.decision, approvers) {
+        (Some(Decision::Approved), None) => Some(format!(
+            "{APPROVER_NOT_ALLOWED}: PolicyProfile {} not found, so its approvers cannot be \
+             checked; the grant is not compiled in",
+            grant.profile
+        )),
+        (Some(Decision::Approved), Some(list)) if !decider_allowed(list, spec) => Some(format!(
+            "{APPROVER_NOT_ALLOWED}: {} is not in spec.approvals.approvers of PolicyProfile {} \
+             ({}); the grant is not compiled in",
+            decider_text(spec),
+            grant.profile,
+            list.join(", ")
+        )),
+        _ => None,
+    };
     let (phase, message) = match (spec.decision, grant.expires_at.parse::<Timestamp>()) {
         (_, Err(e)) => (
             Phase::Pending,
@@ -186,6 +210,7 @@ pub fn grant_status(
             (Phase::Expired, Some(format!("grant expired at {expiry}")))
         }
         (None, Ok(_)) => (Phase::Pending, Some("waiting for spec.decision".into())),
+        (Some(Decision::Approved), Ok(_)) if refused.is_some() => (Phase::Pending, refused),
         (Some(Decision::Denied), Ok(_)) => (Phase::Denied, None),
         (Some(Decision::Approved), Ok(_)) => (
             Phase::Approved,
@@ -201,6 +226,7 @@ pub fn grant_status(
         requested_by: spec.decided_by.clone(),
         profile: Some(grant.profile.clone()),
         expires_at: Some(grant.expires_at.clone()),
+        finished_at: None,
         message,
         observed_generation: generation,
     }
@@ -236,12 +262,64 @@ async fn patch_status(
 /// the profile's approvers list.
 pub const APPROVER_NOT_ALLOWED: &str = "ApproverNotAllowed";
 
-/// Whether `decided_by` may answer an escalation of a profile whose
-/// `spec.approvals.approvers` is `approvers`: anyone when the list is empty,
-/// otherwise only an exact member (no globs, no group expansion; an unset
-/// `decidedBy` is nobody). See the module docs: `decidedBy` is self-asserted.
-pub fn approver_allowed(approvers: &[String], decided_by: Option<&str>) -> bool {
-    approvers.is_empty() || decided_by.is_some_and(|by| approvers.iter().any(|a| a == by))
+/// One entry of `spec.approvals.approvers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approver<'a> {
+    /// `user:NAME`, or a bare `NAME`: an authenticated username.
+    User(&'a str),
+    /// `group:NAME`: a group the API server authenticated the decider in.
+    Group(&'a str),
+}
+
+impl<'a> Approver<'a> {
+    /// Reads one entry. A bare name is a user, so Kubernetes usernames that
+    /// contain colons (`system:serviceaccount:ns:sa`) keep working.
+    pub fn parse(entry: &'a str) -> Self {
+        if let Some(group) = entry.strip_prefix("group:") {
+            Approver::Group(group)
+        } else {
+            Approver::User(entry.strip_prefix("user:").unwrap_or(entry))
+        }
+    }
+}
+
+/// Whether a decider (authenticated `user`, in `groups`) may answer for a
+/// profile whose `spec.approvals.approvers` is `approvers`: anyone when the
+/// list is empty, otherwise a listed user or a member of a listed group
+/// (exact, case-sensitive; an unset user is nobody). `user` and `groups`
+/// come from `spec.decidedBy` / `spec.decidedByGroups`, which the validating
+/// webhook pins to what the API server authenticated.
+pub fn approver_allowed(approvers: &[String], user: Option<&str>, groups: &[String]) -> bool {
+    if approvers.is_empty() {
+        return true;
+    }
+    let Some(user) = user.filter(|u| !u.is_empty()) else {
+        return false;
+    };
+    approvers.iter().any(|entry| match Approver::parse(entry) {
+        Approver::User(name) => name == user,
+        Approver::Group(name) => groups.iter().any(|g| g == name),
+    })
+}
+
+/// [`approver_allowed`] for the decider recorded on an Approval.
+pub fn decider_allowed(approvers: &[String], spec: &ApprovalSpec) -> bool {
+    approver_allowed(
+        approvers,
+        spec.decided_by.as_deref(),
+        spec.decided_by_groups.as_deref().unwrap_or_default(),
+    )
+}
+
+/// The decider of an Approval in words, for status messages.
+fn decider_text(spec: &ApprovalSpec) -> String {
+    match (&spec.decided_by, &spec.decided_by_groups) {
+        (None, _) => "an unset spec.decidedBy".to_owned(),
+        (Some(by), Some(groups)) if !groups.is_empty() => {
+            format!("`{by}` (groups {})", groups.join(", "))
+        }
+        (Some(by), _) => format!("`{by}`"),
+    }
 }
 
 /// What the approvers check says about one decision.
@@ -264,11 +342,7 @@ pub async fn check_approvers(
     obj: &Approval,
     row: &toolgate_store::Approval,
 ) -> Result<ApproverCheck, ControllerError> {
-    let by = obj.spec.decided_by.as_deref();
-    let who = by.map_or_else(
-        || "an unset spec.decidedBy".to_owned(),
-        |b| format!("`{b}`"),
-    );
+    let who = decider_text(&obj.spec);
     let Some(name) = profile_of(&row.policy_version) else {
         return Ok(ApproverCheck::Refused(format!(
             "{APPROVER_NOT_ALLOWED}: policy version `{}` names no profile, so its approvers \
@@ -303,7 +377,7 @@ pub async fn check_approvers(
             .as_ref()
             .map(|a| a.approvers.as_slice())
             .unwrap_or_default();
-        if !approver_allowed(approvers, by) {
+        if !decider_allowed(approvers, &obj.spec) {
             return Ok(ApproverCheck::Refused(format!(
                 "{APPROVER_NOT_ALLOWED}: {who} is not in spec.approvals.approvers of \
                  PolicyProfile {ns}/{name} ({}); the decision was not recorded",
@@ -495,7 +569,24 @@ async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, Contro
             (status, action)
         }
         (None, Some(grant)) => {
-            let status = grant_status(&obj.spec, grant, now, obj.metadata.generation);
+            // The approvers check needs the profile only for an approval.
+            let approvers = match (obj.spec.decision, obj.namespace()) {
+                (Some(Decision::Approved), Some(ns)) => {
+                    let api: Api<PolicyProfile> = Api::namespaced(ctx.client.clone(), &ns);
+                    api.get_opt(&grant.profile)
+                        .await?
+                        .map(|p| p.spec.approvals.map(|a| a.approvers).unwrap_or_default())
+                }
+                _ => Some(Vec::new()),
+            };
+            let mut status = grant_status(
+                &obj.spec,
+                grant,
+                approvers.as_deref(),
+                now,
+                obj.metadata.generation,
+            );
+            status.finished_at = previous.finished_at.clone();
             let action = match (status.phase, grant.expires_at.parse::<Timestamp>()) {
                 (Some(Phase::Approved | Phase::Pending | Phase::Denied), Ok(expiry)) => {
                     let wait =
@@ -515,10 +606,70 @@ async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, Contro
             Action::await_change(),
         ),
     };
+    let mut status = status;
+    stamp_finished(&mut status, previous.finished_at.as_deref(), now);
     if status != previous {
         patch_status(ctx, obj, &status).await?;
     }
     Ok(action)
+}
+
+/// Sets `finished_at` once a status leaves `Pending` (keeping the first
+/// instant), and clears it while pending.
+fn stamp_finished(status: &mut ApprovalStatus, previous: Option<&str>, now: Timestamp) {
+    status.finished_at = match status.phase {
+        Some(Phase::Approved | Phase::Denied | Phase::Expired) => {
+            Some(previous.map_or_else(|| now.to_string(), str::to_owned))
+        }
+        _ => None,
+    };
+}
+
+/// How long an Approval object is kept once finished: the
+/// `spec.approvals.retentionSeconds` of its profile among `profiles` (the
+/// grant's own namespace for grants; for requests, the longest among
+/// profiles of that name), else the default.
+pub fn retention_of(obj: &Approval, profiles: &[Arc<PolicyProfile>]) -> Duration {
+    let default = u64::from(toolgate_policy::model::ApprovalSettings::DEFAULT_RETENTION_SECONDS);
+    let name = obj.status.as_ref().and_then(|s| s.profile.as_deref());
+    let grant_ns = obj.spec.grant.as_ref().and(obj.namespace());
+    let seconds = profiles
+        .iter()
+        .filter(|p| Some(p.name_any().as_str()) == name)
+        .filter(|p| grant_ns.is_none() || p.namespace() == grant_ns)
+        .map(|p| {
+            p.spec
+                .approvals
+                .as_ref()
+                .and_then(|a| a.retention_seconds)
+                .map_or(default, u64::from)
+        })
+        .max()
+        .unwrap_or(default);
+    Duration::from_secs(seconds)
+}
+
+/// Whether a finished Approval object is past its retention at `now`.
+pub fn past_retention(obj: &Approval, profiles: &[Arc<PolicyProfile>], now: Timestamp) -> bool {
+    let Some(finished) = obj
+        .status
+        .as_ref()
+        .filter(|s| {
+            matches!(
+                s.phase,
+                Some(Phase::Approved | Phase::Denied | Phase::Expired)
+            )
+        })
+        .and_then(|s| s.finished_at.as_deref())
+        .and_then(|f| f.parse::<Timestamp>().ok())
+    else {
+        return false;
+    };
+    let retention = jiff::SignedDuration::try_from(retention_of(obj, profiles))
+        .unwrap_or(jiff::SignedDuration::MAX);
+    finished
+        .checked_add(retention)
+        .is_ok_and(|until| until <= now)
 }
 
 /// What one mirror pass did.
@@ -530,6 +681,8 @@ pub struct SyncReport {
     pub created: usize,
     /// Objects whose status followed a row that left `pending`.
     pub updated: usize,
+    /// Finished objects deleted after their retention.
+    pub deleted: usize,
 }
 
 /// One pass of the database → cluster mirror. `existing` is the current
@@ -537,6 +690,7 @@ pub struct SyncReport {
 pub async fn sync_once(
     ctx: &Context,
     existing: &[Arc<Approval>],
+    profiles: &[Arc<PolicyProfile>],
 ) -> Result<SyncReport, ControllerError> {
     let now = ctx.now();
     let ns = ctx.settings.approvals_namespace.clone();
@@ -598,10 +752,34 @@ pub async fn sync_once(
         if pending_ids.contains(&(req.tenant.as_str(), req.approval_id.as_str())) {
             continue;
         }
-        let status = resolve_request(ctx, obj, req).await?;
+        let mut status = resolve_request(ctx, obj, req).await?;
+        let previous = obj.status.as_ref().and_then(|s| s.finished_at.as_deref());
+        stamp_finished(&mut status, previous, now);
         if obj.status.as_ref() != Some(&status) {
             patch_status(ctx, obj, &status).await?;
             report.updated += 1;
+        }
+    }
+
+    // Finished objects past their retention; the database rows stay.
+    for obj in existing {
+        if !past_retention(obj, profiles, now) || obj.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(obj_ns) = obj.namespace() else {
+            continue;
+        };
+        let api: Api<Approval> = Api::namespaced(ctx.client.clone(), &obj_ns);
+        match api
+            .delete(&obj.name_any(), &kube::api::DeleteParams::default())
+            .await
+        {
+            Ok(_) => {
+                report.deleted += 1;
+                tracing::info!(approval = %obj.name_any(), namespace = %obj_ns, "deleted after retention");
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
         }
     }
 
@@ -681,26 +859,124 @@ mod tests {
             grant: Some(grant.clone()),
             decision: None,
             reason: None,
-            decided_by: None,
+            decided_by: Some("alice".into()),
+            decided_by_groups: Some(vec!["platform".into()]),
         };
+        let anyone: &[String] = &[];
         assert_eq!(
-            grant_status(&spec, &grant, now, None).phase,
+            grant_status(&spec, &grant, Some(anyone), now, None).phase,
             Some(Phase::Pending)
         );
         spec.decision = Some(Decision::Approved);
         assert_eq!(
-            grant_status(&spec, &grant, now, None).phase,
+            grant_status(&spec, &grant, Some(anyone), now, None).phase,
             Some(Phase::Approved)
         );
         let later: Timestamp = "2030-01-03T00:00:00Z".parse().unwrap();
         assert_eq!(
-            grant_status(&spec, &grant, later, None).phase,
+            grant_status(&spec, &grant, Some(anyone), later, None).phase,
             Some(Phase::Expired)
+        );
+        // A decider outside the approvers keeps the grant pending, and so
+        // does a profile that cannot be found.
+        let oncall = ["group:oncall".to_owned()];
+        let refused = grant_status(&spec, &grant, Some(&oncall), now, None);
+        assert_eq!(refused.phase, Some(Phase::Pending));
+        assert!(refused.message.unwrap().starts_with(APPROVER_NOT_ALLOWED));
+        assert_eq!(
+            grant_status(&spec, &grant, None, now, None).phase,
+            Some(Phase::Pending)
+        );
+        let platform = ["group:platform".to_owned()];
+        assert_eq!(
+            grant_status(&spec, &grant, Some(&platform), now, None).phase,
+            Some(Phase::Approved)
         );
         spec.decision = Some(Decision::Denied);
         assert_eq!(
-            grant_status(&spec, &grant, now, None).phase,
+            grant_status(&spec, &grant, Some(&oncall), now, None).phase,
             Some(Phase::Denied)
         );
+    }
+
+    #[test]
+    fn approvers_are_users_or_groups() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let groups = list(&["system:authenticated", "oncall"]);
+        assert!(approver_allowed(&[], None, &[]));
+        assert!(!approver_allowed(&list(&["alice"]), None, &groups));
+        assert!(approver_allowed(&list(&["alice"]), Some("alice"), &[]));
+        assert!(approver_allowed(&list(&["user:alice"]), Some("alice"), &[]));
+        assert!(!approver_allowed(
+            &list(&["user:alice"]),
+            Some("Alice"),
+            &[]
+        ));
+        assert!(approver_allowed(
+            &list(&["group:oncall"]),
+            Some("bob"),
+            &groups
+        ));
+        assert!(!approver_allowed(
+            &list(&["group:oncall"]),
+            Some("bob"),
+            &[]
+        ));
+        // A group name is not a username, and a username is not a group.
+        assert!(!approver_allowed(
+            &list(&["group:oncall"]),
+            Some("oncall"),
+            &[]
+        ));
+        assert!(!approver_allowed(
+            &list(&["user:oncall"]),
+            Some("bob"),
+            &groups
+        ));
+        assert!(approver_allowed(
+            &list(&["system:serviceaccount:ops:bot"]),
+            Some("system:serviceaccount:ops:bot"),
+            &[]
+        ));
+    }
+
+    #[test]
+    fn finished_objects_are_kept_for_their_profiles_retention() {
+        let now: Timestamp = "2030-01-02T00:00:00Z".parse().unwrap();
+        let mut obj: Approval = serde_json::from_value(serde_json::json!({
+            "apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
+            "metadata": {"name": "apr-1", "namespace": "toolgate-system"},
+            "spec": {"request": {"approvalId": "1", "tenant": "t", "invocationId": "i",
+                "tool": "bash", "argsDigest": "d", "runId": "r", "policyVersion": "p@x"}},
+            "status": {"phase": "Approved", "profile": "p", "finishedAt": "2030-01-01T00:00:00Z"}
+        }))
+        .unwrap();
+        // Default: one day.
+        assert!(past_retention(&obj, &[], now));
+        assert!(!past_retention(
+            &obj,
+            &[],
+            "2030-01-01T23:59:59Z".parse().unwrap()
+        ));
+        let profile: PolicyProfile = serde_json::from_value(serde_json::json!({
+            "apiVersion": "toolgate.dev/v1alpha1", "kind": "PolicyProfile",
+            "metadata": {"name": "p", "namespace": "agents"},
+            "spec": {"mode": "denyAll", "approvals": {"ttlSeconds": 60, "retentionSeconds": 172800}}
+        }))
+        .unwrap();
+        let profiles = [Arc::new(profile)];
+        assert!(!past_retention(&obj, &profiles, now));
+        assert!(past_retention(
+            &obj,
+            &profiles,
+            "2030-01-03T00:00:00Z".parse().unwrap()
+        ));
+        // Pending objects are never deleted.
+        obj.status.as_mut().unwrap().phase = Some(Phase::Pending);
+        assert!(!past_retention(
+            &obj,
+            &[],
+            "2031-01-01T00:00:00Z".parse().unwrap()
+        ));
     }
 }

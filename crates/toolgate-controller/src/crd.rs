@@ -249,6 +249,12 @@ impl Decision {
         description = "Pending, Approved, Denied or Expired"
     ),
     printcolumn(
+        name = "Preview",
+        type_ = "string",
+        json_path = ".spec.request.preview",
+        description = "What the call would do (masked, at most 512 characters)"
+    ),
+    printcolumn(
         name = "Requested By",
         type_ = "string",
         json_path = ".status.requestedBy",
@@ -269,6 +275,10 @@ impl Decision {
 #[x_kube(validation = Rule::new("has(self.request) != has(self.grant)").message("exactly one of spec.request and spec.grant must be set"))]
 #[x_kube(validation = Rule::new("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)").message("spec.decision cannot be changed once set"))]
 #[x_kube(validation = Rule::new("has(self.decision) || !has(self.decidedBy)").message("spec.decidedBy needs spec.decision"))]
+#[x_kube(validation = Rule::new("has(self.decision) || !has(self.decidedByGroups)").message("spec.decidedByGroups needs spec.decision"))]
+#[x_kube(validation = Rule::new("!has(oldSelf.decidedBy) || (has(self.decidedBy) && self.decidedBy == oldSelf.decidedBy)").message("spec.decidedBy cannot be changed once set"))]
+#[x_kube(validation = Rule::new("!has(oldSelf.decision) || has(self.decidedByGroups) == has(oldSelf.decidedByGroups)").message("spec.decidedByGroups cannot be changed once decided"))]
+#[x_kube(validation = Rule::new("!has(oldSelf.decidedByGroups) || (has(self.decidedByGroups) && self.decidedByGroups == oldSelf.decidedByGroups)").message("spec.decidedByGroups cannot be changed once set"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApprovalSpec {
     /// The escalated call this approval answers (set by the controller from the database).
@@ -284,9 +294,16 @@ pub struct ApprovalSpec {
     /// Why the decision was made (recorded with the decision).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Who decided; recorded as `kubectl` when unset.
+    /// Who decided: the username the API server authenticated when the
+    /// decision was written (the validating webhook refuses any other
+    /// value); immutable once set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
+    /// Groups of the decider that count for `group:` approvers: a subset of
+    /// the groups the API server authenticated when the decision was
+    /// written (the webhook refuses others); immutable once set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by_groups: Option<Vec<String>>,
 }
 
 /// One escalated tool call waiting for a human.
@@ -303,6 +320,16 @@ pub struct ApprovalRequest {
     pub tool: String,
     /// Digest of the exact call arguments the answer binds to.
     pub args_digest: String,
+    /// Digest of the whole call (tool, action and arguments) the answer binds to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_digest: Option<String>,
+    /// The call's action, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// What the call would do: its match text, at most 512 characters, with
+    /// secret-looking values masked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
     /// Agent run the call belongs to.
     pub run_id: String,
     /// Policy version that escalated the call.
@@ -389,6 +416,10 @@ pub struct ApprovalStatus {
     /// When the request stops being answerable, or the grant stops applying (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// When the approval left `Pending` (RFC 3339); the object is deleted a
+    /// retention period later (`spec.approvals.retentionSeconds` of its profile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
     /// What the controller did last, in words (e.g. why a decision was not recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

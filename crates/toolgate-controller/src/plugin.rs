@@ -57,6 +57,11 @@ pub struct DecideArgs {
     /// the `approval` module docs.
     #[arg(long)]
     pub by: Option<String>,
+    /// Groups to record with `--by` (repeatable); they count for `group:` approvers.
+    /// Without `--by`, the groups of the SelfSubjectReview are recorded. The webhook
+    /// refuses a group the API server did not authenticate you in.
+    #[arg(long = "group")]
+    pub groups: Vec<String>,
 }
 
 /// Arguments of `list`.
@@ -75,6 +80,7 @@ pub fn decision_patch(
     decision: Decision,
     reason: Option<&str>,
     by: Option<&str>,
+    groups: &[String],
 ) -> serde_json::Value {
     let mut spec = serde_json::Map::new();
     spec.insert("decision".into(), decision.as_str().into());
@@ -83,8 +89,27 @@ pub fn decision_patch(
     }
     if let Some(b) = by.filter(|b| !b.is_empty()) {
         spec.insert("decidedBy".into(), b.into());
+        if !groups.is_empty() {
+            spec.insert("decidedByGroups".into(), groups.into());
+        }
     }
     serde_json::json!({ "spec": spec })
+}
+
+/// One line of at most `max` characters: control characters shown as
+/// spaces, the cut marked with `…`.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
 }
 
 /// Renders the `list` table.
@@ -99,6 +124,7 @@ pub fn render_table(items: &[Approval], now: Timestamp, with_namespace: bool) ->
             "PROFILE",
             "REQUESTED BY",
             "AGE",
+            "PREVIEW",
         ];
         if with_namespace {
             h.insert(0, "NAMESPACE");
@@ -107,14 +133,25 @@ pub fn render_table(items: &[Approval], now: Timestamp, with_namespace: bool) ->
     }];
     for a in items {
         let status = a.status.clone().unwrap_or_default();
-        let (kind, tool, profile) = match (&a.spec.request, &a.spec.grant) {
+        let (kind, tool, profile, preview) = match (&a.spec.request, &a.spec.grant) {
             (Some(r), _) => (
                 "request",
                 r.tool.clone(),
                 r.profile.clone().unwrap_or_default(),
+                match (&r.action, &r.preview) {
+                    (Some(action), Some(p)) => format!("{action}: {p}"),
+                    (None, Some(p)) => p.clone(),
+                    (Some(action), None) => action.clone(),
+                    (None, None) => "-".into(),
+                },
             ),
-            (_, Some(g)) => ("grant", g.tool.clone(), g.profile.clone()),
-            _ => ("?", String::new(), String::new()),
+            (_, Some(g)) => (
+                "grant",
+                g.tool.clone(),
+                g.profile.clone(),
+                format!("{} (subjects {})", g.glob, g.subjects.join(",")),
+            ),
+            _ => ("?", String::new(), String::new(), String::new()),
         };
         let age = a
             .metadata
@@ -137,6 +174,7 @@ pub fn render_table(items: &[Approval], now: Timestamp, with_namespace: bool) ->
             profile,
             status.requested_by.unwrap_or_else(|| "-".into()),
             age,
+            one_line(&preview, 80),
         ];
         if with_namespace {
             row.insert(0, a.namespace().unwrap_or_default());
@@ -232,14 +270,19 @@ async fn decide(
         }
         None => {}
     }
-    let by = match args.by.clone() {
-        Some(by) => Some(by),
-        None => authenticated_user(client)
-            .await
-            .or_else(|| std::env::var("KUBECTL_TOOLGATE_USER").ok())
-            .or_else(|| std::env::var("USER").ok()),
+    let (by, groups) = match args.by.clone() {
+        Some(by) => (Some(by), args.groups.clone()),
+        None => match authenticated_user(client).await {
+            Some((user, groups)) => (Some(user), groups),
+            None => (
+                std::env::var("KUBECTL_TOOLGATE_USER")
+                    .ok()
+                    .or_else(|| std::env::var("USER").ok()),
+                args.groups.clone(),
+            ),
+        },
     };
-    let patch = decision_patch(decision, args.reason.as_deref(), by.as_deref());
+    let patch = decision_patch(decision, args.reason.as_deref(), by.as_deref(), &groups);
     api.patch(&args.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     writeln!(
@@ -251,23 +294,24 @@ async fn decide(
     .map_err(|e| ControllerError::Io(e.to_string()))
 }
 
-/// The username the API server authenticates this client as
+/// The username and groups the API server authenticates this client as
 /// (SelfSubjectReview, Kubernetes 1.28+). The validating webhook requires a
-/// new decision's `decidedBy` to be exactly this, so it is the right default.
-async fn authenticated_user(client: &kube::Client) -> Option<String> {
+/// new decision's `decidedBy` to be exactly this user and its
+/// `decidedByGroups` to be among these groups, so they are the right default.
+async fn authenticated_user(client: &kube::Client) -> Option<(String, Vec<String>)> {
     use k8s_openapi::api::authentication::v1::SelfSubjectReview;
     let api: Api<SelfSubjectReview> = Api::all(client.clone());
     let review = SelfSubjectReview {
         metadata: Default::default(),
         status: None,
     };
-    api.create(&kube::api::PostParams::default(), &review)
+    let review = api
+        .create(&kube::api::PostParams::default(), &review)
         .await
-        .ok()?
-        .status?
-        .user_info?
-        .username
-        .filter(|u| !u.is_empty())
+        .ok()?;
+    let info = review.status?.user_info?;
+    let user = info.username.filter(|u| !u.is_empty())?;
+    Some((user, info.groups.unwrap_or_default()))
 }
 
 #[cfg(test)]
@@ -277,12 +321,18 @@ mod tests {
     #[test]
     fn patch_shape() {
         assert_eq!(
-            decision_patch(Decision::Denied, Some("no"), Some("alice")),
+            decision_patch(Decision::Denied, Some("no"), Some("alice"), &[]),
             serde_json::json!({"spec": {"decision": "denied", "reason": "no", "decidedBy": "alice"}})
         );
         assert_eq!(
-            decision_patch(Decision::Approved, None, Some("")),
+            decision_patch(Decision::Approved, None, Some("bob"), &["oncall".into()]),
+            serde_json::json!({"spec": {"decision": "approved", "decidedBy": "bob", "decidedByGroups": ["oncall"]}})
+        );
+        assert_eq!(
+            decision_patch(Decision::Approved, None, Some(""), &["oncall".into()]),
             serde_json::json!({"spec": {"decision": "approved"}})
         );
+        assert_eq!(one_line("a\nb", 10), "a b");
+        assert_eq!(one_line("abcdef", 4), "abc…");
     }
 }

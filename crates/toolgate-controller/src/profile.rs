@@ -207,13 +207,16 @@ pub fn plan_bundle(
 }
 
 /// The active standing grants of profile `profile` among `approvals`
-/// (already restricted to the profile's namespace): approved and not
-/// expired at `now`. Sorted and deduplicated so the policy version does
-/// not depend on list order. Also returns the earliest expiry among them,
-/// when the bundle must drop a grant.
+/// (already restricted to the profile's namespace): approved by a decider
+/// the profile's `approvers` allow (see
+/// [`decider_allowed`](crate::approval::decider_allowed)) and not expired
+/// at `now`. Sorted and deduplicated so the policy version does not depend
+/// on list order. Also returns the earliest expiry among them, when the
+/// bundle must drop a grant.
 pub fn active_grants(
     approvals: &[Approval],
     profile: &str,
+    approvers: &[String],
     now: Timestamp,
 ) -> (Vec<Grant>, Option<Timestamp>) {
     let mut grants = Vec::new();
@@ -223,6 +226,7 @@ pub fn active_grants(
         if g.profile != profile
             || a.spec.decision != Some(Decision::Approved)
             || a.metadata.deletion_timestamp.is_some()
+            || !crate::approval::decider_allowed(approvers, &a.spec)
         {
             continue;
         }
@@ -245,6 +249,16 @@ pub fn active_grants(
     });
     grants.dedup();
     (grants, next_expiry)
+}
+
+/// `spec.approvals.approvers` of a profile (empty: anyone RBAC allows).
+fn approvers_of(profile: &PolicyProfile) -> &[String] {
+    profile
+        .spec
+        .approvals
+        .as_ref()
+        .map(|a| a.approvers.as_slice())
+        .unwrap_or_default()
 }
 
 /// Keeps the grants that compile with the spec; returns the others with
@@ -791,7 +805,7 @@ async fn resign_last_good(
     let (ns, name) = ns_and_name(profile)?;
     let approvals: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
     let list = approvals.list(&ListParams::default()).await?;
-    let (active, _) = active_grants(&list.items, &name, issued_at);
+    let (active, _) = active_grants(&list.items, &name, approvers_of(profile), issued_at);
     let carried = doc.grants.len();
     let grants: Vec<Grant> = doc
         .grants
@@ -857,7 +871,7 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
 
     let approvals: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
     let list = approvals.list(&ListParams::default()).await?;
-    let (grants, next_grant_expiry) = active_grants(&list.items, &name, now);
+    let (grants, next_grant_expiry) = active_grants(&list.items, &name, approvers_of(profile), now);
     let (grants, rejected) = usable_grants(&name, &spec, grants);
     for (grant, err) in &rejected {
         ctx.event(

@@ -151,31 +151,33 @@ pub async fn run_reconcilers(
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let profiles = Controller::new(
+    let profiles_ctrl = Controller::new(
         Api::<PolicyProfile>::all(ctx.client.clone()),
         watcher::Config::default(),
-    )
-    .owns(
-        Api::<ConfigMap>::all(ctx.client.clone()),
-        watcher::Config::default()
-            .labels(&format!("app.kubernetes.io/managed-by={}", crate::MANAGER)),
-    )
-    .watches(
-        Api::<Approval>::all(ctx.client.clone()),
-        watcher::Config::default(),
-        |a: Approval| crate::approval::grant_profile_ref(&a),
-    )
-    .graceful_shutdown_on(stopped(stop_rx.clone()))
-    .run(
-        crate::profile::reconcile,
-        crate::profile::error_policy,
-        ctx.clone(),
-    )
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "policyprofile controller event");
-        }
-    });
+    );
+    let profile_cache = profiles_ctrl.store();
+    let profiles = profiles_ctrl
+        .owns(
+            Api::<ConfigMap>::all(ctx.client.clone()),
+            watcher::Config::default()
+                .labels(&format!("app.kubernetes.io/managed-by={}", crate::MANAGER)),
+        )
+        .watches(
+            Api::<Approval>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            |a: Approval| crate::approval::grant_profile_ref(&a),
+        )
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .run(
+            crate::profile::reconcile,
+            crate::profile::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "policyprofile controller event");
+            }
+        });
 
     let approvals_ctrl = Controller::new(
         Api::<Approval>::all(ctx.client.clone()),
@@ -208,7 +210,13 @@ pub async fn run_reconcilers(
                 _ = tick.tick() => {}
                 _ = sync_stop.wait_for(|s| *s) => return,
             }
-            match crate::approval::sync_once(&sync_ctx, &approval_cache.state()).await {
+            match crate::approval::sync_once(
+                &sync_ctx,
+                &approval_cache.state(),
+                &profile_cache.state(),
+            )
+            .await
+            {
                 Ok(report) if report != Default::default() => {
                     tracing::info!(?report, "approvals mirrored")
                 }

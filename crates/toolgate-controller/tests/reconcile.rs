@@ -419,9 +419,23 @@ async fn invalid_spec_never_replaces_the_last_good_bundle() {
 }
 
 fn grant(name: &str, decision: Option<&str>, expires: &str) -> Value {
+    grant_by(name, decision, expires, "bob", &["platform-oncall"])
+}
+
+/// A grant decided by `user` in `groups` (safe-coding's approvers are
+/// `group:platform-oncall`).
+fn grant_by(
+    name: &str,
+    decision: Option<&str>,
+    expires: &str,
+    user: &str,
+    groups: &[&str],
+) -> Value {
     let mut spec = json!({"grant": {"profile": "safe-coding", "tool": "bash", "glob": "make *", "subjects": ["*"], "expiresAt": expires}});
     if let Some(d) = decision {
         spec["decision"] = json!(d);
+        spec["decidedBy"] = json!(user);
+        spec["decidedByGroups"] = json!(groups);
     }
     json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "1"},
@@ -454,6 +468,19 @@ async fn an_approved_grant_produces_a_new_version() {
                 grant("g-pending", None, "2030-01-02T00:00:00Z"),
                 grant("g-expired", Some("approved"), "2029-12-31T00:00:00Z"),
                 grant("g-denied", Some("denied"), "2030-01-02T00:00:00Z"),
+                // Approved, but by someone the approvers list does not name:
+                // a requester approving their own `bash *` grant.
+                {
+                    let mut g = grant_by(
+                        "g-self-approved",
+                        Some("approved"),
+                        "2030-01-02T00:00:00Z",
+                        "mallory",
+                        &["system:authenticated"],
+                    );
+                    g["spec"]["grant"]["glob"] = json!("*");
+                    g
+                },
             ]),
         );
         server.expect(Method::GET, CM_BUNDLE).await.respond(200, cm);
@@ -462,7 +489,11 @@ async fn an_approved_grant_produces_a_new_version() {
         assert_eq!(v.sequence(), 2);
         assert_ne!(v.policy_version(), old_version);
         let grants = &v.document().grants;
-        assert_eq!(grants.len(), 1, "only the approved, unexpired grant");
+        assert_eq!(
+            grants.len(),
+            1,
+            "only the unexpired grant approved by an allowed approver"
+        );
         assert_eq!(
             (grants[0].tool.as_str(), grants[0].glob.as_str()),
             ("bash", "make *")
@@ -558,7 +589,7 @@ async fn mirror_creates_objects_and_a_decision_resolves_the_row() {
     let (client, mut server) = mock_client();
     let ctx = context(client, store.clone(), jiff::Timestamp::now());
     let n2 = name.clone();
-    let report = run(approval::sync_once(&ctx, &[]), async move {
+    let report = run(approval::sync_once(&ctx, &[], &[]), async move {
         let create = server.expect(Method::POST, APPROVALS).await;
         assert_eq!(create.body["metadata"]["name"], n2.as_str());
         let req = &create.body["spec"]["request"];
@@ -591,7 +622,8 @@ async fn mirror_creates_objects_and_a_decision_resolves_the_row() {
     let mut obj = approval::object_for(&row, NS);
     obj.spec.decision = Some(toolgate_controller::crd::Decision::Approved);
     obj.spec.reason = Some("looks fine".into());
-    obj.spec.decided_by = Some("platform-oncall".into());
+    obj.spec.decided_by = Some("carol".into());
+    obj.spec.decided_by_groups = Some(vec!["platform-oncall".into()]);
     let obj: Approval = serde_json::from_value(as_object(&obj)).unwrap();
     for round in 0..2 {
         // Twice: resolving is idempotent.
@@ -614,7 +646,7 @@ async fn mirror_creates_objects_and_a_decision_resolves_the_row() {
                 .expect(Method::PATCH, &format!("{APPROVALS}/{n2}/status"))
                 .await;
             assert_eq!(st.body["status"]["phase"], "Approved");
-            assert_eq!(st.body["status"]["message"], "approved by platform-oncall");
+            assert_eq!(st.body["status"]["message"], "approved by carol");
             st.echo_status(approval_json(&n2));
         })
         .await
@@ -622,7 +654,7 @@ async fn mirror_creates_objects_and_a_decision_resolves_the_row() {
     }
     let db = store.approvals().get("team-a", &row.id).await.unwrap();
     assert_eq!(db.status, DbStatus::Approved);
-    assert_eq!(db.resolved_by.as_deref(), Some("platform-oncall"));
+    assert_eq!(db.resolved_by.as_deref(), Some("carol"));
     assert_eq!(db.reason.as_deref(), Some("looks fine"));
 }
 
@@ -679,13 +711,16 @@ async fn expiry_moves_database_and_object_to_expired() {
         jiff::Timestamp::now() + SignedDuration::from_mins(10),
     );
     let name = obj.metadata.name.clone().unwrap();
-    let report = run(approval::sync_once(&ctx, &[Arc::new(obj)]), async move {
-        let st = server
-            .expect(Method::PATCH, &format!("{APPROVALS}/{name}/status"))
-            .await;
-        assert_eq!(st.body["status"]["phase"], "Expired");
-        st.echo_status(approval_json(&name));
-    })
+    let report = run(
+        approval::sync_once(&ctx, &[Arc::new(obj)], &[]),
+        async move {
+            let st = server
+                .expect(Method::PATCH, &format!("{APPROVALS}/{name}/status"))
+                .await;
+            assert_eq!(st.body["status"]["phase"], "Expired");
+            st.echo_status(approval_json(&name));
+        },
+    )
     .await
     .unwrap();
     assert_eq!((report.expired, report.updated, report.created), (1, 1, 0));
@@ -717,11 +752,49 @@ async fn grant_objects_map_to_their_profile() {
     let (client, mut server) = mock_client();
     let ctx = context(client, store().await, now());
     run(approval::reconcile(Arc::new(a), ctx), async move {
+        // The approvers check reads the grant's profile.
+        server
+            .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
+            .await
+            .respond(200, profile_json());
         let st = server
             .expect(Method::PATCH, &format!("{APPROVALS}/g/status"))
             .await;
         assert_eq!(st.body["status"]["phase"], "Approved");
         assert_eq!(st.body["status"]["profile"], "safe-coding");
+        assert!(st.body["status"]["finishedAt"].is_string());
+        st.echo_status(approval_json("g"));
+    })
+    .await
+    .unwrap();
+
+    // A grant its requester approved without being an approver stays
+    // Pending and says why.
+    let a: Approval = serde_json::from_value(grant_by(
+        "g",
+        Some("approved"),
+        "2030-01-02T00:00:00Z",
+        "mallory",
+        &[],
+    ))
+    .unwrap();
+    let (client, mut server) = mock_client();
+    let ctx = context(client, store().await, now());
+    run(approval::reconcile(Arc::new(a), ctx), async move {
+        server
+            .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
+            .await
+            .respond(200, profile_json());
+        let st = server
+            .expect(Method::PATCH, &format!("{APPROVALS}/g/status"))
+            .await;
+        assert_eq!(st.body["status"]["phase"], "Pending");
+        let message = st.body["status"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("ApproverNotAllowed: `mallory`"),
+            "{message}"
+        );
+        assert!(st.body["status"].get("finishedAt").is_none());
         st.echo_status(approval_json("g"));
     })
     .await
@@ -1047,11 +1120,12 @@ async fn record_version(store: &toolgate_store::Store, ns: &str, version: &str) 
         .unwrap();
 }
 
-/// The mirrored request object for `row`, decided by `by`.
-fn decided(row: &toolgate_store::Approval, by: Option<&str>) -> Approval {
+/// The mirrored request object for `row`, decided by `by` in `groups`.
+fn decided(row: &toolgate_store::Approval, by: Option<&str>, groups: &[&str]) -> Approval {
     let mut obj = approval::object_for(row, NS);
     obj.spec.decision = Some(toolgate_controller::crd::Decision::Approved);
     obj.spec.decided_by = by.map(Into::into);
+    obj.spec.decided_by_groups = Some(groups.iter().map(|g| g.to_string()).collect());
     serde_json::from_value(as_object(&obj)).unwrap()
 }
 
@@ -1065,12 +1139,18 @@ async fn only_listed_approvers_can_resolve_a_request() {
     let team_b_profile = "/apis/toolgate.dev/v1alpha1/namespaces/team-b/policyprofiles/safe-coding";
     let name = approval::approval_name(&row.id);
 
-    for by in [Some("mallory"), None] {
+    // Refused: a stranger, nobody, and a user who is merely *named* like
+    // the approvers group (the check used to compare usernames only).
+    for (by, groups) in [
+        (Some("mallory"), &["system:authenticated"][..]),
+        (None, &[][..]),
+        (Some("platform-oncall"), &[][..]),
+    ] {
         let (client, mut server) = mock_client();
         let ctx = context(client, store.clone(), jiff::Timestamp::now());
         let n2 = name.clone();
         let action = run(
-            approval::reconcile(Arc::new(decided(&row, by)), ctx),
+            approval::reconcile(Arc::new(decided(&row, by, groups)), ctx),
             async move {
                 // safe-coding: approvers: [platform-oncall]
                 server
@@ -1103,12 +1183,15 @@ async fn only_listed_approvers_can_resolve_a_request() {
         );
     }
 
-    // A listed approver resolves it.
+    // A member of the approvers group resolves it.
     let (client, mut server) = mock_client();
     let ctx = context(client, store.clone(), jiff::Timestamp::now());
     let n2 = name.clone();
     run(
-        approval::reconcile(Arc::new(decided(&row, Some("platform-oncall"))), ctx),
+        approval::reconcile(
+            Arc::new(decided(&row, Some("carol"), &["platform-oncall"])),
+            ctx,
+        ),
         async move {
             server
                 .expect(Method::GET, team_b_profile)
@@ -1126,7 +1209,7 @@ async fn only_listed_approvers_can_resolve_a_request() {
     let db = store.approvals().get("team-a", &row.id).await.unwrap();
     assert_eq!(
         (db.status, db.resolved_by.as_deref()),
-        (DbStatus::Approved, Some("platform-oncall"))
+        (DbStatus::Approved, Some("carol"))
     );
 }
 
@@ -1145,7 +1228,7 @@ async fn approvers_are_enforced_fail_closed() {
     let ctx = context(client, store.clone(), jiff::Timestamp::now());
     let n2 = name.clone();
     run(
-        approval::reconcile(Arc::new(decided(&row, Some("alice"))), ctx),
+        approval::reconcile(Arc::new(decided(&row, Some("alice"), &[])), ctx),
         async move {
             server
                 .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
@@ -1182,7 +1265,7 @@ async fn approvers_are_enforced_fail_closed() {
     let ctx = context(client, store.clone(), jiff::Timestamp::now());
     let n2 = name.clone();
     run(
-        approval::reconcile(Arc::new(decided(&row, Some("alice"))), ctx),
+        approval::reconcile(Arc::new(decided(&row, Some("alice"), &[])), ctx),
         async move {
             server
                 .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
@@ -1197,12 +1280,13 @@ async fn approvers_are_enforced_fail_closed() {
     )
     .await
     .unwrap();
-    assert!(approval::approver_allowed(&[], None));
-    assert!(!approval::approver_allowed(&["a".into()], None));
-    assert!(!approval::approver_allowed(&["a".into()], Some("A")));
+    assert!(approval::approver_allowed(&[], None, &[]));
+    assert!(!approval::approver_allowed(&["a".into()], None, &[]));
+    assert!(!approval::approver_allowed(&["a".into()], Some("A"), &[]));
     assert!(approval::approver_allowed(
         &["a".into(), "b".into()],
-        Some("b")
+        Some("b"),
+        &[]
     ));
 }
 
@@ -1599,20 +1683,43 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     let (client, mut server) = mock_client();
     let ctx = context(client, store.clone(), jiff::Timestamp::now());
     let name = approval::approval_name(&row.id);
-    serve(&mut server, approval::sync_once(&ctx, &[]), |_, _, b| {
-        let mut obj = approval_json(&name);
-        if b.get("spec").is_some() {
-            obj = b.clone();
-        }
-        obj["metadata"]["uid"] = json!("uid-apr");
-        (201, obj)
-    })
+    serve(
+        &mut server,
+        approval::sync_once(&ctx, &[], &[]),
+        |_, _, b| {
+            let mut obj = approval_json(&name);
+            if b.get("spec").is_some() {
+                obj = b.clone();
+            }
+            obj["metadata"]["uid"] = json!("uid-apr");
+            (201, obj)
+        },
+    )
     .await
     .unwrap();
+    // 7. A finished object past its retention is deleted.
+    let mut finished = approval::object_for(&row, NS);
+    finished.status = Some(toolgate_controller::crd::ApprovalStatus {
+        phase: Some(toolgate_controller::crd::Phase::Denied),
+        profile: Some("safe-coding".into()),
+        finished_at: Some("2000-01-01T00:00:00Z".into()),
+        ..Default::default()
+    });
+    let report = serve(
+        &mut server,
+        approval::sync_once(&ctx, &[Arc::new(finished)], &[]),
+        |_, _, _| (200, approval_json(&name)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.deleted, 1);
     let name = approval::approval_name(&row.id);
     serve(
         &mut server,
-        approval::reconcile(Arc::new(decided(&row, Some("platform-oncall"))), ctx),
+        approval::reconcile(
+            Arc::new(decided(&row, Some("carol"), &["platform-oncall"])),
+            ctx,
+        ),
         |m, _, _| {
             if *m == Method::GET {
                 (200, profile_json())
@@ -1663,7 +1770,7 @@ async fn request_approvals_outside_the_mirror_namespace_resolve_nothing() {
     record_version(&store, NS, &row.policy_version).await;
     // A look-alike object in another namespace, naming the same row and an
     // allowed approver.
-    let mut forged = decided(&row, Some("platform-oncall"));
+    let mut forged = decided(&row, Some("carol"), &["platform-oncall"]);
     forged.metadata.namespace = Some("elsewhere".into());
     let name = approval::approval_name(&row.id);
     let (client, mut server) = mock_client();

@@ -194,9 +194,21 @@ impl Risk {
 pub struct ApprovalSettings {
     /// Seconds an approval request stays answerable.
     pub ttl_seconds: u32,
-    /// Subjects allowed to answer; empty means anyone with access to the Approval resource.
+    /// Who may answer escalations and approve standing grants: `user:NAME`
+    /// or `group:NAME` entries (a bare name is a user). Empty means anyone
+    /// allowed by RBAC to update Approval resources.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvers: Vec<String>,
+    /// Seconds a resolved or expired Approval object is kept before the
+    /// controller deletes it (default 86400). The database row stays: it is
+    /// the audit record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_seconds: Option<u32>,
+}
+
+impl ApprovalSettings {
+    /// Default for [`ApprovalSettings::retention_seconds`].
+    pub const DEFAULT_RETENTION_SECONDS: u32 = 86_400;
 }
 
 /// A standing grant: lets calls the profile would escalate through without asking.

@@ -60,6 +60,9 @@ pub struct UserInfo {
     /// `system:serviceaccount:ns:name`).
     #[serde(default)]
     pub username: Option<String>,
+    /// Groups the API server authenticated the user in.
+    #[serde(default)]
+    pub groups: Vec<String>,
 }
 
 impl AdmissionReview {

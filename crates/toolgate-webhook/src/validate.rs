@@ -93,27 +93,22 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
     let old_decision = old_spec
         .and_then(|s| s.get("decision"))
         .filter(|d| !d.is_null());
-    // A decision being made now must name the user the API server
-    // authenticated, so the controller's approvers check compares real
-    // identities rather than whatever a writer typed.
-    if decision.is_some()
-        && old_decision.is_none()
-        && let Some(user) = request
-            .user_info
-            .as_ref()
-            .and_then(|u| u.username.as_deref())
-            .filter(|u| !u.is_empty())
-    {
-        let decided_by = spec.get("decidedBy").and_then(Value::as_str);
-        if decided_by != Some(user) {
-            return Err(invalid_approval(
-                "spec.decidedBy",
-                &format!(
-                    "must be the user making this decision (`{user}`), got {}; `kubectl toolgate approve` sets it",
-                    decided_by.map_or_else(|| "nothing".to_owned(), |d| format!("`{d}`"))
-                ),
-            ));
+    if decision.is_none() {
+        for key in ["decidedBy", "decidedByGroups"] {
+            if is_set(key) {
+                return Err(invalid_approval(
+                    &format!("spec.{key}"),
+                    "is recorded with a decision; set spec.decision in the same write",
+                ));
+            }
         }
+    }
+    // A decision being made now must name the user the API server
+    // authenticated, and only groups it authenticated them in, so the
+    // controller's approvers check compares real identities rather than
+    // whatever a writer typed.
+    if decision.is_some() && old_decision.is_none() {
+        check_decider(spec, request)?;
     }
     let Some(old_decision) = old_decision else {
         return Ok(());
@@ -127,7 +122,7 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
             ),
         });
     }
-    for key in ["request", "grant"] {
+    for key in ["request", "grant", "decidedBy", "decidedByGroups"] {
         if spec.get(key).filter(|v| !v.is_null())
             != old_spec.and_then(|s| s.get(key)).filter(|v| !v.is_null())
         {
@@ -136,6 +131,55 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
                 message: "a resolved approval cannot be edited; create a new Approval instead"
                     .into(),
             });
+        }
+    }
+    Ok(())
+}
+
+/// A new decision's `decidedBy` must be the authenticated username and its
+/// `decidedByGroups` (optional) a subset of the authenticated groups. A
+/// review without a username fails closed.
+fn check_decider(
+    spec: &serde_json::Map<String, Value>,
+    request: &AdmissionRequest,
+) -> Result<(), WebhookError> {
+    let info = request.user_info.as_ref();
+    let Some(user) = info
+        .and_then(|u| u.username.as_deref())
+        .filter(|u| !u.is_empty())
+    else {
+        return Err(invalid_approval(
+            "spec.decision",
+            "the admission request names no authenticated user, so the decision cannot be attributed",
+        ));
+    };
+    let decided_by = spec.get("decidedBy").and_then(Value::as_str);
+    if decided_by != Some(user) {
+        return Err(invalid_approval(
+            "spec.decidedBy",
+            &format!(
+                "must be the user making this decision (`{user}`), got {}; `kubectl toolgate approve` sets it",
+                decided_by.map_or_else(|| "nothing".to_owned(), |d| format!("`{d}`"))
+            ),
+        ));
+    }
+    let Some(groups) = spec.get("decidedByGroups").filter(|g| !g.is_null()) else {
+        return Ok(());
+    };
+    let authenticated = info.map(|u| u.groups.as_slice()).unwrap_or_default();
+    let groups = groups
+        .as_array()
+        .ok_or_else(|| invalid_approval("spec.decidedByGroups", "must be a list of group names"))?;
+    for (i, group) in groups.iter().enumerate() {
+        let field = format!("spec.decidedByGroups[{i}]");
+        let name = group
+            .as_str()
+            .ok_or_else(|| invalid_approval(&field, "must be a string"))?;
+        if !authenticated.iter().any(|g| g == name) {
+            return Err(invalid_approval(
+                &field,
+                &format!("`{user}` is not authenticated in group `{name}`"),
+            ));
         }
     }
     Ok(())
@@ -245,12 +289,13 @@ mod tests {
         assert_eq!(bad.field(), Some("spec.decision"));
         let old = json!({"spec": {"request": req, "decision": "approved"}});
         approval(&request("UPDATE", old.clone(), Some(old.clone()))).unwrap();
-        approval(&request(
+        let mut decide = request(
             "UPDATE",
-            json!({"spec": {"request": req, "decision": "denied"}}),
+            json!({"spec": {"request": req, "decision": "denied", "decidedBy": "alice"}}),
             Some(json!({"spec": {"request": req}})),
-        ))
-        .unwrap();
+        );
+        decide.user_info = Some(user("alice", &[]));
+        approval(&decide).unwrap();
         for new in [
             json!({"spec": {"request": req, "decision": "denied"}}),
             json!({"spec": {"request": req}}),
@@ -274,9 +319,7 @@ mod tests {
         let pending = json!({"spec": {"request": req}});
         let as_user = |object: Value, user: Option<&str>| {
             let mut r = request("UPDATE", object, Some(pending.clone()));
-            r.user_info = user.map(|u| crate::review::UserInfo {
-                username: Some(u.into()),
-            });
+            r.user_info = user.map(|u| self::user(u, &["system:authenticated", "oncall"]));
             approval(&r)
         };
         as_user(
@@ -295,24 +338,74 @@ mod tests {
             );
             assert!(err.to_string().contains("alice"), "{err}");
         }
-        // Without user information (no API server in front) nothing can be pinned.
-        as_user(
+        // Without user information the decision cannot be attributed: refused.
+        let err = as_user(
             json!({"spec": {"request": req, "decision": "denied"}}),
             None,
         )
+        .unwrap_err();
+        assert_eq!(err.field(), Some("spec.decision"));
+        // Groups: only ones the API server authenticated the user in.
+        as_user(
+            json!({"spec": {"request": req, "decision": "approved", "decidedBy": "alice",
+                            "decidedByGroups": ["oncall"]}}),
+            Some("alice"),
+        )
         .unwrap();
+        let err = as_user(
+            json!({"spec": {"request": req, "decision": "approved", "decidedBy": "alice",
+                            "decidedByGroups": ["oncall", "platform-oncall"]}}),
+            Some("alice"),
+        )
+        .unwrap_err();
+        assert_eq!(err.field(), Some("spec.decidedByGroups[1]"));
+        // Neither field without a decision.
+        let err = as_user(
+            json!({"spec": {"request": req, "decidedBy": "alice"}}),
+            Some("alice"),
+        )
+        .unwrap_err();
+        assert_eq!(err.field(), Some("spec.decidedBy"));
         // Creating an already-decided object is a decision too.
         let mut create = request(
             "CREATE",
             json!({"spec": {"request": req, "decision": "approved", "decidedBy": "mallory"}}),
             None,
         );
-        create.user_info = Some(crate::review::UserInfo {
-            username: Some("alice".into()),
-        });
+        create.user_info = Some(user("alice", &[]));
         assert_eq!(
             approval(&create).unwrap_err().field(),
             Some("spec.decidedBy")
         );
+    }
+
+    fn user(name: &str, groups: &[&str]) -> crate::review::UserInfo {
+        crate::review::UserInfo {
+            username: Some(name.into()),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    /// Item: a refused approver cannot re-attribute a recorded decision to
+    /// an allowed name, nor add or change groups afterwards.
+    #[test]
+    fn the_decider_is_immutable_once_recorded() {
+        let req = json!({"invocationId": "i"});
+        let old = json!({"spec": {"request": req, "decision": "approved", "decidedBy": "mallory"}});
+        for new in [
+            json!({"spec": {"request": req, "decision": "approved", "decidedBy": "platform-oncall"}}),
+            json!({"spec": {"request": req, "decision": "approved"}}),
+            json!({"spec": {"request": req, "decision": "approved", "decidedBy": "mallory",
+                            "decidedByGroups": ["platform-oncall"]}}),
+        ] {
+            let mut r = request("UPDATE", new, Some(old.clone()));
+            r.user_info = Some(user("platform-oncall", &["platform-oncall"]));
+            let err = approval(&r).unwrap_err();
+            assert_eq!(err.code(), "approval_immutable", "{err}");
+            assert!(
+                matches!(err.field(), Some("spec.decidedBy" | "spec.decidedByGroups")),
+                "{err}"
+            );
+        }
     }
 }

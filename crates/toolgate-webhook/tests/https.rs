@@ -958,6 +958,49 @@ async fn approvals_are_validated_and_decisions_are_final() {
         "{response}"
     );
 
+    // Groups count for `group:` approvers only when the API server
+    // authenticated the decider in them.
+    let mut grouped = resolve.clone();
+    grouped["request"]["userInfo"]["groups"] = json!(["system:authenticated", "platform-oncall"]);
+    grouped["request"]["object"]["spec"]["decidedByGroups"] = json!(["platform-oncall"]);
+    let response = review(&mut client, "/validate-approvals", &grouped).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let mut borrowed = grouped.clone();
+    borrowed["request"]["userInfo"]["groups"] = json!(["system:authenticated"]);
+    let response = review(&mut client, "/validate-approvals", &borrowed).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.decidedByGroups[0]: "),
+        "{response}"
+    );
+
+    // Once decided, a refused approver cannot re-attribute the decision to
+    // an allowed name, nor add groups.
+    let mut recorded = resolve.clone();
+    recorded["request"]["oldObject"] = resolve["request"]["object"].clone();
+    recorded["request"]["userInfo"] =
+        json!({"username": "platform-oncall", "groups": ["platform-oncall"]});
+    for (field, value) in [
+        ("decidedBy", json!("platform-oncall")),
+        ("decidedByGroups", json!(["platform-oncall"])),
+    ] {
+        let mut forged = recorded.clone();
+        forged["request"]["object"]["spec"][field] = value;
+        let response = review(&mut client, "/validate-approvals", &forged).await;
+        assert_eq!(response["allowed"], false, "{response}");
+        assert_eq!(response["status"]["reason"], "approval_immutable");
+        assert!(
+            response["status"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("spec.{field}: ")),
+            "{response}"
+        );
+    }
+
     let mut maybe = resolve.clone();
     maybe["request"]["object"]["spec"]["decision"] = json!("maybe");
     let response = review(&mut client, "/validate-approvals", &maybe).await;
