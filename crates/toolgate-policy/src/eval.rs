@@ -47,6 +47,14 @@ fn has_shell_control(command: &str) -> bool {
 }
 
 impl CompiledPolicy {
+    /// What an approver is shown of `call`: its match text (the text the
+    /// rules saw) through [`crate::preview::preview`]; `None` for a tool
+    /// the profile does not declare.
+    pub fn preview(&self, call: &Call<'_>) -> Option<String> {
+        let tool = self.tools.get(self.canonical_tool(call.tool))?;
+        Some(crate::preview::preview(&match_text(tool, call)))
+    }
+
     /// Decides one call. Never fails: unknown tools and malformed arguments
     /// are denied with a typed reason.
     pub fn evaluate(&self, call: &Call<'_>, ctx: &Context<'_>) -> Verdict {

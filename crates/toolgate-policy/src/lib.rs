@@ -33,6 +33,7 @@ mod eval;
 mod fnmatch;
 pub mod load;
 pub mod model;
+pub mod preview;
 mod verdict;
 
 pub use compile::{ANY_TOOL, CompiledPolicy};
