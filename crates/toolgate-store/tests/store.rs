@@ -55,6 +55,8 @@ fn new_approval(tenant: &str, invocation: &str, ttl: Duration) -> NewApproval {
         decision_id: unique("dec"),
         requested_by: "agent@acme".into(),
         ttl,
+        action: None,
+        preview: None,
     }
 }
 
