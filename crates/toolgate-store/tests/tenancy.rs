@@ -192,7 +192,9 @@ fn record(i: usize) -> DecisionRecord {
         tool: "fs.read".into(),
         verdict: "allow".into(),
         reason: "allow_rule".into(),
-        message: Some(format!("line\nbreak \"quoted\" \u{e9}\u{1F600} {i}")),
+        message: Some(format!(
+            "line\nbreak\t\"quoted\" \\ \u{1}\u{1f}\u{7f}\u{2028}/ \u{e9}\u{1F600} {i}"
+        )),
         matched_rule: (i % 2 == 0).then(|| "allow:fs.read".into()),
         policy_version: POLICY.into(),
         risk: "low".into(),
