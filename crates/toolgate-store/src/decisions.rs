@@ -616,9 +616,8 @@ mod tests {
             );
             assert_eq!(built, expected);
         }
-        let trigger = include_str!(
-            "../../../migrations/postgres/0003_tenant_roles_and_approval_preview.sql"
-        );
+        let trigger =
+            include_str!("../../../migrations/postgres/0003_tenant_roles_and_approval_preview.sql");
         assert!(trigger.contains(&format!("\"v\":{HASH_FORMAT}}}")));
     }
 

@@ -215,8 +215,13 @@ pub(crate) async fn check_schema(pool: &PgPool, migrator: &sqlx::migrate::Migrat
         sqlx::query_as("SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version")
             .fetch_all(pool)
             .await
-            .map_err(|e| StoreError::SchemaMismatch(format!("cannot read _sqlx_migrations: {e}")))?;
-    for m in migrator.iter().filter(|m| m.migration_type.is_up_migration()) {
+            .map_err(|e| {
+                StoreError::SchemaMismatch(format!("cannot read _sqlx_migrations: {e}"))
+            })?;
+    for m in migrator
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration())
+    {
         match applied.iter().find(|(v, _, _)| *v == m.version) {
             Some((_, true, checksum)) if checksum.as_slice() == &*m.checksum => {}
             Some((_, true, _)) => {
@@ -389,7 +394,17 @@ mod tests {
         for ok in ["a", "team-a", "0", &"x".repeat(63)] {
             validate_tenant(ok).unwrap();
         }
-        for bad in ["", "-a", "a-", "Team", "a_b", "a.b", "a b", &"x".repeat(64), "é"] {
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "Team",
+            "a_b",
+            "a.b",
+            "a b",
+            &"x".repeat(64),
+            "é",
+        ] {
             assert_eq!(validate_tenant(bad).unwrap_err().code(), "invalid_input");
         }
     }

@@ -269,13 +269,25 @@ both_backends!(approval_action_and_preview_round_trip, |db| {
     assert_eq!(created.action.as_deref(), Some("delete"));
     assert_eq!(created.preview, req.preview);
     let got = approvals.get("acme", &created.id).await.unwrap();
-    assert_eq!((got.action.clone(), got.preview.clone()), (req.action.clone(), req.preview.clone()));
+    assert_eq!(
+        (got.action.clone(), got.preview.clone()),
+        (req.action.clone(), req.preview.clone())
+    );
     let listed = approvals.list("acme", None).await.unwrap();
     assert_eq!(listed[0].preview, req.preview);
-    let all = approvals.list_all(Some(ApprovalStatus::Pending)).await.unwrap();
+    let all = approvals
+        .list_all(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap();
     assert_eq!(all[0].action.as_deref(), Some("delete"));
     let resolved = approvals
-        .resolve("acme", &created.id, ApprovalDecision::Approved, "alice", None)
+        .resolve(
+            "acme",
+            &created.id,
+            ApprovalDecision::Approved,
+            "alice",
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(resolved.preview, req.preview);
@@ -285,10 +297,17 @@ both_backends!(approval_action_and_preview_round_trip, |db| {
         .unwrap();
     assert_eq!(waited.action.as_deref(), Some("delete"));
     // A repeat request returns the stored fields.
-    assert_eq!(approvals.request(req).await.unwrap().preview, created.preview);
+    assert_eq!(
+        approvals.request(req).await.unwrap().preview,
+        created.preview
+    );
     // Both are optional (and default to None when absent from JSON).
     let plain = approvals
-        .request(new_approval("acme", &unique("inv"), Duration::from_secs(60)))
+        .request(new_approval(
+            "acme",
+            &unique("inv"),
+            Duration::from_secs(60),
+        ))
         .await
         .unwrap();
     assert_eq!((plain.action, plain.preview), (None, None));
@@ -301,10 +320,16 @@ both_backends!(approval_action_and_preview_round_trip, |db| {
     // Too long a preview is refused.
     let mut long = new_approval("acme", &unique("inv"), Duration::from_secs(60));
     long.preview = Some("x".repeat(513));
-    assert_eq!(approvals.request(long).await.unwrap_err().code(), "invalid_input");
+    assert_eq!(
+        approvals.request(long).await.unwrap_err().code(),
+        "invalid_input"
+    );
     let mut bad = new_approval("acme", &unique("inv"), Duration::from_secs(60));
     bad.action = Some("bad\naction".into());
-    assert_eq!(approvals.request(bad).await.unwrap_err().code(), "invalid_input");
+    assert_eq!(
+        approvals.request(bad).await.unwrap_err().code(),
+        "invalid_input"
+    );
 });
 
 both_backends!(approval_tenant_isolation, |db| {

@@ -54,7 +54,9 @@ impl Fixture {
             .max_connections(1)
             .connect_with(PgConnectOptions::from_str(&base_url).expect("parse admin url"))
             .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at TOOLGATE_TEST_DATABASE_URL unreachable: {e}"));
+            .unwrap_or_else(|e| {
+                panic!("PostgreSQL at TOOLGATE_TEST_DATABASE_URL unreachable: {e}")
+            });
         let schema = format!("tn_{}", suffix());
         sqlx::query(&format!("CREATE SCHEMA {schema}"))
             .execute(&root)
@@ -237,7 +239,11 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     let creds_b = fx.provision(&tb).await;
     assert_eq!(creds_a.tenant, ta);
     assert!(creds_a.role.starts_with("tg_t_ta_"), "{}", creds_a.role);
-    assert!(creds_a.database_url.contains(&format!("//{}:", creds_a.role)));
+    assert!(
+        creds_a
+            .database_url
+            .contains(&format!("//{}:", creds_a.role))
+    );
     assert!(creds_a.database_url.contains("options=-c%20search_path%3D"));
     assert!(!format!("{creds_a:?}").contains(&creds_a.database_url));
 
@@ -248,7 +254,9 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     let b = Store::connect(&creds_b.database_url)
         .await
         .expect("connect as tenant B");
-    a.migrate().await.expect("tenant migrate is a version check");
+    a.migrate()
+        .await
+        .expect("tenant migrate is a version check");
     assert_eq!(a.session_tenant().await.unwrap().as_deref(), Some(&*ta));
     assert_eq!(b.session_tenant().await.unwrap().as_deref(), Some(&*tb));
     assert_eq!(fx.admin.session_tenant().await.unwrap(), None);
@@ -264,11 +272,7 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     assert_eq!(again.id, req.id);
     let waiter = {
         let (a, ta, id) = (a.clone(), ta.clone(), req.id.clone());
-        tokio::spawn(async move {
-            a.approvals()
-                .wait(&ta, &id, Duration::from_secs(20))
-                .await
-        })
+        tokio::spawn(async move { a.approvals().wait(&ta, &id, Duration::from_secs(20)).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     // A tenant cannot resolve its own approval.
@@ -301,7 +305,10 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     };
     assert!(a.approvals().consume(&ta, &req.id, &call).await.unwrap());
     assert!(!a.approvals().consume(&ta, &req.id, &call).await.unwrap());
-    assert_eq!(a.approvals().run_events(&ta, "run-1").await.unwrap().len(), 2);
+    assert_eq!(
+        a.approvals().run_events(&ta, "run-1").await.unwrap().len(),
+        2
+    );
 
     let done = a.intents().begin(intent(&ta)).await.unwrap();
     a.intents().mark_effect_sent(&done.id).await.unwrap();
@@ -403,8 +410,14 @@ async fn tenant_roles_are_confined_to_their_tenant() {
         ),
         format!("DELETE FROM intents WHERE tenant = '{ta}'"),
         // Identifying columns of an intent are not even updatable.
-        format!("UPDATE intents SET tool = 'fs.read' WHERE id = '{}'", open.id),
-        format!("UPDATE intents SET tenant = '{tb}' WHERE id = '{}'", open.id),
+        format!(
+            "UPDATE intents SET tool = 'fs.read' WHERE id = '{}'",
+            open.id
+        ),
+        format!(
+            "UPDATE intents SET tenant = '{tb}' WHERE id = '{}'",
+            open.id
+        ),
         "TRUNCATE intents".to_owned(),
         format!("DELETE FROM run_events WHERE tenant = '{ta}'"),
         format!("UPDATE run_events SET kind = 'x' WHERE tenant = '{ta}'"),
@@ -423,18 +436,39 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     }
     // Forward-only intents: backward, sideways and identity changes.
     for sql in [
-        format!("UPDATE intents SET status = 'pending' WHERE id = '{}'", done.id),
-        format!("UPDATE intents SET status = 'error' WHERE id = '{}'", done.id),
-        format!("UPDATE intents SET detail = 'rewritten' WHERE id = '{}'", done.id),
-        format!("UPDATE intents SET effect_sent_at = NULL WHERE id = '{}'", open.id),
-        format!("UPDATE intents SET status = 'completed' WHERE id = '{}'", open.id),
+        format!(
+            "UPDATE intents SET status = 'pending' WHERE id = '{}'",
+            done.id
+        ),
+        format!(
+            "UPDATE intents SET status = 'error' WHERE id = '{}'",
+            done.id
+        ),
+        format!(
+            "UPDATE intents SET detail = 'rewritten' WHERE id = '{}'",
+            done.id
+        ),
+        format!(
+            "UPDATE intents SET effect_sent_at = NULL WHERE id = '{}'",
+            open.id
+        ),
+        format!(
+            "UPDATE intents SET status = 'completed' WHERE id = '{}'",
+            open.id
+        ),
     ] {
         assert_eq!(sqlstate(&pa, &sql).await, "TG001", "{sql}");
     }
     // The trigger guards identifying columns for every role, the admin too.
     for sql in [
-        format!("UPDATE intents SET tool = 'fs.read' WHERE id = '{}'", open.id),
-        format!("UPDATE intents SET status = 'pending' WHERE id = '{}'", done.id),
+        format!(
+            "UPDATE intents SET tool = 'fs.read' WHERE id = '{}'",
+            open.id
+        ),
+        format!(
+            "UPDATE intents SET status = 'pending' WHERE id = '{}'",
+            done.id
+        ),
     ] {
         assert_eq!(sqlstate(fx.admin_pool(), &sql).await, "TG001", "{sql}");
     }
@@ -442,7 +476,10 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     assert_eq!(
         sqlstate(
             &pa,
-            &format!("UPDATE approvals SET consumed_at = NULL WHERE id = '{}'", req.id)
+            &format!(
+                "UPDATE approvals SET consumed_at = NULL WHERE id = '{}'",
+                req.id
+            )
         )
         .await,
         "TG002"
@@ -492,9 +529,19 @@ async fn tenant_roles_are_confined_to_their_tenant() {
         b.approvals().get(&ta, &req.id).await.unwrap_err().code(),
         "not_found"
     );
-    assert_eq!(b.intents().get(&open.id).await.unwrap_err().code(), "not_found");
+    assert_eq!(
+        b.intents().get(&open.id).await.unwrap_err().code(),
+        "not_found"
+    );
     assert!(b.decisions().list(&ta, 0, 100).await.unwrap().is_empty());
-    assert!(b.approvals().list_all(None).await.unwrap().iter().all(|x| x.tenant == tb));
+    assert!(
+        b.approvals()
+            .list_all(None)
+            .await
+            .unwrap()
+            .iter()
+            .all(|x| x.tenant == tb)
+    );
     assert_eq!(b.heartbeats().list_heartbeats(None).await.unwrap().len(), 1);
     let b_reports = b.decisions().verify(None).await.unwrap();
     assert_eq!(b_reports.len(), 1);
@@ -577,7 +624,10 @@ async fn provisioning_rotates_the_password_and_checks_names() {
     let store = Store::connect(&second.database_url)
         .await
         .expect("new url connects");
-    assert_eq!(store.session_tenant().await.unwrap().as_deref(), Some(&*tenant));
+    assert_eq!(
+        store.session_tenant().await.unwrap().as_deref(),
+        Some(&*tenant)
+    );
     store.close().await;
 
     let old_password = url::Url::parse(&first.database_url)
@@ -623,11 +673,12 @@ async fn provisioning_rotates_the_password_and_checks_names() {
         );
     }
     // Either way: the stored verifier accepts the new password only.
-    let verifier: String = sqlx::query_scalar("SELECT rolpassword FROM pg_authid WHERE rolname = $1")
-        .bind(&second.role)
-        .fetch_one(fx.admin_pool())
-        .await
-        .expect("read pg_authid (the test admin is a superuser)");
+    let verifier: String =
+        sqlx::query_scalar("SELECT rolpassword FROM pg_authid WHERE rolname = $1")
+            .bind(&second.role)
+            .fetch_one(fx.admin_pool())
+            .await
+            .expect("read pg_authid (the test admin is a superuser)");
     assert!(toolgate_store::tenancy::scram_verifier_matches(
         &verifier,
         &new_password
@@ -664,7 +715,16 @@ async fn provisioning_rotates_the_password_and_checks_names() {
     ));
 
     // Names that are not Kubernetes namespaces are typed errors.
-    for bad in ["", "Team-A", "team_a", "-a", "a-", "a.b", &"x".repeat(64), "t\u{e9}"] {
+    for bad in [
+        "",
+        "Team-A",
+        "team_a",
+        "-a",
+        "a-",
+        "a.b",
+        &"x".repeat(64),
+        "t\u{e9}",
+    ] {
         let err = fx.admin.provision_tenant(bad).await.unwrap_err();
         assert_eq!(err.code(), "invalid_input", "{bad:?}: {err}");
     }
