@@ -233,7 +233,14 @@ BEGIN
         EXECUTE format('CREATE ROLE %I WITH LOGIN INHERIT PASSWORD %L', p_role, p_password);
     END IF;
     EXECUTE format('GRANT toolgate_tenant TO %I', p_role);
-    EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), p_role);
+    -- An admin that does not own the database may be unable to grant
+    -- CONNECT; PUBLIC normally has it anyway.
+    IF has_database_privilege(current_database(), 'CONNECT WITH GRANT OPTION') THEN
+        EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), p_role);
+    ELSIF NOT has_database_privilege(p_role, current_database(), 'CONNECT') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('cannot grant CONNECT on database %s to %s', current_database(), p_role);
+    END IF;
     INSERT INTO tenant_roles (role, tenant, created_at)
     VALUES (p_role, p_tenant, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
     ON CONFLICT (role) DO NOTHING;
