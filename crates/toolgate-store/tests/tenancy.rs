@@ -197,11 +197,11 @@ fn record(i: usize) -> DecisionRecord {
         message: Some(format!(
             "line\nbreak\t\"quoted\" \\ \u{1}\u{1f}\u{7f}\u{2028}/ \u{e9}\u{1F600} {i}"
         )),
-        matched_rule: (i % 2 == 0).then(|| "allow:fs.read".into()),
+        matched_rule: i.is_multiple_of(2).then(|| "allow:fs.read".into()),
         policy_version: POLICY.into(),
         risk: "low".into(),
         args_digest: "sha256:args".into(),
-        call_digest: (i % 3 != 0).then(|| CALL.into()),
+        call_digest: (!i.is_multiple_of(3)).then(|| CALL.into()),
         created_at: jiff::Timestamp::now(),
     }
 }
