@@ -41,8 +41,14 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'toolgate_tenant') THEN
         BEGIN
             CREATE ROLE toolgate_tenant NOLOGIN;
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL;
+        EXCEPTION
+            WHEN duplicate_object OR unique_violation THEN
+                NULL;
+            WHEN insufficient_privilege THEN
+                RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                    MESSAGE = 'migration 0003 needs the group role toolgate_tenant',
+                    HINT = 'run the migration once with a role that has CREATEROLE, or have '
+                        'a superuser run: CREATE ROLE toolgate_tenant NOLOGIN';
         END;
     END IF;
 END $$;
@@ -258,7 +264,14 @@ BEGIN
                    current_schema());
     EXECUTE format('ALTER FUNCTION toolgate_provision_tenant(text, text, text) SET search_path = %I, pg_temp',
                    current_schema());
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO toolgate_tenant', current_schema());
+    -- Only the schema owner (or a holder of the grant option) can grant
+    -- USAGE; PUBLIC has it on the public schema anyway.
+    IF has_schema_privilege(current_schema(), 'USAGE WITH GRANT OPTION') THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO toolgate_tenant', current_schema());
+    ELSIF NOT has_schema_privilege('toolgate_tenant', current_schema(), 'USAGE') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('cannot grant USAGE on schema %s to toolgate_tenant', current_schema());
+    END IF;
 END $$;
 
 -- ---- privileges of the tenant group ----------------------------------------
