@@ -279,7 +279,9 @@ impl FileIdentity {
 }
 
 impl Store {
-    /// Connects with default [`StoreOptions`] and applies pending migrations.
+    /// Connects with default [`StoreOptions`] and applies pending migrations
+    /// (as a PostgreSQL tenant role, which may not migrate, it only checks
+    /// that the schema is current: `schema_mismatch` otherwise).
     ///
     /// `url` is `postgres://…` / `postgresql://…`, or `sqlite://path?mode=rwc`
     /// / `sqlite::memory:`.
