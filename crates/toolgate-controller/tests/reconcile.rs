@@ -561,6 +561,8 @@ async fn pending_row(store: &toolgate_store::Store, ttl: Duration) -> toolgate_s
             decision_id: "dec-1".into(),
             requested_by: "sidecar/agent-0".into(),
             ttl,
+            action: None,
+            preview: None,
         })
         .await
         .unwrap()

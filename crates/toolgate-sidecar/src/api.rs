@@ -454,6 +454,8 @@ async fn escalate(
                 decision_id: decision_id.to_owned(),
                 requested_by: app.identity.clone(),
                 ttl: Duration::from_secs(u64::from(enforced.approval_ttl_seconds)),
+                action: None,
+                preview: None,
             })
             .await?;
         if approval.consumed_at.is_some() || approval.status == ApprovalStatus::Expired {

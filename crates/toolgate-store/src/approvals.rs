@@ -30,6 +30,9 @@ const PG_RECHECK: Duration = Duration::from_secs(1);
 /// Longest time to live the store accepts (30 days).
 const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// Longest [`NewApproval::preview`] the store accepts, in characters.
+pub const MAX_PREVIEW_CHARS: usize = 512;
+
 /// A request for a human decision on one escalated call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewApproval {
@@ -58,6 +61,13 @@ pub struct NewApproval {
     pub requested_by: String,
     /// Time to live; afterwards the approval counts as expired.
     pub ttl: Duration,
+    /// The action of the call (e.g. the tool's operation), for the approver.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// A short human-readable preview of the call for the approver, at most
+    /// [`MAX_PREVIEW_CHARS`] characters.
+    #[serde(default)]
+    pub preview: Option<String>,
 }
 
 /// The call an approval is being used for: every field must equal the
@@ -200,6 +210,12 @@ pub struct Approval {
     pub resolved_at: Option<Timestamp>,
     /// When the single re-authorization it grants was used.
     pub consumed_at: Option<Timestamp>,
+    /// The action of the call, as requested.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// The preview shown to the approver, as requested.
+    #[serde(default)]
+    pub preview: Option<String>,
 }
 
 /// An audit event attached to a run (`approval.requested`, `approval.resolved`,
@@ -241,11 +257,13 @@ struct ApprovalRow {
     reason: Option<String>,
     resolved_at: Option<i64>,
     consumed_at: Option<i64>,
+    action: Option<String>,
+    preview: Option<String>,
 }
 
 const COLUMNS: &str = "id, tenant, invocation_id, run_id, tool, args_digest, call_digest, \
     policy_version, decision_id, requested_by, status, created_at, expires_at, resolved_by, reason, \
-    resolved_at, consumed_at";
+    resolved_at, consumed_at, action, preview";
 
 impl ApprovalRow {
     fn into_approval(self, now: i64) -> Result<Approval> {
@@ -274,6 +292,8 @@ impl ApprovalRow {
             requested_by: self.requested_by,
             resolved_by: self.resolved_by,
             reason: self.reason,
+            action: self.action,
+            preview: self.preview,
         })
     }
 }
@@ -315,6 +335,14 @@ impl Approvals<'_> {
         require("policy_version", &new.policy_version)?;
         require("decision_id", &new.decision_id)?;
         require("requested_by", &new.requested_by)?;
+        require_opt("action", new.action.as_deref())?;
+        if let Some(preview) = &new.preview
+            && preview.chars().count() > MAX_PREVIEW_CHARS
+        {
+            return Err(StoreError::InvalidInput(format!(
+                "preview is longer than {MAX_PREVIEW_CHARS} characters"
+            )));
+        }
         self.store.check_file()?;
         if new.ttl.is_zero() || new.ttl > MAX_TTL {
             return Err(StoreError::InvalidInput(
@@ -334,12 +362,16 @@ impl Approvals<'_> {
             "decision_id": new.decision_id,
             "requested_by": new.requested_by,
             "expires_at": expires_at,
+            "action": new.action,
+            "preview": new.preview,
         })
         .to_string();
+        // `status` is left to its default, 'pending': on PostgreSQL a tenant
+        // role may not write it (nor any resolution column).
         let insert = "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, \
-            args_digest, call_digest, policy_version, decision_id, requested_by, status, \
-            created_at, expires_at) \
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12) \
+            args_digest, call_digest, policy_version, decision_id, requested_by, \
+            created_at, expires_at, action, preview) \
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
             ON CONFLICT (tenant, invocation_id) DO NOTHING";
         let select =
             format!("SELECT {COLUMNS} FROM approvals WHERE tenant = $1 AND invocation_id = $2");
@@ -358,6 +390,8 @@ impl Approvals<'_> {
                 .bind(&new.requested_by)
                 .bind(now)
                 .bind(expires_at)
+                .bind(&new.action)
+                .bind(&new.preview)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();

@@ -212,8 +212,8 @@ fn tenant_canonical(tenant: &str) -> Result<String> {
 /// The hashed document of one row: the RFC 8785 canonical JSON of
 /// `{"prev_hash", "record", "seq", "tenant", "v"}`. RFC 8785 sorts keys and
 /// adds no whitespace, so the document can be assembled from canonical parts;
-/// PostgreSQL assembles the same text in [`PG_APPEND`] so it can chain a row
-/// in one statement. `prev_hash` is lowercase hex and `seq` an integer, so
+/// on PostgreSQL the `decisions_chain` trigger (migration 0003) assembles the
+/// same text so that the database, not the caller, chains each row. `prev_hash` is lowercase hex and `seq` an integer, so
 /// neither needs escaping.
 fn hashed_document(tenant_json: &str, seq: i64, prev_hash: &str, record_json: &str) -> String {
     format!(
@@ -239,27 +239,17 @@ fn row_hash(
     Ok(crate::sha256_hex(doc.as_bytes()))
 }
 
-/// PostgreSQL: chain one row in a single statement. The UPDATE advances the
-/// tenant's head row, computing the new hash server-side from the head's
-/// current hash over the same canonical document as [`hashed_document`]. A
-/// concurrent appender holding the row makes it wait and then re-evaluate
-/// against the committed head, so the chain stays linear; the insert then
-/// stores the row the head now describes. Inserts nothing if the tenant has
-/// no head row yet.
-/// $1 tenant, $2 record canonical JSON, $3 tenant canonical JSON, $4.. columns.
-const PG_APPEND: &str = "WITH head AS ( \
-        UPDATE decision_heads SET seq = seq + 1, prev_hash = hash, \
-            hash = encode(sha256(convert_to('{\"prev_hash\":\"' || hash || '\",\"record\":' \
-                || $2 || ',\"seq\":' || (seq + 1)::text || ',\"tenant\":' || $3 \
-                || ',\"v\":1}', 'UTF8')), 'hex') \
-        WHERE tenant = $1 \
-        RETURNING seq, prev_hash, hash \
-    ) \
-    INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, reason, \
-        message, matched_rule, policy_version, risk, args_digest, created_at, call_digest, \
-        prev_hash, hash) \
-    SELECT $1, head.seq, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-        head.prev_hash, head.hash FROM head \
+/// PostgreSQL: append one row. The `decisions_chain` trigger (migration
+/// 0003) assigns seq, prev_hash and hash from the tenant's head row, which it
+/// locks and advances in the same statement, over the same canonical
+/// document as [`hashed_document`]; it seeds the head on the tenant's first
+/// append. A concurrent appender waits for the head row, so the chain stays
+/// linear, and a tenant role that may only INSERT cannot choose its chain
+/// position or hashes.
+const PG_APPEND: &str = "INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, \
+        verdict, reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
+        call_digest) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
     RETURNING seq, prev_hash, hash";
 
 /// Decision log operations. Obtain with [`Store::decisions`].
@@ -314,65 +304,29 @@ impl Decisions<'_> {
         tenant: &str,
         records: Vec<DecisionRecord>,
     ) -> Result<Vec<ChainedDecision>> {
-        let tenant_json = tenant_canonical(tenant)?;
-        let mut prepared = Vec::with_capacity(records.len());
-        for r in records {
-            let json = record_canonical(&r, r.created_at.as_millisecond())?;
-            prepared.push((r, json));
-        }
-        for attempt in 0..2 {
-            let result = if prepared.len() == 1 {
-                // One statement in autocommit: one round trip per decision.
-                let (r, json) = &prepared[0];
-                pg_append_one(&mut *pool.acquire().await?, tenant, &tenant_json, r, json)
-                    .await?
-                    .map(|row| vec![row])
-            } else {
-                let mut tx = pool.begin().await?;
-                let mut out = Vec::with_capacity(prepared.len());
-                for (r, json) in &prepared {
-                    match pg_append_one(&mut tx, tenant, &tenant_json, r, json).await? {
-                        Some(row) => out.push(row),
-                        None => break,
-                    }
-                }
-                if out.len() == prepared.len() {
-                    tx.commit().await?;
-                    Some(out)
-                } else {
-                    None
-                }
-            };
-            match result {
-                Some(rows) => {
-                    return Ok(rows
-                        .into_iter()
-                        .zip(prepared)
-                        .map(|((seq, prev_hash, hash), (record, _))| ChainedDecision {
-                            tenant: tenant.to_owned(),
-                            seq,
-                            prev_hash,
-                            hash,
-                            record,
-                        })
-                        .collect());
-                }
-                None if attempt == 0 => {
-                    // First append for this tenant: create its (empty) head,
-                    // committed on its own, then chain against it. An empty
-                    // head is a valid chain of zero rows.
-                    sqlx::query(SEED_HEAD)
-                        .bind(tenant)
-                        .bind(GENESIS_HASH)
-                        .execute(pool)
-                        .await?;
-                }
-                None => break,
+        let rows = if records.len() == 1 {
+            // One statement in autocommit: one round trip per decision.
+            vec![pg_append_one(&mut *pool.acquire().await?, tenant, &records[0]).await?]
+        } else {
+            let mut tx = pool.begin().await?;
+            let mut out = Vec::with_capacity(records.len());
+            for r in &records {
+                out.push(pg_append_one(&mut tx, tenant, r).await?);
             }
-        }
-        Err(StoreError::Corrupt(format!(
-            "chain head for tenant {tenant} disappeared during append"
-        )))
+            tx.commit().await?;
+            out
+        };
+        Ok(rows
+            .into_iter()
+            .zip(records)
+            .map(|((seq, prev_hash, hash), record)| ChainedDecision {
+                tenant: tenant.to_owned(),
+                seq,
+                prev_hash,
+                hash,
+                record,
+            })
+            .collect())
     }
 
     /// Reads up to `limit` rows of `tenant`'s chain with `seq > after_seq`,
@@ -490,21 +444,14 @@ impl Decisions<'_> {
     }
 }
 
-const SEED_HEAD: &str = "INSERT INTO decision_heads (tenant, seq, prev_hash, hash) \
-    VALUES ($1, 0, $2, $2) ON CONFLICT (tenant) DO NOTHING";
-
-/// Runs [`PG_APPEND`] for one record; `None` if the tenant has no head yet.
+/// Runs [`PG_APPEND`] for one record and returns its seq and hashes.
 async fn pg_append_one(
     conn: &mut sqlx::PgConnection,
     tenant: &str,
-    tenant_json: &str,
     r: &DecisionRecord,
-    record_json: &str,
-) -> Result<Option<(i64, String, String)>> {
+) -> Result<(i64, String, String)> {
     Ok(sqlx::query_as(PG_APPEND)
         .bind(tenant)
-        .bind(record_json)
-        .bind(tenant_json)
         .bind(&r.decision_id)
         .bind(&r.run_id)
         .bind(&r.step_id)
@@ -518,7 +465,7 @@ async fn pg_append_one(
         .bind(&r.args_digest)
         .bind(r.created_at.as_millisecond())
         .bind(&r.call_digest)
-        .fetch_optional(conn)
+        .fetch_one(conn)
         .await?)
 }
 
@@ -669,7 +616,9 @@ mod tests {
             );
             assert_eq!(built, expected);
         }
-        assert!(PG_APPEND.contains(&format!("\"v\":{HASH_FORMAT}}}")));
+        let trigger =
+            include_str!("../../../migrations/postgres/0003_tenant_roles_and_approval_preview.sql");
+        assert!(trigger.contains(&format!("\"v\":{HASH_FORMAT}}}")));
     }
 
     #[test]

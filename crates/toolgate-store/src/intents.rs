@@ -259,9 +259,11 @@ impl Intents<'_> {
             .map_err(|e| StoreError::InvalidInput(format!("verification_probe: {e}")))?;
         let id = new_id();
         let now = now_ms();
+        // `status` is left to its default, 'pending': on PostgreSQL a tenant
+        // role may not write it, so every intent starts pending.
         let sql = "INSERT INTO intents (id, tenant, run_id, step_id, tool, args_digest, \
-            call_digest, decision_id, risk, verification_probe, status, created_at) \
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11)";
+            call_digest, decision_id, risk, verification_probe, created_at) \
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
         let inserted = on_pool!(self.store, pool => {
             sqlx::query(sql)
                 .bind(&id)

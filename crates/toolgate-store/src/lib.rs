@@ -20,6 +20,7 @@ mod decisions;
 mod heartbeats;
 mod intents;
 mod profiles;
+pub mod tenancy;
 mod wakeups;
 
 use std::path::{Path, PathBuf};
@@ -33,7 +34,8 @@ use sqlx::sqlite::{
 };
 
 pub use approvals::{
-    Approval, ApprovalDecision, ApprovalStatus, Approvals, ApprovedCall, NewApproval, RunEvent,
+    Approval, ApprovalDecision, ApprovalStatus, Approvals, ApprovedCall, MAX_PREVIEW_CHARS,
+    NewApproval, RunEvent,
 };
 pub use decisions::{ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH};
 pub use heartbeats::{Heartbeat, Heartbeats};
@@ -41,6 +43,7 @@ pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
 };
 pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
+pub use tenancy::TenantCredentials;
 
 /// Every failure the store reports. Callers branch on [`StoreError::code`],
 /// which is stable across releases; the display text is for humans.
@@ -88,6 +91,21 @@ pub enum StoreError {
     /// nothing written now would survive a restart.
     #[error("store unavailable: {0}")]
     FileReplaced(String),
+    /// The database refused the operation to this role (SQLSTATE 42501,
+    /// including a row-level security refusal): a tenant role acting
+    /// outside its tenant or its privileges, or an admin role lacking one
+    /// (e.g. CREATEROLE for provisioning).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// The operation needs PostgreSQL (per-tenant roles); the embedded
+    /// SQLite store is single-user.
+    #[error("tenancy is not supported on {0}: SQLite is single-user")]
+    TenancyUnsupported(&'static str),
+    /// The database schema is not at the version this build expects, and
+    /// this session (a tenant role) may not migrate it: run the migrations
+    /// with the admin role first.
+    #[error("database schema not migrated: {0}")]
+    SchemaMismatch(String),
     /// Any other database error (constraint or SQL failure).
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
@@ -105,6 +123,9 @@ impl StoreError {
             StoreError::InvalidInput(_) => "invalid_input",
             StoreError::MigrationFailed(_) => "migration_failed",
             StoreError::Corrupt(_) => "stored_data_corrupt",
+            StoreError::PermissionDenied(_) => "permission_denied",
+            StoreError::TenancyUnsupported(_) => "tenancy_unsupported",
+            StoreError::SchemaMismatch(_) => "schema_mismatch",
             StoreError::Database(_) => "database_error",
         }
     }
@@ -127,6 +148,17 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::WorkerCrashed
             | sqlx::Error::Protocol(_) => StoreError::Unavailable(e),
             sqlx::Error::Database(db) if db.is_unique_violation() => {
+                StoreError::Conflict(db.message().to_owned())
+            }
+            // insufficient_privilege, also raised by row-level security.
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("42501") => {
+                StoreError::PermissionDenied(db.message().to_owned())
+            }
+            // Migration 0003's forward-only triggers: a backward intent
+            // transition, a second consume, a lowered high-water mark.
+            sqlx::Error::Database(db)
+                if matches!(db.code().as_deref(), Some("TG001" | "TG002" | "TG003")) =>
+            {
                 StoreError::Conflict(db.message().to_owned())
             }
             _ => StoreError::Database(e),
@@ -204,6 +236,8 @@ pub struct Store {
     pub(crate) wakeups: Arc<wakeups::Wakeups>,
     /// The SQLite database file as it was when the store connected.
     sqlite_file: Option<Arc<FileIdentity>>,
+    /// The URL the store connected with (for provisioning tenant URLs).
+    url: Option<tenancy::SecretUrl>,
 }
 
 /// Which file a path named when the store opened it (device and inode).
@@ -245,7 +279,9 @@ impl FileIdentity {
 }
 
 impl Store {
-    /// Connects with default [`StoreOptions`] and applies pending migrations.
+    /// Connects with default [`StoreOptions`] and applies pending migrations
+    /// (as a PostgreSQL tenant role, which may not migrate, it only checks
+    /// that the schema is current: `schema_mismatch` otherwise).
     ///
     /// `url` is `postgres://…` / `postgresql://…`, or `sqlite://path?mode=rwc`
     /// / `sqlite::memory:`.
@@ -255,7 +291,7 @@ impl Store {
 
     /// Connects with explicit pool options and applies pending migrations.
     pub async fn connect_with(url: &str, options: StoreOptions) -> Result<Store> {
-        let store = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let mut store = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let pool = PgPoolOptions::new()
                 .max_connections(options.max_connections.max(1))
                 .acquire_timeout(options.acquire_timeout)
@@ -302,6 +338,7 @@ impl Store {
                 "database url must start with postgres://, postgresql:// or sqlite:".into(),
             ));
         };
+        store.url = Some(tenancy::SecretUrl::new(url));
         store.migrate().await?;
         Ok(store)
     }
@@ -313,6 +350,7 @@ impl Store {
             backend: Backend::Postgres(pool),
             wakeups: wakeups::Wakeups::new(),
             sqlite_file: None,
+            url: None,
         }
     }
 
@@ -323,16 +361,28 @@ impl Store {
             backend: Backend::Sqlite(pool),
             wakeups: wakeups::Wakeups::new(),
             sqlite_file: None,
+            url: None,
         }
     }
 
     /// Applies the embedded migrations for this backend. Idempotent.
+    ///
+    /// On PostgreSQL a tenant role (see [`Store::provision_tenant`]) may not
+    /// change the schema: for a tenant session this only checks that every
+    /// embedded migration has been applied, and fails with
+    /// `schema_mismatch` otherwise.
     pub async fn migrate(&self) -> Result<()> {
         match &self.backend {
-            Backend::Postgres(pool) => sqlx::migrate!("../../migrations/postgres")
-                .run(pool)
-                .await
-                .map_err(StoreError::MigrationFailed),
+            Backend::Postgres(pool) => {
+                let migrator = sqlx::migrate!("../../migrations/postgres");
+                if tenancy::is_tenant_session(pool).await? {
+                    return tenancy::check_schema(pool, &migrator).await;
+                }
+                migrator
+                    .run(pool)
+                    .await
+                    .map_err(StoreError::MigrationFailed)
+            }
             Backend::Sqlite(pool) => sqlx::migrate!("../../migrations/sqlite")
                 .run(pool)
                 .await

@@ -55,6 +55,8 @@ fn new_approval(tenant: &str, invocation: &str, ttl: Duration) -> NewApproval {
         decision_id: unique("dec"),
         requested_by: "agent@acme".into(),
         ttl,
+        action: None,
+        preview: None,
     }
 }
 
@@ -254,6 +256,79 @@ both_backends!(approval_request_is_idempotent_and_evented, |db| {
     assert_eq!(
         approvals.request(explicit).await.unwrap().id,
         "apr-explicit"
+    );
+});
+
+both_backends!(approval_action_and_preview_round_trip, |db| {
+    let approvals = db.store.approvals();
+    let mut req = new_approval("acme", &unique("inv"), Duration::from_secs(60));
+    req.action = Some("delete".into());
+    // 512 characters, 1024 bytes: the limit counts characters.
+    req.preview = Some("\u{e9}".repeat(512));
+    let created = approvals.request(req.clone()).await.unwrap();
+    assert_eq!(created.action.as_deref(), Some("delete"));
+    assert_eq!(created.preview, req.preview);
+    let got = approvals.get("acme", &created.id).await.unwrap();
+    assert_eq!(
+        (got.action.clone(), got.preview.clone()),
+        (req.action.clone(), req.preview.clone())
+    );
+    let listed = approvals.list("acme", None).await.unwrap();
+    assert_eq!(listed[0].preview, req.preview);
+    let all = approvals
+        .list_all(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap();
+    assert_eq!(all[0].action.as_deref(), Some("delete"));
+    let resolved = approvals
+        .resolve(
+            "acme",
+            &created.id,
+            ApprovalDecision::Approved,
+            "alice",
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(resolved.preview, req.preview);
+    let waited = approvals
+        .wait("acme", &created.id, Duration::from_millis(10))
+        .await
+        .unwrap();
+    assert_eq!(waited.action.as_deref(), Some("delete"));
+    // A repeat request returns the stored fields.
+    assert_eq!(
+        approvals.request(req).await.unwrap().preview,
+        created.preview
+    );
+    // Both are optional (and default to None when absent from JSON).
+    let plain = approvals
+        .request(new_approval(
+            "acme",
+            &unique("inv"),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!((plain.action, plain.preview), (None, None));
+    let json = serde_json::to_value(new_approval("acme", "i", Duration::from_secs(1))).unwrap();
+    let mut obj = json.as_object().unwrap().clone();
+    obj.remove("action");
+    obj.remove("preview");
+    let parsed: NewApproval = serde_json::from_value(obj.into()).unwrap();
+    assert_eq!((parsed.action, parsed.preview), (None, None));
+    // Too long a preview is refused.
+    let mut long = new_approval("acme", &unique("inv"), Duration::from_secs(60));
+    long.preview = Some("x".repeat(513));
+    assert_eq!(
+        approvals.request(long).await.unwrap_err().code(),
+        "invalid_input"
+    );
+    let mut bad = new_approval("acme", &unique("inv"), Duration::from_secs(60));
+    bad.action = Some("bad\naction".into());
+    assert_eq!(
+        approvals.request(bad).await.unwrap_err().code(),
+        "invalid_input"
     );
 });
 

@@ -44,6 +44,8 @@ enum Command {
     Audit(cmd::audit::AuditArgs),
     /// Apply database migrations.
     Migrate(cmd::audit::MigrateArgs),
+    /// Provision per-tenant PostgreSQL login roles.
+    Tenant(cmd::tenant::TenantArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Approvals(args) => cmd::approvals::run(args),
         Command::Audit(args) => cmd::audit::run(args),
         Command::Migrate(args) => cmd::audit::migrate(args),
+        Command::Tenant(args) => cmd::tenant::run(args),
     };
     match result {
         Ok(code) => code,

@@ -61,6 +61,8 @@ async fn approvals_and_audit_from_the_command_line() {
             decision_id: "d0".into(),
             requested_by: "sidecar:agents/pod-1".into(),
             ttl: Duration::from_secs(600),
+            action: None,
+            preview: None,
         })
         .await
         .unwrap();

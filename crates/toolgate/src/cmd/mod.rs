@@ -8,5 +8,6 @@ pub mod crdgen;
 pub mod demo;
 pub mod keygen;
 pub mod sidecar;
+pub mod tenant;
 pub mod test;
 pub mod webhook;

@@ -1,0 +1,760 @@
+//! Per-tenant PostgreSQL roles and row-level security (migration 0003),
+//! against a real PostgreSQL.
+//!
+//! The admin URL comes from `TOOLGATE_TEST_DATABASE_URL` (a superuser or a
+//! role with CREATEROLE). Unset, these tests print a skip notice and pass,
+//! unless `CI=true`, in which case they fail. Each test migrates its own
+//! schema and provisions tenants with random names (roles are
+//! cluster-global), and drops schema and roles afterwards.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use toolgate_store::{
+    ApprovalDecision, ApprovalStatus, ApprovedCall, DecisionRecord, Heartbeat, IntentOutcome,
+    NewApproval, NewIntent, ProfileLoad, Store, TenantCredentials,
+};
+
+const CALL: &str = "sha256:call";
+const POLICY: &str = "default@0123456789ab+h01234567";
+
+fn admin_url() -> Option<String> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    match std::env::var("TOOLGATE_TEST_DATABASE_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ if ci => panic!("CI=true but TOOLGATE_TEST_DATABASE_URL is not set"),
+        _ => {
+            eprintln!(
+                "SKIP tenancy test: set TOOLGATE_TEST_DATABASE_URL to run it \
+                 (it is required when CI=true)"
+            );
+            None
+        }
+    }
+}
+
+fn suffix() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..10].to_owned()
+}
+
+/// A migrated schema of its own, an admin store on it, and the tenant roles
+/// provisioned through it (dropped on drop).
+struct Fixture {
+    base_url: String,
+    schema: String,
+    admin: Store,
+    roles: Vec<String>,
+}
+
+impl Fixture {
+    async fn new() -> Option<Fixture> {
+        let base_url = admin_url()?;
+        let root = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(PgConnectOptions::from_str(&base_url).expect("parse admin url"))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("PostgreSQL at TOOLGATE_TEST_DATABASE_URL unreachable: {e}")
+            });
+        let schema = format!("tn_{}", suffix());
+        sqlx::query(&format!("CREATE SCHEMA {schema}"))
+            .execute(&root)
+            .await
+            .expect("create schema");
+        root.close().await;
+        let admin = Store::connect(&with_schema(&base_url, &schema))
+            .await
+            .expect("connect and migrate as admin");
+        Some(Fixture {
+            base_url,
+            schema,
+            admin,
+            roles: Vec::new(),
+        })
+    }
+
+    async fn provision(&mut self, tenant: &str) -> TenantCredentials {
+        let creds = self
+            .admin
+            .provision_tenant(tenant)
+            .await
+            .expect("provision tenant");
+        if !self.roles.contains(&creds.role) {
+            self.roles.push(creds.role.clone());
+        }
+        creds
+    }
+
+    fn admin_pool(&self) -> &PgPool {
+        self.admin.as_postgres().expect("postgres")
+    }
+}
+
+impl Drop for Fixture {
+    /// Drops the schema and every provisioned role (also after a panic).
+    fn drop(&mut self) {
+        let (url, schema, roles) = (
+            self.base_url.clone(),
+            self.schema.clone(),
+            self.roles.clone(),
+        );
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let Ok(pool) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(PgConnectOptions::from_str(&url).expect("url"))
+                    .await
+                else {
+                    return;
+                };
+                let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+                    .execute(&pool)
+                    .await;
+                for role in roles {
+                    let _ = sqlx::raw_sql(&format!(
+                        "DROP OWNED BY \"{role}\"; DROP ROLE IF EXISTS \"{role}\""
+                    ))
+                    .execute(&pool)
+                    .await;
+                }
+                pool.close().await;
+            });
+        })
+        .join();
+    }
+}
+
+/// `url` with the connection's search_path set to `schema`.
+fn with_schema(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{schema}")
+}
+
+/// Runs `sql` and returns the SQLSTATE it fails with; panics if it succeeds.
+async fn sqlstate(pool: &PgPool, sql: &str) -> String {
+    match sqlx::raw_sql(sql).execute(pool).await {
+        Ok(r) => panic!(
+            "expected {sql:?} to fail, it affected {} rows",
+            r.rows_affected()
+        ),
+        Err(sqlx::Error::Database(db)) => db.code().map(|c| c.into_owned()).unwrap_or_default(),
+        Err(e) => panic!("{sql:?}: unexpected error {e}"),
+    }
+}
+
+async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+fn approval(tenant: &str, invocation: &str) -> NewApproval {
+    NewApproval {
+        approval_id: None,
+        invocation_id: invocation.into(),
+        tenant: tenant.into(),
+        run_id: "run-1".into(),
+        tool: "fs.delete".into(),
+        args_digest: "sha256:args".into(),
+        call_digest: Some(CALL.into()),
+        policy_version: POLICY.into(),
+        decision_id: format!("dec-{}", suffix()),
+        requested_by: format!("sidecar:{tenant}/pod-1"),
+        ttl: Duration::from_secs(600),
+        action: Some("delete".into()),
+        preview: Some("rm -rf /tmp/x".into()),
+    }
+}
+
+fn intent(tenant: &str) -> NewIntent {
+    NewIntent {
+        tenant: tenant.into(),
+        run_id: "run-1".into(),
+        step_id: "step-1".into(),
+        tool: "fs.delete".into(),
+        args_digest: "sha256:args".into(),
+        call_digest: Some(CALL.into()),
+        decision_id: format!("dec-{}", suffix()),
+        risk: "high".into(),
+        verification_probe: None,
+    }
+}
+
+fn record(i: usize) -> DecisionRecord {
+    DecisionRecord {
+        decision_id: format!("dec-{i}"),
+        run_id: "run-1".into(),
+        step_id: format!("step-{i}"),
+        tool: "fs.read".into(),
+        verdict: "allow".into(),
+        reason: "allow_rule".into(),
+        message: Some(format!(
+            "line\nbreak\t\"quoted\" \\ \u{1}\u{1f}\u{7f}\u{2028}/ \u{e9}\u{1F600} {i}"
+        )),
+        matched_rule: i.is_multiple_of(2).then(|| "allow:fs.read".into()),
+        policy_version: POLICY.into(),
+        risk: "low".into(),
+        args_digest: "sha256:args".into(),
+        call_digest: (!i.is_multiple_of(3)).then(|| CALL.into()),
+        created_at: jiff::Timestamp::now(),
+    }
+}
+
+fn profile_load(namespace: &str, version: &str) -> ProfileLoad {
+    ProfileLoad {
+        profile: "default".into(),
+        namespace: namespace.into(),
+        policy_version: version.into(),
+        spec_sha256: "a".repeat(64),
+        hardline_sha256: "b".repeat(64),
+        bundle_digest: Some("sha256:bundle".into()),
+        loaded_by: format!("sidecar:{namespace}/pod-1"),
+    }
+}
+
+fn heartbeat(namespace: &str, sequence: i64) -> Heartbeat {
+    Heartbeat {
+        pod_name: "pod-1".into(),
+        pod_namespace: namespace.into(),
+        profile: "default".into(),
+        policy_version: POLICY.into(),
+        sequence,
+        last_seen: jiff::Timestamp::now(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenant_roles_are_confined_to_their_tenant() {
+    let Some(mut fx) = Fixture::new().await else {
+        return;
+    };
+    let (ta, tb) = (format!("ta-{}", suffix()), format!("tb-{}", suffix()));
+    let creds_a = fx.provision(&ta).await;
+    let creds_b = fx.provision(&tb).await;
+    assert_eq!(creds_a.tenant, ta);
+    assert!(creds_a.role.starts_with("tg_t_ta_"), "{}", creds_a.role);
+    assert!(
+        creds_a
+            .database_url
+            .contains(&format!("//{}:", creds_a.role))
+    );
+    assert!(creds_a.database_url.contains("options=-c%20search_path%3D"));
+    assert!(!format!("{creds_a:?}").contains(&creds_a.database_url));
+
+    // Connecting as a tenant checks the schema instead of migrating.
+    let a = Store::connect(&creds_a.database_url)
+        .await
+        .expect("connect as tenant A");
+    let b = Store::connect(&creds_b.database_url)
+        .await
+        .expect("connect as tenant B");
+    a.migrate()
+        .await
+        .expect("tenant migrate is a version check");
+    assert_eq!(a.session_tenant().await.unwrap().as_deref(), Some(&*ta));
+    assert_eq!(b.session_tenant().await.unwrap().as_deref(), Some(&*tb));
+    assert_eq!(fx.admin.session_tenant().await.unwrap(), None);
+    let pa = a.as_postgres().unwrap().clone();
+    let pb = b.as_postgres().unwrap().clone();
+
+    // ---- the sidecar's operations work as tenant A ----------------------
+    let req = a.approvals().request(approval(&ta, "inv-1")).await.unwrap();
+    assert_eq!(req.status, ApprovalStatus::Pending);
+    assert_eq!(req.action.as_deref(), Some("delete"));
+    assert_eq!(req.preview.as_deref(), Some("rm -rf /tmp/x"));
+    let again = a.approvals().request(approval(&ta, "inv-1")).await.unwrap();
+    assert_eq!(again.id, req.id);
+    let waiter = {
+        let (a, ta, id) = (a.clone(), ta.clone(), req.id.clone());
+        tokio::spawn(async move { a.approvals().wait(&ta, &id, Duration::from_secs(20)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A tenant cannot resolve its own approval.
+    let err = a
+        .approvals()
+        .resolve(&ta, &req.id, ApprovalDecision::Approved, "self", None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "permission_denied", "{err}");
+    fx.admin
+        .approvals()
+        .resolve(&ta, &req.id, ApprovalDecision::Approved, "alice", None)
+        .await
+        .unwrap();
+    let waited = waiter.await.unwrap().unwrap();
+    assert_eq!(waited.status, ApprovalStatus::Approved);
+    assert_eq!(
+        a.approvals()
+            .list(&ta, Some(ApprovalStatus::Approved))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let call = ApprovedCall {
+        tool: "fs.delete",
+        args_digest: "sha256:args",
+        call_digest: CALL,
+        policy_version: POLICY,
+    };
+    assert!(a.approvals().consume(&ta, &req.id, &call).await.unwrap());
+    assert!(!a.approvals().consume(&ta, &req.id, &call).await.unwrap());
+    assert_eq!(
+        a.approvals().run_events(&ta, "run-1").await.unwrap().len(),
+        2
+    );
+
+    let done = a.intents().begin(intent(&ta)).await.unwrap();
+    a.intents().mark_effect_sent(&done.id).await.unwrap();
+    a.intents()
+        .complete(&done.id, IntentOutcome::Completed, Some("ok".into()))
+        .await
+        .unwrap();
+    let open = a.intents().begin(intent(&ta)).await.unwrap();
+    a.intents().mark_effect_sent(&open.id).await.unwrap();
+    let pending = a.intents().pending("run-1").await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].intent.id, open.id);
+
+    let first = a.decisions().append(&ta, record(0)).await.unwrap();
+    assert_eq!(first.seq, 1);
+    let batch = a
+        .decisions()
+        .append_batch(&ta, (1..6).map(record).collect())
+        .await
+        .unwrap();
+    assert_eq!(batch.last().unwrap().seq, 6);
+    let reports = a.decisions().verify(Some(&ta)).await.unwrap();
+    assert!(reports[0].ok, "{reports:?}");
+    assert_eq!(reports[0].rows, 6);
+
+    assert!(
+        a.profiles()
+            .record_profile_load(profile_load(&ta, "default@a"))
+            .await
+            .unwrap()
+    );
+    a.profiles()
+        .record_bundle_sequence(&ta, "default", 3, "sha256:b3")
+        .await
+        .unwrap();
+    a.profiles()
+        .record_bundle_sequence(&ta, "default", 5, "sha256:b5")
+        .await
+        .unwrap();
+    a.profiles()
+        .record_bundle_sequence(&ta, "default", 4, "sha256:b4")
+        .await
+        .unwrap();
+    assert_eq!(
+        a.profiles()
+            .bundle_high_water(&ta, "default")
+            .await
+            .unwrap(),
+        Some((5, "sha256:b5".to_owned()))
+    );
+    a.heartbeats()
+        .record_heartbeat(&heartbeat(&ta, 1))
+        .await
+        .unwrap();
+    a.heartbeats()
+        .record_heartbeat(&heartbeat(&ta, 2))
+        .await
+        .unwrap();
+    assert_eq!(a.heartbeats().list_heartbeats(None).await.unwrap().len(), 1);
+    assert_eq!(
+        a.profiles()
+            .list_process_events(None, 0)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // B writes a little of its own, so that A's view can be checked too.
+    b.decisions().append(&tb, record(0)).await.unwrap();
+    b.approvals().request(approval(&tb, "inv-b")).await.unwrap();
+    b.heartbeats()
+        .record_heartbeat(&heartbeat(&tb, 1))
+        .await
+        .unwrap();
+
+    // ---- refusals by SQLSTATE, as tenant A --------------------------------
+    for sql in [
+        format!("UPDATE decisions SET verdict = 'deny' WHERE tenant = '{ta}'"),
+        format!("DELETE FROM decisions WHERE tenant = '{ta}'"),
+        "TRUNCATE decisions".to_owned(),
+        format!("UPDATE decision_heads SET seq = 0 WHERE tenant = '{ta}'"),
+        format!("DELETE FROM decision_heads WHERE tenant = '{ta}'"),
+        "TRUNCATE decision_heads".to_owned(),
+        format!(
+            "INSERT INTO decision_heads (tenant, seq, prev_hash, hash) VALUES ('{ta}x', 0, '', '')"
+        ),
+        // Resolving or expiring an approval.
+        format!("UPDATE approvals SET status = 'approved' WHERE tenant = '{ta}'"),
+        format!("UPDATE approvals SET resolved_by = 'me', reason = 'x' WHERE tenant = '{ta}'"),
+        format!("UPDATE approvals SET resolved_at = 1 WHERE tenant = '{ta}'"),
+        format!("DELETE FROM approvals WHERE tenant = '{ta}'"),
+        // Requesting an approval that is already approved.
+        format!(
+            "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, args_digest, \
+             policy_version, decision_id, requested_by, status, created_at, expires_at) \
+             VALUES ('forged', '{ta}', 'inv-x', 'run-1', 't', 'd', 'p', 'd', 'me', 'approved', \
+             0, 9999999999999)"
+        ),
+        format!("DELETE FROM intents WHERE tenant = '{ta}'"),
+        // Identifying columns of an intent are not even updatable.
+        format!(
+            "UPDATE intents SET tool = 'fs.read' WHERE id = '{}'",
+            open.id
+        ),
+        format!(
+            "UPDATE intents SET tenant = '{tb}' WHERE id = '{}'",
+            open.id
+        ),
+        "TRUNCATE intents".to_owned(),
+        format!("DELETE FROM run_events WHERE tenant = '{ta}'"),
+        format!("UPDATE run_events SET kind = 'x' WHERE tenant = '{ta}'"),
+        // Tenants may only record approval requests as run events.
+        format!(
+            "INSERT INTO run_events (tenant, run_id, kind, subject_id, payload, created_at) \
+             VALUES ('{ta}', 'run-1', 'approval.resolved', 'a', '{{}}', 0)"
+        ),
+        "SELECT * FROM tenant_roles".to_owned(),
+        format!("SELECT toolgate_provision_tenant('{ta}', 'x', 'y')"),
+        "CREATE TABLE squat (x int)".to_owned(),
+        format!("DELETE FROM sidecar_heartbeats WHERE pod_namespace = '{ta}'"),
+        format!("DELETE FROM bundle_high_water WHERE namespace = '{ta}'"),
+    ] {
+        assert_eq!(sqlstate(&pa, &sql).await, "42501", "{sql}");
+    }
+    // Forward-only intents: backward, sideways and identity changes.
+    for sql in [
+        format!(
+            "UPDATE intents SET status = 'pending' WHERE id = '{}'",
+            done.id
+        ),
+        format!(
+            "UPDATE intents SET status = 'error' WHERE id = '{}'",
+            done.id
+        ),
+        format!(
+            "UPDATE intents SET detail = 'rewritten' WHERE id = '{}'",
+            done.id
+        ),
+        format!(
+            "UPDATE intents SET effect_sent_at = NULL WHERE id = '{}'",
+            open.id
+        ),
+        format!(
+            "UPDATE intents SET status = 'completed' WHERE id = '{}'",
+            open.id
+        ),
+    ] {
+        assert_eq!(sqlstate(&pa, &sql).await, "TG001", "{sql}");
+    }
+    // The trigger guards identifying columns for every role, the admin too.
+    for sql in [
+        format!(
+            "UPDATE intents SET tool = 'fs.read' WHERE id = '{}'",
+            open.id
+        ),
+        format!(
+            "UPDATE intents SET status = 'pending' WHERE id = '{}'",
+            done.id
+        ),
+    ] {
+        assert_eq!(sqlstate(fx.admin_pool(), &sql).await, "TG001", "{sql}");
+    }
+    // A consumed approval cannot be made usable again.
+    assert_eq!(
+        sqlstate(
+            &pa,
+            &format!(
+                "UPDATE approvals SET consumed_at = NULL WHERE id = '{}'",
+                req.id
+            )
+        )
+        .await,
+        "TG002"
+    );
+    // The anti-rollback mark only moves up.
+    assert_eq!(
+        sqlstate(
+            &pa,
+            &format!("UPDATE bundle_high_water SET sequence = 1 WHERE namespace = '{ta}'")
+        )
+        .await,
+        "TG003"
+    );
+    // Direct inserts are chained by the database, whatever seq and hashes
+    // the tenant claims.
+    sqlx::raw_sql(&format!(
+        "INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
+         reason, policy_version, risk, args_digest, created_at, prev_hash, hash) \
+         VALUES ('{ta}', 1, 'forged', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', 0, \
+         'bogus', 'bogus')"
+    ))
+    .execute(&pa)
+    .await
+    .unwrap();
+    let reports = a.decisions().verify(Some(&ta)).await.unwrap();
+    assert!(reports[0].ok, "{reports:?}");
+    assert_eq!(reports[0].rows, 7);
+
+    // ---- invisibility: B sees none of A's rows ----------------------------
+    for (table, column) in [
+        ("approvals", "tenant"),
+        ("intents", "tenant"),
+        ("run_events", "tenant"),
+        ("decisions", "tenant"),
+        ("decision_heads", "tenant"),
+        ("policy_profiles", "namespace"),
+        ("process_events", "tenant"),
+        ("sidecar_heartbeats", "pod_namespace"),
+        ("bundle_high_water", "namespace"),
+    ] {
+        let sql = format!("SELECT count(*) FROM {table} WHERE {column} = '{ta}'");
+        assert_eq!(count(&pb, &sql).await, 0, "B sees A's {table}");
+        assert!(count(fx.admin_pool(), &sql).await > 0, "admin sees {table}");
+    }
+    assert_eq!(count(&pb, "SELECT count(*) FROM process_events").await, 0);
+    assert_eq!(
+        b.approvals().get(&ta, &req.id).await.unwrap_err().code(),
+        "not_found"
+    );
+    assert_eq!(
+        b.intents().get(&open.id).await.unwrap_err().code(),
+        "not_found"
+    );
+    assert!(b.decisions().list(&ta, 0, 100).await.unwrap().is_empty());
+    assert!(
+        b.approvals()
+            .list_all(None)
+            .await
+            .unwrap()
+            .iter()
+            .all(|x| x.tenant == tb)
+    );
+    assert_eq!(b.heartbeats().list_heartbeats(None).await.unwrap().len(), 1);
+    let b_reports = b.decisions().verify(None).await.unwrap();
+    assert_eq!(b_reports.len(), 1);
+    assert_eq!(b_reports[0].tenant, tb);
+    // B's changes to A's rows touch nothing.
+    let changed = sqlx::query("UPDATE intents SET effect_sent_at = 1 WHERE id = $1")
+        .bind(&open.id)
+        .execute(&pb)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(changed, 0);
+    // B writing rows of tenant A: refused by RLS WITH CHECK.
+    for sql in [
+        format!(
+            "INSERT INTO intents (id, tenant, run_id, step_id, tool, args_digest, decision_id, \
+             risk, created_at) VALUES ('i-x', '{ta}', 'r', 's', 't', 'd', 'dec-x', 'high', 0)"
+        ),
+        format!(
+            "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, args_digest, \
+             policy_version, decision_id, requested_by, created_at, expires_at) \
+             VALUES ('a-x', '{ta}', 'inv-x', 'r', 't', 'd', 'p', 'd', 'me', 0, 1)"
+        ),
+        format!(
+            "INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, reason, \
+             policy_version, risk, args_digest, created_at) \
+             VALUES ('{ta}', 'x', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', 0)"
+        ),
+        format!(
+            "INSERT INTO run_events (tenant, run_id, kind, subject_id, payload, created_at) \
+             VALUES ('{ta}', 'r', 'approval.requested', 'a', '{{}}', 0)"
+        ),
+    ] {
+        assert_eq!(sqlstate(&pb, &sql).await, "42501", "{sql}");
+    }
+    for err in [
+        b.approvals()
+            .request(approval(&ta, "inv-b2"))
+            .await
+            .unwrap_err(),
+        b.intents().begin(intent(&ta)).await.unwrap_err(),
+        b.decisions().append(&ta, record(9)).await.unwrap_err(),
+        b.heartbeats()
+            .record_heartbeat(&heartbeat(&ta, 9))
+            .await
+            .unwrap_err(),
+        b.profiles()
+            .record_bundle_sequence(&ta, "default", 9, "sha256:b9")
+            .await
+            .unwrap_err(),
+        b.profiles()
+            .record_profile_load(profile_load(&ta, "default@b"))
+            .await
+            .unwrap_err(),
+    ] {
+        assert_eq!(err.code(), "permission_denied", "{err}");
+    }
+    // A's chain is intact after all of the above.
+    let reports = fx.admin.decisions().verify(None).await.unwrap();
+    assert!(reports.iter().all(|r| r.ok), "{reports:?}");
+
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provisioning_rotates_the_password_and_checks_names() {
+    let Some(mut fx) = Fixture::new().await else {
+        return;
+    };
+    let tenant = format!("tr-{}", suffix());
+    let first = fx.provision(&tenant).await;
+    let store = Store::connect(&first.database_url)
+        .await
+        .expect("first url connects");
+    store.close().await;
+    let second = fx.provision(&tenant).await;
+    assert_eq!(first.role, second.role);
+    assert_ne!(first.database_url, second.database_url);
+    let store = Store::connect(&second.database_url)
+        .await
+        .expect("new url connects");
+    assert_eq!(
+        store.session_tenant().await.unwrap().as_deref(),
+        Some(&*tenant)
+    );
+    store.close().await;
+
+    let old_password = url::Url::parse(&first.database_url)
+        .unwrap()
+        .password()
+        .unwrap()
+        .to_owned();
+    let new_password = url::Url::parse(&second.database_url)
+        .unwrap()
+        .password()
+        .unwrap()
+        .to_owned();
+    assert_eq!(new_password.len(), 64);
+    // Does the server check passwords for this connection at all (pg_hba
+    // `trust` does not)?
+    let mut wrong = url::Url::parse(&second.database_url).unwrap();
+    wrong.set_password(Some("not-the-password")).unwrap();
+    let enforced = match PgPoolOptions::new()
+        .max_connections(1)
+        .connect(wrong.as_str())
+        .await
+    {
+        Ok(p) => {
+            p.close().await;
+            false
+        }
+        Err(_) => true,
+    };
+    if enforced {
+        let err = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&first.database_url)
+            .await
+            .expect_err("the rotated-out password must fail");
+        let code = err
+            .as_database_error()
+            .and_then(|d| d.code().map(|c| c.into_owned()));
+        assert_eq!(code.as_deref(), Some("28P01"), "{err}");
+    } else {
+        eprintln!(
+            "NOTE: the server does not check passwords for this connection (pg_hba trust), \
+             so the rotation is proved on the stored SCRAM verifier instead of by a 28P01 login"
+        );
+    }
+    // With a superuser admin, also check the stored verifier directly: it
+    // accepts the new password only, and our SCRAM implementation agrees
+    // with PostgreSQL's own.
+    let superuser: bool =
+        sqlx::query_scalar("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            .fetch_one(fx.admin_pool())
+            .await
+            .unwrap();
+    if superuser {
+        let verifier: String =
+            sqlx::query_scalar("SELECT rolpassword FROM pg_authid WHERE rolname = $1")
+                .bind(&second.role)
+                .fetch_one(fx.admin_pool())
+                .await
+                .expect("read pg_authid (the test admin is a superuser)");
+        assert!(toolgate_store::tenancy::scram_verifier_matches(
+            &verifier,
+            &new_password
+        ));
+        assert!(!toolgate_store::tenancy::scram_verifier_matches(
+            &verifier,
+            &old_password
+        ));
+        // And our SCRAM implementation agrees with PostgreSQL's own.
+        let probe = format!("tg_scram_probe_{}", suffix());
+        sqlx::raw_sql(&format!(
+            "SET password_encryption = 'scram-sha-256'; CREATE ROLE {probe} PASSWORD 'pencil'"
+        ))
+        .execute(fx.admin_pool())
+        .await
+        .unwrap();
+        let pg_verifier: String =
+            sqlx::query_scalar("SELECT rolpassword FROM pg_authid WHERE rolname = $1")
+                .bind(&probe)
+                .fetch_one(fx.admin_pool())
+                .await
+                .unwrap();
+        sqlx::raw_sql(&format!("DROP ROLE {probe}"))
+            .execute(fx.admin_pool())
+            .await
+            .unwrap();
+        assert!(toolgate_store::tenancy::scram_verifier_matches(
+            &pg_verifier,
+            "pencil"
+        ));
+        assert!(!toolgate_store::tenancy::scram_verifier_matches(
+            &pg_verifier,
+            "pencil!"
+        ));
+    } else if !enforced {
+        eprintln!(
+            "NOTE: passwords are not checked and the admin cannot read pg_authid: \
+             the password rotation is not proved in this environment"
+        );
+    }
+
+    // Names that are not Kubernetes namespaces are typed errors.
+    for bad in [
+        "",
+        "Team-A",
+        "team_a",
+        "-a",
+        "a-",
+        "a.b",
+        &"x".repeat(64),
+        "t\u{e9}",
+    ] {
+        let err = fx.admin.provision_tenant(bad).await.unwrap_err();
+        assert_eq!(err.code(), "invalid_input", "{bad:?}: {err}");
+    }
+    // SQLite is single-user.
+    let sqlite = Store::connect("sqlite::memory:").await.unwrap();
+    let err = sqlite.provision_tenant("team-a").await.unwrap_err();
+    assert_eq!(err.code(), "tenancy_unsupported");
+    assert_eq!(sqlite.session_tenant().await.unwrap(), None);
+    sqlite.close().await;
+
+    // A tenant cannot migrate: a schema that lacks a migration is a typed
+    // error when a tenant connects.
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = 3")
+        .execute(fx.admin_pool())
+        .await
+        .unwrap();
+    let err = Store::connect(&second.database_url).await.unwrap_err();
+    assert_eq!(err.code(), "schema_mismatch", "{err}");
+}
