@@ -438,6 +438,12 @@ async fn escalate(
 ) -> Result<Option<String>, ApiError> {
     let tool = enforced.policy.canonical_tool(&req.tool).to_owned();
     let base = invocation_base(&app.tenant, &req.run_id, step_id, verdict);
+    // What the approver is shown: the text the rules matched, masked.
+    let preview = enforced.policy.preview(&Call {
+        tool: &req.tool,
+        action: req.action.as_deref(),
+        arguments: &req.arguments,
+    });
     for round in 0..MAX_APPROVAL_ROUNDS {
         let approval = app
             .store
@@ -454,8 +460,8 @@ async fn escalate(
                 decision_id: decision_id.to_owned(),
                 requested_by: app.identity.clone(),
                 ttl: Duration::from_secs(u64::from(enforced.approval_ttl_seconds)),
-                action: None,
-                preview: None,
+                action: req.action.clone(),
+                preview: preview.clone(),
             })
             .await?;
         if approval.consumed_at.is_some() || approval.status == ApprovalStatus::Expired {

@@ -100,6 +100,43 @@ async fn an_approval_for_one_action_does_not_pass_another() {
     });
 }
 
+/// The approver sees what they approve: the action and a bounded preview of
+/// the matched text, with the credential the agent passed along masked.
+#[tokio::test]
+async fn an_escalation_stores_the_action_and_a_masked_preview() {
+    each_backend!(|h| {
+        let run = unique("run");
+        let command = format!(
+            "mysql -h db -u root password=hunter2 -e 'drop table users' {}",
+            "x".repeat(2_000)
+        );
+        let v = call(&h, "bash", None, json!({"command": command}), &run).await;
+        assert_eq!(v["verdict"], "escalate", "{v}");
+        let id = v["approval_id"].as_str().unwrap();
+        let row = h.store.approvals().get(&h.tenant, id).await.unwrap();
+        let preview = row.preview.expect("a preview is stored");
+        assert!(
+            preview.starts_with("mysql -h db -u root password=**** -e 'drop table users'"),
+            "{preview}"
+        );
+        assert!(!preview.contains("hunter2"));
+        assert_eq!(preview.chars().count(), 512);
+
+        let v = call(
+            &h,
+            "deploy",
+            Some("destroy"),
+            json!({"service": "api"}),
+            &run,
+        )
+        .await;
+        let id = v["approval_id"].as_str().unwrap();
+        let row = h.store.approvals().get(&h.tenant, id).await.unwrap();
+        assert_eq!(row.action.as_deref(), Some("destroy"));
+        assert_eq!(row.preview.as_deref(), Some("destroy api"));
+    });
+}
+
 #[tokio::test]
 async fn an_intent_must_name_the_decisions_call() {
     each_backend!(|h| {
