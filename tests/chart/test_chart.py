@@ -350,9 +350,17 @@ def test_rbac_scopes(rendered):
         for rule, scope in rbac_rules(objects, sa, NAMESPACE):
             res = set(rule["resources"])
             if res & {"leases", "secrets"}:
+                names = rule.get("resourceNames")
+                tenant_secret = values.get("sidecar", {}).get("databaseSecret", "toolgate-database")
+                if "secrets" in res and scope == "*":
+                    # Cluster-wide only for the tenant database Secret:
+                    # create, and get by that one name.
+                    assert values.get("database", {}).get("provisionTenants", True), (values_name, rule)
+                    assert rule["verbs"] == ["create"] or (rule["verbs"] == ["get"] and names == [tenant_secret]), rule
+                    continue
                 assert scope == NAMESPACE, (values_name, rule)
                 if set(rule["verbs"]) - {"create"}:
-                    assert rule.get("resourceNames") in (["toolgate-controller-leader"], ["toolgate-signing-key"]), rule
+                    assert names in (["toolgate-controller-leader"], ["toolgate-signing-key"]), rule
             if "approvals" in res and "create" in rule["verbs"]:
                 assert scope == approvals_ns, (values_name, rule)
             if "configmaps" in res and "update" in rule["verbs"]:
@@ -571,7 +579,7 @@ def test_controller_deployment_defaults(rendered):
 
 
 def test_controller_container(rendered):
-    for objects in rendered.values():
+    for values_name, objects in rendered.items():
         c = container(objects, "controller")
         args = c["args"]
         assert args[0] == "controller"
@@ -586,6 +594,19 @@ def test_controller_container(rendered):
         assert {"name": "metrics", "containerPort": 8080, "protocol": "TCP"} in c["ports"]
         known = clap_flags(ROOT / "crates" / "toolgate-controller" / "src" / "run.rs", "ControllerArgs")
         assert {a for a in args if a.startswith("--")} <= known
+        sidecar_values = VALUE_SETS[values_name].get("sidecar", {})
+        assert flag(args, "--tenant-secret") == sidecar_values.get("databaseSecret", "toolgate-database")
+        assert "--no-tenant-provisioning" not in args
+
+
+def test_tenant_provisioning_can_be_turned_off(chart):
+    """Without provisioning the controller is told so, and keeps no
+    cluster-wide Secret rights."""
+    objects = render(chart, {"database": {"provisionTenants": False}})
+    args = container(objects, "controller")["args"]
+    assert "--no-tenant-provisioning" in args
+    cluster = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-controller")][0]
+    assert not [r for r in cluster["rules"] if "secrets" in r["resources"]], cluster["rules"]
 
 
 def test_webhook_container(rendered):

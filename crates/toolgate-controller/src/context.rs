@@ -26,6 +26,12 @@ pub struct Settings {
     pub fleet_window: SignedDuration,
     /// How often a profile is re-reconciled to refresh its fleet status.
     pub fleet_refresh: SignedDuration,
+    /// Per-namespace database Secret the controller provisions for tenants
+    /// (PostgreSQL only); `None` turns provisioning off.
+    pub tenant_secret: Option<String>,
+    /// Base URL tenant URLs are derived from (host, port, database, options);
+    /// default: the controller's own database URL.
+    pub tenant_base_url: Option<String>,
 }
 
 impl Settings {
@@ -38,6 +44,8 @@ impl Settings {
             namespace,
             fleet_window: crate::fleet::FLEET_WINDOW,
             fleet_refresh: SignedDuration::from_secs(60),
+            tenant_secret: Some(crate::tenancy::DATABASE_SECRET.to_owned()),
+            tenant_base_url: None,
         }
     }
 }
@@ -60,6 +68,8 @@ pub struct Context {
     pub clock: Clock,
     /// Namespaces whose `toolgate-trust` ConfigMap is known to list the key.
     pub(crate) trusted_namespaces: Mutex<HashSet<String>>,
+    /// Namespaces whose tenant database Secret was checked or written.
+    provisioned_namespaces: Mutex<HashSet<String>>,
 }
 
 impl Context {
@@ -87,6 +97,7 @@ impl Context {
             settings,
             clock: Arc::new(Timestamp::now),
             trusted_namespaces: Mutex::new(HashSet::new()),
+            provisioned_namespaces: Mutex::new(HashSet::new()),
         }
     }
 
@@ -109,6 +120,20 @@ impl Context {
         self.trusted_namespaces
             .lock()
             .expect("trusted namespaces lock")
+            .contains(namespace)
+    }
+
+    pub(crate) fn mark_provisioned(&self, namespace: &str) {
+        self.provisioned_namespaces
+            .lock()
+            .expect("provisioned namespaces lock")
+            .insert(namespace.to_owned());
+    }
+
+    pub(crate) fn is_provisioned(&self, namespace: &str) -> bool {
+        self.provisioned_namespaces
+            .lock()
+            .expect("provisioned namespaces lock")
             .contains(namespace)
     }
 

@@ -897,6 +897,7 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
         crate::keys::ensure_trust(&ctx.client, &ns, &ctx.key).await?;
         ctx.mark_trusted(&ns);
     }
+    crate::tenancy::ensure_database_secret(ctx, &ns, &profile.object_ref(&())).await?;
 
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
     let cm_name = configmap_name(&name);

@@ -45,6 +45,19 @@ pub struct ControllerArgs {
     /// Leader lease duration.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: SignedDuration,
+    /// Secret (key `url`) written into each namespace that has a PolicyProfile,
+    /// holding that namespace's own PostgreSQL tenant role; the injected sidecars
+    /// read it. Needs CREATEROLE for the controller's database user.
+    #[arg(long, env = "TOOLGATE_TENANT_SECRET", default_value = crate::tenancy::DATABASE_SECRET)]
+    pub tenant_secret: String,
+    /// Do not provision tenant roles or write tenant Secrets (manage them yourself
+    /// with `toolgate tenant provision`).
+    #[arg(long)]
+    pub no_tenant_provisioning: bool,
+    /// Base URL for tenant URLs (host, port, database and options the sidecars use);
+    /// default: --database.
+    #[arg(long, env = "TOOLGATE_TENANT_DATABASE_URL")]
+    pub tenant_database_url: Option<String>,
 }
 
 /// Parses `24h`, `90m`, `5s`, `1h30m` or ISO 8601 (`PT24H`).
@@ -107,6 +120,8 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
     if let Some(ns) = &args.approvals_namespace {
         settings.approvals_namespace = ns.clone();
     }
+    settings.tenant_secret = (!args.no_tenant_provisioning).then(|| args.tenant_secret.clone());
+    settings.tenant_base_url = args.tenant_database_url.clone();
     let ctx = Arc::new(Context::new(
         client.clone(),
         store,
