@@ -46,6 +46,8 @@ enum Command {
     Migrate(cmd::audit::MigrateArgs),
     /// Provision per-tenant PostgreSQL login roles.
     Tenant(cmd::tenant::TenantArgs),
+    /// Agent-framework hooks that ask the sidecar (Claude-Code-style PreToolUse).
+    Hook(cmd::hook::HookArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::Audit(args) => cmd::audit::run(args),
         Command::Migrate(args) => cmd::audit::migrate(args),
         Command::Tenant(args) => cmd::tenant::run(args),
+        Command::Hook(args) => cmd::hook::run(args),
     };
     match result {
         Ok(code) => code,

@@ -6,6 +6,7 @@ pub mod bundle;
 pub mod check;
 pub mod crdgen;
 pub mod demo;
+pub mod hook;
 pub mod keygen;
 pub mod sidecar;
 pub mod tenant;

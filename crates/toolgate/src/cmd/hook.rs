@@ -1,0 +1,359 @@
+//! `toolgate hook pre-tool-use`: a Claude-Code-style `PreToolUse` hook.
+//!
+//! The hook runner pipes one JSON object on stdin (`tool_name`,
+//! `tool_input`, `session_id`, …) and reads a decision back. The call is
+//! asked of the sidecar at `$TOOLGATE_URL` exactly as `/v1/authorize` would
+//! be asked by hand: `tool_name` is the policy tool (the profile's aliases
+//! map e.g. `Bash` to `bash`), `tool_input` its arguments, `session_id` the
+//! run id and `tool_use_id` the step id.
+//!
+//! Exit codes follow the hook protocol: 0 lets the call run; 2 blocks it
+//! (stderr is shown to the agent). Everything that is not a clear allow —
+//! deny, an unanswered escalation, an unreachable or misbehaving sidecar,
+//! unreadable hook input — exits 2: hook runners treat any other failure
+//! as non-blocking, which would fail open.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value, json};
+
+use crate::cli_error::CliError;
+
+/// Largest hook input read from stdin.
+const MAX_INPUT_BYTES: u64 = 4 << 20;
+/// Longest single approval long-poll the sidecar accepts.
+const MAX_POLL_SECONDS: u64 = 60;
+
+/// Arguments of `toolgate hook`.
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    #[command(subcommand)]
+    command: HookCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum HookCommand {
+    /// Decide one tool call before it runs (Claude-Code-style PreToolUse).
+    PreToolUse(PreToolUseArgs),
+}
+
+#[derive(Debug, Args)]
+struct PreToolUseArgs {
+    /// The sidecar's agent API.
+    #[arg(long, env = "TOOLGATE_URL")]
+    url: Option<String>,
+    /// Seconds to wait for a human to answer an escalation before blocking
+    /// the call (0: block at once, naming the approval to answer).
+    #[arg(long, default_value_t = 0)]
+    approval_wait: u64,
+    /// Seconds one request to the sidecar may take.
+    #[arg(long, default_value_t = 10)]
+    timeout: u64,
+}
+
+/// The hook's answer: what is printed, and whether the call may run.
+#[derive(Debug, PartialEq)]
+struct Answer {
+    allow: bool,
+    reason: String,
+}
+
+impl Answer {
+    fn deny(reason: impl Into<String>) -> Self {
+        Self {
+            allow: false,
+            reason: reason.into(),
+        }
+    }
+
+    /// The decision JSON hook runners read from stdout.
+    fn to_json(&self) -> Value {
+        json!({
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": if self.allow { "allow" } else { "deny" },
+                "permissionDecisionReason": self.reason,
+            }
+        })
+    }
+}
+
+/// Runs `toolgate hook …`.
+pub fn run(args: HookArgs) -> Result<ExitCode, CliError> {
+    match args.command {
+        HookCommand::PreToolUse(args) => {
+            let answer = pre_tool_use(&args);
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", answer.to_json());
+            if answer.allow {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("{}", answer.reason);
+                Ok(ExitCode::from(2))
+            }
+        }
+    }
+}
+
+fn pre_tool_use(args: &PreToolUseArgs) -> Answer {
+    let mut input = Vec::new();
+    if let Err(e) = std::io::stdin()
+        .take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut input)
+    {
+        return Answer::deny(format!("toolgate: cannot read the hook input: {e}"));
+    }
+    if input.len() as u64 > MAX_INPUT_BYTES {
+        return Answer::deny("toolgate: hook input larger than 4 MiB");
+    }
+    let call = match HookCall::parse(&input) {
+        Ok(call) => call,
+        Err(reason) => return Answer::deny(format!("toolgate: {reason}")),
+    };
+    let Some(url) = args.url.as_deref().filter(|u| !u.is_empty()) else {
+        return Answer::deny(
+            "toolgate: TOOLGATE_URL is not set; no sidecar to ask, so the call is blocked",
+        );
+    };
+    let runtime = match crate::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return Answer::deny(format!("toolgate: {e}")),
+    };
+    runtime.block_on(ask(url.trim_end_matches('/'), &call, args))
+}
+
+/// What the hook input names.
+#[derive(Debug, PartialEq)]
+struct HookCall {
+    tool: String,
+    arguments: Map<String, Value>,
+    run_id: String,
+    step_id: Option<String>,
+}
+
+impl HookCall {
+    /// Reads the fields toolgate needs; every other field of the hook
+    /// protocol (transcript path, cwd, permission mode, …) is ignored, so
+    /// runners that add fields keep working.
+    fn parse(input: &[u8]) -> Result<Self, String> {
+        let value: Value =
+            serde_json::from_slice(input).map_err(|e| format!("hook input is not JSON: {e}"))?;
+        let obj = value.as_object().ok_or("hook input is not a JSON object")?;
+        let text = |key: &str| {
+            obj.get(key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        };
+        let tool = text("tool_name").ok_or("hook input has no tool_name")?;
+        let arguments = match obj.get("tool_input") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Err("tool_input must be a JSON object".into()),
+        };
+        Ok(Self {
+            tool: tool.to_owned(),
+            arguments,
+            run_id: text("session_id").unwrap_or("hook").to_owned(),
+            step_id: text("tool_use_id").map(str::to_owned),
+        })
+    }
+}
+
+/// Asks the sidecar, waiting for an approval up to `--approval-wait`.
+async fn ask(url: &str, call: &HookCall, args: &PreToolUseArgs) -> Answer {
+    let http = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(args.timeout.max(1)))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => return Answer::deny(format!("toolgate: {e}")),
+    };
+    let deadline = Instant::now() + Duration::from_secs(args.approval_wait);
+    let mut body = json!({"tool": call.tool, "arguments": call.arguments, "run_id": call.run_id});
+    if let Some(step) = &call.step_id {
+        body["step_id"] = json!(step);
+    }
+    let verdict = match post(&http, &format!("{url}/v1/authorize"), &body).await {
+        Ok(v) => v,
+        Err(reason) => return Answer::deny(reason),
+    };
+    let verdict = match (field(&verdict, "verdict"), field(&verdict, "approval_id")) {
+        ("escalate", approval) if !approval.is_empty() && args.approval_wait > 0 => {
+            match wait_for(&http, url, approval, deadline, args.timeout).await {
+                Ok(status) if status == "approved" || status == "denied" => {
+                    // Decided: the same call again is `approved` once, or `approval_denied`.
+                    match post(&http, &format!("{url}/v1/authorize"), &body).await {
+                        Ok(v) => v,
+                        Err(reason) => return Answer::deny(reason),
+                    }
+                }
+                Ok(_) => verdict,
+                Err(reason) => return Answer::deny(reason),
+            }
+        }
+        _ => verdict,
+    };
+    judge(&verdict)
+}
+
+/// Turns a verdict into the hook's answer.
+fn judge(verdict: &Value) -> Answer {
+    let reason = field(verdict, "reason");
+    let decision = field(verdict, "decision_id");
+    match field(verdict, "verdict") {
+        "allow" => Answer {
+            allow: true,
+            reason: format!("toolgate: allow ({reason}, decision {decision})"),
+        },
+        "deny" => {
+            let message = field(verdict, "message");
+            let detail = if message.is_empty() {
+                String::new()
+            } else {
+                format!(": {message}")
+            };
+            Answer::deny(format!(
+                "toolgate: deny ({reason}{detail}, decision {decision})"
+            ))
+        }
+        "escalate" => Answer::deny(format!(
+            "toolgate: approval_required: approval {} must be approved by a human \
+             (kubectl toolgate approve); retry the same call afterwards (decision {decision})",
+            field(verdict, "approval_id")
+        )),
+        other => Answer::deny(format!(
+            "toolgate: the sidecar answered an unknown verdict `{other}`; blocked"
+        )),
+    }
+}
+
+fn field<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// POSTs JSON; any failure is the reason to block.
+async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
+    let response = http.post(url).json(body).send().await.map_err(|e| {
+        format!("toolgate: the sidecar at {url} is unreachable ({e}); the call is blocked")
+    })?;
+    read(response).await
+}
+
+async fn read(response: reqwest::Response) -> Result<Value, String> {
+    let status = response.status();
+    let body: Value = response
+        .json()
+        .await
+        .map_err(|e| format!("toolgate: unreadable sidecar answer ({e}); blocked"))?;
+    if status.is_success() {
+        Ok(body)
+    } else {
+        let code = body
+            .pointer("/error/code")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        let message = body
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        Err(format!(
+            "toolgate: the sidecar refused the call ({status}, {code}: {message}); blocked"
+        ))
+    }
+}
+
+/// Long-polls the approval until it is decided or `deadline` passes;
+/// returns its last status.
+async fn wait_for(
+    http: &reqwest::Client,
+    url: &str,
+    approval: &str,
+    deadline: Instant,
+    timeout: u64,
+) -> Result<String, String> {
+    let poll_client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(MAX_POLL_SECONDS + timeout.max(1)))
+        .build()
+        .unwrap_or_else(|_| http.clone());
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+        let wait = left.min(MAX_POLL_SECONDS);
+        let response = poll_client
+            .get(format!("{url}/v1/approvals/{approval}"))
+            .query(&[("wait", wait.max(1))])
+            .send()
+            .await
+            .map_err(|e| format!("toolgate: the sidecar at {url} is unreachable ({e}); blocked"))?;
+        let body = read(response).await?;
+        let status = field(&body, "status").to_owned();
+        if status != "pending" || Instant::now() >= deadline || left == 0 {
+            return Ok(status);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hook_input_is_read_leniently_but_completely() {
+        let call = HookCall::parse(
+            br#"{"session_id":"s-1","transcript_path":"/t","cwd":"/w","hook_event_name":"PreToolUse",
+                 "tool_name":"Bash","tool_input":{"command":"ls"},"tool_use_id":"toolu_1","new_field":1}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            call,
+            HookCall {
+                tool: "Bash".into(),
+                arguments: json!({"command": "ls"}).as_object().unwrap().clone(),
+                run_id: "s-1".into(),
+                step_id: Some("toolu_1".into()),
+            }
+        );
+        for bad in [
+            &b"not json"[..],
+            b"[]",
+            b"{}",
+            br#"{"tool_name":"x","tool_input":"ls"}"#,
+        ] {
+            assert!(
+                HookCall::parse(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_clear_allow_lets_the_call_run() {
+        let allow = judge(&json!({"verdict": "allow", "reason": "allow_rule", "decision_id": "d"}));
+        assert!(allow.allow);
+        assert_eq!(
+            allow.to_json()["hookSpecificOutput"]["permissionDecision"],
+            "allow"
+        );
+        for v in [
+            json!({"verdict": "deny", "reason": "deny_rule", "decision_id": "d"}),
+            json!({"verdict": "escalate", "reason": "escalate_rule", "approval_id": "a"}),
+            json!({"verdict": "maybe"}),
+            json!({}),
+        ] {
+            let answer = judge(&v);
+            assert!(!answer.allow, "{v}");
+            assert_eq!(
+                answer.to_json()["hookSpecificOutput"]["permissionDecision"],
+                "deny"
+            );
+        }
+        assert!(
+            judge(&json!({"verdict": "escalate", "approval_id": "apr-9"}))
+                .reason
+                .contains("approval_required: approval apr-9")
+        );
+    }
+}
