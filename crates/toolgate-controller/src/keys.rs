@@ -26,7 +26,8 @@ pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
 /// Key of the PEM inside [`TRUST_CONFIGMAP`].
 pub const TRUST_FIELD: &str = "trust.pem";
 
-fn labels() -> BTreeMap<String, String> {
+/// Labels of every object the controller creates outside a profile's ownership.
+pub(crate) fn labels() -> BTreeMap<String, String> {
     BTreeMap::from([
         (
             "app.kubernetes.io/managed-by".to_owned(),

@@ -35,16 +35,7 @@ pub fn database_secret(name: &str, namespace: &str, role: &str, url: &str) -> Se
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             namespace: Some(namespace.to_owned()),
-            labels: Some(BTreeMap::from([
-                (
-                    "app.kubernetes.io/managed-by".to_owned(),
-                    crate::MANAGER.to_owned(),
-                ),
-                (
-                    "app.kubernetes.io/part-of".to_owned(),
-                    "toolgate".to_owned(),
-                ),
-            ])),
+            labels: Some(crate::keys::labels()),
             annotations: Some(BTreeMap::from([(
                 ANN_TENANT_ROLE.to_owned(),
                 role.to_owned(),

@@ -2,11 +2,14 @@
 //! hook JSON in, a hook decision out, and exit 2 for everything that is not
 //! a clear allow — including a sidecar that cannot be reached.
 
+mod common;
+
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{free_port, spawn_sidecar, toolgate};
 use serde_json::{Value, json};
 
 const PROFILE: &str = r#"
@@ -22,13 +25,6 @@ spec:
     bash: {sideEffect: PROCESS_EXEC, risk: high, matchArgs: [command]}
   approvals: {ttlSeconds: 600}
 "#;
-
-fn toolgate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(args)
-        .output()
-        .expect("run toolgate")
-}
 
 /// Runs the hook with `input` on stdin and `url` as `$TOOLGATE_URL`.
 fn hook(url: Option<&str>, input: &[u8], extra: &[&str]) -> (i32, Value, String) {
@@ -75,14 +71,6 @@ fn decision(v: &Value) -> &str {
         .unwrap_or_default()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Sidecar(Child);
 
 impl Drop for Sidecar {
@@ -117,25 +105,7 @@ fn start_sidecar(dir: &Path, database: &str, port: u16) -> Sidecar {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["sidecar", "--bundle"])
-        .arg(dir.join("bundle.json"))
-        .arg("--trust")
-        .arg(keys.join("signing.pub"))
-        .args(["--database", database, "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--ops-listen",
-            "off",
-            "--tenant",
-            "agents",
-            "--workspace-base",
-        ])
-        .arg(dir.join("ws"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn sidecar");
+    let child = spawn_sidecar(dir, database, port, "agents");
     let mut sidecar = Sidecar(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -1,48 +1,14 @@
 //! The real `toolgate sidecar` process: killed with SIGKILL between an
 //! intent and its completion, restarted, and asked what is still open.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
+use common::{free_port, spawn_sidecar, toolgate};
 use serde_json::{Value, json};
-
-fn toolgate(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(args)
-        .output()
-        .expect("run toolgate")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn spawn_sidecar(dir: &Path, database: &str, port: u16, tenant: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_toolgate"))
-        .args(["sidecar", "--bundle"])
-        .arg(dir.join("bundle.json"))
-        .arg("--trust")
-        .arg(dir.join("keys/signing.pub"))
-        .args(["--database", database, "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--ops-listen",
-            "off",
-            "--tenant",
-            tenant,
-            "--workspace-base",
-        ])
-        .arg(dir.join("ws"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn sidecar")
-}
 
 async fn wait_ready(client: &reqwest::Client, base: &str, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(30);
