@@ -1,0 +1,53 @@
+"""Python client for the toolgate sidecar: ask before every tool call,
+wait for a human when the policy escalates, and record what high-risk calls
+are about to do before they do it.
+
+    import toolgate
+    client = toolgate.Client()          # $TOOLGATE_URL, a fresh run id
+    client.guard("bash", {"command": "git status"}, lambda: run("git status"))
+"""
+
+from .client import DEFAULT_TIMEOUT, URL_ENV, AsyncClient, Client
+from .errors import (
+    ApprovalRequired,
+    Conflict,
+    Denied,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    ProtocolError,
+    SidecarUnreachable,
+    ToolgateError,
+    Unavailable,
+    WorkspaceError,
+)
+from .types import Admission, Approval, Entry, FileContent, FileStat, Intent, Listing, Verdict, Written
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "URL_ENV",
+    "Admission",
+    "Approval",
+    "ApprovalRequired",
+    "AsyncClient",
+    "Client",
+    "Conflict",
+    "Denied",
+    "Entry",
+    "FileContent",
+    "FileStat",
+    "Forbidden",
+    "Intent",
+    "InvalidRequest",
+    "Listing",
+    "NotFound",
+    "ProtocolError",
+    "SidecarUnreachable",
+    "ToolgateError",
+    "Unavailable",
+    "Verdict",
+    "WorkspaceError",
+    "Written",
+]

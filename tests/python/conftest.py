@@ -1,0 +1,183 @@
+"""Fixtures for the Python client tests: a REAL `toolgate sidecar` process
+on a temporary SQLite database, enforcing a bundle that the real CLI built
+and signed from the test profile below.
+
+Needs the built CLI: $TOOLGATE_BIN (default target/debug/toolgate, from
+`cargo build -p toolgate`). The client is imported from clients/python/src,
+so the tests exercise the working tree, installed or not.
+"""
+import os
+import pathlib
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / 'clients' / 'python' / 'src'))
+
+TENANT = 'pytest'
+
+# Low-risk, high-risk, deny and escalate rules, plus the workspace tools.
+PROFILE = """\
+apiVersion: toolgate.dev/v1alpha1
+kind: PolicyProfile
+metadata: {name: python-client, namespace: agents}
+spec:
+  mode: rules
+  aliases: {Bash: bash}
+  rules:
+    bash: {deny: ["rm *"], allow: ["echo *", "git status"], escalate: ["deploy *", "cargo *"]}
+    lookup: {allow: ["*"]}
+    transfer: {allow: ["*"]}
+    drop_table: {deny: ["*"]}
+    publish: {escalate: ["*"]}
+    workspace.read: {allow: ["*"]}
+    workspace.list: {allow: ["*"]}
+    workspace.stat: {allow: ["*"]}
+    workspace.write: {allow: ["*"]}
+  hardline:
+    paths: ["**/.env"]
+  effects:
+    bash:       {sideEffect: PROCESS_EXEC, risk: high, matchArgs: [command]}
+    lookup:     {sideEffect: NONE, risk: low, readOnly: true, allowParallel: true}
+    transfer:   {sideEffect: EXTERNAL_WRITE, risk: high}
+    drop_table: {sideEffect: EXTERNAL_WRITE, risk: high}
+    publish:    {sideEffect: EXTERNAL_WRITE, risk: high}
+    workspace.read:  {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
+    workspace.list:  {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
+    workspace.stat:  {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
+    workspace.write: {sideEffect: WORKSPACE_WRITE, risk: write}
+  approvals: {ttlSeconds: 300}
+"""
+
+
+def _toolgate_bin() -> pathlib.Path:
+    path = pathlib.Path(os.environ.get('TOOLGATE_BIN', ROOT / 'target' / 'debug' / 'toolgate'))
+    if not path.exists():
+        pytest.fail(f"{path} not found: build it with `cargo build -p toolgate` (or set $TOOLGATE_BIN)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _run(*args, **kw):
+    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=60, **kw)
+    if out.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, args))} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return out
+
+
+def _ready(ops_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(ops_url + '/readyz', timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope='session')
+def sidecar(tmp_path_factory):
+    """A running sidecar: {url, ops_url, db, database, bin, dir, log}."""
+    toolgate = _toolgate_bin()
+    d = tmp_path_factory.mktemp('sidecar')
+    _run(toolgate, 'keygen', '--out', d / 'keys')
+    (d / 'profile.yaml').write_text(PROFILE)
+    _run(toolgate, 'bundle', 'build', '--profile', d / 'profile.yaml', '--key', d / 'keys' / 'signing.key',
+         '--sequence', '1', '--valid-for', '1h', '--out', d / 'bundle.json')
+    db = d / 'toolgate.db'
+    database = f"sqlite://{db}?mode=rwc"
+    log_path = d / 'sidecar.log'
+    for _attempt in range(3):  # a free port can be taken between probe and bind
+        port, ops_port = free_port(), free_port()
+        log = open(log_path, 'w')
+        proc = subprocess.Popen([
+            str(toolgate), 'sidecar',
+            '--bundle', str(d / 'bundle.json'), '--trust', str(d / 'keys' / 'signing.pub'),
+            '--database', database,
+            '--listen', f"127.0.0.1:{port}", '--ops-listen', f"127.0.0.1:{ops_port}",
+            '--workspace-base', str(d / 'workspaces'), '--tenant', TENANT,
+            '--pod-name', 'pytest-agent', '--pod-namespace', 'agents',
+        ], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG='warn'))
+        ops_url = f"http://127.0.0.1:{ops_port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None and not _ready(ops_url):
+            time.sleep(0.05)
+        if proc.poll() is None and _ready(ops_url):
+            break
+        proc.kill()
+        proc.wait()
+    else:
+        pytest.fail(f"sidecar did not become ready:\n{log_path.read_text()[-5000:]}")
+    info = {
+        'url': f"http://127.0.0.1:{port}", 'ops_url': ops_url, 'db': db, 'database': database,
+        'bin': toolgate, 'dir': d, 'log': log_path, 'workspaces': d / 'workspaces' / TENANT,
+    }
+    yield info
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
+@pytest.fixture
+def run_id(request):
+    """A run of its own for each test, so approvals and intents never mix."""
+    return f"py-{request.node.name[:40]}-{time.monotonic_ns()}".replace('[', '-').replace(']', '')
+
+
+@pytest.fixture
+def intent_rows(sidecar):
+    """The `intents` rows of a run, read straight from the SQLite database."""
+    def rows(run_id):
+        with sqlite3.connect(sidecar['db']) as db:
+            return db.execute('SELECT tool, status, detail, effect_sent_at IS NOT NULL FROM intents '
+                              'WHERE run_id = ? ORDER BY created_at', (run_id,)).fetchall()
+    return rows
+
+
+@pytest.fixture
+def approve_later(sidecar):
+    """Starts a thread that approves (or denies) an approval with the real
+    `toolgate approvals` CLI after `delay` seconds; returns the thread."""
+    threads = []
+
+    def start(approval_id, delay=0.5, verb='approve'):
+        result = {}
+
+        def work():
+            time.sleep(delay)
+            result['out'] = subprocess.run([
+                str(sidecar['bin']), 'approvals', verb, approval_id,
+                '--database', sidecar['database'], '--by', 'alice', '--reason', 'pytest',
+            ], capture_output=True, text=True, timeout=60)
+
+        t = threading.Thread(target=work, daemon=True)
+        t.result = result
+        t.start()
+        threads.append(t)
+        return t
+
+    yield start
+    for t in threads:
+        t.join(timeout=30)
+        out = t.result.get('out')
+        assert out is not None and out.returncode == 0, out
+
+
+@pytest.fixture
+def closed_url():
+    """A loopback URL nothing listens on."""
+    return f"http://127.0.0.1:{free_port()}"
