@@ -41,6 +41,11 @@ spec:
     workspace.list: {allow: ["*"]}
     workspace.stat: {allow: ["*"]}
     workspace.write: {allow: ["*"]}
+    fs.read_text_file: {allow: ["*"]}
+    fs.list_directory: {allow: ["*"]}
+    fs.write_file: {allow: ["*"]}
+    fs.move_file: {escalate: ["*"]}
+    fs.create_directory: {deny: ["*"]}
   hardline:
     paths: ["**/.env"]
   effects:
@@ -53,6 +58,11 @@ spec:
     workspace.list:  {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
     workspace.stat:  {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
     workspace.write: {sideEffect: WORKSPACE_WRITE, risk: write}
+    fs.read_text_file:   {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, matchArgs: [path]}
+    fs.list_directory:   {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, matchArgs: [path]}
+    fs.write_file:       {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [path]}
+    fs.move_file:        {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [source, destination]}
+    fs.create_directory: {sideEffect: WORKSPACE_WRITE, risk: write, matchArgs: [path]}
   approvals: {ttlSeconds: 300}
 """
 

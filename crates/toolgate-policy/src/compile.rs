@@ -323,6 +323,25 @@ impl CompiledPolicy {
     pub fn effect(&self, tool: &str) -> Option<&ToolEffect> {
         self.tools.get(self.canonical_tool(tool)).map(|t| &t.effect)
     }
+
+    /// Whether some call of `tool` could be allowed or escalated: the tool
+    /// is declared and the mode is `allowAll`, or (`rules` mode) it has an
+    /// allow or escalate rule, its own or `"*"` (standing grants only turn
+    /// escalations into allows, so they add nothing here). A tool this says
+    /// no to is denied whatever its arguments, so a gateway need not offer it
+    /// to the agent. Hardlines are not considered: they depend on the
+    /// arguments.
+    pub fn may_permit(&self, tool: &str) -> bool {
+        let name = self.canonical_tool(tool);
+        let Some(compiled) = self.tools.get(name) else {
+            return false;
+        };
+        match self.mode {
+            Mode::AllowAll => true,
+            Mode::DenyAll => false,
+            Mode::Rules => compiled.tiers.iter().any(|t| *t != Tier::Deny),
+        }
+    }
 }
 
 fn labelled(field: &str, globs: &[String], prefix: &str) -> Vec<(String, String, String)> {

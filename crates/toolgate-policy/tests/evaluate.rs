@@ -604,3 +604,25 @@ fn call_digest_binds_tool_action_and_arguments() {
         toolgate_policy::call_digest("deploy", Some("status"), args)
     );
 }
+
+#[test]
+fn may_permit_says_which_tools_a_gateway_can_offer() {
+    let yaml = format!(
+        "{{mode: rules, aliases: {{sh: bash}}, rules: {{bash: {{deny: ['rm *'], allow: ['ls*']}}, \
+         reader: {{deny: ['*']}}, deploy: {{escalate: ['*']}}}}, \
+         effects: {{{BASH}, reader: {{sideEffect: WORKSPACE_READ, risk: low}}, \
+         deploy: {{sideEffect: EXTERNAL_WRITE, risk: write}}, \
+         quiet: {{sideEffect: NONE, risk: low}}}}}}"
+    );
+    let policy = compile(&yaml);
+    assert!(policy.may_permit("bash"));
+    assert!(policy.may_permit("sh"), "aliases apply");
+    assert!(policy.may_permit("deploy"), "escalate counts");
+    assert!(!policy.may_permit("reader"), "deny-only");
+    assert!(!policy.may_permit("quiet"), "declared but no rule");
+    assert!(!policy.may_permit("undeclared"));
+    let all = compile(&format!("{{mode: allowAll, effects: {{{BASH}}}}}"));
+    assert!(all.may_permit("bash") && !all.may_permit("reader"));
+    let none = compile(&format!("{{mode: denyAll, effects: {{{BASH}}}}}"));
+    assert!(!none.may_permit("bash"));
+}

@@ -126,6 +126,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/intents/{id}/effect-sent", post(effect_sent))
         .route("/v1/intents/{id}/complete", post(complete_intent))
         .route("/v1/approvals/{id}", get(get_approval))
+        .route("/v1/tools/visible", post(visible_tools))
         .route("/v1/workspace/read", post(workspace_read))
         .route("/v1/workspace/write", post(workspace_write))
         .route("/v1/workspace/list", post(workspace_list))
@@ -696,6 +697,41 @@ async fn list_intents(
         })
         .collect();
     Ok(Json(serde_json::json!({"intents": intents})))
+}
+
+// ---- tool discovery (gateways) ----
+
+/// Most tool names one `POST /v1/tools/visible` may ask about.
+pub const MAX_VISIBLE_QUERY: usize = 10_000;
+
+/// Body of `POST /v1/tools/visible`: the tool names a gateway would offer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VisibleToolsRequest {
+    /// Policy tool names (aliases apply), e.g. `fs.read_file`.
+    pub tools: Vec<String>,
+}
+
+/// Which of the named tools the held profile declares and could allow or
+/// escalate, in the order asked; nothing without a live bundle (fail closed).
+async fn visible_tools(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<VisibleToolsRequest>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if req.tools.len() > MAX_VISIBLE_QUERY {
+        return Err(ApiError::InvalidRequest(format!(
+            "tools: at most {MAX_VISIBLE_QUERY} names"
+        )));
+    }
+    let visible: Vec<&String> = match app.policy.current() {
+        Some(e) if Timestamp::now() < e.expires_at => req
+            .tools
+            .iter()
+            .filter(|t| e.policy.may_permit(t))
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(Json(serde_json::json!({ "tools": visible })))
 }
 
 // ---- approvals ----

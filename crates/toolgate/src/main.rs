@@ -48,6 +48,8 @@ enum Command {
     Tenant(cmd::tenant::TenantArgs),
     /// Agent-framework hooks that ask the sidecar (Claude-Code-style PreToolUse).
     Hook(cmd::hook::HookArgs),
+    /// The MCP gateway: a stdio MCP server behind the sidecar.
+    Mcp(cmd::mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => cmd::audit::migrate(args),
         Command::Tenant(args) => cmd::tenant::run(args),
         Command::Hook(args) => cmd::hook::run(args),
+        Command::Mcp(args) => cmd::mcp::run(args),
     };
     match result {
         Ok(code) => code,

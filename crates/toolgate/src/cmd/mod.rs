@@ -8,6 +8,7 @@ pub mod crdgen;
 pub mod demo;
 pub mod hook;
 pub mod keygen;
+pub mod mcp;
 pub mod sidecar;
 pub mod tenant;
 pub mod test;

@@ -1,0 +1,48 @@
+//! toolgate as an MCP gateway: an agent's MCP client talks to toolgate,
+//! toolgate talks to the real MCP server, and every `tools/call` is decided
+//! by the pod's sidecar before the server sees it.
+//!
+//! - [`message`]: the pure part — naming (`SERVER.TOOL` is the policy
+//!   tool), filtering a `tools/list` result, the JSON-RPC shapes of a refusal.
+//! - [`sidecar`]: the HTTP client of the sidecar's agent API (authorize,
+//!   intents, approvals, visible tools).
+//! - [`stdio`]: `toolgate mcp wrap`, which runs a stdio MCP server as a child
+//!   and speaks MCP on its own stdin/stdout.
+//!
+//! Fails closed: a call the sidecar cannot be asked about is refused, never
+//! forwarded.
+#![forbid(unsafe_code)]
+
+pub mod message;
+pub mod sidecar;
+pub mod stdio;
+
+/// Everything the gateway reports.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// The sidecar could not be reached or answered something unusable.
+    #[error("sidecar: {0}")]
+    Sidecar(String),
+    /// The sidecar answered with its error envelope.
+    #[error("sidecar refused ({code}): {message}")]
+    Refused {
+        /// The stable error code (`invalid_request`, …).
+        code: String,
+        /// The sidecar's message.
+        message: String,
+    },
+    /// The wrapped server could not be started or its pipes broke.
+    #[error("server process: {0}")]
+    Process(#[source] std::io::Error),
+}
+
+impl McpError {
+    /// Stable code for logs and refusal texts.
+    pub fn code(&self) -> &str {
+        match self {
+            McpError::Sidecar(_) => "sidecar_unreachable",
+            McpError::Refused { code, .. } => code,
+            McpError::Process(_) => "server_process",
+        }
+    }
+}
