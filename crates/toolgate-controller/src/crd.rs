@@ -298,11 +298,13 @@ pub struct ApprovalSpec {
     /// decision was written (the validating webhook refuses any other
     /// value); immutable once set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
     pub decided_by: Option<String>,
     /// Groups of the decider that count for `group:` approvers: a subset of
     /// the groups the API server authenticated when the decision was
     /// written (the webhook refuses others); immutable once set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), inner(length(max = 256)))]
     pub decided_by_groups: Option<Vec<String>>,
 }
 
