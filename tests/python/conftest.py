@@ -59,7 +59,10 @@ spec:
     workspace.stat:  {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
     workspace.write: {sideEffect: WORKSPACE_WRITE, risk: write}
     fs.read_text_file:   {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, matchArgs: [path]}
-    fs.list_directory:   {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, matchArgs: [path]}
+    # Pinned to a definition the server no longer announces: the reviewed
+    # tool was changed (a "rug pull"), so it is neither listed nor allowed.
+    fs.list_directory:   {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, matchArgs: [path],
+                          definitionDigest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"}
     fs.write_file:       {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [path]}
     fs.move_file:        {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [source, destination]}
     fs.create_directory: {sideEffect: WORKSPACE_WRITE, risk: write, matchArgs: [path]}

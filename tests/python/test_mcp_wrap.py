@@ -62,8 +62,9 @@ async def test_the_gateway_filters_decides_and_records(sidecar, server_js, tmp_p
     async with Client(wrapped(sidecar, server_js, root, run), mode=mode) as client:
         listed = sorted(t.name for t in (await client.list_tools()).tools)
         # Declared and permissible only: create_directory is deny-only,
-        # the server's other tools are not in the profile at all.
-        assert listed == ['list_directory', 'move_file', 'read_text_file', 'write_file'], listed
+        # list_directory's definition is not the pinned one, the server's
+        # other tools are not in the profile at all.
+        assert listed == ['move_file', 'read_text_file', 'write_file'], listed
 
         # Allowed, low risk: reaches the server.
         result = await client.call_tool('read_text_file', {'path': str(root / 'notes.txt')})
@@ -88,6 +89,16 @@ async def test_the_gateway_filters_decides_and_records(sidecar, server_js, tmp_p
         assert result.is_error and 'deny_rule' in text(result)
         assert not (root / 'made').exists()
 
+        # A changed definition is refused even when called directly.
+        result = await client.call_tool('list_directory', {'path': str(root)})
+        assert result.is_error and 'tool_definition_changed' in text(result), text(result)
+
+        # Arguments that do not fit the announced inputSchema never reach
+        # the policy or the server.
+        result = await client.call_tool('write_file', {'path': str(root / 'half.txt')})
+        assert result.is_error and 'invalid_arguments' in text(result), text(result)
+        assert not (root / 'half.txt').exists()
+
         # A tool the profile does not declare: JSON-RPC -32602.
         with pytest.raises(Exception) as err:
             await client.call_tool('directory_tree', {'path': str(root)})
@@ -96,6 +107,7 @@ async def test_the_gateway_filters_decides_and_records(sidecar, server_js, tmp_p
     verdicts = [(tool, verdict) for tool, verdict, _ in decisions(sidecar, run)]
     assert ('fs.read_text_file', 'allow') in verdicts
     assert ('fs.write_file', 'deny') in verdicts and ('fs.create_directory', 'deny') in verdicts
+    assert ('fs.list_directory', 'deny', 'tool_definition_changed') in decisions(sidecar, run)
 
 
 async def test_escalation_waits_for_a_human_then_passes_once(sidecar, server_js, tmp_path, run_id):

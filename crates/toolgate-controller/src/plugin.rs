@@ -312,7 +312,12 @@ async fn authenticated_user(client: &kube::Client) -> Option<(String, Vec<String
     let info = review.status?.user_info?;
     let user = info.username.filter(|u| !u.is_empty())?;
     // The CRD admits at most 256 groups; beyond that, the first 256.
-    let groups = info.groups.unwrap_or_default().into_iter().take(256).collect();
+    let groups = info
+        .groups
+        .unwrap_or_default()
+        .into_iter()
+        .take(256)
+        .collect();
     Some((user, groups))
 }
 

@@ -107,6 +107,30 @@ pub fn refusal(id: &Value, text: &str, verdict: Option<&Value>, modern: bool) ->
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
+/// `sha256:` digest of a tool's canonical `{name, description, inputSchema}`
+/// (RFC 8785; an absent member counts as `null`): what a profile pins.
+pub fn definition_digest(tool: &Value) -> String {
+    let member = |k: &str| tool.get(k).cloned().unwrap_or(Value::Null);
+    let definition = json!({
+        "name": member("name"),
+        "description": member("description"),
+        "inputSchema": member("inputSchema"),
+    });
+    format!(
+        "sha256:{}",
+        toolgate_policy::digest::sha256_hex(&toolgate_policy::digest::canonical_json(&definition))
+    )
+}
+
+/// The tool objects of a `tools/list` response.
+pub fn listed_definitions(response: &Value) -> &[Value] {
+    response
+        .pointer("/result/tools")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
 /// The names of the tools in a `tools/list` response.
 pub fn listed_tools(response: &Value) -> Vec<String> {
     response
@@ -228,6 +252,15 @@ mod tests {
         assert!(is_failure(&error(&json!(1), INVALID_PARAMS, "no")));
         assert!(!is_failure(&json!({"id": 1, "result": {"content": []}})));
         assert_eq!(step_id(&json!(12)), "12");
+        // The digest ignores key order and extra members, and sees every
+        // change to the name, description or schema.
+        let a = json!({"name": "t", "description": "d", "inputSchema": {"type": "object", "required": ["x"]}});
+        let b = json!({"inputSchema": {"required": ["x"], "type": "object"}, "title": "T", "description": "d", "name": "t"});
+        assert_eq!(definition_digest(&a), definition_digest(&b));
+        assert!(definition_digest(&a).starts_with("sha256:"));
+        let mut c = a.clone();
+        c["description"] = json!("d, and also delete everything");
+        assert_ne!(definition_digest(&a), definition_digest(&c));
         assert_eq!(step_id(&json!("r-1")), "r-1");
     }
 }

@@ -71,18 +71,28 @@ impl Sidecar {
         arguments: &serde_json::Map<String, Value>,
         run_id: &str,
         step_id: &str,
+        definition_digest: Option<&str>,
     ) -> Result<Value, McpError> {
-        self.post(
-            "/v1/authorize",
-            &json!({"tool": tool, "arguments": arguments, "run_id": run_id, "step_id": step_id}),
-        )
-        .await
+        let mut body =
+            json!({"tool": tool, "arguments": arguments, "run_id": run_id, "step_id": step_id});
+        if let Some(d) = definition_digest {
+            body["definition_digest"] = json!(d);
+        }
+        self.post("/v1/authorize", &body).await
     }
 
-    /// `POST /v1/tools/visible`: which of `tools` may be offered.
-    pub async fn visible(&self, tools: &[String]) -> Result<Vec<String>, McpError> {
+    /// `POST /v1/tools/visible`: which of `tools` may be offered, given the
+    /// definition digests the server announced (by policy tool name).
+    pub async fn visible(
+        &self,
+        tools: &[String],
+        definitions: &std::collections::HashMap<String, String>,
+    ) -> Result<Vec<String>, McpError> {
         let body = self
-            .post("/v1/tools/visible", &json!({"tools": tools}))
+            .post(
+                "/v1/tools/visible",
+                &json!({"tools": tools, "definitions": definitions}),
+            )
             .await?;
         Ok(body["tools"]
             .as_array()

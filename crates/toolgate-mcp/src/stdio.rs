@@ -65,6 +65,54 @@ struct Pending {
     discovers: HashSet<String>,
     /// The server answered `server/discover`.
     modern: bool,
+    /// What the last `tools/list` announced, by MCP tool name.
+    definitions: HashMap<String, Definition>,
+}
+
+/// One announced tool: its pinnable digest and its argument validator.
+#[derive(Clone)]
+struct Definition {
+    digest: String,
+    /// `Err` when the `inputSchema` is missing or unusable: calls are refused.
+    validator: Result<Arc<jsonschema::Validator>, String>,
+}
+
+impl std::fmt::Debug for Definition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Definition")
+            .field("digest", &self.digest)
+            .finish()
+    }
+}
+
+impl Definition {
+    fn of(tool: &Value) -> Self {
+        let validator = match tool.get("inputSchema") {
+            Some(schema) => jsonschema::validator_for(schema)
+                .map(Arc::new)
+                .map_err(|e| format!("its inputSchema cannot be used: {e}")),
+            None => Err("it announced no inputSchema".to_owned()),
+        };
+        Self {
+            digest: message::definition_digest(tool),
+            validator,
+        }
+    }
+
+    /// `Err` with the first problem when `arguments` do not fit the schema.
+    fn check(&self, arguments: &serde_json::Map<String, Value>) -> Result<(), String> {
+        let validator = self.validator.as_ref().map_err(Clone::clone)?;
+        validator
+            .validate(&Value::Object(arguments.clone()))
+            .map_err(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{at}: {e}")
+                }
+            })
+    }
 }
 
 struct Gateway {
@@ -170,13 +218,26 @@ impl Gateway {
     ) {
         let config = &self.config;
         let tool = message::policy_tool(&config.server, &name);
+        // Arguments must fit the schema the server announced, before the
+        // policy is asked (and never forwarded when they do not).
+        let definition = self.pending().definitions.get(&name).cloned();
+        if let Some(def) = &definition
+            && let Err(problem) = def.check(&arguments)
+        {
+            return self.refuse(
+                &id,
+                format!("toolgate: invalid_arguments: {problem}; the call was not made"),
+                None,
+            );
+        }
+        let digest = definition.as_ref().map(|d| d.digest.as_str());
         // One step per server: a call retried after its approval is the
         // same invocation, so the approval lets it through (once).
         let step = format!("mcp:{}", config.server);
         let ask = || {
             config
                 .sidecar
-                .authorize(&tool, &arguments, &config.run_id, &step)
+                .authorize(&tool, &arguments, &config.run_id, &step, digest)
         };
         let mut verdict = match ask().await {
             Ok(v) => v,
@@ -298,11 +359,22 @@ impl Gateway {
             (p.lists.remove(&id), p.intents.remove(&id))
         };
         if list {
-            let names: Vec<String> = message::listed_tools(&message)
+            let server = &self.config.server;
+            let announced: Vec<(String, Definition)> = message::listed_definitions(&message)
                 .iter()
-                .map(|n| message::policy_tool(&self.config.server, n))
+                .filter_map(|t| Some((t.get("name")?.as_str()?.to_owned(), Definition::of(t))))
                 .collect();
-            let visible: HashSet<String> = match self.config.sidecar.visible(&names).await {
+            let names: Vec<String> = announced
+                .iter()
+                .map(|(n, _)| message::policy_tool(server, n))
+                .collect();
+            let digests: HashMap<String, String> = announced
+                .iter()
+                .map(|(n, d)| (message::policy_tool(server, n), d.digest.clone()))
+                .collect();
+            self.pending().definitions.extend(announced);
+            let visible: HashSet<String> = match self.config.sidecar.visible(&names, &digests).await
+            {
                 Ok(v) => v.into_iter().collect(),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot ask which tools to list; listing none");

@@ -166,6 +166,14 @@ impl CompiledPolicy {
                     message: "matchArgs must list at least one non-empty argument name".into(),
                 });
             }
+            if let Some(digest) = &effect.definition_digest
+                && !is_sha256_digest(digest)
+            {
+                return Err(PolicyError::InvalidValue {
+                    field: format!("spec.effects.{tool}.definitionDigest"),
+                    message: "must be `sha256:` followed by 64 lowercase hex digits".into(),
+                });
+            }
         }
 
         // Rule keys, normalized through aliases.
@@ -324,6 +332,12 @@ impl CompiledPolicy {
         self.tools.get(self.canonical_tool(tool)).map(|t| &t.effect)
     }
 
+    /// The reviewed definition digest `tool` is pinned to, if any (see
+    /// [`ToolEffect::definition_digest`]).
+    pub fn pinned_definition(&self, tool: &str) -> Option<&str> {
+        self.effect(tool)?.definition_digest.as_deref()
+    }
+
     /// Whether some call of `tool` could be allowed or escalated: the tool
     /// is declared and the mode is `allowAll`, or (`rules` mode) it has an
     /// allow or escalate rule, its own or `"*"` (standing grants only turn
@@ -385,6 +399,16 @@ fn compile_aliases(spec: &PolicySpec) -> Result<HashMap<String, String>, PolicyE
         aliases.insert(alias.clone(), target.clone());
     }
     Ok(aliases)
+}
+
+/// `sha256:` and 64 lowercase hex digits.
+pub(crate) fn is_sha256_digest(text: &str) -> bool {
+    text.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 fn default_match_text(tool: &str, effect: &ToolEffect) -> MatchText {

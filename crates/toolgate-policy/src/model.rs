@@ -138,6 +138,12 @@ pub struct ToolEffect {
     /// Argument names whose values form the text rules match against, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub match_args: Option<Vec<String>>,
+    /// For an MCP tool: the `sha256:` digest of its canonical `{name,
+    /// description, inputSchema}` as reviewed. A gateway reporting another
+    /// definition (a server that changed the tool after review) gets
+    /// `tool_definition_changed`, and the tool is not listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_digest: Option<String>,
 }
 
 /// Side-effect classes of a tool. Closed.

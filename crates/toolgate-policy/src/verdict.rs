@@ -69,6 +69,9 @@ pub enum Reason {
     BundleExpired,
     /// The decision could not be durably recorded (issued by the sidecar).
     AuditUnavailable,
+    /// The tool's definition is not the one the profile pinned (issued by
+    /// the sidecar for gateway calls).
+    ToolDefinitionChanged,
 }
 
 impl Reason {
@@ -94,11 +97,12 @@ impl Reason {
             Self::NoBundle => "no_bundle",
             Self::BundleExpired => "bundle_expired",
             Self::AuditUnavailable => "audit_unavailable",
+            Self::ToolDefinitionChanged => "tool_definition_changed",
         }
     }
 
     /// Every reason, in declaration order (for pre-creating metric series).
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Self::UnknownTool,
         Self::HardlineCommand,
         Self::HardlinePath,
@@ -118,6 +122,7 @@ impl Reason {
         Self::NoBundle,
         Self::BundleExpired,
         Self::AuditUnavailable,
+        Self::ToolDefinitionChanged,
     ];
 
     /// The verdict this reason comes with: each reason belongs to exactly one.

@@ -389,6 +389,11 @@ fn invalid_profiles_get_typed_errors_naming_the_field() {
             "spec.rules.editor",
         ),
         (
+            "{mode: rules, effects: {m.t: {sideEffect: NONE, risk: low, definitionDigest: 'sha256:ABC'}}}".to_owned(),
+            "profile_invalid_value",
+            "spec.effects.m.t.definitionDigest",
+        ),
+        (
             format!("{{mode: rules, rules: {{bash: {{allow: ['']}}}}, effects: {{{BASH}}}}}"),
             "profile_invalid_glob",
             "spec.rules.bash.allow[0]",

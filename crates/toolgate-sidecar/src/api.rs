@@ -173,6 +173,11 @@ pub struct AuthorizeRequest {
     /// Must equal the sidecar's tenant when given.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// For MCP gateways: the `sha256:` digest of the tool's canonical
+    /// definition as the server announced it; checked against a pinned
+    /// `definitionDigest`.
+    #[serde(default)]
+    pub definition_digest: Option<String>,
 }
 
 /// Answer of `POST /v1/authorize`: the verdict plus its identifiers.
@@ -222,6 +227,9 @@ fn validate_call(app: &AppState, req: &AuthorizeRequest) -> Result<(), ApiError>
     }
     if let Some(action) = &req.action {
         require_id("action", action)?;
+    }
+    if let Some(digest) = &req.definition_digest {
+        require_id("definition_digest", digest)?;
     }
     if let Some(t) = &req.tenant
         && *t != app.tenant
@@ -287,6 +295,18 @@ pub(crate) async fn decide(
             },
         ),
     };
+
+    // A pinned tool is decided only for the definition that was reviewed.
+    if verdict.verdict != Decision::Deny
+        && let Some(e) = &enforced
+        && let Some(pinned) = e.policy.pinned_definition(&req.tool)
+        && req.definition_digest.as_deref() != Some(pinned)
+    {
+        verdict.verdict = Decision::Deny;
+        verdict.reason = Reason::ToolDefinitionChanged;
+        verdict.matched_rule = Some(format!("definition:{pinned}"));
+        verdict.intent_required = false;
+    }
 
     let mut approval_id = None;
     if verdict.verdict == Decision::Escalate {
@@ -710,6 +730,10 @@ pub const MAX_VISIBLE_QUERY: usize = 10_000;
 pub struct VisibleToolsRequest {
     /// Policy tool names (aliases apply), e.g. `fs.read_file`.
     pub tools: Vec<String>,
+    /// Definition digests the server announced, by policy tool name: a
+    /// pinned tool is visible only with its pinned digest.
+    #[serde(default)]
+    pub definitions: std::collections::HashMap<String, String>,
 }
 
 /// Which of the named tools the held profile declares and could allow or
@@ -728,6 +752,11 @@ async fn visible_tools(
             .tools
             .iter()
             .filter(|t| e.policy.may_permit(t))
+            .filter(|t| {
+                e.policy.pinned_definition(t).is_none_or(|pinned| {
+                    req.definitions.get(*t).map(String::as_str) == Some(pinned)
+                })
+            })
             .collect(),
         _ => Vec::new(),
     };
@@ -875,6 +904,7 @@ async fn govern(
             run_id: run_id.to_owned(),
             step_id,
             tenant: None,
+            definition_digest: None,
         },
     )
     .await?;

@@ -137,6 +137,58 @@ async fn an_escalation_stores_the_action_and_a_masked_preview() {
     });
 }
 
+/// A gateway reports the definition an MCP server announced; a pinned tool
+/// is decided (and listed) only for the reviewed definition, so a server
+/// that rewrites a tool after review (the "rug pull") is refused.
+#[tokio::test]
+async fn a_pinned_tool_is_refused_when_its_definition_changed() {
+    const PINNED: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const CHANGED: &str = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    each_backend!(|h| {
+        let run = unique("run");
+        let ask = |digest: Option<&str>| {
+            json!({"tool": "fs.read", "arguments": {"path": "a"}, "run_id": run,
+                   "definition_digest": digest})
+        };
+        let (_, v) = h.post("/v1/authorize", ask(Some(PINNED))).await;
+        assert_eq!(
+            (v["verdict"].as_str(), v["reason"].as_str()),
+            (Some("allow"), Some("allow_rule")),
+            "{v}"
+        );
+        for digest in [Some(CHANGED), None] {
+            let (_, v) = h.post("/v1/authorize", ask(digest)).await;
+            assert_eq!(
+                (v["verdict"].as_str(), v["reason"].as_str()),
+                (Some("deny"), Some("tool_definition_changed")),
+                "{digest:?}: {v}"
+            );
+        }
+        // Listing: declared and permissible, with the pinned definition only.
+        let (status, v) = h
+            .post(
+                "/v1/tools/visible",
+                json!({"tools": ["fs.read", "fs.wipe", "bash", "nope"],
+                       "definitions": {"fs.read": PINNED}}),
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["tools"], json!(["fs.read", "bash"]));
+        let (_, v) = h
+            .post(
+                "/v1/tools/visible",
+                json!({"tools": ["fs.read"], "definitions": {"fs.read": CHANGED}}),
+            )
+            .await;
+        assert_eq!(v["tools"], json!([]));
+        // Strict body: unknown fields are refused.
+        let (status, _) = h
+            .post("/v1/tools/visible", json!({"tools": [], "extra": 1}))
+            .await;
+        assert_eq!(status, 400);
+    });
+}
+
 #[tokio::test]
 async fn an_intent_must_name_the_decisions_call() {
     each_backend!(|h| {

@@ -24,6 +24,8 @@ rules:
   workspace.list: {allow: ["*"]}
   workspace.stat: {allow: ["*"]}
   workspace.write: {deny: ["locked/*"], allow: ["*"]}
+  fs.read: {allow: ["*"]}
+  fs.wipe: {deny: ["*"]}
 hardline: {paths: ["**/.env"]}
 effects:
   bash: {sideEffect: PROCESS_EXEC, risk: high}
@@ -33,6 +35,8 @@ effects:
   workspace.list: {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
   workspace.stat: {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, allowParallel: true}
   workspace.write: {sideEffect: WORKSPACE_WRITE, risk: write}
+  fs.read: {sideEffect: WORKSPACE_READ, risk: low, definitionDigest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}
+  fs.wipe: {sideEffect: WORKSPACE_WRITE, risk: high}
 approvals: {ttlSeconds: 600}
 "#;
 
