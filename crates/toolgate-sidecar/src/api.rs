@@ -639,12 +639,24 @@ async fn effect_sent(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Result<Json<toolgate_store::Intent>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     if !body.is_empty() {
         let _: EffectSentRequest = parse_body(&body)?;
     }
     own_intent(&app, &id).await?;
-    Ok(Json(app.store.intents().mark_effect_sent(&id).await?))
+    Ok(Json(intent_json(
+        &app.store.intents().mark_effect_sent(&id).await?,
+    )))
+}
+
+/// An intent row as the API shows it: its id as `intent_id`, as
+/// `POST /v1/intents` answers (`id` stays one release for older clients).
+fn intent_json(intent: &toolgate_store::Intent) -> serde_json::Value {
+    let mut v = serde_json::to_value(intent).unwrap_or_default();
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("intent_id".into(), intent.id.clone().into());
+    }
+    v
 }
 
 /// Body of `POST /v1/intents/{id}/complete`.
@@ -662,7 +674,7 @@ async fn complete_intent(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
     StrictJson(req): StrictJson<CompleteRequest>,
-) -> Result<Json<toolgate_store::Intent>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     own_intent(&app, &id).await?;
     let intent = app
         .store
@@ -673,7 +685,7 @@ async fn complete_intent(
         .intents
         .with_label_values(&[intent.status.as_str()])
         .inc();
-    Ok(Json(intent))
+    Ok(Json(intent_json(&intent)))
 }
 
 /// Query of `GET /v1/intents`.
@@ -703,11 +715,8 @@ async fn list_intents(
         .into_iter()
         .filter(|p| p.intent.tenant == app.tenant)
         .map(|p| {
-            let mut v = serde_json::to_value(&p.intent).unwrap_or_default();
+            let mut v = intent_json(&p.intent);
             if let Some(obj) = v.as_object_mut() {
-                // `intent_id`, as POST /v1/intents answers; `id` stays one
-                // release for older clients.
-                obj.insert("intent_id".into(), p.intent.id.clone().into());
                 obj.insert(
                     "resume".into(),
                     serde_json::to_value(p.class).unwrap_or_default(),

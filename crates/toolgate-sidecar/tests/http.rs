@@ -497,6 +497,11 @@ async fn intents_bind_to_the_allowing_decision() {
             .post(&format!("/v1/intents/{intent_id}/effect-sent"), json!({}))
             .await;
         assert_eq!(status, 200, "{sent}");
+        assert_eq!(
+            sent["intent_id"],
+            json!(intent_id),
+            "named as POST /v1/intents names it"
+        );
         let (_, listed) = h
             .get_json(&format!("/v1/intents?run_id={run}&status=pending"))
             .await;
@@ -509,6 +514,7 @@ async fn intents_bind_to_the_allowing_decision() {
             )
             .await;
         assert_eq!((status, done["status"].as_str()), (200, Some("completed")));
+        assert_eq!(done["intent_id"], json!(intent_id));
         let (status, _) = h
             .post(
                 &format!("/v1/intents/{intent_id}/complete"),
