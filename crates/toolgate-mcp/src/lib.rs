@@ -2,6 +2,8 @@
 //! toolgate talks to the real MCP server, and every `tools/call` is decided
 //! by the pod's sidecar before the server sees it.
 //!
+//! - [`gateway`]: the decisions, independent of the transport, behind a
+//!   [`gateway::Decider`] (the sidecar over HTTP, or the sidecar itself).
 //! - [`message`]: the pure part — naming (`SERVER.TOOL` is the policy
 //!   tool), filtering a `tools/list` result, the JSON-RPC shapes of a refusal.
 //! - [`sidecar`]: the HTTP client of the sidecar's agent API (authorize,
@@ -13,6 +15,7 @@
 //! forwarded.
 #![forbid(unsafe_code)]
 
+pub mod gateway;
 pub mod message;
 pub mod sidecar;
 pub mod stdio;

@@ -173,3 +173,47 @@ impl Sidecar {
         }
     }
 }
+
+impl crate::gateway::Decider for Sidecar {
+    async fn authorize(
+        &self,
+        tool: &str,
+        arguments: &serde_json::Map<String, Value>,
+        run_id: &str,
+        step_id: &str,
+        definition_digest: Option<&str>,
+    ) -> Result<Value, McpError> {
+        Sidecar::authorize(self, tool, arguments, run_id, step_id, definition_digest).await
+    }
+
+    async fn visible(
+        &self,
+        tools: &[String],
+        definitions: &std::collections::HashMap<String, String>,
+    ) -> Result<Vec<String>, McpError> {
+        Sidecar::visible(self, tools, definitions).await
+    }
+
+    async fn begin_intent(
+        &self,
+        verdict: &Value,
+        tool: &str,
+        run_id: &str,
+        step_id: &str,
+    ) -> Result<String, McpError> {
+        Sidecar::begin_intent(self, verdict, tool, run_id, step_id).await
+    }
+
+    async fn complete_intent(
+        &self,
+        id: &str,
+        failed: bool,
+        detail: Option<&str>,
+    ) -> Result<(), McpError> {
+        Sidecar::complete_intent(self, id, failed, detail).await
+    }
+
+    async fn wait_for_approval(&self, id: &str, wait: Duration) -> Result<String, McpError> {
+        Sidecar::wait_for_approval(self, id, wait).await
+    }
+}

@@ -29,6 +29,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::McpError;
+use crate::gateway::{CallOutcome, Gateway};
 use crate::message::{self, FromClient};
 use crate::sidecar::Sidecar;
 
@@ -65,58 +66,11 @@ struct Pending {
     discovers: HashSet<String>,
     /// The server answered `server/discover`.
     modern: bool,
-    /// What the last `tools/list` announced, by MCP tool name.
-    definitions: HashMap<String, Definition>,
 }
 
-/// One announced tool: its pinnable digest and its argument validator.
-#[derive(Clone)]
-struct Definition {
-    digest: String,
-    /// `Err` when the `inputSchema` is missing or unusable: calls are refused.
-    validator: Result<Arc<jsonschema::Validator>, String>,
-}
-
-impl std::fmt::Debug for Definition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Definition")
-            .field("digest", &self.digest)
-            .finish()
-    }
-}
-
-impl Definition {
-    fn of(tool: &Value) -> Self {
-        let validator = match tool.get("inputSchema") {
-            Some(schema) => jsonschema::validator_for(schema)
-                .map(Arc::new)
-                .map_err(|e| format!("its inputSchema cannot be used: {e}")),
-            None => Err("it announced no inputSchema".to_owned()),
-        };
-        Self {
-            digest: message::definition_digest(tool),
-            validator,
-        }
-    }
-
-    /// `Err` with the first problem when `arguments` do not fit the schema.
-    fn check(&self, arguments: &serde_json::Map<String, Value>) -> Result<(), String> {
-        let validator = self.validator.as_ref().map_err(Clone::clone)?;
-        validator
-            .validate(&Value::Object(arguments.clone()))
-            .map_err(|e| {
-                let at = e.instance_path().to_string();
-                if at.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("{at}: {e}")
-                }
-            })
-    }
-}
-
-struct Gateway {
+struct Relay {
     config: WrapConfig,
+    gateway: Gateway<Sidecar>,
     pending: Mutex<Pending>,
     to_client: mpsc::UnboundedSender<String>,
     /// Taken (closing the server's stdin) once the client is gone and the
@@ -128,7 +82,7 @@ fn key(id: &Value) -> String {
     id.to_string()
 }
 
-impl Gateway {
+impl Relay {
     fn send_client(&self, message: &Value) {
         let _ = self.to_client.send(message.to_string());
     }
@@ -204,11 +158,6 @@ impl Gateway {
         None
     }
 
-    fn refuse(&self, id: &Value, text: String, verdict: Option<&Value>) {
-        let modern = self.pending().modern;
-        self.send_client(&message::refusal(id, &text, verdict, modern));
-    }
-
     async fn call_tool(
         &self,
         line: String,
@@ -216,126 +165,20 @@ impl Gateway {
         name: String,
         arguments: serde_json::Map<String, Value>,
     ) {
-        let config = &self.config;
-        let tool = message::policy_tool(&config.server, &name);
-        // Arguments must fit the schema the server announced, before the
-        // policy is asked (and never forwarded when they do not).
-        let definition = self.pending().definitions.get(&name).cloned();
-        if let Some(def) = &definition
-            && let Err(problem) = def.check(&arguments)
+        let modern = self.pending().modern;
+        match self
+            .gateway
+            .decide_call(&id, &name, &arguments, &self.config.run_id, modern)
+            .await
         {
-            return self.refuse(
-                &id,
-                format!("toolgate: invalid_arguments: {problem}; the call was not made"),
-                None,
-            );
-        }
-        let digest = definition.as_ref().map(|d| d.digest.as_str());
-        // One step per server: a call retried after its approval is the
-        // same invocation, so the approval lets it through (once).
-        let step = format!("mcp:{}", config.server);
-        let ask = || {
-            config
-                .sidecar
-                .authorize(&tool, &arguments, &config.run_id, &step, digest)
-        };
-        let mut verdict = match ask().await {
-            Ok(v) => v,
-            Err(e) => {
-                return self.refuse(
-                    &id,
-                    format!("toolgate: {} ({e}); the call was not made", e.code()),
-                    None,
-                );
-            }
-        };
-        let field = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
-        if field(&verdict, "verdict") == "escalate" && !config.approval_wait.is_zero() {
-            let approval = field(&verdict, "approval_id");
-            match config
-                .sidecar
-                .wait_for_approval(&approval, config.approval_wait)
-                .await
-            {
-                Ok(status) if status != "pending" => match ask().await {
-                    Ok(v) => verdict = v,
-                    Err(e) => {
-                        return self.refuse(
-                            &id,
-                            format!("toolgate: {} ({e}); the call was not made", e.code()),
-                            None,
-                        );
-                    }
-                },
-                Ok(_) => {}
-                Err(e) => {
-                    return self.refuse(
-                        &id,
-                        format!("toolgate: {} ({e}); the call was not made", e.code()),
-                        None,
-                    );
-                }
-            }
-        }
-        let reason = field(&verdict, "reason");
-        let decision = field(&verdict, "decision_id");
-        match field(&verdict, "verdict").as_str() {
-            "allow" => {}
-            "deny" if reason == "unknown_tool" => {
-                return self.send_client(&message::error(
-                    &id,
-                    message::INVALID_PARAMS,
-                    &format!("Unknown tool: {name}"),
-                ));
-            }
-            "escalate" => {
-                let approval = field(&verdict, "approval_id");
-                return self.refuse(
-                    &id,
-                    format!(
-                        "toolgate: approval_required: approval {approval} must be approved by a \
-                         human; retry the same call afterwards (decision {decision})"
-                    ),
-                    Some(&verdict),
-                );
-            }
-            _ => {
-                let message = field(&verdict, "message");
-                let detail = if message.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {message}")
-                };
-                return self.refuse(
-                    &id,
-                    format!("toolgate: {reason}{detail} (decision {decision})"),
-                    Some(&verdict),
-                );
-            }
-        }
-        if verdict["intent_required"].as_bool() == Some(true) {
-            match config
-                .sidecar
-                .begin_intent(&verdict, &tool, &config.run_id, &step)
-                .await
-            {
-                Ok(intent) => {
+            CallOutcome::Respond(answer) => self.send_client(&answer),
+            CallOutcome::Forward { intent } => {
+                if let Some(intent) = intent {
                     self.pending().intents.insert(key(&id), intent);
                 }
-                Err(e) => {
-                    return self.refuse(
-                        &id,
-                        format!(
-                            "toolgate: the intent of this high-risk call could not be recorded \
-                             ({}: {e}); the call was not made (decision {decision})",
-                            e.code()
-                        ),
-                        Some(&verdict),
-                    );
-                }
+                self.send_server(line);
             }
         }
-        self.send_server(line);
     }
 
     /// One line from the server.
@@ -359,51 +202,11 @@ impl Gateway {
             (p.lists.remove(&id), p.intents.remove(&id))
         };
         if list {
-            let server = &self.config.server;
-            let announced: Vec<(String, Definition)> = message::listed_definitions(&message)
-                .iter()
-                .filter_map(|t| Some((t.get("name")?.as_str()?.to_owned(), Definition::of(t))))
-                .collect();
-            let names: Vec<String> = announced
-                .iter()
-                .map(|(n, _)| message::policy_tool(server, n))
-                .collect();
-            let digests: HashMap<String, String> = announced
-                .iter()
-                .map(|(n, d)| (message::policy_tool(server, n), d.digest.clone()))
-                .collect();
-            self.pending().definitions.extend(announced);
-            let visible: HashSet<String> = match self.config.sidecar.visible(&names, &digests).await
-            {
-                Ok(v) => v.into_iter().collect(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot ask which tools to list; listing none");
-                    HashSet::new()
-                }
-            };
-            message::filter_tools(&mut message, &self.config.server, &visible);
+            self.gateway.filter_list(&mut message).await;
             return self.send_client(&message);
         }
         if let Some(intent) = intent {
-            let failed = message::is_failure(&message);
-            let detail = failed.then(|| {
-                message
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the tool reported isError")
-                    .chars()
-                    .take(1024)
-                    .collect::<String>()
-            });
-            if let Err(e) = self
-                .config
-                .sidecar
-                .complete_intent(&intent, failed, detail.as_deref())
-                .await
-            {
-                // The intent stays open and shows up for resume as uncertain.
-                tracing::error!(%intent, error = %e, "could not complete the intent");
-            }
+            self.gateway.finish_call(&intent, &message).await;
         }
         let _ = self.to_client.send(line);
     }
@@ -460,7 +263,12 @@ pub async fn wrap(
 
     let (to_client, mut client_rx) = mpsc::unbounded_channel::<String>();
     let (to_server, mut server_rx) = mpsc::unbounded_channel::<String>();
-    let gateway = Arc::new(Gateway {
+    let relay = Arc::new(Relay {
+        gateway: Gateway::new(
+            config.server.clone(),
+            config.approval_wait,
+            config.sidecar.clone(),
+        ),
         config,
         pending: Mutex::new(Pending::default()),
         to_client,
@@ -490,7 +298,7 @@ pub async fn wrap(
         // Dropping `server_in` closes the server's stdin.
     });
     let server_reader = {
-        let gateway = Arc::clone(&gateway);
+        let gateway = Arc::clone(&relay);
         tokio::spawn(async move {
             let mut reader = BufReader::new(server_out);
             let mut buf = Vec::new();
@@ -508,7 +316,7 @@ pub async fn wrap(
             Ok(Some(line)) if line.trim().is_empty() => {}
             Ok(Some(line)) => {
                 in_flight.retain(|t| !t.is_finished());
-                in_flight.extend(gateway.on_client_line(line).await);
+                in_flight.extend(relay.on_client_line(line).await);
             }
             Ok(None) => break,
             Err(e) => {
@@ -522,7 +330,7 @@ pub async fn wrap(
     // closes and it exits.
     let settle = futures_join_all(in_flight);
     let _ = tokio::time::timeout(Duration::from_secs(5), settle).await;
-    gateway
+    relay
         .to_server
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -530,7 +338,7 @@ pub async fn wrap(
     let status = child.wait().await.map_err(McpError::Process)?;
     let _ = server_writer.await;
     let _ = server_reader.await;
-    drop(gateway);
+    drop(relay);
     let _ = client_writer.await;
     Ok(status)
 }

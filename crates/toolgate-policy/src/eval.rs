@@ -47,6 +47,28 @@ fn has_shell_control(command: &str) -> bool {
 }
 
 impl CompiledPolicy {
+    /// Why a connection to `url` is refused, as a NETWORK_* tool naming it
+    /// would be (hardline CIDRs for IP literals, `egress.allowHosts` for
+    /// names, an unusable URL); `None` when it may be made. Gateways check
+    /// their upstream with it.
+    pub fn egress_refusal(&self, url: &str) -> Option<Reason> {
+        let mut args = Map::new();
+        args.insert("url".into(), Value::String(url.to_owned()));
+        let targets = network_targets(&args);
+        if targets.is_empty() {
+            return Some(Reason::NetworkTargetInvalid);
+        }
+        targets.iter().find_map(|target| match target {
+            Target::Ip(ip) => self.blocked_cidr(*ip).map(|_| Reason::HardlineCidr),
+            Target::Host(host) => self
+                .egress_hosts
+                .first_match(host)
+                .is_none()
+                .then_some(Reason::EgressHostNotAllowed),
+            Target::Invalid => Some(Reason::NetworkTargetInvalid),
+        })
+    }
+
     /// What an approver is shown of `call`: its match text (the text the
     /// rules saw) through [`crate::preview::preview`]; `None` for a tool
     /// the profile does not declare.

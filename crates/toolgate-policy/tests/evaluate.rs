@@ -631,3 +631,25 @@ fn may_permit_says_which_tools_a_gateway_can_offer() {
     let none = compile(&format!("{{mode: denyAll, effects: {{{BASH}}}}}"));
     assert!(!none.may_permit("bash"));
 }
+
+#[test]
+fn egress_refusal_applies_the_network_rules_to_a_url() {
+    let policy = compile(&format!(
+        "{{mode: rules, hardline: {{cidrs: ['169.254.0.0/16']}}, \
+         egress: {{allowHosts: ['*.example.com']}}, effects: {{{BASH}}}}}"
+    ));
+    assert_eq!(policy.egress_refusal("http://mcp.example.com/mcp"), None);
+    assert_eq!(policy.egress_refusal("http://127.0.0.1:8000/mcp"), None);
+    assert_eq!(
+        policy.egress_refusal("http://evil.test/mcp"),
+        Some(Reason::EgressHostNotAllowed)
+    );
+    assert_eq!(
+        policy.egress_refusal("http://169.254.169.254/"),
+        Some(Reason::HardlineCidr)
+    );
+    assert_eq!(
+        policy.egress_refusal("not a url"),
+        Some(Reason::NetworkTargetInvalid)
+    );
+}
