@@ -46,8 +46,12 @@ spec:
     fs.write_file: {allow: ["*"]}
     fs.move_file: {escalate: ["*"]}
     fs.create_directory: {deny: ["*"]}
+    demo.echo: {allow: ["*"]}
+    demo.pay: {allow: ["*"]}
+    demo.wipe: {deny: ["*prod*"], allow: ["*"]}
   hardline:
     paths: ["**/.env"]
+    cidrs: ["169.254.0.0/16"]
   effects:
     bash:       {sideEffect: PROCESS_EXEC, risk: high, matchArgs: [command]}
     lookup:     {sideEffect: NONE, risk: low, readOnly: true, allowParallel: true}
@@ -66,6 +70,9 @@ spec:
     fs.write_file:       {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [path]}
     fs.move_file:        {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [source, destination]}
     fs.create_directory: {sideEffect: WORKSPACE_WRITE, risk: write, matchArgs: [path]}
+    demo.echo: {sideEffect: NONE, risk: low, readOnly: true}
+    demo.pay:  {sideEffect: EXTERNAL_WRITE, risk: high}
+    demo.wipe: {sideEffect: EXTERNAL_WRITE, risk: high, matchArgs: [target]}
   approvals: {ttlSeconds: 300}
 """
 
@@ -99,8 +106,31 @@ def _ready(ops_url: str) -> bool:
 
 
 @pytest.fixture(scope='session')
-def sidecar(tmp_path_factory):
-    """A running sidecar: {url, ops_url, db, database, bin, dir, log}."""
+def mcp_upstream(tmp_path_factory):
+    """A real MCP server over streamable HTTP: {url, log}."""
+    d = tmp_path_factory.mktemp('mcp-upstream')
+    port, log = free_port(), d / 'calls.log'
+    log.write_text('')
+    proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).parent / 'mcp_http_server.py'),
+                             str(port), str(log)], stdout=subprocess.DEVNULL, stderr=open(d / 'server.err', 'w'))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(('127.0.0.1', port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        pytest.fail(f"MCP upstream did not start: {(d / 'server.err').read_text()[-3000:]}")
+    yield {'url': f"http://127.0.0.1:{port}/mcp", 'log': log}
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope='session')
+def sidecar(tmp_path_factory, mcp_upstream):
+    """A running sidecar: {url, ops_url, db, database, bin, dir, log}, with
+    MCP upstreams `demo` (the test server) and `blocked` (a hardline CIDR)."""
     toolgate = _toolgate_bin()
     d = tmp_path_factory.mktemp('sidecar')
     _run(toolgate, 'keygen', '--out', d / 'keys')
@@ -120,6 +150,8 @@ def sidecar(tmp_path_factory):
             '--listen', f"127.0.0.1:{port}", '--ops-listen', f"127.0.0.1:{ops_port}",
             '--workspace-base', str(d / 'workspaces'), '--tenant', TENANT,
             '--pod-name', 'pytest-agent', '--pod-namespace', 'agents',
+            '--mcp-upstream', f"demo={mcp_upstream['url']}",
+            '--mcp-upstream', 'blocked=http://169.254.169.254/mcp',
         ], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG='warn'))
         ops_url = f"http://127.0.0.1:{ops_port}"
         deadline = time.monotonic() + 30

@@ -61,6 +61,8 @@ pub struct AppState {
     /// Host names, besides loopback addresses and `localhost`, that the
     /// agent API answers to (the pod's own name, say).
     pub local_hosts: Vec<String>,
+    /// MCP upstreams served at `/mcp/{server}`.
+    pub mcp: crate::mcp::McpUpstreams,
 }
 
 /// What an allowed decision permits; an intent must match it exactly.
@@ -127,6 +129,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/intents/{id}/complete", post(complete_intent))
         .route("/v1/approvals/{id}", get(get_approval))
         .route("/v1/tools/visible", post(visible_tools))
+        .route(
+            "/mcp/{server}",
+            get(crate::mcp::proxy)
+                .post(crate::mcp::proxy)
+                .delete(crate::mcp::proxy),
+        )
         .route("/v1/workspace/read", post(workspace_read))
         .route("/v1/workspace/write", post(workspace_write))
         .route("/v1/workspace/list", post(workspace_list))
@@ -552,7 +560,7 @@ pub struct BeginIntentRequest {
     pub verification_probe: Option<serde_json::Value>,
 }
 
-async fn begin_intent(
+pub(crate) async fn begin_intent(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<BeginIntentRequest>,
 ) -> Result<Response, ApiError> {
@@ -635,7 +643,7 @@ async fn own_intent(app: &AppState, id: &str) -> Result<(), ApiError> {
 #[serde(deny_unknown_fields)]
 pub struct EffectSentRequest {}
 
-async fn effect_sent(
+pub(crate) async fn effect_sent(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
     body: Bytes,
@@ -670,7 +678,7 @@ pub struct CompleteRequest {
     pub detail: Option<String>,
 }
 
-async fn complete_intent(
+pub(crate) async fn complete_intent(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
     StrictJson(req): StrictJson<CompleteRequest>,
@@ -742,7 +750,7 @@ pub struct VisibleToolsRequest {
     /// Definition digests the server announced, by policy tool name: a
     /// pinned tool is visible only with its pinned digest.
     #[serde(default)]
-    pub definitions: std::collections::HashMap<String, String>,
+    pub definitions: HashMap<String, String>,
 }
 
 /// Which of the named tools the held profile declares and could allow or
@@ -756,20 +764,31 @@ async fn visible_tools(
             "tools: at most {MAX_VISIBLE_QUERY} names"
         )));
     }
-    let visible: Vec<&String> = match app.policy.current() {
-        Some(e) if Timestamp::now() < e.expires_at => req
-            .tools
+    let visible = visible_of(&app, &req.tools, &req.definitions);
+    Ok(Json(serde_json::json!({ "tools": visible })))
+}
+
+/// The tools of `tools` the held profile declares and could allow or
+/// escalate, with their pinned definition where one is pinned; nothing
+/// without a live bundle (fail closed).
+pub(crate) fn visible_of(
+    app: &AppState,
+    tools: &[String],
+    definitions: &HashMap<String, String>,
+) -> Vec<String> {
+    match app.policy.current() {
+        Some(e) if Timestamp::now() < e.expires_at => tools
             .iter()
             .filter(|t| e.policy.may_permit(t))
             .filter(|t| {
-                e.policy.pinned_definition(t).is_none_or(|pinned| {
-                    req.definitions.get(*t).map(String::as_str) == Some(pinned)
-                })
+                e.policy
+                    .pinned_definition(t)
+                    .is_none_or(|pinned| definitions.get(*t).map(String::as_str) == Some(pinned))
             })
+            .cloned()
             .collect(),
         _ => Vec::new(),
-    };
-    Ok(Json(serde_json::json!({ "tools": visible })))
+    }
 }
 
 // ---- approvals ----

@@ -65,6 +65,16 @@ pub enum ApiError {
     /// A workspace operation was refused.
     #[error(transparent)]
     Workspace(#[from] WorkspaceError),
+    /// `/mcp/{server}` names no configured upstream.
+    #[error("no MCP upstream named {0}")]
+    McpUnknownServer(String),
+    /// The MCP upstream's address is refused by the profile (egress), or no
+    /// policy is held to check it with.
+    #[error("MCP upstream refused: {0}")]
+    McpUpstreamNotAllowed(String),
+    /// The MCP upstream could not be reached or broke off.
+    #[error("MCP upstream unavailable: {0}")]
+    McpUpstream(String),
     /// No such route.
     #[error("no such endpoint")]
     NoRoute,
@@ -91,6 +101,9 @@ impl ApiError {
             Self::StoreUnavailable(_) => "store_unavailable",
             Self::Workspace(e) => e.code(),
             Self::NoRoute => "no_route",
+            Self::McpUnknownServer(_) => "mcp_unknown_server",
+            Self::McpUpstreamNotAllowed(_) => "mcp_upstream_not_allowed",
+            Self::McpUpstream(_) => "mcp_upstream_unavailable",
         }
     }
 
@@ -109,6 +122,9 @@ impl ApiError {
             Self::WorkspaceTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::ApprovalExpired(_) => StatusCode::GONE,
             Self::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::McpUnknownServer(_) => StatusCode::NOT_FOUND,
+            Self::McpUpstreamNotAllowed(_) => StatusCode::FORBIDDEN,
+            Self::McpUpstream(_) => StatusCode::BAD_GATEWAY,
             Self::Workspace(e) => match e {
                 WorkspaceError::NotFound => StatusCode::NOT_FOUND,
                 WorkspaceError::Escape | WorkspaceError::HardLink => StatusCode::FORBIDDEN,

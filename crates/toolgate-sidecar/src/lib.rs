@@ -13,6 +13,7 @@ pub mod api;
 mod decision_log;
 mod error;
 mod guard;
+pub mod mcp;
 pub mod metrics;
 pub mod policy_state;
 pub mod workspace;
@@ -64,6 +65,8 @@ pub struct SidecarConfig {
     /// Host names or addresses, besides loopback and `localhost`, that the
     /// agent API accepts in `Host` (the pod name is always added).
     pub allowed_hosts: Vec<String>,
+    /// MCP upstreams `(NAME, URL)` served at `/mcp/NAME` (the gateway).
+    pub mcp_upstreams: Vec<(String, String)>,
 }
 
 impl SidecarConfig {
@@ -83,6 +86,7 @@ impl SidecarConfig {
             heartbeat_interval: Duration::from_secs(15),
             decision_queue: 65_536,
             allowed_hosts: Vec::new(),
+            mcp_upstreams: Vec::new(),
         }
     }
 }
@@ -152,11 +156,13 @@ impl Sidecar {
 
         let (decision_log, decision_writer) =
             DecisionLog::start(store.clone(), metrics.clone(), config.decision_queue);
-        let state = Arc::new(AppState {
+        metrics.precreate_mcp(config.mcp_upstreams.iter().map(|(n, _)| n.as_str()));
+        let workspaces = Workspaces::new(&config.workspace_base, &config.tenant)?;
+        let state = Arc::new_cyclic(|weak| AppState {
             policy: policy.clone(),
             store: store.clone(),
             decision_log,
-            workspaces: Workspaces::new(&config.workspace_base, &config.tenant)?,
+            workspaces,
             metrics,
             tenant: config.tenant.clone(),
             identity: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
@@ -168,6 +174,7 @@ impl Sidecar {
                 .cloned()
                 .chain(std::iter::once(config.pod_name.clone()))
                 .collect(),
+            mcp: mcp::McpUpstreams::new(&config.mcp_upstreams, weak.clone()),
         });
 
         let listener = TcpListener::bind(config.listen)

@@ -27,6 +27,10 @@ pub struct Metrics {
     pub decision_log_dropped: IntCounter,
     /// Decision records written by the background batcher.
     pub decision_log_written: IntCounter,
+    /// Time for the MCP upstream to answer a forwarded request, by server.
+    pub mcp_forward_seconds: prometheus::HistogramVec,
+    /// Forwarded MCP requests that failed or got a 5xx, by server.
+    pub mcp_upstream_errors: IntCounterVec,
 }
 
 /// Metric names, for dashboards and the test that checks them.
@@ -38,6 +42,8 @@ pub const METRIC_NAMES: &[&str] = &[
     "toolgate_intents_total",
     "toolgate_decision_log_dropped_total",
     "toolgate_decision_log_written_total",
+    "toolgate_mcp_forward_duration_seconds",
+    "toolgate_mcp_upstream_errors_total",
 ];
 
 impl Metrics {
@@ -94,6 +100,25 @@ impl Metrics {
             "Decision records written by the batcher.",
         )
         .expect("static metric definition");
+        let mcp_forward_seconds = prometheus::HistogramVec::new(
+            HistogramOpts::new(
+                "toolgate_mcp_forward_duration_seconds",
+                "Time for an MCP upstream to answer a request the gateway forwarded.",
+            )
+            .buckets(vec![
+                0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
+            ]),
+            &["server"],
+        )
+        .expect("static metric definition");
+        let mcp_upstream_errors = IntCounterVec::new(
+            Opts::new(
+                "toolgate_mcp_upstream_errors_total",
+                "Forwarded MCP requests that failed or got a 5xx answer.",
+            ),
+            &["server"],
+        )
+        .expect("static metric definition");
         // Every series an alert may watch exists at 0 before its first event,
         // so `increase()` sees the first failure.
         for code in toolgate_bundle::BundleError::CODES
@@ -116,6 +141,8 @@ impl Metrics {
             Box::new(intents.clone()),
             Box::new(decision_log_dropped.clone()),
             Box::new(decision_log_written.clone()),
+            Box::new(mcp_forward_seconds.clone()),
+            Box::new(mcp_upstream_errors.clone()),
         ] {
             registry.register(collector).expect("unique metric names");
         }
@@ -128,6 +155,17 @@ impl Metrics {
             intents,
             decision_log_dropped,
             decision_log_written,
+            mcp_forward_seconds,
+            mcp_upstream_errors,
+        }
+    }
+
+    /// Creates, at 0, the MCP series of each configured upstream.
+    pub(crate) fn precreate_mcp<'a>(&self, servers: impl Iterator<Item = &'a str>) {
+        for server in servers {
+            let server = crate::api::truncate(server, crate::api::MAX_LABEL_CHARS);
+            self.mcp_upstream_errors.with_label_values(&[server]);
+            self.mcp_forward_seconds.with_label_values(&[server]);
         }
     }
 

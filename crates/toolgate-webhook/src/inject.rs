@@ -29,6 +29,9 @@ pub const ANNOTATION_PROFILE: &str = "toolgate.dev/profile";
 /// Deprecated: once chose the tenant. The tenant is the pod's namespace; a
 /// pod whose annotation names anything else is refused.
 pub const ANNOTATION_TENANT: &str = "toolgate.dev/tenant";
+/// Annotation: MCP upstreams `NAME=URL,…` the sidecar serves as governed
+/// MCP endpoints at `/mcp/NAME` (`TOOLGATE_MCP_UPSTREAMS`).
+pub const ANNOTATION_MCP_UPSTREAMS: &str = "toolgate.dev/mcp-upstreams";
 /// Annotation set on injected pods. Together with a sidecar container equal
 /// to the one the webhook injects it makes a reinvocation a no-op; alone it
 /// proves nothing.
@@ -297,7 +300,8 @@ pub fn plan(
     guard::check_isolation(spec)?;
 
     let mut ops = env_ops(containers, init_containers)?;
-    let sidecar = to_value(&sidecar_container(config, tenant))?;
+    let mcp = mcp_upstreams(annotation(ANNOTATION_MCP_UPSTREAMS))?;
+    let sidecar = to_value(&sidecar_container(config, tenant, mcp))?;
     match (config.mode, init_containers) {
         (SidecarMode::Native, None) => {
             ops.push(add("/spec/initContainers", Value::Array(vec![sidecar])))
@@ -464,7 +468,8 @@ fn recognise_own_injection<'a>(
             &format!("the webhook injects it into spec.{group}"),
         ));
     }
-    let expected = normalize_container(&to_value(&sidecar_container(config, tenant))?);
+    let mcp = mcp_upstreams(annotation(ANNOTATION_MCP_UPSTREAMS))?;
+    let expected = normalize_container(&to_value(&sidecar_container(config, tenant, mcp))?);
     let actual = normalize_container(found.container);
     if actual != expected {
         let empty = Map::new();
@@ -670,7 +675,37 @@ fn env_ops(
     Ok(ops)
 }
 
-fn sidecar_container(config: &InjectConfig, tenant: &str) -> Container {
+/// The `toolgate.dev/mcp-upstreams` annotation, checked entry by entry so a
+/// bad value is refused here rather than crash-looping the sidecar:
+/// `NAME=URL` with a name of `[A-Za-z0-9_-]{1,64}` and an `http(s)` URL.
+fn mcp_upstreams(value: Option<&str>) -> Result<Option<&str>, WebhookError> {
+    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    for entry in value.split(',') {
+        let refuse = |why: &str| WebhookError::Injection {
+            field: format!("metadata.annotations[{ANNOTATION_MCP_UPSTREAMS}]"),
+            message: format!("entry `{entry}` {why}"),
+        };
+        let (name, url) = entry
+            .split_once('=')
+            .ok_or_else(|| refuse("is not NAME=URL"))?;
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !name_ok {
+            return Err(refuse("has a server name outside [A-Za-z0-9_-]{1,64}"));
+        }
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(refuse("needs an http:// or https:// URL"));
+        }
+    }
+    Ok(Some(value))
+}
+
+fn sidecar_container(config: &InjectConfig, tenant: &str, mcp: Option<&str>) -> Container {
     let http_probe = |path: &str, period: i32, failures: i32| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
@@ -728,27 +763,36 @@ fn sidecar_container(config: &InjectConfig, tenant: &str) -> Container {
             .map(String::from)
             .to_vec(),
         ),
-        env: Some(vec![
-            EnvVar {
-                name: "TOOLGATE_DATABASE_URL".into(),
-                value_from: Some(EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector {
-                        name: config.database_secret.clone(),
-                        key: "url".into(),
-                        optional: Some(false),
+        env: Some(
+            vec![
+                EnvVar {
+                    name: "TOOLGATE_DATABASE_URL".into(),
+                    value_from: Some(EnvVarSource {
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: config.database_secret.clone(),
+                            key: "url".into(),
+                            optional: Some(false),
+                        }),
+                        ..Default::default()
                     }),
                     ..Default::default()
-                }),
+                },
+                EnvVar {
+                    name: "TOOLGATE_TENANT".into(),
+                    value: Some(tenant.into()),
+                    ..Default::default()
+                },
+                field_env("POD_NAME", "metadata.name"),
+                field_env("POD_NAMESPACE", "metadata.namespace"),
+            ]
+            .into_iter()
+            .chain(mcp.map(|upstreams| EnvVar {
+                name: "TOOLGATE_MCP_UPSTREAMS".into(),
+                value: Some(upstreams.into()),
                 ..Default::default()
-            },
-            EnvVar {
-                name: "TOOLGATE_TENANT".into(),
-                value: Some(tenant.into()),
-                ..Default::default()
-            },
-            field_env("POD_NAME", "metadata.name"),
-            field_env("POD_NAMESPACE", "metadata.namespace"),
-        ]),
+            }))
+            .collect(),
+        ),
         // Native sidecars only: kubelet starts later containers once this
         // probe passes, so apps never see a sidecar without a bundle.
         startup_probe: native.then(|| http_probe("/readyz", 1, 120)),

@@ -482,6 +482,53 @@ async fn a_tenant_annotation_naming_another_namespace_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_upstreams_reach_the_sidecar_and_bad_ones_are_refused() {
+    let server = native_server().await;
+    let mut client = server.client().await;
+    let original = fixture_json("pod-deployment-generatename.json");
+    let upstreams = "fs=http://mcp-fs.tools.svc:8080/mcp,github=https://mcp.github.example/mcp";
+    let annotated = with_pod(&original, |pod| {
+        pod["metadata"]["annotations"]["toolgate.dev/mcp-upstreams"] = json!(upstreams)
+    });
+    let pod = admitted(&mut client, "/mutate-pods", &annotated).await;
+    let sidecar = assert_injected(&pod, "research", "agents", true);
+    assert_eq!(
+        env_value(&sidecar, "TOOLGATE_MCP_UPSTREAMS"),
+        vec![&json!({"name": "TOOLGATE_MCP_UPSTREAMS", "value": upstreams})]
+    );
+    // Reinvocation recognises its own injection, upstreams included.
+    let mut again = annotated.clone();
+    again["request"]["object"] = pod.clone();
+    let response = review(&mut client, "/mutate-pods", &again).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    // Without the annotation there is no such variable.
+    let plain = admitted(&mut client, "/mutate-pods", &original).await;
+    assert!(
+        env_value(
+            &assert_injected(&plain, "research", "agents", true),
+            "TOOLGATE_MCP_UPSTREAMS"
+        )
+        .is_empty()
+    );
+    for bad in [
+        "fs",
+        "fs=ftp://x/mcp",
+        "f s=http://x/mcp",
+        "fs=http://a,=http://b",
+    ] {
+        let refused = with_pod(&original, |pod| {
+            pod["metadata"]["annotations"]["toolgate.dev/mcp-upstreams"] = json!(bad)
+        });
+        let message = denied(&mut client, "/mutate-pods", &refused, "injection_refused").await;
+        assert!(
+            message.starts_with("metadata.annotations[toolgate.dev/mcp-upstreams]: "),
+            "{message}"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_toolgate_sidecar_the_webhook_did_not_inject_is_refused() {
     for mode in [SidecarMode::Native, SidecarMode::Container] {
         let server = TestServer::start(inject_config(mode, None), Duration::from_secs(5)).await;

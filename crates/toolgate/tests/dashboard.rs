@@ -192,6 +192,10 @@ fn sidecar_families() -> BTreeMap<String, Family> {
     m.intents.with_label_values(&["pending"]).inc();
     m.decision_log_dropped.inc();
     m.decision_log_written.inc();
+    m.mcp_forward_seconds
+        .with_label_values(&["fs"])
+        .observe(0.002);
+    m.mcp_upstream_errors.with_label_values(&["fs"]).inc();
     families(&m.render())
 }
 

@@ -53,6 +53,16 @@ pub struct SidecarArgs {
         value_delimiter = ','
     )]
     pub allowed_hosts: Vec<String>,
+    /// MCP upstream `NAME=URL` served as a governed MCP endpoint at `/mcp/NAME`
+    /// (repeatable or comma-separated; the webhook fills it from the pod
+    /// annotation `toolgate.dev/mcp-upstreams`).
+    #[arg(
+        long = "mcp-upstream",
+        env = "TOOLGATE_MCP_UPSTREAMS",
+        value_delimiter = ',',
+        value_parser = parse_upstream
+    )]
+    pub mcp_upstreams: Vec<(String, String)>,
     /// Seconds between bundle file checks.
     #[arg(long, env = "TOOLGATE_RELOAD_SECONDS", default_value_t = 2)]
     pub reload_seconds: u64,
@@ -77,6 +87,7 @@ pub fn run(args: SidecarArgs) -> Result<ExitCode, CliError> {
     config.pod_name = args.pod_name;
     config.pod_namespace = args.pod_namespace;
     config.allowed_hosts = args.allowed_hosts;
+    config.mcp_upstreams = args.mcp_upstreams;
     config.reload_interval = Duration::from_secs(args.reload_seconds.max(1));
     crate::runtime()?.block_on(async move {
         let sidecar = Sidecar::start(config)
@@ -87,4 +98,28 @@ pub fn run(args: SidecarArgs) -> Result<ExitCode, CliError> {
         sidecar.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `NAME=URL`: a server name usable as a path segment and tool prefix, and
+/// an `http(s)` URL.
+fn parse_upstream(text: &str) -> Result<(String, String), String> {
+    let (name, url) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not NAME=URL"))?;
+    let name_ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !name_ok {
+        return Err(format!(
+            "MCP server name `{name}` must be 1-64 characters of A-Z, a-z, 0-9, '-' and '_'"
+        ));
+    }
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!(
+            "MCP upstream `{url}` must be an http:// or https:// URL"
+        ));
+    }
+    Ok((name.to_owned(), url.to_owned()))
 }
