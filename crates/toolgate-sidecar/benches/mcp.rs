@@ -1,0 +1,171 @@
+//! The MCP gateway's added latency: the same allowed low-risk `tools/call`
+//! sent straight to an upstream MCP endpoint and through the sidecar's
+//! `/mcp/NAME`, in one run, sequentially over kept-alive loopback
+//! connections (p50 and p99 of each, and the difference).
+//!
+//!   cargo bench -p toolgate-sidecar --bench mcp
+//!
+//! The upstream is a minimal streamable-HTTP endpoint that answers
+//! `tools/call` with a JSON `CallToolResult` (no SSE, no session), so what
+//! is measured is the gateway: parse, decide (in process), forward, relay.
+//! The sidecar and the upstream share one server runtime thread; the client
+//! runs on another.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+use toolgate_bundle::{BundleInput, ProfileRef, SigningKey};
+use toolgate_sidecar::{Sidecar, SidecarConfig};
+
+const SPEC: &str = r#"
+mode: rules
+rules:
+  demo.echo: {allow: ["*"]}
+  "*": {deny: ["*password*"]}
+hardline: {cidrs: ["169.254.0.0/16"]}
+effects:
+  demo.echo: {sideEffect: NONE, risk: low, readOnly: true}
+"#;
+
+fn call(i: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+           "params": {"name": "echo", "arguments": {"text": "hello"}}})
+}
+
+async fn upstream() -> SocketAddr {
+    let app = axum::Router::new().route(
+        "/mcp",
+        post(|axum::Json(req): axum::Json<Value>| async move {
+            axum::Json(json!({"jsonrpc": "2.0", "id": req["id"],
+                              "result": {"content": [{"type": "text", "text": "hello"}], "isError": false}}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+async fn start_sidecar(dir: &std::path::Path, upstream: SocketAddr) -> Sidecar {
+    let key = SigningKey::from_seed(&[2; 32]);
+    let (_, bytes) = toolgate_bundle::build(
+        BundleInput {
+            profile: ProfileRef {
+                name: "bench".into(),
+                namespace: None,
+            },
+            spec: toolgate_policy::load::from_str(SPEC).unwrap(),
+            grants: vec![],
+            sequence: 1,
+            issued_at: Timestamp::now(),
+            expires_at: Timestamp::now() + SignedDuration::from_hours(1),
+        },
+        &key,
+    )
+    .unwrap();
+    std::fs::write(dir.join("bundle.json"), bytes).unwrap();
+    std::fs::write(
+        dir.join("trust.pem"),
+        key.public_key().to_spki_pem().unwrap(),
+    )
+    .unwrap();
+    let mut config = SidecarConfig::new(
+        dir.join("bundle.json"),
+        dir.join("trust.pem"),
+        format!("sqlite://{}?mode=rwc", dir.join("bench.db").display()),
+    );
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.workspace_base = dir.join("ws");
+    config.tenant = "bench".into();
+    config.mcp_upstreams = vec![("demo".into(), format!("http://{upstream}/mcp"))];
+    Sidecar::start(config).await.unwrap()
+}
+
+async fn measure(client: &reqwest::Client, url: &str, n: u64) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let started = Instant::now();
+        let r = client
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&call(i))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["result"]["isError"], false, "{body}");
+        out.push(started.elapsed());
+    }
+    out.sort();
+    out
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let n: u64 = std::env::var("TOOLGATE_BENCH_REQUESTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5_000);
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (upstream_addr, sidecar_addr) = server.block_on(async {
+        let up = upstream().await;
+        let sidecar = start_sidecar(dir.path(), up).await;
+        let addr = sidecar.addr;
+        std::mem::forget(sidecar);
+        (up, addr)
+    });
+    let client_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    client_rt.block_on(async {
+        let client = reqwest::Client::new();
+        let direct_url = format!("http://{upstream_addr}/mcp");
+        let gateway_url = format!("http://{sidecar_addr}/mcp/demo");
+        // Warm both paths (connections, allocator, the decision batcher).
+        measure(&client, &direct_url, 500).await;
+        measure(&client, &gateway_url, 500).await;
+        // Interleave rounds so drift hits both alike.
+        let (mut direct, mut gateway) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            direct.extend(measure(&client, &direct_url, n / 5).await);
+            gateway.extend(measure(&client, &gateway_url, n / 5).await);
+        }
+        direct.sort();
+        gateway.sort();
+        let (d50, d99) = (pct(&direct, 0.5), pct(&direct, 0.99));
+        let (g50, g99) = (pct(&gateway, 0.5), pct(&gateway, 0.99));
+        println!("mcp tools/call, {n} sequential requests each, loopback, kept-alive connections");
+        println!(
+            "  direct to upstream   p50 {:>7.0} µs   p99 {:>7.0} µs",
+            us(d50),
+            us(d99)
+        );
+        println!(
+            "  through /mcp/demo    p50 {:>7.0} µs   p99 {:>7.0} µs",
+            us(g50),
+            us(g99)
+        );
+        println!(
+            "  added by the gateway p50 {:>7.0} µs   p99 {:>7.0} µs   (goal: p50 <= 200 µs)",
+            us(g50.saturating_sub(d50)),
+            us(g99.saturating_sub(d99))
+        );
+    });
+}
