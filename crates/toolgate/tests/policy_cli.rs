@@ -187,4 +187,8 @@ fn demo_runs_from_any_directory() {
     assert!(stdout.contains("deny:bash:rm *"), "{stdout}");
     assert!(stdout.contains("hardline:cidrs:127.0.0.0/8"), "{stdout}");
     assert!(stdout.contains("0 differed"), "{stdout}");
+    // The scripted session, MCP gateway scene included, behaved as scripted.
+    assert!(stdout.contains("purge_all hidden"), "{stdout}");
+    assert!(stdout.contains("session behaved as scripted"), "{stdout}");
+    assert!(!stdout.contains("FAIL"), "{stdout}");
 }

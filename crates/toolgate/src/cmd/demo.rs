@@ -104,7 +104,9 @@ async fn session() -> Result<bool, CliError> {
         source,
     })?;
     let key = SigningKey::generate();
-    let manifest = toolgate_policy::load::parse_manifest(EXAMPLES[0].1)?;
+    let mut manifest = toolgate_policy::load::parse_manifest(EXAMPLES[0].1)?;
+    with_demo_mcp_server(&mut manifest.spec)?;
+    let (upstream, upstream_calls) = demo_mcp_server().await?;
     let now = jiff::Timestamp::now();
     let (_, envelope) = toolgate_bundle::build(
         BundleInput {
@@ -139,6 +141,10 @@ async fn session() -> Result<bool, CliError> {
     config.listen = "127.0.0.1:0".parse().expect("literal address");
     config.workspace_base = dir.path().join("workspaces");
     config.tenant = "demo".into();
+    config.mcp_upstreams = vec![(
+        "tickets".into(),
+        format!("http://localhost:{}/mcp", upstream.port()),
+    )];
     let sidecar = Sidecar::start(config)
         .await
         .map_err(|e| CliError::Usage(format!("sidecar failed to start: {e}")))?;
@@ -321,6 +327,55 @@ async fn session() -> Result<bool, CliError> {
         linked && e["error"]["code"] == "workspace_escape",
     );
 
+    println!("6. an MCP server behind the gateway (/mcp/tickets)");
+    let rpc = |id: u32, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let (_, listed) = agent
+        .post("/mcp/tickets", rpc(1, "tools/list", json!({})))
+        .await?;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    expect(
+        &format!("tools/list offers only what the profile declares: {names:?} (purge_all hidden)"),
+        names == ["search", "close"],
+    );
+    let (_, found) = agent
+        .post(
+            "/mcp/tickets",
+            rpc(
+                2,
+                "tools/call",
+                json!({"name": "search", "arguments": {"query": "flaky test"}}),
+            ),
+        )
+        .await?;
+    expect(
+        "tickets.search is allowed and answered by the server",
+        found["result"]["isError"] == false,
+    );
+    let before = upstream_calls.load(std::sync::atomic::Ordering::SeqCst);
+    let (_, closed) = agent
+        .post(
+            "/mcp/tickets",
+            rpc(
+                3,
+                "tools/call",
+                json!({"name": "close", "arguments": {"ticket": "PROD-1"}}),
+            ),
+        )
+        .await?;
+    let after = upstream_calls.load(std::sync::atomic::Ordering::SeqCst);
+    expect(
+        &format!(
+            "closing a production ticket is refused by a deny rule ({}) and never reaches the server",
+            text(&closed["result"]["_meta"]["toolgate.dev/verdict"]["reason"])
+        ),
+        closed["result"]["isError"] == true && before == after,
+    );
+
     sidecar.shutdown().await;
     println!("\n== Audit: the decision log");
     let reports = store.decisions().verify(Some("demo")).await?;
@@ -333,8 +388,8 @@ async fn session() -> Result<bool, CliError> {
         );
     }
     expect(
-        "all 11 decisions (workspace calls too), denials included, are in an intact hash chain",
-        reports.len() == 1 && reports[0].ok && reports[0].rows == 11,
+        "all 13 decisions (workspace and MCP calls too), denials included, are in an intact hash chain",
+        reports.len() == 1 && reports[0].ok && reports[0].rows == 13,
     );
     println!(
         "\nsession {}",
@@ -345,6 +400,75 @@ async fn session() -> Result<bool, CliError> {
         }
     );
     Ok(ok)
+}
+
+/// The demo's MCP server `tickets`: declared in the profile (search
+/// allowed, closing a `PROD-*` ticket denied), reached through the sidecar.
+fn with_demo_mcp_server(spec: &mut toolgate_policy::PolicySpec) -> Result<(), CliError> {
+    let extra: toolgate_policy::PolicySpec = toolgate_policy::load::from_str(
+        "{mode: rules, rules: {tickets.search: {allow: ['*']}, \
+          tickets.close: {deny: ['PROD-*'], allow: ['*']}}, \
+          egress: {allowHosts: [localhost]}, \
+          effects: {tickets.search: {sideEffect: NONE, risk: low, readOnly: true}, \
+                    tickets.close: {sideEffect: EXTERNAL_WRITE, risk: write}}}",
+    )?;
+    spec.rules.extend(extra.rules);
+    spec.effects.extend(extra.effects);
+    let egress = spec.egress.get_or_insert_with(Default::default);
+    egress
+        .allow_hosts
+        .extend(extra.egress.map(|e| e.allow_hosts).unwrap_or_default());
+    Ok(())
+}
+
+/// A minimal streamable-HTTP MCP endpoint on loopback with three tools
+/// (`purge_all` is not in the profile); counts the calls that reach it.
+async fn demo_mcp_server() -> Result<
+    (
+        std::net::SocketAddr,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ),
+    CliError,
+> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(move |axum::Json(req): axum::Json<Value>| {
+            let counter = counter.clone();
+            async move {
+                let result = match req["method"].as_str() {
+                    Some("tools/list") => json!({"tools": [
+                        {"name": "search", "description": "Search tickets", "inputSchema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}},
+                        {"name": "close", "description": "Close a ticket", "inputSchema": {"type": "object", "properties": {"ticket": {"type": "string"}}, "required": ["ticket"]}},
+                        {"name": "purge_all", "description": "Delete every ticket", "inputSchema": {"type": "object"}}
+                    ]}),
+                    Some("tools/call") => {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        json!({"content": [{"type": "text", "text": "done"}], "isError": false})
+                    }
+                    _ => json!({}),
+                };
+                axum::Json(json!({"jsonrpc": "2.0", "id": req["id"], "result": result}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|source| CliError::Io {
+            path: "demo MCP server".into(),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| CliError::Io {
+        path: "demo MCP server".into(),
+        source,
+    })?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((addr, calls))
 }
 
 fn text(v: &Value) -> String {
