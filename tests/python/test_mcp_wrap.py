@@ -108,6 +108,11 @@ async def test_the_gateway_filters_decides_and_records(sidecar, server_js, tmp_p
     assert ('fs.read_text_file', 'allow') in verdicts
     assert ('fs.write_file', 'deny') in verdicts and ('fs.create_directory', 'deny') in verdicts
     assert ('fs.list_directory', 'deny', 'tool_definition_changed') in decisions(sidecar, run)
+    # Every gateway decision records the definition the server announced.
+    with sqlite3.connect(sidecar['db']) as db:
+        digests = db.execute("SELECT DISTINCT definition_digest FROM decisions WHERE run_id = ? "
+                             "AND tool = 'fs.read_text_file'", (run,)).fetchall()
+    assert len(digests) == 1 and digests[0][0].startswith('sha256:'), digests
 
 
 async def test_escalation_waits_for_a_human_then_passes_once(sidecar, server_js, tmp_path, run_id):

@@ -348,6 +348,7 @@ pub(crate) async fn decide(
         risk: verdict.risk.as_str().to_owned(),
         args_digest: verdict.args_digest.clone(),
         call_digest: Some(verdict.call_digest.clone()),
+        definition_digest: req.definition_digest.clone(),
         created_at: now,
     };
     if let Err(e) = record.validate() {

@@ -287,6 +287,7 @@ fn record(w: usize, i: u64) -> DecisionRecord {
         risk: "low".into(),
         args_digest: "sha256:0123456789abcdef0123456789abcdef".into(),
         call_digest: None,
+        definition_digest: None,
         created_at: jiff::Timestamp::now(),
     }
 }

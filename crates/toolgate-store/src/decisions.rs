@@ -59,6 +59,10 @@ pub struct DecisionRecord {
     /// rows written before it existed.
     #[serde(default)]
     pub call_digest: Option<String>,
+    /// For calls through an MCP gateway: the `sha256:` digest of the tool's
+    /// definition as the server announced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_digest: Option<String>,
     /// When the decision was made; stored with millisecond precision.
     pub created_at: Timestamp,
 }
@@ -110,19 +114,20 @@ struct DecisionRow {
     risk: String,
     args_digest: String,
     call_digest: Option<String>,
+    definition_digest: Option<String>,
     created_at: i64,
     prev_hash: String,
     hash: String,
 }
 
 const COLUMNS: &str = "tenant, seq, decision_id, run_id, step_id, tool, verdict, reason, \
-    message, matched_rule, policy_version, risk, args_digest, call_digest, created_at, \
-    prev_hash, hash";
+    message, matched_rule, policy_version, risk, args_digest, call_digest, definition_digest, \
+    created_at, prev_hash, hash";
 
 const INSERT: &str = "INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, \
     verdict, reason, message, matched_rule, policy_version, risk, args_digest, call_digest, \
-    created_at, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-    $13, $14, $15, $16, $17)";
+    definition_digest, created_at, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+    $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
 
 impl DecisionRow {
     fn into_chained(self) -> Result<ChainedDecision> {
@@ -140,6 +145,7 @@ impl DecisionRow {
                 risk: self.risk,
                 args_digest: self.args_digest,
                 call_digest: self.call_digest,
+                definition_digest: self.definition_digest,
                 created_at: ts_from_ms(self.created_at)?,
             },
             tenant: self.tenant,
@@ -171,6 +177,7 @@ fn validate(record: &DecisionRecord) -> Result<()> {
     require("risk", &record.risk)?;
     require("args_digest", &record.args_digest)?;
     require_opt("call_digest", record.call_digest.as_deref())?;
+    require_opt("definition_digest", record.definition_digest.as_deref())?;
     if record.message.as_ref().is_some_and(|m| m.len() > 16 * 1024) {
         return Err(StoreError::InvalidInput("message exceeds 16 KiB".into()));
     }
@@ -198,6 +205,9 @@ fn record_canonical(r: &DecisionRecord, created_at_ms: i64) -> Result<String> {
     });
     if let (Some(digest), Some(obj)) = (&r.call_digest, value.as_object_mut()) {
         obj.insert("call_digest".into(), digest.clone().into());
+    }
+    if let (Some(digest), Some(obj)) = (&r.definition_digest, value.as_object_mut()) {
+        obj.insert("definition_digest".into(), digest.clone().into());
     }
     serde_json_canonicalizer::to_string(&value)
         .map_err(|e| StoreError::InvalidInput(format!("cannot canonicalize record: {e}")))
@@ -248,8 +258,8 @@ fn row_hash(
 /// position or hashes.
 const PG_APPEND: &str = "INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, \
         verdict, reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
-        call_digest) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+        call_digest, definition_digest) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
     RETURNING seq, prev_hash, hash";
 
 /// Decision log operations. Obtain with [`Store::decisions`].
@@ -465,6 +475,7 @@ async fn pg_append_one(
         .bind(&r.args_digest)
         .bind(r.created_at.as_millisecond())
         .bind(&r.call_digest)
+        .bind(&r.definition_digest)
         .fetch_one(conn)
         .await?)
 }
@@ -503,6 +514,7 @@ async fn append_sqlite(
             .bind(&record.risk)
             .bind(&record.args_digest)
             .bind(&record.call_digest)
+            .bind(&record.definition_digest)
             .bind(created_ms)
             .bind(&prev)
             .bind(&hash)
@@ -565,6 +577,7 @@ impl DecisionRow {
             risk: self.risk.clone(),
             args_digest: self.args_digest.clone(),
             call_digest: self.call_digest.clone(),
+            definition_digest: self.definition_digest.clone(),
             created_at: ts_from_ms(self.created_at)?,
         })
     }
@@ -588,6 +601,7 @@ mod tests {
             risk: "low".into(),
             args_digest: "sha256:0".into(),
             call_digest: Some("sha256:1".into()),
+            definition_digest: None,
             created_at: Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
         }
     }
@@ -646,6 +660,21 @@ mod tests {
         let mut r = sample();
         r.call_digest = Some("sha256:2".into());
         assert_ne!(base, row_hash("acme", 1, GENESIS_HASH, &r, 5).unwrap());
+    }
+
+    /// A definition digest is hashed with the record when present (in
+    /// RFC 8785 key order), and absent rows keep their document.
+    #[test]
+    fn definition_digest_is_hashed_only_when_present() {
+        let mut r = sample();
+        let without = record_canonical(&r, 1).unwrap();
+        assert!(!without.contains("definition_digest"));
+        r.definition_digest = Some("sha256:d".into());
+        let with = record_canonical(&r, 1).unwrap();
+        assert!(
+            with.contains(r#""decision_id":"dé\"1","definition_digest":"sha256:d""#),
+            "{with}"
+        );
     }
 
     /// Rows written before `call_digest` existed hash as they always did.

@@ -74,6 +74,7 @@ fn record(i: usize) -> DecisionRecord {
         risk: "low".into(),
         args_digest: format!("sha256:{i}"),
         call_digest: Some(format!("sha256:call-{i}")),
+        definition_digest: (i % 4 == 1).then(|| format!("sha256:def-{i}")),
         created_at: jiff::Timestamp::now(),
     }
 }

@@ -202,6 +202,10 @@ fn record(i: usize) -> DecisionRecord {
         risk: "low".into(),
         args_digest: "sha256:args".into(),
         call_digest: (!i.is_multiple_of(3)).then(|| CALL.into()),
+        // The database trigger must hash it exactly as the store does.
+        definition_digest: i
+            .is_multiple_of(2)
+            .then(|| format!("sha256:def-\"{i}\"\u{e9}")),
         created_at: jiff::Timestamp::now(),
     }
 }

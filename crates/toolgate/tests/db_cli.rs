@@ -31,6 +31,7 @@ fn record(i: usize) -> DecisionRecord {
         risk: "high".into(),
         args_digest: "sha256:00".into(),
         call_digest: None,
+        definition_digest: None,
         created_at: jiff::Timestamp::now(),
     }
 }
