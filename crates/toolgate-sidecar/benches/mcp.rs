@@ -149,6 +149,23 @@ fn main() {
         }
         direct.sort();
         gateway.sort();
+        // For reference: the same decision asked of /v1/authorize over HTTP.
+        let authorize_url = format!("http://{sidecar_addr}/v1/authorize");
+        let mut authorize = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let started = Instant::now();
+            let r = client
+                .post(&authorize_url)
+                .json(&json!({"tool": "demo.echo", "arguments": {"text": "hello"},
+                              "run_id": "bench", "step_id": "mcp:demo"}))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
+            let _: Value = r.json().await.unwrap();
+            authorize.push(started.elapsed());
+        }
+        authorize.sort();
         let (d50, d99) = (pct(&direct, 0.5), pct(&direct, 0.99));
         let (g50, g99) = (pct(&gateway, 0.5), pct(&gateway, 0.99));
         println!("mcp tools/call, {n} sequential requests each, loopback, kept-alive connections");
@@ -161,6 +178,11 @@ fn main() {
             "  through /mcp/demo    p50 {:>7.0} µs   p99 {:>7.0} µs",
             us(g50),
             us(g99)
+        );
+        println!(
+            "  /v1/authorize alone  p50 {:>7.0} µs   p99 {:>7.0} µs   (the decision, for reference)",
+            us(pct(&authorize, 0.5)),
+            us(pct(&authorize, 0.99))
         );
         println!(
             "  added by the gateway p50 {:>7.0} µs   p99 {:>7.0} µs   (goal: p50 <= 200 µs)",
