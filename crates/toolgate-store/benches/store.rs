@@ -232,7 +232,9 @@ fn new_intent(w: usize, i: u64) -> NewIntent {
         tool: "email.send".into(),
         args_digest: "sha256:0123456789abcdef0123456789abcdef".into(),
         call_digest: None,
-        decision_id: format!("dec-{w}-{i}"),
+        // One intent per decision (a UNIQUE index): ids never repeat across
+        // slices and concurrency levels.
+        decision_id: format!("dec-{w}-{i}-{}", uuid::Uuid::now_v7()),
         risk: "high".into(),
         verification_probe: None,
     }
@@ -275,7 +277,9 @@ async fn bare_intent(pool: &PgPool, w: usize, i: u64) {
 
 fn record(w: usize, i: u64) -> DecisionRecord {
     DecisionRecord {
-        decision_id: format!("dec-{w}-{i}"),
+        // One intent per decision (a UNIQUE index): ids never repeat across
+        // slices and concurrency levels.
+        decision_id: format!("dec-{w}-{i}-{}", uuid::Uuid::now_v7()),
         run_id: format!("run-{w}"),
         step_id: format!("step-{i}"),
         tool: "shell.exec".into(),
