@@ -94,6 +94,7 @@ pub fn phase_of(status: DbStatus) -> Phase {
         DbStatus::Approved => Phase::Approved,
         DbStatus::Denied => Phase::Denied,
         DbStatus::Expired => Phase::Expired,
+        DbStatus::Cancelled => Phase::Cancelled,
     }
 }
 
@@ -527,7 +528,7 @@ async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, Contro
         (Some(req), None) => {
             let settled = matches!(
                 previous.phase,
-                Some(Phase::Approved | Phase::Denied | Phase::Expired)
+                Some(Phase::Approved | Phase::Denied | Phase::Expired | Phase::Cancelled)
             ) && previous.observed_generation == obj.metadata.generation;
             if settled {
                 return Ok(Action::await_change());
@@ -618,7 +619,7 @@ async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, Contro
 /// instant), and clears it while pending.
 fn stamp_finished(status: &mut ApprovalStatus, previous: Option<&str>, now: Timestamp) {
     status.finished_at = match status.phase {
-        Some(Phase::Approved | Phase::Denied | Phase::Expired) => {
+        Some(Phase::Approved | Phase::Denied | Phase::Expired | Phase::Cancelled) => {
             Some(previous.map_or_else(|| now.to_string(), str::to_owned))
         }
         _ => None,
@@ -657,7 +658,7 @@ pub fn past_retention(obj: &Approval, profiles: &[Arc<PolicyProfile>], now: Time
         .filter(|s| {
             matches!(
                 s.phase,
-                Some(Phase::Approved | Phase::Denied | Phase::Expired)
+                Some(Phase::Approved | Phase::Denied | Phase::Expired | Phase::Cancelled)
             )
         })
         .and_then(|s| s.finished_at.as_deref())
@@ -789,6 +790,7 @@ pub async fn sync_once(
         Phase::Approved,
         Phase::Denied,
         Phase::Expired,
+        Phase::Cancelled,
     ] {
         counts.insert(phase.as_str(), 0);
     }

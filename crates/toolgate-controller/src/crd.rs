@@ -18,7 +18,7 @@ use std::path::Path;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::model::{ApprovalSettings, Egress, Hardline, RuleTiers};
+use toolgate_policy::model::{ApprovalSettings, Budgets, Egress, Enforcement, Hardline, RuleTiers};
 use toolgate_policy::{Grant, Mode, PolicySpec, ToolEffect};
 
 use crate::error::ControllerError;
@@ -100,6 +100,14 @@ pub struct PolicyProfileSpec {
     /// How escalations are answered: time to live and who may approve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approvals: Option<ApprovalSettings>,
+    /// `enforce` (default), `warn` or `dryRun`: whether verdicts bind or are
+    /// only reported. Hardline rules and unknown tools bind in every mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
+    /// Per-run limits (`maxCallsPerRun`, `maxHighRiskCallsPerRun`,
+    /// `maxRunSeconds`), counted in the shared database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<Budgets>,
 }
 
 impl From<PolicyProfileSpec> for PolicySpec {
@@ -112,6 +120,8 @@ impl From<PolicyProfileSpec> for PolicySpec {
             egress: s.egress,
             effects: s.effects,
             approvals: s.approvals,
+            enforcement: s.enforcement,
+            budgets: s.budgets,
         }
     }
 }
@@ -126,6 +136,8 @@ impl From<PolicySpec> for PolicyProfileSpec {
             egress: s.egress,
             effects: s.effects,
             approvals: s.approvals,
+            enforcement: s.enforcement,
+            budgets: s.budgets,
         }
     }
 }
@@ -385,6 +397,8 @@ pub enum Phase {
     Denied,
     /// Nobody answered in time, or the grant's `expiresAt` passed.
     Expired,
+    /// The request's run was cancelled before anyone answered.
+    Cancelled,
 }
 
 impl Phase {
@@ -395,6 +409,7 @@ impl Phase {
             Phase::Approved => "Approved",
             Phase::Denied => "Denied",
             Phase::Expired => "Expired",
+            Phase::Cancelled => "Cancelled",
         }
     }
 }

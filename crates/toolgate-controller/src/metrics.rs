@@ -108,6 +108,7 @@ impl Metrics {
             Phase::Approved,
             Phase::Denied,
             Phase::Expired,
+            Phase::Cancelled,
         ] {
             approvals.with_label_values(&[phase.as_str()]);
         }

@@ -9,7 +9,9 @@ use jiff::Timestamp;
 use crate::digest::PolicyVersion;
 use crate::error::PolicyError;
 use crate::load::validate_object_name;
-use crate::model::{ApprovalSettings, Grant, Mode, PolicySpec, RuleTiers, ToolEffect};
+use crate::model::{
+    ApprovalSettings, Budgets, Enforcement, Grant, Mode, PolicySpec, RuleTiers, ToolEffect,
+};
 
 /// Rule key that applies to every tool.
 pub const ANY_TOOL: &str = "*";
@@ -61,6 +63,10 @@ impl OrderedGlobs {
 /// One fnmatch glob (see [`crate::fnmatch`]); only the empty glob and a
 /// pattern too large to compile are refused, since fnmatch gives every other
 /// string a meaning.
+/// Longest `maxRunSeconds` (one year): keeps `started_at + limit` far from
+/// overflow in every store.
+pub const MAX_RUN_SECONDS: u64 = 366 * 86_400;
+
 pub(crate) fn compile_glob(field: &str, glob: &str) -> Result<Matcher, PolicyError> {
     let invalid = |message: String| PolicyError::InvalidGlob {
         field: field.into(),
@@ -276,6 +282,26 @@ impl CompiledPolicy {
             });
         }
 
+        if let Some(budgets) = &spec.budgets {
+            for (field, value) in [
+                ("maxCallsPerRun", budgets.max_calls_per_run),
+                ("maxRunSeconds", budgets.max_run_seconds),
+            ] {
+                if value == Some(0) {
+                    return Err(PolicyError::InvalidValue {
+                        field: format!("spec.budgets.{field}"),
+                        message: format!("{field} must be at least 1 (omit it for no limit)"),
+                    });
+                }
+            }
+            if budgets.max_run_seconds.is_some_and(|s| s > MAX_RUN_SECONDS) {
+                return Err(PolicyError::InvalidValue {
+                    field: "spec.budgets.maxRunSeconds".into(),
+                    message: format!("maxRunSeconds must be at most {MAX_RUN_SECONDS}"),
+                });
+            }
+        }
+
         let mut compiled_grants = Vec::with_capacity(grants.len());
         for (i, grant) in grants.iter().enumerate() {
             compiled_grants.push(compile_grant(i, grant, spec, &canonical)?);
@@ -295,6 +321,30 @@ impl CompiledPolicy {
             spec: spec.clone(),
             source_grants: grants.to_vec(),
         })
+    }
+
+    /// The enforcement mode of `tool` (an alias resolves to its tool): its
+    /// own `enforcement`, else the profile's, else `enforce`.
+    pub fn enforcement(&self, tool: &str) -> Enforcement {
+        self.effect(tool)
+            .and_then(|e| e.enforcement)
+            .or(self.spec.enforcement)
+            .unwrap_or_default()
+    }
+
+    /// The profile's run budgets (all unlimited when none are set).
+    pub fn budgets(&self) -> Budgets {
+        self.spec.budgets.clone().unwrap_or_default()
+    }
+
+    /// True when any tool (or the profile) runs in `warn` or `dryRun`.
+    pub fn reports_only_somewhere(&self) -> bool {
+        self.spec.enforcement.unwrap_or_default() != Enforcement::Enforce
+            || self
+                .spec
+                .effects
+                .values()
+                .any(|e| e.enforcement.is_some_and(|m| m != Enforcement::Enforce))
     }
 
     /// The profile name.

@@ -78,8 +78,15 @@ impl CompiledPolicy {
     }
 
     /// Decides one call. Never fails: unknown tools and malformed arguments
-    /// are denied with a typed reason.
+    /// are denied with a typed reason. Under a `warn` or `dryRun` tool the
+    /// verdict only reports (see [`Verdict::under`]).
     pub fn evaluate(&self, call: &Call<'_>, ctx: &Context<'_>) -> Verdict {
+        let verdict = self.evaluate_enforced(call, ctx);
+        verdict.under(self.enforcement(call.tool))
+    }
+
+    /// What `enforce` answers, whatever the tool's mode.
+    fn evaluate_enforced(&self, call: &Call<'_>, ctx: &Context<'_>) -> Verdict {
         let tool_name = self.canonical_tool(call.tool);
         let digests = call_digests(tool_name, call.action, call.arguments);
         let Some(tool) = self.tools.get(tool_name) else {
@@ -196,6 +203,11 @@ impl CompiledPolicy {
             intent_required: verdict == Decision::Allow && risk == Risk::High,
             args_digest,
             call_digest,
+            enforced: true,
+            would_verdict: None,
+            would_reason: None,
+            would_rule: None,
+            warning: None,
         }
     }
 

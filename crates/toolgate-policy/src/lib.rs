@@ -36,11 +36,13 @@ pub mod model;
 pub mod preview;
 mod verdict;
 
-pub use compile::{ANY_TOOL, CompiledPolicy};
+pub use compile::{ANY_TOOL, CompiledPolicy, MAX_RUN_SECONDS};
 pub use digest::{PolicyVersion, args_digest, call_digest};
 pub use error::PolicyError;
 pub use eval::{Call, Context};
-pub use model::{Grant, Mode, PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect};
+pub use model::{
+    Budgets, Enforcement, Grant, Mode, PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect,
+};
 pub use verdict::{Decision, Reason, Verdict};
 
 /// Parses a manifest and compiles it without standing grants.

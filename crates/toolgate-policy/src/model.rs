@@ -68,6 +68,63 @@ pub struct PolicySpec {
     /// How escalations are answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approvals: Option<ApprovalSettings>,
+    /// Whether verdicts are enforced, or only reported (default `enforce`).
+    /// Hardline rules and unknown tools are enforced in every mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
+    /// Per-run limits, counted in the shared database across sidecars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<Budgets>,
+}
+
+/// Whether a profile's verdicts bind. Lets a new or stricter profile run
+/// against real traffic first, as admission policies do (`Audit`, `dryrun`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Enforcement {
+    /// Verdicts bind.
+    #[default]
+    Enforce,
+    /// Every call is allowed; what would have been decided is reported, and
+    /// a non-allow would-verdict carries a warning clients show.
+    Warn,
+    /// Every call is allowed; what would have been decided is only recorded.
+    DryRun,
+}
+
+impl Enforcement {
+    /// The camelCase wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enforce => "enforce",
+            Self::Warn => "warn",
+            Self::DryRun => "dryRun",
+        }
+    }
+}
+
+/// Limits on one run (one `run_id`) of an agent. Each is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Budgets {
+    /// Allowed calls a run may make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calls_per_run: Option<u64>,
+    /// Allowed `high`-risk calls a run may make (0 forbids them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_high_risk_calls_per_run: Option<u64>,
+    /// Seconds after a run's first allowed call during which it may make more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_run_seconds: Option<u64>,
+}
+
+impl Budgets {
+    /// True when no limit is set: runs need no counting.
+    pub fn is_unlimited(&self) -> bool {
+        self.max_calls_per_run.is_none()
+            && self.max_high_risk_calls_per_run.is_none()
+            && self.max_run_seconds.is_none()
+    }
 }
 
 /// Decision mode of a profile. Closed: an unknown mode is a load error.
@@ -144,6 +201,9 @@ pub struct ToolEffect {
     /// `tool_definition_changed`, and the tool is not listed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub definition_digest: Option<String>,
+    /// Overrides `spec.enforcement` for this tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
 }
 
 /// Side-effect classes of a tool. Closed.

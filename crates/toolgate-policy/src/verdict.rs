@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Risk;
+use crate::model::{Enforcement, Risk};
 
 /// The three possible answers to a tool call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -72,6 +72,14 @@ pub enum Reason {
     /// The tool's definition is not the one the profile pinned (issued by
     /// the sidecar for gateway calls).
     ToolDefinitionChanged,
+    /// One of the run's budgets is used up (issued by the sidecar).
+    BudgetExhausted,
+    /// The run was cancelled (issued by the sidecar).
+    RunCancelled,
+    /// The profile or tool runs in `warn` or `dryRun` mode: the call is
+    /// allowed and the verdict's `would_*` fields say what enforcement
+    /// would have answered.
+    NotEnforced,
 }
 
 impl Reason {
@@ -98,11 +106,14 @@ impl Reason {
             Self::BundleExpired => "bundle_expired",
             Self::AuditUnavailable => "audit_unavailable",
             Self::ToolDefinitionChanged => "tool_definition_changed",
+            Self::BudgetExhausted => "budget_exhausted",
+            Self::RunCancelled => "run_cancelled",
+            Self::NotEnforced => "not_enforced",
         }
     }
 
     /// Every reason, in declaration order (for pre-creating metric series).
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 23] = [
         Self::UnknownTool,
         Self::HardlineCommand,
         Self::HardlinePath,
@@ -123,18 +134,49 @@ impl Reason {
         Self::BundleExpired,
         Self::AuditUnavailable,
         Self::ToolDefinitionChanged,
+        Self::BudgetExhausted,
+        Self::RunCancelled,
+        Self::NotEnforced,
     ];
 
     /// The verdict this reason comes with: each reason belongs to exactly one.
     pub fn decision(self) -> Decision {
         match self {
-            Self::ModeAllowAll | Self::AllowRule | Self::ApprovedByGrant | Self::Approved => {
-                Decision::Allow
-            }
+            Self::ModeAllowAll
+            | Self::AllowRule
+            | Self::ApprovedByGrant
+            | Self::Approved
+            | Self::NotEnforced => Decision::Allow,
             Self::EscalateRule => Decision::Escalate,
             _ => Decision::Deny,
         }
     }
+}
+
+impl Reason {
+    /// Reasons that bind in every enforcement mode: hardline rules, unknown
+    /// tools, a changed tool definition, a human's denial, a cancelled run,
+    /// and the sidecar's own fail-closed answers (no bundle, expired
+    /// bundle, audit unavailable). `warn` and `dryRun` never soften them.
+    pub fn always_enforced(self) -> bool {
+        matches!(
+            self,
+            Self::UnknownTool
+                | Self::HardlineCommand
+                | Self::HardlinePath
+                | Self::HardlineCidr
+                | Self::ToolDefinitionChanged
+                | Self::ApprovalDenied
+                | Self::RunCancelled
+                | Self::NoBundle
+                | Self::BundleExpired
+                | Self::AuditUnavailable
+        )
+    }
+}
+
+fn enforced_default() -> bool {
+    true
 }
 
 /// The answer to one call, bound to the exact arguments it was asked about.
@@ -158,6 +200,60 @@ pub struct Verdict {
     /// `sha256:` digest of the canonical `{tool, action, arguments}` (see
     /// [`crate::call_digest`]): what approvals and intents are bound to.
     pub call_digest: String,
+    /// False when the verdict only reports: the tool's enforcement mode is
+    /// `warn` or `dryRun`, so the call is allowed and `would_*` say what
+    /// `enforce` would have answered.
+    #[serde(default = "enforced_default")]
+    pub enforced: bool,
+    /// What enforcement would have answered (when `enforced` is false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_verdict: Option<Decision>,
+    /// Why (when `enforced` is false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_reason: Option<Reason>,
+    /// The rule that would have decided (when `enforced` is false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_rule: Option<String>,
+    /// In `warn` mode, a one-line notice for the agent's operator when
+    /// enforcement would not have allowed the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+impl Verdict {
+    /// This verdict as `mode` answers it. Under `warn` and `dryRun` a
+    /// verdict whose reason is not [`Reason::always_enforced`] becomes an
+    /// allow (`not_enforced`) that carries the original as `would_*`; an
+    /// allowed high-risk call still needs its intent. `enforce` changes
+    /// nothing, and neither does applying a mode twice.
+    pub fn under(mut self, mode: Enforcement) -> Self {
+        if mode == Enforcement::Enforce || !self.enforced || self.reason.always_enforced() {
+            return self;
+        }
+        let (verdict, reason, rule) = (self.verdict, self.reason, self.matched_rule.take());
+        if mode == Enforcement::Warn && verdict != Decision::Allow {
+            self.warning = Some(match &rule {
+                Some(rule) => format!(
+                    "not enforced (warn): would {} ({}, rule {rule})",
+                    verdict.as_str(),
+                    reason.as_str()
+                ),
+                None => format!(
+                    "not enforced (warn): would {} ({})",
+                    verdict.as_str(),
+                    reason.as_str()
+                ),
+            });
+        }
+        self.enforced = false;
+        self.would_verdict = Some(verdict);
+        self.would_reason = Some(reason);
+        self.would_rule = rule;
+        self.verdict = Decision::Allow;
+        self.reason = Reason::NotEnforced;
+        self.intent_required = self.risk == Risk::High;
+        self
+    }
 }
 
 #[cfg(test)]
@@ -182,5 +278,8 @@ mod tests {
         assert_eq!(Reason::EscalateRule.decision(), Decision::Escalate);
         assert_eq!(Reason::HardlinePath.decision(), Decision::Deny);
         assert_eq!(Reason::AuditUnavailable.decision(), Decision::Deny);
+        assert_eq!(Reason::NotEnforced.decision(), Decision::Allow);
+        assert_eq!(Reason::BudgetExhausted.decision(), Decision::Deny);
+        assert_eq!(Reason::RunCancelled.decision(), Decision::Deny);
     }
 }

@@ -88,6 +88,7 @@ fn verdict_json_has_the_stable_field_names() {
         [
             "args_digest",
             "call_digest",
+            "enforced",
             "intent_required",
             "matched_rule",
             "policy_version",
@@ -652,4 +653,134 @@ fn egress_refusal_applies_the_network_rules_to_a_url() {
         policy.egress_refusal("not a url"),
         Some(Reason::NetworkTargetInvalid)
     );
+}
+
+const MODES: &str = r#"
+mode: rules
+enforcement: dryRun
+rules:
+  bash: {deny: ["rm *"], allow: ["ls *"], escalate: ["git push *"]}
+hardline: {commands: ["mkfs*"]}
+egress: {allowHosts: ["api.github.com"]}
+effects:
+  bash: {sideEffect: PROCESS_EXEC, risk: high}
+  fetch: {sideEffect: NETWORK_READ, risk: low, enforcement: enforce}
+  shout: {sideEffect: NONE, risk: low, enforcement: warn}
+"#;
+
+#[test]
+fn dry_run_allows_and_reports_what_enforce_would_answer() {
+    let policy = compile(MODES);
+    let denied = eval(&policy, "bash", json!({"command": "rm -rf /tmp/x"}));
+    assert_eq!(denied.verdict, Decision::Allow);
+    assert_eq!(denied.reason, Reason::NotEnforced);
+    assert!(!denied.enforced);
+    assert_eq!(denied.would_verdict, Some(Decision::Deny));
+    assert_eq!(denied.would_reason, Some(Reason::DenyRule));
+    assert_eq!(denied.would_rule.as_deref(), Some("deny:bash:rm *"));
+    assert!(denied.warning.is_none(), "dryRun only records");
+    assert!(denied.intent_required, "an allowed high-risk call still needs its intent");
+
+    let escalated = eval(&policy, "bash", json!({"command": "git push origin"}));
+    assert_eq!(
+        (escalated.verdict, escalated.would_verdict),
+        (Decision::Allow, Some(Decision::Escalate))
+    );
+    // A would-allow is reported too, so the whole population is visible.
+    let allowed = eval(&policy, "bash", json!({"command": "ls -la"}));
+    assert_eq!(
+        (allowed.enforced, allowed.would_reason),
+        (false, Some(Reason::AllowRule))
+    );
+    // Shell control is a rules-mode check, softened like the rules.
+    let chained = eval(&policy, "bash", json!({"command": "ls; id"}));
+    assert_eq!(chained.would_reason, Some(Reason::ShellControl));
+    assert_eq!(chained.verdict, Decision::Allow);
+}
+
+#[test]
+fn hardline_and_unknown_tools_bind_in_every_mode() {
+    let policy = compile(MODES);
+    let hard = eval(&policy, "bash", json!({"command": "mkfs.ext4 /dev/sda"}));
+    assert_eq!(
+        (hard.verdict, hard.reason, hard.enforced),
+        (Decision::Deny, Reason::HardlineCommand, true)
+    );
+    assert!(hard.would_verdict.is_none());
+    let unknown = eval(&policy, "nope", json!({}));
+    assert_eq!(
+        (unknown.verdict, unknown.reason, unknown.enforced),
+        (Decision::Deny, Reason::UnknownTool, true)
+    );
+    let all_binding: Vec<Reason> = Reason::ALL
+        .into_iter()
+        .filter(|r| r.always_enforced())
+        .collect();
+    assert!(all_binding.contains(&Reason::HardlinePath));
+    assert!(all_binding.contains(&Reason::HardlineCidr));
+    assert!(all_binding.contains(&Reason::RunCancelled));
+    assert!(!Reason::BudgetExhausted.always_enforced());
+}
+
+#[test]
+fn a_tool_may_override_the_profile_mode() {
+    let policy = compile(MODES);
+    // fetch is `enforce` although the profile is dryRun.
+    let fetch = eval(&policy, "fetch", json!({"url": "https://evil.example/"}));
+    assert_eq!(
+        (fetch.verdict, fetch.reason, fetch.enforced),
+        (Decision::Deny, Reason::EgressHostNotAllowed, true)
+    );
+    // shout is `warn`: allowed, with a warning naming what would happen.
+    let shout = eval(&policy, "shout", json!({"text": "hi"}));
+    assert_eq!(shout.verdict, Decision::Allow);
+    assert_eq!(shout.would_reason, Some(Reason::NoMatchingRule));
+    let warning = shout.warning.expect("warn mode warns");
+    assert!(warning.contains("would deny (no_matching_rule)"), "{warning}");
+    assert_eq!(
+        policy.enforcement("shout"),
+        toolgate_policy::Enforcement::Warn
+    );
+    assert!(policy.reports_only_somewhere());
+    // Enforce is the default.
+    let strict = compile(&MODES.replace("enforcement: dryRun\n", ""));
+    let denied = eval(&strict, "bash", json!({"command": "rm -rf /"}));
+    assert_eq!((denied.verdict, denied.enforced), (Decision::Deny, true));
+}
+
+#[test]
+fn modes_and_budgets_are_part_of_the_policy_version() {
+    let base = compile(MODES);
+    let enforcing = compile(&MODES.replace("enforcement: dryRun", "enforcement: enforce"));
+    assert_ne!(base.version().version, enforcing.version().version);
+    let budgeted = compile(&format!("{MODES}budgets: {{maxCallsPerRun: 10}}\n"));
+    assert_ne!(base.version().version, budgeted.version().version);
+    assert_eq!(budgeted.budgets().max_calls_per_run, Some(10));
+    assert!(base.budgets().is_unlimited());
+}
+
+#[test]
+fn budgets_are_validated() {
+    for (budgets, field) in [
+        ("{maxCallsPerRun: 0}", "spec.budgets.maxCallsPerRun"),
+        ("{maxRunSeconds: 0}", "spec.budgets.maxRunSeconds"),
+        ("{maxRunSeconds: 999999999}", "spec.budgets.maxRunSeconds"),
+    ] {
+        let err = CompiledPolicy::compile("p", &spec(&format!("{MODES}budgets: {budgets}\n")), &[])
+            .expect_err(budgets);
+        assert!(err.to_string().contains(field), "{err}");
+    }
+    // Zero high-risk calls is a real limit: it forbids them.
+    compile(&format!("{MODES}budgets: {{maxHighRiskCallsPerRun: 0}}\n"));
+    // Unknown budget fields and modes are load errors.
+    assert!(load::from_str::<PolicySpec>(&format!("{MODES}budgets: {{maxCalls: 1}}\n")).is_err());
+    assert!(load::from_str::<PolicySpec>(&MODES.replace("dryRun", "audit")).is_err());
+}
+
+#[test]
+fn applying_a_mode_twice_changes_nothing() {
+    let policy = compile(MODES);
+    let once = eval(&policy, "bash", json!({"command": "rm x"}));
+    let twice = once.clone().under(toolgate_policy::Enforcement::Warn);
+    assert_eq!(once, twice);
 }

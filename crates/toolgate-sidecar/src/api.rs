@@ -434,6 +434,11 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
         intent_required: false,
         args_digest: toolgate_policy::args_digest(call.arguments),
         call_digest: toolgate_policy::call_digest(call.tool, call.action, call.arguments),
+        enforced: true,
+        would_verdict: None,
+        would_reason: None,
+        would_rule: None,
+        warning: None,
     }
 }
 
@@ -530,6 +535,13 @@ async fn escalate(
                 // Someone else used it first: ask again.
             }
             ApprovalStatus::Expired => {}
+            ApprovalStatus::Cancelled => {
+                verdict.verdict = Decision::Deny;
+                verdict.reason = Reason::RunCancelled;
+                verdict.matched_rule = Some(format!("approval:{}", approval.id));
+                verdict.intent_required = false;
+                return Ok(Some(approval.id));
+            }
         }
     }
     verdict.verdict = Decision::Deny;

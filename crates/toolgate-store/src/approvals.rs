@@ -97,6 +97,8 @@ pub enum ApprovalStatus {
     Denied,
     /// Nobody answered in time.
     Expired,
+    /// Its run was cancelled before anyone answered.
+    Cancelled,
 }
 
 impl ApprovalStatus {
@@ -107,6 +109,7 @@ impl ApprovalStatus {
             ApprovalStatus::Approved => "approved",
             ApprovalStatus::Denied => "denied",
             ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -125,6 +128,7 @@ impl FromStr for ApprovalStatus {
             "approved" => Ok(ApprovalStatus::Approved),
             "denied" => Ok(ApprovalStatus::Denied),
             "expired" => Ok(ApprovalStatus::Expired),
+            "cancelled" => Ok(ApprovalStatus::Cancelled),
             other => Err(StoreError::InvalidInput(format!(
                 "unknown approval status {other:?}"
             ))),

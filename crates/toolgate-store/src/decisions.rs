@@ -454,6 +454,30 @@ impl Decisions<'_> {
     }
 }
 
+/// Appends one record on PostgreSQL inside the caller's transaction.
+pub(crate) async fn append_pg_in(
+    conn: &mut sqlx::PgConnection,
+    tenant: &str,
+    record: DecisionRecord,
+) -> Result<ChainedDecision> {
+    let (seq, prev_hash, hash) = pg_append_one(conn, tenant, &record).await?;
+    Ok(ChainedDecision {
+        tenant: tenant.to_owned(),
+        seq,
+        prev_hash,
+        hash,
+        record,
+    })
+}
+
+/// Checks a record and normalises its time to the stored precision, as
+/// every append does before hashing.
+pub(crate) fn prepared(mut record: DecisionRecord) -> Result<DecisionRecord> {
+    validate(&record)?;
+    record.created_at = ts_from_ms(record.created_at.as_millisecond())?;
+    Ok(record)
+}
+
 /// Runs [`PG_APPEND`] for one record and returns its seq and hashes.
 async fn pg_append_one(
     conn: &mut sqlx::PgConnection,
@@ -487,8 +511,19 @@ async fn append_sqlite(
     tenant: &str,
     records: Vec<DecisionRecord>,
 ) -> Result<Vec<ChainedDecision>> {
-    let head_sql = "SELECT seq, hash FROM decision_heads WHERE tenant = $1";
     let mut tx = pool.begin_write().await?;
+    let out = append_sqlite_in(&mut tx, tenant, records).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// [`append_sqlite`] inside the caller's write transaction.
+pub(crate) async fn append_sqlite_in(
+    tx: &mut sqlx::SqliteConnection,
+    tenant: &str,
+    records: Vec<DecisionRecord>,
+) -> Result<Vec<ChainedDecision>> {
+    let head_sql = "SELECT seq, hash FROM decision_heads WHERE tenant = $1";
     let head: Option<(i64, String)> = sqlx::query_as(head_sql)
         .bind(tenant)
         .fetch_optional(&mut *tx)
@@ -528,7 +563,6 @@ async fn append_sqlite(
             record,
         });
     }
-    tx.commit().await?;
     Ok(out)
 }
 

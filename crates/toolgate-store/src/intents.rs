@@ -182,29 +182,29 @@ pub struct PendingIntent {
 }
 
 #[derive(sqlx::FromRow)]
-struct IntentRow {
-    id: String,
-    tenant: String,
-    run_id: String,
-    step_id: String,
-    tool: String,
-    args_digest: String,
-    call_digest: Option<String>,
-    decision_id: String,
-    risk: String,
-    verification_probe: Option<String>,
-    status: String,
-    detail: Option<String>,
-    created_at: i64,
-    effect_sent_at: Option<i64>,
-    completed_at: Option<i64>,
+pub(crate) struct IntentRow {
+    pub(crate) id: String,
+    pub(crate) tenant: String,
+    pub(crate) run_id: String,
+    pub(crate) step_id: String,
+    pub(crate) tool: String,
+    pub(crate) args_digest: String,
+    pub(crate) call_digest: Option<String>,
+    pub(crate) decision_id: String,
+    pub(crate) risk: String,
+    pub(crate) verification_probe: Option<String>,
+    pub(crate) status: String,
+    pub(crate) detail: Option<String>,
+    pub(crate) created_at: i64,
+    pub(crate) effect_sent_at: Option<i64>,
+    pub(crate) completed_at: Option<i64>,
 }
 
 const COLUMNS: &str = "id, tenant, run_id, step_id, tool, args_digest, call_digest, decision_id, \
     risk, verification_probe, status, detail, created_at, effect_sent_at, completed_at";
 
 impl IntentRow {
-    fn into_intent(self) -> Result<Intent> {
+    pub(crate) fn into_intent(self) -> Result<Intent> {
         Ok(Intent {
             status: self
                 .status

@@ -20,6 +20,7 @@ mod decisions;
 mod heartbeats;
 mod intents;
 mod profiles;
+mod runs;
 pub mod tenancy;
 mod wakeups;
 
@@ -43,6 +44,7 @@ pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
 };
 pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
+pub use runs::{Admission, Budget, Cancellation, RunLimits, RunState, Runs};
 pub use tenancy::TenantCredentials;
 
 /// Every failure the store reports. Callers branch on [`StoreError::code`],
@@ -154,10 +156,11 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) if db.code().as_deref() == Some("42501") => {
                 StoreError::PermissionDenied(db.message().to_owned())
             }
-            // Migration 0003's forward-only triggers: a backward intent
-            // transition, a second consume, a lowered high-water mark.
+            // Forward-only triggers: a backward intent transition, a second
+            // consume, a lowered high-water mark (0003), a lowered run
+            // counter or withdrawn cancellation (0005).
             sqlx::Error::Database(db)
-                if matches!(db.code().as_deref(), Some("TG001" | "TG002" | "TG003")) =>
+                if matches!(db.code().as_deref(), Some("TG001" | "TG002" | "TG003" | "TG004")) =>
             {
                 StoreError::Conflict(db.message().to_owned())
             }
@@ -453,6 +456,11 @@ impl Store {
     /// Loaded policy profile versions and process-wide events.
     pub fn profiles(&self) -> Profiles<'_> {
         Profiles { store: self }
+    }
+
+    /// Run budgets and cancellation.
+    pub fn runs(&self) -> Runs<'_> {
+        Runs { store: self }
     }
 
     /// Sidecar heartbeats for the controller's fleet view.

@@ -762,3 +762,69 @@ async fn provisioning_rotates_the_password_and_checks_names() {
     let err = Store::connect(&second.database_url).await.unwrap_err();
     assert_eq!(err.code(), "schema_mismatch", "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_roles_count_and_cancel_only_their_own_runs() {
+    let Some(mut fx) = Fixture::new().await else {
+        return;
+    };
+    let (ta, tb) = (format!("ra-{}", suffix()), format!("rb-{}", suffix()));
+    let a = Store::connect(&fx.provision(&ta).await.database_url)
+        .await
+        .expect("tenant A");
+    let b = Store::connect(&fx.provision(&tb).await.database_url)
+        .await
+        .expect("tenant B");
+    let limits = toolgate_store::RunLimits {
+        max_calls: Some(5),
+        ..Default::default()
+    };
+    let now = jiff::Timestamp::now();
+    assert!(a.runs().admit(&ta, "run-1", true, &limits, now).await.unwrap().is_admitted());
+    assert!(b.runs().admit(&tb, "run-1", false, &limits, now).await.unwrap().is_admitted());
+    // Charging another tenant's run is refused by row-level security.
+    let err = a.runs().admit(&tb, "run-1", false, &limits, now).await.unwrap_err();
+    assert_eq!(err.code(), "permission_denied", "{err}");
+
+    let pool = a.as_postgres().unwrap();
+    // Counters only go up, even for the run's own tenant.
+    assert_eq!(
+        sqlstate(pool, "UPDATE runs SET calls = 0 WHERE run_id = 'run-1'").await,
+        "TG004"
+    );
+    // A tenant cannot write cancellation columns directly nor see B's run.
+    assert_eq!(
+        sqlstate(pool, "UPDATE runs SET cancel_requested_at = NULL").await,
+        "42501"
+    );
+    assert_eq!(count(pool, "SELECT count(*) FROM runs").await, 1);
+
+    // Its own run: cancelled through the function, approvals reaped.
+    let pending = a.approvals().request(approval(&ta, "inv-run")).await.unwrap();
+    let cancel = a
+        .runs()
+        .cancel(&ta, "run-1", Some("stop"), "sidecar:pod-1", jiff::Timestamp::now())
+        .await
+        .unwrap();
+    assert_eq!((cancel.newly_cancelled, cancel.approvals_cancelled), (true, 1));
+    assert_eq!(
+        a.approvals().get(&ta, &pending.id).await.unwrap().status,
+        ApprovalStatus::Cancelled
+    );
+    // Another tenant's run: refused, and B's run stays live.
+    let err = a
+        .runs()
+        .cancel(&tb, "run-1", None, "sidecar:pod-1", jiff::Timestamp::now())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "permission_denied", "{err}");
+    assert!(b.runs().state(&tb, "run-1").await.unwrap().cancel_requested_at.is_none());
+    // And a cancellation is never withdrawn, not even by the admin role.
+    let admin = fx.admin_pool();
+    assert_eq!(
+        sqlstate(admin, "UPDATE runs SET cancel_requested_at = NULL").await,
+        "TG004"
+    );
+    a.close().await;
+    b.close().await;
+}

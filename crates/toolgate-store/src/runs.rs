@@ -1,0 +1,578 @@
+//! Run governance: budget counters per (tenant, run) and durable
+//! cancellation.
+//!
+//! Counters live in the shared database, so every sidecar serving one run
+//! sees one budget and a restart resets nothing. Charging a call is one
+//! conditional `UPDATE`: the row lock serializes sidecars, and the condition
+//! is re-checked on the latest row, so a budget is never overshot. A
+//! cancellation is written once, never withdrawn (on PostgreSQL a trigger,
+//! `TG004`, refuses to lower a counter or clear a cancellation even for a
+//! tenant's own role), and reaps the run's pending approvals.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::decisions::{ChainedDecision, DecisionRecord};
+use crate::intents::{IntentRow, PendingIntent, ResumeClass};
+use crate::{
+    BeginWrite, Result, Store, StoreError, on_pool, opt_ts_from_ms, require, require_opt,
+};
+
+/// Per-run limits, as a profile's `spec.budgets` sets them. `None` is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunLimits {
+    /// Allowed calls per run.
+    pub max_calls: Option<u64>,
+    /// Allowed high-risk calls per run.
+    pub max_high_risk_calls: Option<u64>,
+    /// Seconds from the run's first counted call.
+    pub max_run_seconds: Option<u64>,
+}
+
+/// Which budget refused a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Budget {
+    /// `maxCallsPerRun`.
+    #[serde(rename = "maxCallsPerRun")]
+    Calls,
+    /// `maxHighRiskCallsPerRun`.
+    #[serde(rename = "maxHighRiskCallsPerRun")]
+    HighRiskCalls,
+    /// `maxRunSeconds`.
+    #[serde(rename = "maxRunSeconds")]
+    RunSeconds,
+}
+
+impl Budget {
+    /// The profile field that set the budget.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Calls => "maxCallsPerRun",
+            Self::HighRiskCalls => "maxHighRiskCallsPerRun",
+            Self::RunSeconds => "maxRunSeconds",
+        }
+    }
+}
+
+/// The answer to charging one call to its run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Admission {
+    /// Counted; the run's totals after this call.
+    Admitted {
+        /// Calls counted so far, this one included.
+        calls: u64,
+        /// High-risk calls counted so far.
+        high_risk_calls: u64,
+    },
+    /// The run was cancelled; nothing was counted.
+    Cancelled {
+        /// The reason given when it was cancelled.
+        reason: Option<String>,
+    },
+    /// A budget is used up; nothing was counted.
+    Exhausted {
+        /// Which one.
+        budget: Budget,
+        /// Its limit.
+        limit: u64,
+    },
+}
+
+impl Admission {
+    /// True when the call was counted and may proceed.
+    pub fn is_admitted(&self) -> bool {
+        matches!(self, Self::Admitted { .. })
+    }
+}
+
+/// What [`Runs::cancel`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancellation {
+    /// When the run's cancellation was (first) requested.
+    pub requested_at: Timestamp,
+    /// False when the run was already cancelled (the first request stands).
+    pub newly_cancelled: bool,
+    /// Pending approvals of the run moved to `cancelled` by this request.
+    pub approvals_cancelled: u64,
+}
+
+/// A run's state as its agent sees it: cancellation, counters, open intents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// Tenant of the run.
+    pub tenant: String,
+    /// The run.
+    pub run_id: String,
+    /// First counted call, if any.
+    pub started_at: Option<Timestamp>,
+    /// Calls counted.
+    pub calls: u64,
+    /// High-risk calls counted.
+    pub high_risk_calls: u64,
+    /// When cancellation was requested, if it was.
+    pub cancel_requested_at: Option<Timestamp>,
+    /// Why.
+    pub cancel_reason: Option<String>,
+    /// Who asked.
+    pub cancelled_by: Option<String>,
+    /// Intents of the run still `pending`, oldest first, each classified.
+    pub open_intents: Vec<PendingIntent>,
+}
+
+/// Run operations. Obtain with [`Store::runs`].
+#[derive(Debug, Clone, Copy)]
+pub struct Runs<'a> {
+    pub(crate) store: &'a Store,
+}
+
+const ENSURE_RUN: &str = "INSERT INTO runs (tenant, run_id, started_at) VALUES ($1, $2, $3) \
+    ON CONFLICT (tenant, run_id) DO NOTHING";
+
+/// Counts one call unless the run is cancelled or a budget would be passed.
+/// `$3` is 1 for a high-risk call; `$4`..`$6` are the limits (NULL = none).
+const CHARGE: &str = "UPDATE runs SET calls = calls + 1, high_risk_calls = high_risk_calls + $3 \
+    WHERE tenant = $1 AND run_id = $2 AND cancel_requested_at IS NULL \
+    AND ($4 IS NULL OR calls < $4) \
+    AND ($5 IS NULL OR $3 = 0 OR high_risk_calls < $5) \
+    AND ($6 IS NULL OR started_at + $6 > $7) \
+    RETURNING calls, high_risk_calls";
+
+const READ_RUN: &str = "SELECT started_at, calls, high_risk_calls, cancel_requested_at, \
+    cancel_reason FROM runs WHERE tenant = $1 AND run_id = $2";
+
+type RunRow = (i64, i64, i64, Option<i64>, Option<String>);
+
+fn limit(value: Option<u64>) -> Option<i64> {
+    value.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn count(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// Why a charge that changed no row was refused, read from the run's row.
+fn refusal(row: Option<RunRow>, limits: &RunLimits, high_risk: bool, now_ms: i64) -> Admission {
+    let Some((started_at, calls, high, cancelled, reason)) = row else {
+        // Inserted in this very transaction, so this cannot happen; refuse.
+        return Admission::Cancelled {
+            reason: Some("run row not visible".into()),
+        };
+    };
+    if cancelled.is_some() {
+        return Admission::Cancelled { reason };
+    }
+    if let Some(max) = limits.max_calls
+        && count(calls) >= max
+    {
+        return Admission::Exhausted {
+            budget: Budget::Calls,
+            limit: max,
+        };
+    }
+    if high_risk
+        && let Some(max) = limits.max_high_risk_calls
+        && count(high) >= max
+    {
+        return Admission::Exhausted {
+            budget: Budget::HighRiskCalls,
+            limit: max,
+        };
+    }
+    match limits.max_run_seconds {
+        Some(max) if started_at.saturating_add(limit(Some(max)).unwrap_or(0) * 1000) <= now_ms => {
+            Admission::Exhausted {
+                budget: Budget::RunSeconds,
+                limit: max,
+            }
+        }
+        _ => Admission::Cancelled {
+            reason: Some("run state changed while charging".into()),
+        },
+    }
+}
+
+/// Charges one call inside `$tx` (either backend) and evaluates to an [`Admission`].
+macro_rules! charge_in {
+    ($tx:expr, $tenant:expr, $run:expr, $high:expr, $limits:expr, $now:expr) => {{
+        let high: i64 = if $high { 1 } else { 0 };
+        sqlx::query(ENSURE_RUN)
+            .bind($tenant)
+            .bind($run)
+            .bind($now)
+            .execute(&mut *$tx)
+            .await?;
+        let counted: Option<(i64, i64)> = sqlx::query_as(CHARGE)
+            .bind($tenant)
+            .bind($run)
+            .bind(high)
+            .bind(limit($limits.max_calls))
+            .bind(limit($limits.max_high_risk_calls))
+            .bind(limit($limits.max_run_seconds).map(|s| s.saturating_mul(1000)))
+            .bind($now)
+            .fetch_optional(&mut *$tx)
+            .await?;
+        match counted {
+            Some((calls, high_risk_calls)) => Admission::Admitted {
+                calls: count(calls),
+                high_risk_calls: count(high_risk_calls),
+            },
+            None => {
+                let row: Option<RunRow> = sqlx::query_as(READ_RUN)
+                    .bind($tenant)
+                    .bind($run)
+                    .fetch_optional(&mut *$tx)
+                    .await?;
+                refusal(row, $limits, $high, $now)
+            }
+        }
+    }};
+}
+
+impl Runs<'_> {
+    /// Charges one allowed call to `tenant`'s run: counted unless the run is
+    /// cancelled or a budget is used up. The run starts at its first charge.
+    pub async fn admit(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        high_risk: bool,
+        limits: &RunLimits,
+        now: Timestamp,
+    ) -> Result<Admission> {
+        require("tenant", tenant)?;
+        require("run_id", run_id)?;
+        self.store.check_file()?;
+        let now = now.as_millisecond();
+        Ok(on_pool!(self.store, pool => {
+            let mut tx = pool.begin_write().await?;
+            let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now);
+            tx.commit().await?;
+            admission
+        }))
+    }
+
+    /// [`Runs::admit`] and the decision record in one transaction: the
+    /// record `decide` builds for the admission's outcome is appended to the
+    /// tenant's chain, or neither the charge nor the record is kept.
+    pub async fn admit_and_record(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        high_risk: bool,
+        limits: &RunLimits,
+        now: Timestamp,
+        decide: impl FnOnce(&Admission) -> DecisionRecord,
+    ) -> Result<(Admission, ChainedDecision)> {
+        require("tenant", tenant)?;
+        require("run_id", run_id)?;
+        self.store.check_file()?;
+        let now_ms = now.as_millisecond();
+        match &self.store.backend {
+            crate::Backend::Postgres(pool) => {
+                let mut tx = pool.begin_write().await?;
+                let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now_ms);
+                let record = crate::decisions::prepared(decide(&admission))?;
+                let chained = crate::decisions::append_pg_in(&mut tx, tenant, record).await?;
+                tx.commit().await?;
+                Ok((admission, chained))
+            }
+            crate::Backend::Sqlite(pool) => {
+                let mut tx = pool.begin_write().await?;
+                let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now_ms);
+                let record = crate::decisions::prepared(decide(&admission))?;
+                let mut chained =
+                    crate::decisions::append_sqlite_in(&mut tx, tenant, vec![record]).await?;
+                tx.commit().await?;
+                let chained = chained
+                    .pop()
+                    .ok_or_else(|| StoreError::Corrupt("append produced no row".into()))?;
+                Ok((admission, chained))
+            }
+        }
+    }
+
+    /// Cancels `tenant`'s run: from now on its calls are refused. Pending
+    /// approvals of the run become `cancelled` (each with a run event, and
+    /// their waiters woken); open intents are left as they are, to be
+    /// resumed or inspected, never replayed. Idempotent: cancelling again
+    /// changes nothing and reports the first request's time.
+    pub async fn cancel(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        reason: Option<&str>,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<Cancellation> {
+        require("tenant", tenant)?;
+        require("run_id", run_id)?;
+        require("by", by)?;
+        require_opt("reason", reason)?;
+        self.store.check_file()?;
+        let now = now.as_millisecond();
+        let (at, newly, reaped): (Option<i64>, bool, i64) = match &self.store.backend {
+            crate::Backend::Postgres(pool) => {
+                let (at, newly, reaped): (Option<i64>, bool, i32) =
+                    sqlx::query_as("SELECT * FROM toolgate_cancel_run($1, $2, $3, $4, $5)")
+                        .bind(tenant)
+                        .bind(run_id)
+                        .bind(reason)
+                        .bind(by)
+                        .bind(now)
+                        .fetch_one(pool)
+                        .await?;
+                (at, newly, i64::from(reaped))
+            }
+            crate::Backend::Sqlite(pool) => {
+                let mut tx = pool.begin_write().await?;
+                let out = cancel_sqlite(&mut tx, tenant, run_id, reason, by, now).await?;
+                tx.commit().await?;
+                out
+            }
+        };
+        let at = at.ok_or_else(|| StoreError::Corrupt("cancelled run has no time".into()))?;
+        Ok(Cancellation {
+            requested_at: crate::ts_from_ms(at)?,
+            newly_cancelled: newly,
+            approvals_cancelled: count(reaped),
+        })
+    }
+
+    /// Runs of `tenant` whose cancellation was requested at or after
+    /// `since`, with that time: how a sidecar learns of cancellations made
+    /// elsewhere (the CLI, the controller, another sidecar).
+    pub async fn cancelled_since(
+        &self,
+        tenant: &str,
+        since: Timestamp,
+    ) -> Result<Vec<(String, Timestamp)>> {
+        require("tenant", tenant)?;
+        let sql = "SELECT run_id, cancel_requested_at FROM runs WHERE tenant = $1 \
+            AND cancel_requested_at IS NOT NULL AND cancel_requested_at >= $2 \
+            ORDER BY cancel_requested_at LIMIT 10000";
+        let rows: Vec<(String, i64)> = on_pool!(self.store, pool => {
+            sqlx::query_as(sql)
+                .bind(tenant)
+                .bind(since.as_millisecond())
+                .fetch_all(pool)
+                .await?
+        });
+        rows.into_iter()
+            .map(|(run, at)| Ok((run, crate::ts_from_ms(at)?)))
+            .collect()
+    }
+
+    /// The run's cancellation, counters and open intents, read in one query.
+    /// A run never seen is returned with zero counters.
+    pub async fn state(&self, tenant: &str, run_id: &str) -> Result<RunState> {
+        require("tenant", tenant)?;
+        require("run_id", run_id)?;
+        let sql = "SELECT r.started_at, r.calls, r.high_risk_calls, r.cancel_requested_at, \
+            r.cancel_reason, r.cancelled_by, i.id, i.tenant, i.run_id, i.step_id, i.tool, \
+            i.args_digest, i.call_digest, i.decision_id, i.risk, i.verification_probe, \
+            i.status, i.detail, i.created_at, i.effect_sent_at, i.completed_at \
+            FROM (SELECT CAST($1 AS TEXT) AS tenant, CAST($2 AS TEXT) AS run_id) k \
+            LEFT JOIN runs r ON r.tenant = k.tenant AND r.run_id = k.run_id \
+            LEFT JOIN intents i ON i.tenant = k.tenant AND i.run_id = k.run_id \
+                AND i.status = 'pending' \
+            ORDER BY i.created_at, i.id";
+        let rows: Vec<StateRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(sql).bind(tenant).bind(run_id).fetch_all(pool).await?
+        });
+        let mut state = RunState {
+            tenant: tenant.to_owned(),
+            run_id: run_id.to_owned(),
+            started_at: None,
+            calls: 0,
+            high_risk_calls: 0,
+            cancel_requested_at: None,
+            cancel_reason: None,
+            cancelled_by: None,
+            open_intents: Vec::new(),
+        };
+        for row in rows {
+            if state.started_at.is_none() {
+                state.started_at = opt_ts_from_ms(row.started_at)?;
+                state.calls = count(row.calls.unwrap_or(0));
+                state.high_risk_calls = count(row.high_risk_calls.unwrap_or(0));
+                state.cancel_requested_at = opt_ts_from_ms(row.cancel_requested_at)?;
+                state.cancel_reason.clone_from(&row.cancel_reason);
+                state.cancelled_by.clone_from(&row.cancelled_by);
+            }
+            if let Some(intent) = row.intent() {
+                let intent = intent.into_intent()?;
+                let class = if intent.effect_sent_at.is_some() {
+                    ResumeClass::Uncertain
+                } else {
+                    ResumeClass::SafeToRetry
+                };
+                state.open_intents.push(PendingIntent { intent, class });
+            }
+        }
+        Ok(state)
+    }
+}
+
+async fn cancel_sqlite(
+    tx: &mut sqlx::SqliteConnection,
+    tenant: &str,
+    run_id: &str,
+    reason: Option<&str>,
+    by: &str,
+    now: i64,
+) -> Result<(Option<i64>, bool, i64)> {
+    const EVENT: &str = "INSERT INTO run_events (tenant, run_id, kind, subject_id, payload, \
+        created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+    sqlx::query(ENSURE_RUN)
+        .bind(tenant)
+        .bind(run_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    let marked = sqlx::query(
+        "UPDATE runs SET cancel_requested_at = $3, cancel_reason = $4, cancelled_by = $5 \
+         WHERE tenant = $1 AND run_id = $2 AND cancel_requested_at IS NULL",
+    )
+    .bind(tenant)
+    .bind(run_id)
+    .bind(now)
+    .bind(reason)
+    .bind(by)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if marked == 0 {
+        let at: Option<i64> = sqlx::query_scalar(
+            "SELECT cancel_requested_at FROM runs WHERE tenant = $1 AND run_id = $2",
+        )
+        .bind(tenant)
+        .bind(run_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        return Ok((at, false, 0));
+    }
+    sqlx::query(EVENT)
+        .bind(tenant)
+        .bind(run_id)
+        .bind("run.cancelled")
+        .bind(run_id)
+        .bind(serde_json::json!({"reason": reason, "by": by}).to_string())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    let reaped: Vec<(String,)> = sqlx::query_as(
+        "UPDATE approvals SET status = 'cancelled', resolved_at = $3, resolved_by = $4, \
+         reason = COALESCE($5, 'run cancelled') \
+         WHERE tenant = $1 AND run_id = $2 AND status = 'pending' RETURNING id",
+    )
+    .bind(tenant)
+    .bind(run_id)
+    .bind(now)
+    .bind(by)
+    .bind(reason)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (id,) in &reaped {
+        sqlx::query(EVENT)
+            .bind(tenant)
+            .bind(run_id)
+            .bind("approval.cancelled")
+            .bind(id)
+            .bind(serde_json::json!({"approval_id": id}).to_string())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok((Some(now), true, reaped.len() as i64))
+}
+
+#[derive(sqlx::FromRow)]
+struct StateRow {
+    started_at: Option<i64>,
+    calls: Option<i64>,
+    high_risk_calls: Option<i64>,
+    cancel_requested_at: Option<i64>,
+    cancel_reason: Option<String>,
+    cancelled_by: Option<String>,
+    id: Option<String>,
+    tenant: Option<String>,
+    run_id: Option<String>,
+    step_id: Option<String>,
+    tool: Option<String>,
+    args_digest: Option<String>,
+    call_digest: Option<String>,
+    decision_id: Option<String>,
+    risk: Option<String>,
+    verification_probe: Option<String>,
+    status: Option<String>,
+    detail: Option<String>,
+    created_at: Option<i64>,
+    effect_sent_at: Option<i64>,
+    completed_at: Option<i64>,
+}
+
+impl StateRow {
+    /// The joined intent, when the row has one.
+    fn intent(&self) -> Option<IntentRow> {
+        Some(IntentRow {
+            id: self.id.clone()?,
+            tenant: self.tenant.clone()?,
+            run_id: self.run_id.clone()?,
+            step_id: self.step_id.clone()?,
+            tool: self.tool.clone()?,
+            args_digest: self.args_digest.clone()?,
+            call_digest: self.call_digest.clone(),
+            decision_id: self.decision_id.clone()?,
+            risk: self.risk.clone()?,
+            verification_probe: self.verification_probe.clone(),
+            status: self.status.clone()?,
+            detail: self.detail.clone(),
+            created_at: self.created_at?,
+            effect_sent_at: self.effect_sent_at,
+            completed_at: self.completed_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_budget_that_ran_out() {
+        let limits = RunLimits {
+            max_calls: Some(3),
+            max_high_risk_calls: Some(1),
+            max_run_seconds: Some(10),
+        };
+        assert_eq!(
+            refusal(Some((0, 3, 0, None, None)), &limits, false, 1),
+            Admission::Exhausted {
+                budget: Budget::Calls,
+                limit: 3
+            }
+        );
+        assert_eq!(
+            refusal(Some((0, 1, 1, None, None)), &limits, true, 1),
+            Admission::Exhausted {
+                budget: Budget::HighRiskCalls,
+                limit: 1
+            }
+        );
+        assert_eq!(
+            refusal(Some((0, 1, 1, None, None)), &limits, false, 10_000),
+            Admission::Exhausted {
+                budget: Budget::RunSeconds,
+                limit: 10
+            }
+        );
+        // Cancellation wins over every budget.
+        assert_eq!(
+            refusal(Some((0, 3, 1, Some(5), Some("stop".into()))), &limits, true, 1),
+            Admission::Cancelled {
+                reason: Some("stop".into())
+            }
+        );
+    }
+}
