@@ -679,7 +679,10 @@ fn dry_run_allows_and_reports_what_enforce_would_answer() {
     assert_eq!(denied.would_reason, Some(Reason::DenyRule));
     assert_eq!(denied.would_rule.as_deref(), Some("deny:bash:rm *"));
     assert!(denied.warning.is_none(), "dryRun only records");
-    assert!(denied.intent_required, "an allowed high-risk call still needs its intent");
+    assert!(
+        denied.intent_required,
+        "an allowed high-risk call still needs its intent"
+    );
 
     let escalated = eval(&policy, "bash", json!({"command": "git push origin"}));
     assert_eq!(
@@ -736,7 +739,10 @@ fn a_tool_may_override_the_profile_mode() {
     assert_eq!(shout.verdict, Decision::Allow);
     assert_eq!(shout.would_reason, Some(Reason::NoMatchingRule));
     let warning = shout.warning.expect("warn mode warns");
-    assert!(warning.contains("would deny (no_matching_rule)"), "{warning}");
+    assert!(
+        warning.contains("would deny (no_matching_rule)"),
+        "{warning}"
+    );
     assert_eq!(
         policy.enforcement("shout"),
         toolgate_policy::Enforcement::Warn

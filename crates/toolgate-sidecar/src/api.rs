@@ -63,6 +63,8 @@ pub struct AppState {
     pub local_hosts: Vec<String>,
     /// MCP upstreams served at `/mcp/{server}`.
     pub mcp: crate::mcp::McpUpstreams,
+    /// Runs of this tenant known to be cancelled.
+    pub cancelled: Arc<crate::runs::CancelledRuns>,
 }
 
 /// What an allowed decision permits; an intent must match it exactly.
@@ -110,7 +112,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for StrictJson<T> {
     }
 }
 
-fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+pub(crate) fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = T::deserialize(&mut de)
         .map_err(|e| ApiError::InvalidRequest(format!("invalid request body: {e}")))?;
@@ -124,6 +126,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     let guard = axum::middleware::from_fn_with_state(state.clone(), crate::guard::local_json_only);
     Router::new()
         .route("/v1/authorize", post(authorize))
+        .route("/v1/authorize/batch", post(crate::runs::authorize_batch))
+        .route("/v1/runs/{run_id}", get(crate::runs::run_status))
+        .route("/v1/runs/{run_id}/cancel", post(crate::runs::cancel_run))
         .route("/v1/intents", post(begin_intent).get(list_intents))
         .route("/v1/intents/{id}/effect-sent", post(effect_sent))
         .route("/v1/intents/{id}/complete", post(complete_intent))
@@ -227,7 +232,7 @@ pub(crate) fn require_id(field: &str, value: &str) -> Result<(), ApiError> {
 }
 
 /// Every agent-supplied field of a call, checked before it is decided.
-fn validate_call(app: &AppState, req: &AuthorizeRequest) -> Result<(), ApiError> {
+pub(crate) fn validate_call(app: &AppState, req: &AuthorizeRequest) -> Result<(), ApiError> {
     require_id("run_id", &req.run_id)?;
     require_id("tool", &req.tool)?;
     if let Some(step) = req.step_id.as_deref().filter(|s| !s.is_empty()) {
@@ -310,13 +315,44 @@ pub(crate) async fn decide(
         && let Some(pinned) = e.policy.pinned_definition(&req.tool)
         && req.definition_digest.as_deref() != Some(pinned)
     {
-        verdict.verdict = Decision::Deny;
-        verdict.reason = Reason::ToolDefinitionChanged;
-        verdict.matched_rule = Some(format!("definition:{pinned}"));
-        verdict.intent_required = false;
+        crate::runs::refuse(
+            &mut verdict,
+            Reason::ToolDefinitionChanged,
+            Some(format!("definition:{pinned}")),
+        );
     }
+    // A cancelled run gets nothing more, in every mode.
+    if verdict.verdict != Decision::Deny && app.cancelled.contains(&req.run_id) {
+        crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
+    }
+    let (mode, limits) = match &enforced {
+        Some(e) => (
+            e.policy.enforcement(&req.tool),
+            crate::runs::limits(&e.policy),
+        ),
+        None => Default::default(),
+    };
 
     let mut approval_id = None;
+    if verdict.verdict == Decision::Escalate {
+        // No new approval requests for a run cancelled elsewhere.
+        match app
+            .store
+            .runs()
+            .cancelled_at(&app.tenant, &req.run_id)
+            .await
+        {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                app.cancelled.insert(&req.run_id);
+                crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "run state unreadable; denying");
+                deny_audit(&mut verdict);
+            }
+        }
+    }
     if verdict.verdict == Decision::Escalate {
         // Validated above: an escalation only comes from a live bundle.
         if let Some(e) = &enforced {
@@ -330,14 +366,14 @@ pub(crate) async fn decide(
         }
     }
 
-    let record = DecisionRecord {
+    let record_of = |verdict: &Verdict| DecisionRecord {
         decision_id: decision_id.clone(),
         run_id: req.run_id.clone(),
         step_id: step_id.clone(),
         tool: req.tool.clone(),
         verdict: verdict.verdict.as_str().to_owned(),
         reason: verdict.reason.as_str().to_owned(),
-        message: None,
+        message: record_message(verdict),
         // Labels come from the profile; a very long glob must not make the
         // log refuse the record.
         matched_rule: verdict
@@ -351,19 +387,61 @@ pub(crate) async fn decide(
         definition_digest: req.definition_digest.clone(),
         created_at: now,
     };
-    if let Err(e) = record.validate() {
+    if let Err(e) = record_of(&verdict).validate() {
         // Every agent field was checked above, so this is a sidecar bug;
         // refuse rather than answer with a decision the log cannot hold.
         return Err(ApiError::InvalidRequest(e.to_string()));
     }
-    if verdict.risk == Risk::High {
-        if let Err(err) = app.store.decisions().append(&app.tenant, record).await {
+    let high_risk = verdict.risk == Risk::High;
+    if crate::runs::needs_admission(&verdict, &limits) {
+        // Charge the run (and see whether it was cancelled) where every
+        // sidecar of the run sees it; a high-risk call in the transaction
+        // that records its decision.
+        let runs = app.store.runs();
+        let admitted = if high_risk {
+            runs.admit_and_record(&app.tenant, &req.run_id, true, &limits, now, |a| {
+                let mut answered = verdict.clone();
+                crate::runs::apply_admission(&mut answered, a, mode);
+                record_of(&answered)
+            })
+            .await
+            .map(|(a, _)| a)
+        } else {
+            runs.admit(&app.tenant, &req.run_id, false, &limits, now)
+                .await
+        };
+        match admitted {
+            Ok(admission) => {
+                if matches!(admission, toolgate_store::Admission::Cancelled { .. }) {
+                    app.cancelled.insert(&req.run_id);
+                }
+                crate::runs::apply_admission(&mut verdict, &admission, mode);
+                if !high_risk {
+                    app.decision_log.enqueue(&app.tenant, record_of(&verdict));
+                }
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "run not charged or decision not recorded; denying");
+                deny_audit(&mut verdict);
+                approval_id = None;
+                if !high_risk {
+                    app.decision_log.enqueue(&app.tenant, record_of(&verdict));
+                }
+            }
+        }
+    } else if high_risk {
+        if let Err(err) = app
+            .store
+            .decisions()
+            .append(&app.tenant, record_of(&verdict))
+            .await
+        {
             tracing::error!(error = %err, "high-risk decision not recorded; denying");
             deny_audit(&mut verdict);
             approval_id = None;
         }
     } else {
-        app.decision_log.enqueue(&app.tenant, record);
+        app.decision_log.enqueue(&app.tenant, record_of(&verdict));
     }
 
     if verdict.verdict == Decision::Allow {
@@ -394,13 +472,20 @@ pub(crate) async fn decide(
         ),
         None => (OTHER_TOOL, NO_PROFILE),
     };
+    // A decision that only reports is counted by what enforcement would
+    // have answered, so a trial profile's would-denials are visible.
+    let (counted_verdict, counted_reason) = match (verdict.would_verdict, verdict.would_reason) {
+        (Some(v), Some(r)) if !verdict.enforced => (v, r),
+        _ => (verdict.verdict, verdict.reason),
+    };
     app.metrics
         .decisions
         .with_label_values(&[
-            verdict.verdict.as_str(),
-            verdict.reason.as_str(),
+            counted_verdict.as_str(),
+            counted_reason.as_str(),
             tool_label,
             profile_label,
+            if verdict.enforced { "true" } else { "false" },
         ])
         .inc();
     app.metrics
@@ -443,9 +528,29 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
 }
 
 fn deny_audit(verdict: &mut Verdict) {
-    verdict.verdict = Decision::Deny;
-    verdict.reason = Reason::AuditUnavailable;
-    verdict.intent_required = false;
+    crate::runs::refuse(verdict, Reason::AuditUnavailable, None);
+}
+
+/// The decision log's `message` for a verdict: what enforcement would have
+/// answered when it only reports, and which budget refused a call.
+fn record_message(verdict: &Verdict) -> Option<String> {
+    if !verdict.enforced {
+        return Some(
+            serde_json::json!({
+                "enforced": false,
+                "would_verdict": verdict.would_verdict,
+                "would_reason": verdict.would_reason,
+                "would_rule": verdict.would_rule.as_deref().map(|r| truncate(r, 512)),
+            })
+            .to_string(),
+        );
+    }
+    (verdict.reason == Reason::BudgetExhausted).then(|| {
+        format!(
+            "run budget used up ({})",
+            verdict.matched_rule.as_deref().unwrap_or("budget")
+        )
+    })
 }
 
 /// Deterministic id of "this call, in this step, under this policy": the
@@ -735,18 +840,21 @@ async fn list_intents(
     let intents: Vec<_> = pending
         .into_iter()
         .filter(|p| p.intent.tenant == app.tenant)
-        .map(|p| {
-            let mut v = intent_json(&p.intent);
-            if let Some(obj) = v.as_object_mut() {
-                obj.insert(
-                    "resume".into(),
-                    serde_json::to_value(p.class).unwrap_or_default(),
-                );
-            }
-            v
-        })
+        .map(|p| pending_json(&p))
         .collect();
     Ok(Json(serde_json::json!({"intents": intents})))
+}
+
+/// An open intent as the API shows it: the row plus its `resume` class.
+pub(crate) fn pending_json(p: &toolgate_store::PendingIntent) -> serde_json::Value {
+    let mut v = intent_json(&p.intent);
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert(
+            "resume".into(),
+            serde_json::to_value(p.class).unwrap_or_default(),
+        );
+    }
+    v
 }
 
 // ---- tool discovery (gateways) ----

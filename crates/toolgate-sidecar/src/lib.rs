@@ -16,6 +16,7 @@ mod guard;
 pub mod mcp;
 pub mod metrics;
 pub mod policy_state;
+pub mod runs;
 pub mod workspace;
 
 use std::net::SocketAddr;
@@ -158,6 +159,7 @@ impl Sidecar {
             DecisionLog::start(store.clone(), metrics.clone(), config.decision_queue);
         metrics.precreate_mcp(config.mcp_upstreams.iter().map(|(n, _)| n.as_str()));
         let workspaces = Workspaces::new(&config.workspace_base, &config.tenant)?;
+        let cancelled = Arc::new(runs::CancelledRuns::default());
         let state = Arc::new_cyclic(|weak| AppState {
             policy: policy.clone(),
             store: store.clone(),
@@ -175,6 +177,7 @@ impl Sidecar {
                 .chain(std::iter::once(config.pod_name.clone()))
                 .collect(),
             mcp: mcp::McpUpstreams::new(&config.mcp_upstreams, weak.clone()),
+            cancelled: cancelled.clone(),
         });
 
         let listener = TcpListener::bind(config.listen)
@@ -191,6 +194,12 @@ impl Sidecar {
                 store.clone(),
                 files,
                 config.reload_interval,
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(runs::watch_cancellations(
+                store.clone(),
+                config.tenant.clone(),
+                cancelled,
                 shutdown_rx.clone(),
             )),
             tokio::spawn(heartbeat_loop(

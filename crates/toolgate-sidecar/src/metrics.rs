@@ -6,7 +6,7 @@ use prometheus::{
     TextEncoder,
 };
 
-/// Declared tools whose decision series are pre-created (19 series each).
+/// Declared tools whose decision series are pre-created (one per reason each).
 const MAX_PRECREATED_TOOLS: usize = 256;
 
 /// Every metric the sidecar exports. Names are part of the dashboard contract.
@@ -51,8 +51,12 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let decisions = IntCounterVec::new(
-            Opts::new("toolgate_decisions_total", "Tool-call decisions."),
-            &["verdict", "reason", "tool", "profile"],
+            Opts::new(
+                "toolgate_decisions_total",
+                "Tool-call decisions. With enforced=\"false\" (warn and dryRun), verdict and \
+                 reason are what enforcement would have answered; the call was allowed.",
+            ),
+            &["verdict", "reason", "tool", "profile", "enforced"],
         )
         .expect("static metric definition");
         let decision_duration = Histogram::with_opts(
@@ -132,6 +136,7 @@ impl Metrics {
             toolgate_policy::Reason::NoBundle.as_str(),
             crate::api::OTHER_TOOL,
             crate::api::NO_PROFILE,
+            "true",
         ]);
         for collector in [
             Box::new(decisions.clone()) as Box<dyn prometheus::core::Collector>,
@@ -174,17 +179,22 @@ impl Metrics {
     pub(crate) fn precreate_decisions(&self, e: &crate::policy_state::Enforced) {
         let profile = crate::api::truncate(&e.profile, crate::api::MAX_LABEL_CHARS);
         let declared = e.policy.spec().effects.keys().take(MAX_PRECREATED_TOOLS);
+        let reporting = e.policy.reports_only_somewhere();
         for tool in declared
             .map(|t| crate::api::truncate(t, crate::api::MAX_LABEL_CHARS))
             .chain([crate::api::OTHER_TOOL])
         {
             for reason in toolgate_policy::Reason::ALL {
-                self.decisions.with_label_values(&[
-                    reason.decision().as_str(),
-                    reason.as_str(),
-                    tool,
-                    profile,
-                ]);
+                if reason == toolgate_policy::Reason::NotEnforced {
+                    continue; // counted by its would-reason
+                }
+                let (verdict, reason) = (reason.decision().as_str(), reason.as_str());
+                self.decisions
+                    .with_label_values(&[verdict, reason, tool, profile, "true"]);
+                if reporting {
+                    self.decisions
+                        .with_label_values(&[verdict, reason, tool, profile, "false"]);
+                }
             }
         }
     }

@@ -620,7 +620,7 @@ async fn metric_labels_never_carry_agent_text() {
     let (_, metrics) = h.get("/metrics").await;
     assert!(!metrics.contains("yyyy"), "agent text became a label");
     assert!(metrics.contains(
-        r#"toolgate_decisions_total{profile="<none>",reason="no_bundle",tool="<other>",verdict="deny"} 100"#
+        r#"toolgate_decisions_total{enforced="true",profile="<none>",reason="no_bundle",tool="<other>",verdict="deny"} 100"#
     ), "{metrics}");
     assert!(
         metrics.len() < 64 * 1024,
@@ -640,10 +640,10 @@ async fn counters_exist_at_zero_before_their_first_event() {
         r#"toolgate_bundle_reload_failures_total{code="bundle_bad_signature"} 0"#,
         r#"toolgate_bundle_reload_failures_total{code="bundle_rollback"} 0"#,
         r#"toolgate_bundle_reload_failures_total{code="bundle_unreadable"} 0"#,
-        r#"toolgate_decisions_total{profile="coding",reason="hardline_path",tool="reader",verdict="deny"} 0"#,
-        r#"toolgate_decisions_total{profile="coding",reason="approved",tool="deploy",verdict="allow"} 0"#,
-        r#"toolgate_decisions_total{profile="coding",reason="audit_unavailable",tool="bash",verdict="deny"} 0"#,
-        r#"toolgate_decisions_total{profile="coding",reason="unknown_tool",tool="<other>",verdict="deny"} 0"#,
+        r#"toolgate_decisions_total{enforced="true",profile="coding",reason="hardline_path",tool="reader",verdict="deny"} 0"#,
+        r#"toolgate_decisions_total{enforced="true",profile="coding",reason="approved",tool="deploy",verdict="allow"} 0"#,
+        r#"toolgate_decisions_total{enforced="true",profile="coding",reason="audit_unavailable",tool="bash",verdict="deny"} 0"#,
+        r#"toolgate_decisions_total{enforced="true",profile="coding",reason="unknown_tool",tool="<other>",verdict="deny"} 0"#,
     ] {
         assert!(metrics.contains(series), "missing {series}");
     }

@@ -64,9 +64,9 @@ async fn verdicts_are_typed_and_recorded() {
 
         // Metrics carry the decisions.
         let (_, metrics) = h.get("/metrics").await;
-        assert!(metrics.contains(r#"toolgate_decisions_total{profile="coding",reason="allow_rule",tool="bash",verdict="allow"} 1"#), "{metrics}");
+        assert!(metrics.contains(r#"toolgate_decisions_total{enforced="true",profile="coding",reason="allow_rule",tool="bash",verdict="allow"} 1"#), "{metrics}");
         assert!(
-            metrics.contains(r#"toolgate_decisions_total{profile="coding",reason="unknown_tool",tool="<other>",verdict="deny"} 1"#),
+            metrics.contains(r#"toolgate_decisions_total{enforced="true",profile="coding",reason="unknown_tool",tool="<other>",verdict="deny"} 1"#),
             "undeclared tools share one label"
         );
         assert!(metrics.contains("toolgate_bundle_info{policy_version=\"coding@"));

@@ -160,7 +160,10 @@ impl From<sqlx::Error> for StoreError {
             // consume, a lowered high-water mark (0003), a lowered run
             // counter or withdrawn cancellation (0005).
             sqlx::Error::Database(db)
-                if matches!(db.code().as_deref(), Some("TG001" | "TG002" | "TG003" | "TG004")) =>
+                if matches!(
+                    db.code().as_deref(),
+                    Some("TG001" | "TG002" | "TG003" | "TG004")
+                ) =>
             {
                 StoreError::Conflict(db.message().to_owned())
             }

@@ -14,9 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decisions::{ChainedDecision, DecisionRecord};
 use crate::intents::{IntentRow, PendingIntent, ResumeClass};
-use crate::{
-    BeginWrite, Result, Store, StoreError, on_pool, opt_ts_from_ms, require, require_opt,
-};
+use crate::{BeginWrite, Result, Store, StoreError, on_pool, opt_ts_from_ms, require, require_opt};
 
 /// Per-run limits, as a profile's `spec.budgets` sets them. `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -339,6 +337,17 @@ impl Runs<'_> {
         })
     }
 
+    /// When `tenant`'s run was cancelled, if it was.
+    pub async fn cancelled_at(&self, tenant: &str, run_id: &str) -> Result<Option<Timestamp>> {
+        require("tenant", tenant)?;
+        require("run_id", run_id)?;
+        let sql = "SELECT cancel_requested_at FROM runs WHERE tenant = $1 AND run_id = $2";
+        let at: Option<Option<i64>> = on_pool!(self.store, pool => {
+            sqlx::query_scalar(sql).bind(tenant).bind(run_id).fetch_optional(pool).await?
+        });
+        opt_ts_from_ms(at.flatten())
+    }
+
     /// Runs of `tenant` whose cancellation was requested at or after
     /// `since`, with that time: how a sidecar learns of cancellations made
     /// elsewhere (the CLI, the controller, another sidecar).
@@ -569,7 +578,12 @@ mod tests {
         );
         // Cancellation wins over every budget.
         assert_eq!(
-            refusal(Some((0, 3, 1, Some(5), Some("stop".into()))), &limits, true, 1),
+            refusal(
+                Some((0, 3, 1, Some(5), Some("stop".into()))),
+                &limits,
+                true,
+                1
+            ),
             Admission::Cancelled {
                 reason: Some("stop".into())
             }

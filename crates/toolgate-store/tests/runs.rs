@@ -74,16 +74,27 @@ both_backends!(budgets_count_and_refuse_without_counting, |db| {
         }
     );
     let state = runs.state("acme", &run).await.unwrap();
-    assert_eq!((state.calls, state.high_risk_calls), (3, 1), "refusals count nothing");
+    assert_eq!(
+        (state.calls, state.high_risk_calls),
+        (3, 1),
+        "refusals count nothing"
+    );
     // Another tenant's run of the same id has its own budget.
-    assert!(runs.admit("other", &run, true, &CALLS, now).await.unwrap().is_admitted());
+    assert!(
+        runs.admit("other", &run, true, &CALLS, now)
+            .await
+            .unwrap()
+            .is_admitted()
+    );
     // A zero high-risk budget refuses the very first one.
     let zero = RunLimits {
         max_high_risk_calls: Some(0),
         ..RunLimits::default()
     };
     assert_eq!(
-        runs.admit("acme", &unique("run"), true, &zero, now).await.unwrap(),
+        runs.admit("acme", &unique("run"), true, &zero, now)
+            .await
+            .unwrap(),
         Admission::Exhausted {
             budget: Budget::HighRiskCalls,
             limit: 0
@@ -99,12 +110,24 @@ both_backends!(run_time_budget_starts_at_the_first_call, |db| {
         ..RunLimits::default()
     };
     let start = Timestamp::now();
-    assert!(runs.admit("acme", &run, false, &limits, start).await.unwrap().is_admitted());
+    assert!(
+        runs.admit("acme", &run, false, &limits, start)
+            .await
+            .unwrap()
+            .is_admitted()
+    );
     let later = start + SignedDuration::from_secs(59);
-    assert!(runs.admit("acme", &run, false, &limits, later).await.unwrap().is_admitted());
+    assert!(
+        runs.admit("acme", &run, false, &limits, later)
+            .await
+            .unwrap()
+            .is_admitted()
+    );
     let past = start + SignedDuration::from_secs(60);
     assert_eq!(
-        runs.admit("acme", &run, false, &limits, past).await.unwrap(),
+        runs.admit("acme", &run, false, &limits, past)
+            .await
+            .unwrap(),
         Admission::Exhausted {
             budget: Budget::RunSeconds,
             limit: 60
@@ -181,108 +204,153 @@ both_backends!(admission_and_record_commit_together, |db| {
     assert_eq!(report[0].rows, 2);
 });
 
-both_backends!(cancellation_is_durable_reaps_approvals_and_keeps_intents, |db| {
-    let store = &db.store;
-    let run = unique("run");
-    let now = Timestamp::now();
-    assert!(store.runs().admit("acme", &run, false, &RunLimits::default(), now).await.unwrap().is_admitted());
-    let pending = store
-        .approvals()
-        .request(NewApproval {
-            approval_id: None,
-            invocation_id: unique("inv"),
-            tenant: "acme".into(),
-            run_id: run.clone(),
-            tool: "deploy".into(),
-            args_digest: "sha256:a".into(),
-            call_digest: Some("sha256:c".into()),
-            policy_version: "p@0123456789ab+h01234567".into(),
-            decision_id: unique("dec"),
-            requested_by: "sidecar:acme/pod".into(),
-            ttl: Duration::from_secs(600),
-            action: None,
-            preview: Some("deploy prod".into()),
-        })
-        .await
-        .unwrap();
-    let intent = store
-        .intents()
-        .begin(NewIntent {
-            tenant: "acme".into(),
-            run_id: run.clone(),
-            step_id: "s1".into(),
-            tool: "deploy".into(),
-            args_digest: "sha256:a".into(),
-            call_digest: Some("sha256:c".into()),
-            decision_id: unique("dec"),
-            risk: "high".into(),
-            verification_probe: None,
-        })
-        .await
-        .unwrap();
-    store.intents().mark_effect_sent(&intent.id).await.unwrap();
+both_backends!(
+    cancellation_is_durable_reaps_approvals_and_keeps_intents,
+    |db| {
+        let store = &db.store;
+        let run = unique("run");
+        let now = Timestamp::now();
+        assert!(
+            store
+                .runs()
+                .admit("acme", &run, false, &RunLimits::default(), now)
+                .await
+                .unwrap()
+                .is_admitted()
+        );
+        let pending = store
+            .approvals()
+            .request(NewApproval {
+                approval_id: None,
+                invocation_id: unique("inv"),
+                tenant: "acme".into(),
+                run_id: run.clone(),
+                tool: "deploy".into(),
+                args_digest: "sha256:a".into(),
+                call_digest: Some("sha256:c".into()),
+                policy_version: "p@0123456789ab+h01234567".into(),
+                decision_id: unique("dec"),
+                requested_by: "sidecar:acme/pod".into(),
+                ttl: Duration::from_secs(600),
+                action: None,
+                preview: Some("deploy prod".into()),
+            })
+            .await
+            .unwrap();
+        let intent = store
+            .intents()
+            .begin(NewIntent {
+                tenant: "acme".into(),
+                run_id: run.clone(),
+                step_id: "s1".into(),
+                tool: "deploy".into(),
+                args_digest: "sha256:a".into(),
+                call_digest: Some("sha256:c".into()),
+                decision_id: unique("dec"),
+                risk: "high".into(),
+                verification_probe: None,
+            })
+            .await
+            .unwrap();
+        store.intents().mark_effect_sent(&intent.id).await.unwrap();
 
-    // A waiter on the approval is woken by the cancellation.
-    let waiter = {
-        let store = store.clone();
-        let id = pending.id.clone();
-        tokio::spawn(async move {
-            store.approvals().wait("acme", &id, Duration::from_secs(20)).await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let started = std::time::Instant::now();
-    let cancel = store
-        .runs()
-        .cancel("acme", &run, Some("runaway loop"), "user:alice", Timestamp::now())
-        .await
-        .unwrap();
-    assert!(cancel.newly_cancelled);
-    assert_eq!(cancel.approvals_cancelled, 1);
-    let woken = waiter.await.unwrap().unwrap();
-    assert_eq!(woken.status, ApprovalStatus::Cancelled);
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        // A waiter on the approval is woken by the cancellation.
+        let waiter = {
+            let store = store.clone();
+            let id = pending.id.clone();
+            tokio::spawn(async move {
+                store
+                    .approvals()
+                    .wait("acme", &id, Duration::from_secs(20))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        let cancel = store
+            .runs()
+            .cancel(
+                "acme",
+                &run,
+                Some("runaway loop"),
+                "user:alice",
+                Timestamp::now(),
+            )
+            .await
+            .unwrap();
+        assert!(cancel.newly_cancelled);
+        assert_eq!(cancel.approvals_cancelled, 1);
+        let woken = waiter.await.unwrap().unwrap();
+        assert_eq!(woken.status, ApprovalStatus::Cancelled);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
 
-    // Calls of the run are refused from now on; nothing is counted.
-    assert_eq!(
-        store.runs().admit("acme", &run, false, &RunLimits::default(), Timestamp::now()).await.unwrap(),
-        Admission::Cancelled {
-            reason: Some("runaway loop".into())
-        }
-    );
-    // Cancelling again changes nothing.
-    let again = store
-        .runs()
-        .cancel("acme", &run, Some("other"), "user:bob", Timestamp::now())
-        .await
-        .unwrap();
-    assert!(!again.newly_cancelled);
-    assert_eq!(again.requested_at, cancel.requested_at);
+        // Calls of the run are refused from now on; nothing is counted.
+        assert_eq!(
+            store
+                .runs()
+                .admit("acme", &run, false, &RunLimits::default(), Timestamp::now())
+                .await
+                .unwrap(),
+            Admission::Cancelled {
+                reason: Some("runaway loop".into())
+            }
+        );
+        // Cancelling again changes nothing.
+        let again = store
+            .runs()
+            .cancel("acme", &run, Some("other"), "user:bob", Timestamp::now())
+            .await
+            .unwrap();
+        assert!(!again.newly_cancelled);
+        assert_eq!(again.requested_at, cancel.requested_at);
 
-    let state = store.runs().state("acme", &run).await.unwrap();
-    assert_eq!(state.cancel_reason.as_deref(), Some("runaway loop"));
-    assert_eq!(state.cancelled_by.as_deref(), Some("user:alice"));
-    assert_eq!(state.calls, 1);
-    // The open intent keeps its classification; nothing was replayed.
-    assert_eq!(state.open_intents.len(), 1);
-    assert_eq!(state.open_intents[0].intent.id, intent.id);
-    assert_eq!(state.open_intents[0].class, ResumeClass::Uncertain);
+        let state = store.runs().state("acme", &run).await.unwrap();
+        assert_eq!(state.cancel_reason.as_deref(), Some("runaway loop"));
+        assert_eq!(state.cancelled_by.as_deref(), Some("user:alice"));
+        assert_eq!(state.calls, 1);
+        // The open intent keeps its classification; nothing was replayed.
+        assert_eq!(state.open_intents.len(), 1);
+        assert_eq!(state.open_intents[0].intent.id, intent.id);
+        assert_eq!(state.open_intents[0].class, ResumeClass::Uncertain);
 
-    let events = store.approvals().run_events("acme", &run).await.unwrap();
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
-    assert!(kinds.contains(&"run.cancelled"), "{kinds:?}");
-    assert!(kinds.contains(&"approval.cancelled"), "{kinds:?}");
-    let since = store
-        .runs()
-        .cancelled_since("acme", cancel.requested_at)
-        .await
-        .unwrap();
-    assert_eq!(since, vec![(run.clone(), cancel.requested_at)]);
-    assert!(store.runs().cancelled_since("other", cancel.requested_at).await.unwrap().is_empty());
-    // A run never seen has an empty state.
-    let unseen = store.runs().state("acme", "never").await.unwrap();
-    assert_eq!((unseen.calls, unseen.started_at, unseen.open_intents.len()), (0, None, 0));
-});
+        let events = store.approvals().run_events("acme", &run).await.unwrap();
+        let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+        assert!(kinds.contains(&"run.cancelled"), "{kinds:?}");
+        assert!(kinds.contains(&"approval.cancelled"), "{kinds:?}");
+        let since = store
+            .runs()
+            .cancelled_since("acme", cancel.requested_at)
+            .await
+            .unwrap();
+        assert_eq!(since, vec![(run.clone(), cancel.requested_at)]);
+        assert!(
+            store
+                .runs()
+                .cancelled_since("other", cancel.requested_at)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            store.runs().cancelled_at("acme", &run).await.unwrap(),
+            Some(cancel.requested_at)
+        );
+        assert_eq!(
+            store.runs().cancelled_at("other", &run).await.unwrap(),
+            None
+        );
+        // A run never seen has an empty state.
+        let unseen = store.runs().state("acme", "never").await.unwrap();
+        assert_eq!(
+            (unseen.calls, unseen.started_at, unseen.open_intents.len()),
+            (0, None, 0)
+        );
+    }
+);
 
 #[allow(dead_code)]
 fn _store_is_shareable(s: Store) -> impl Send + Sync {

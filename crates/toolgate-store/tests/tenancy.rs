@@ -780,10 +780,26 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
         ..Default::default()
     };
     let now = jiff::Timestamp::now();
-    assert!(a.runs().admit(&ta, "run-1", true, &limits, now).await.unwrap().is_admitted());
-    assert!(b.runs().admit(&tb, "run-1", false, &limits, now).await.unwrap().is_admitted());
+    assert!(
+        a.runs()
+            .admit(&ta, "run-1", true, &limits, now)
+            .await
+            .unwrap()
+            .is_admitted()
+    );
+    assert!(
+        b.runs()
+            .admit(&tb, "run-1", false, &limits, now)
+            .await
+            .unwrap()
+            .is_admitted()
+    );
     // Charging another tenant's run is refused by row-level security.
-    let err = a.runs().admit(&tb, "run-1", false, &limits, now).await.unwrap_err();
+    let err = a
+        .runs()
+        .admit(&tb, "run-1", false, &limits, now)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), "permission_denied", "{err}");
 
     let pool = a.as_postgres().unwrap();
@@ -800,13 +816,26 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
     assert_eq!(count(pool, "SELECT count(*) FROM runs").await, 1);
 
     // Its own run: cancelled through the function, approvals reaped.
-    let pending = a.approvals().request(approval(&ta, "inv-run")).await.unwrap();
-    let cancel = a
-        .runs()
-        .cancel(&ta, "run-1", Some("stop"), "sidecar:pod-1", jiff::Timestamp::now())
+    let pending = a
+        .approvals()
+        .request(approval(&ta, "inv-run"))
         .await
         .unwrap();
-    assert_eq!((cancel.newly_cancelled, cancel.approvals_cancelled), (true, 1));
+    let cancel = a
+        .runs()
+        .cancel(
+            &ta,
+            "run-1",
+            Some("stop"),
+            "sidecar:pod-1",
+            jiff::Timestamp::now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (cancel.newly_cancelled, cancel.approvals_cancelled),
+        (true, 1)
+    );
     assert_eq!(
         a.approvals().get(&ta, &pending.id).await.unwrap().status,
         ApprovalStatus::Cancelled
@@ -818,7 +847,14 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), "permission_denied", "{err}");
-    assert!(b.runs().state(&tb, "run-1").await.unwrap().cancel_requested_at.is_none());
+    assert!(
+        b.runs()
+            .state(&tb, "run-1")
+            .await
+            .unwrap()
+            .cancel_requested_at
+            .is_none()
+    );
     // And a cancellation is never withdrawn, not even by the admin role.
     let admin = fx.admin_pool();
     assert_eq!(

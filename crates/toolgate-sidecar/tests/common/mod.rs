@@ -150,13 +150,18 @@ fn uuid_like() -> String {
 impl Harness {
     /// Starts a sidecar with `bundle` (None: no bundle file at all).
     pub async fn start(dir: &Path, url: &str, bundle: Option<&[u8]>) -> Self {
+        Self::start_as(dir, url, bundle, &unique("t")).await
+    }
+
+    /// [`Harness::start`] serving `tenant` (several sidecars of one tenant).
+    pub async fn start_as(dir: &Path, url: &str, bundle: Option<&[u8]>, tenant: &str) -> Self {
         let bundle_path = dir.join("bundle.json");
         let trust_path = dir.join("trust.pem");
         if let Some(b) = bundle {
             std::fs::write(&bundle_path, b).unwrap();
         }
         std::fs::write(&trust_path, trust_pem(&[&key()])).unwrap();
-        let tenant = unique("t");
+        let tenant = tenant.to_owned();
         let store = Store::connect(url).await.expect("connect test database");
         let mut config =
             SidecarConfig::new(bundle_path.clone(), trust_path.clone(), url.to_owned());

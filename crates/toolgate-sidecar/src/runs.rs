@@ -1,0 +1,458 @@
+//! Run governance in the sidecar: budgets charged in the shared database,
+//! durable cancellation, a run's heartbeat, and parallel admission of a
+//! batch of calls.
+//!
+//! Where a call already touches the database (a high-risk call, or any
+//! allowed call under a profile with budgets) the run is checked and charged
+//! there, in the transaction that records a high-risk decision. Other calls
+//! consult [`CancelledRuns`], which this sidecar fills at once for its own
+//! cancellations and by polling the database every [`CANCEL_POLL`] for
+//! cancellations made elsewhere (the CLI, the controller, another sidecar).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use toolgate_policy::{Decision, Enforcement, Reason, Risk, SideEffect, Verdict};
+use toolgate_store::{Admission, RunLimits, Store};
+
+use crate::api::{AppState, AuthorizeRequest, AuthorizeResponse, StrictJson, require_id};
+use crate::error::ApiError;
+
+/// How often cancellations made elsewhere are read from the database.
+pub const CANCEL_POLL: Duration = Duration::from_secs(1);
+/// How far back each poll looks, so a writer whose clock runs behind ours
+/// is still seen.
+const CANCEL_OVERLAP: SignedDuration = SignedDuration::from_secs(60);
+/// Cancelled runs read at start-up: those cancelled in the last day. Older
+/// ones are still refused on every call that reaches the database.
+const CANCEL_LOOKBACK: SignedDuration = SignedDuration::from_hours(24);
+/// Cancelled run ids remembered, oldest forgotten first.
+const MAX_REMEMBERED: usize = 100_000;
+/// Most calls one batch may hold.
+pub const MAX_BATCH_CALLS: usize = 64;
+
+/// Run ids of this tenant known to be cancelled.
+#[derive(Debug, Default)]
+pub struct CancelledRuns {
+    inner: Mutex<(HashSet<String>, VecDeque<String>)>,
+}
+
+impl CancelledRuns {
+    /// True when `run_id` is known to be cancelled.
+    pub fn contains(&self, run_id: &str) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .contains(run_id)
+    }
+
+    /// Remembers a cancelled run.
+    pub fn insert(&self, run_id: &str) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (set, order) = &mut *guard;
+        if set.contains(run_id) {
+            return;
+        }
+        if order.len() >= MAX_REMEMBERED
+            && let Some(old) = order.pop_front()
+        {
+            set.remove(&old);
+        }
+        set.insert(run_id.to_owned());
+        order.push_back(run_id.to_owned());
+    }
+}
+
+/// Polls the database for this tenant's cancellations until shutdown.
+pub(crate) async fn watch_cancellations(
+    store: Store,
+    tenant: String,
+    cancelled: Arc<CancelledRuns>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut since = Timestamp::now() - CANCEL_LOOKBACK;
+    loop {
+        let polled_at = Timestamp::now();
+        match store.runs().cancelled_since(&tenant, since).await {
+            Ok(runs) => {
+                for (run, _) in runs {
+                    cancelled.insert(&run);
+                }
+                since = polled_at - CANCEL_OVERLAP;
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read run cancellations"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(CANCEL_POLL) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// The budgets of a profile as the store counts them.
+pub(crate) fn limits(policy: &toolgate_policy::CompiledPolicy) -> RunLimits {
+    let b = policy.budgets();
+    RunLimits {
+        max_calls: b.max_calls_per_run,
+        max_high_risk_calls: b.max_high_risk_calls_per_run,
+        max_run_seconds: b.max_run_seconds,
+    }
+}
+
+/// Whether answering `verdict` needs the run checked and charged in the
+/// database: every allowed high-risk call, and every allowed call when the
+/// profile sets a budget.
+pub(crate) fn needs_admission(verdict: &Verdict, limits: &RunLimits) -> bool {
+    verdict.verdict == Decision::Allow
+        && (verdict.risk == Risk::High || *limits != RunLimits::default())
+}
+
+/// Turns `verdict` into a sidecar refusal with `reason` (keeping its digests
+/// and risk), as `enforce` answers it.
+pub(crate) fn refuse(verdict: &mut Verdict, reason: Reason, rule: Option<String>) {
+    verdict.verdict = reason.decision();
+    verdict.reason = reason;
+    verdict.matched_rule = rule;
+    verdict.intent_required = false;
+    verdict.enforced = true;
+    verdict.would_verdict = None;
+    verdict.would_reason = None;
+    verdict.would_rule = None;
+    verdict.warning = None;
+}
+
+/// Applies the run's answer to an allowed call. A cancelled run is refused
+/// in every mode; a used-up budget is refused as `mode` says (reported only,
+/// under `warn` and `dryRun`).
+pub(crate) fn apply_admission(verdict: &mut Verdict, admission: &Admission, mode: Enforcement) {
+    match admission {
+        Admission::Admitted { .. } => {}
+        Admission::Cancelled { .. } => refuse(verdict, Reason::RunCancelled, None),
+        Admission::Exhausted { budget, limit } => {
+            refuse(
+                verdict,
+                Reason::BudgetExhausted,
+                Some(format!("budget:{}={limit}", budget.as_str())),
+            );
+            *verdict = verdict.clone().under(mode);
+        }
+    }
+}
+
+// ---- GET /v1/runs/{run_id} and POST /v1/runs/{run_id}/cancel ----
+
+/// One budget as the agent sees it.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BudgetUse {
+    /// Used so far.
+    pub used: u64,
+    /// The profile's limit; `null` when none is set.
+    pub limit: Option<u64>,
+    /// What remains; `null` when unlimited.
+    pub left: Option<u64>,
+}
+
+impl BudgetUse {
+    fn new(used: u64, limit: Option<u64>) -> Self {
+        Self {
+            used,
+            limit,
+            left: limit.map(|l| l.saturating_sub(used)),
+        }
+    }
+}
+
+/// Answer of `GET /v1/runs/{run_id}`: what an agent checks between steps.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunStatus {
+    /// The run.
+    pub run_id: String,
+    /// True once anyone cancelled the run: stop, and make no more calls.
+    pub cancel_requested: bool,
+    /// When, and why.
+    pub cancel_requested_at: Option<Timestamp>,
+    /// The reason given.
+    pub cancel_reason: Option<String>,
+    /// Calls, high-risk calls and seconds, each used / limit / left.
+    pub budgets: RunBudgets,
+    /// Intents of the run still open, as `GET /v1/intents` lists them
+    /// (each with its `resume` class).
+    pub open_intents: Vec<serde_json::Value>,
+}
+
+/// The three budgets of a run.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunBudgets {
+    /// `maxCallsPerRun`.
+    pub calls: BudgetUse,
+    /// `maxHighRiskCallsPerRun`.
+    pub high_risk_calls: BudgetUse,
+    /// `maxRunSeconds`, from the run's first counted call.
+    pub run_seconds: BudgetUse,
+}
+
+pub(crate) async fn run_status(
+    State(app): State<Arc<AppState>>,
+    Path(run_id): Path<String>,
+) -> Result<Json<RunStatus>, ApiError> {
+    require_id("run_id", &run_id)?;
+    let state = app.store.runs().state(&app.tenant, &run_id).await?;
+    if state.cancel_requested_at.is_some() {
+        app.cancelled.insert(&run_id);
+    }
+    let limits = app
+        .policy
+        .current()
+        .map(|e| limits(&e.policy))
+        .unwrap_or_default();
+    let elapsed = state
+        .started_at
+        .map(|s| u64::try_from((Timestamp::now() - s).get_seconds()).unwrap_or(0))
+        .unwrap_or(0);
+    Ok(Json(RunStatus {
+        cancel_requested: state.cancel_requested_at.is_some(),
+        cancel_requested_at: state.cancel_requested_at,
+        cancel_reason: state.cancel_reason,
+        budgets: RunBudgets {
+            calls: BudgetUse::new(state.calls, limits.max_calls),
+            high_risk_calls: BudgetUse::new(state.high_risk_calls, limits.max_high_risk_calls),
+            run_seconds: BudgetUse::new(elapsed, limits.max_run_seconds),
+        },
+        open_intents: state
+            .open_intents
+            .iter()
+            .map(crate::api::pending_json)
+            .collect(),
+        run_id,
+    }))
+}
+
+/// Body of `POST /v1/runs/{run_id}/cancel` (may be empty).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    /// Why the run stops.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Answer of a cancellation.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CancelResponse {
+    /// The run.
+    pub run_id: String,
+    /// When its cancellation was first requested.
+    pub cancel_requested_at: Timestamp,
+    /// False when it was already cancelled.
+    pub newly_cancelled: bool,
+    /// Pending approvals of the run this request cancelled.
+    pub approvals_cancelled: u64,
+}
+
+pub(crate) async fn cancel_run(
+    State(app): State<Arc<AppState>>,
+    Path(run_id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<CancelResponse>, ApiError> {
+    require_id("run_id", &run_id)?;
+    let req: CancelRequest = if body.is_empty() {
+        CancelRequest::default()
+    } else {
+        crate::api::parse_body(&body)?
+    };
+    if let Some(reason) = &req.reason {
+        toolgate_store::check_field("reason", reason)
+            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    }
+    let done = app
+        .store
+        .runs()
+        .cancel(
+            &app.tenant,
+            &run_id,
+            req.reason.as_deref(),
+            &app.identity,
+            Timestamp::now(),
+        )
+        .await?;
+    app.cancelled.insert(&run_id);
+    tracing::info!(run_id, newly = done.newly_cancelled, "run cancelled");
+    Ok(Json(CancelResponse {
+        run_id,
+        cancel_requested_at: done.requested_at,
+        newly_cancelled: done.newly_cancelled,
+        approvals_cancelled: done.approvals_cancelled,
+    }))
+}
+
+// ---- POST /v1/authorize/batch ----
+
+/// One call of a batch: an authorize request without the run.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchCall {
+    /// Tool as the agent calls it.
+    pub tool: String,
+    /// Optional action.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// Exact arguments.
+    pub arguments: serde_json::Map<String, serde_json::Value>,
+    /// Step within the run.
+    #[serde(default)]
+    pub step_id: Option<String>,
+    /// For MCP gateways: the tool's definition digest.
+    #[serde(default)]
+    pub definition_digest: Option<String>,
+}
+
+/// Body of `POST /v1/authorize/batch`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// Run every call belongs to.
+    pub run_id: String,
+    /// Must equal the sidecar's tenant when given.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// 1 to [`MAX_BATCH_CALLS`] calls the agent would like to run at once.
+    pub calls: Vec<BatchCall>,
+}
+
+/// Answer of `POST /v1/authorize/batch`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BatchResponse {
+    /// True only when every call may run concurrently with the others.
+    pub parallel: bool,
+    /// Why not (the first call that keeps the batch sequential), or
+    /// `batch_parallel`.
+    pub reason: String,
+    /// Index of that call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_index: Option<usize>,
+    /// Each call's own verdict, exactly as `/v1/authorize` answers it.
+    pub verdicts: Vec<AuthorizeResponse>,
+}
+
+/// Why a call keeps its batch sequential, if it does. A closed allowlist:
+/// only an allowed, enforced, read-only, parallel-safe, low-or-write-risk
+/// call of a read class qualifies.
+pub(crate) fn sequential_reason(
+    verdict: &Verdict,
+    effect: Option<&toolgate_policy::ToolEffect>,
+) -> Option<&'static str> {
+    if verdict.reason == Reason::BudgetExhausted
+        || verdict.would_reason == Some(Reason::BudgetExhausted)
+    {
+        return Some("batch_budget");
+    }
+    if verdict.verdict != Decision::Allow {
+        return Some(match verdict.verdict {
+            Decision::Escalate => "batch_escalated",
+            _ => "batch_denied",
+        });
+    }
+    if !verdict.enforced {
+        return Some("batch_not_enforced");
+    }
+    let Some(effect) = effect else {
+        return Some("batch_unknown_tool");
+    };
+    let read_class = matches!(
+        effect.side_effect,
+        SideEffect::None | SideEffect::WorkspaceRead | SideEffect::NetworkRead
+    );
+    if !(effect.read_only && effect.allow_parallel && read_class) || verdict.intent_required {
+        return Some("batch_not_read_only");
+    }
+    None
+}
+
+pub(crate) async fn authorize_batch(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<BatchRequest>,
+) -> Result<Json<BatchResponse>, ApiError> {
+    if req.calls.is_empty() || req.calls.len() > MAX_BATCH_CALLS {
+        return Err(ApiError::InvalidRequest(format!(
+            "a batch holds 1-{MAX_BATCH_CALLS} calls"
+        )));
+    }
+    let mut verdicts = Vec::with_capacity(req.calls.len());
+    let mut first_refusal: Option<(usize, &'static str)> = None;
+    let requests: Vec<AuthorizeRequest> = req
+        .calls
+        .into_iter()
+        .map(|c| AuthorizeRequest {
+            tool: c.tool,
+            action: c.action,
+            arguments: c.arguments,
+            run_id: req.run_id.clone(),
+            step_id: c.step_id,
+            tenant: req.tenant.clone(),
+            definition_digest: c.definition_digest,
+        })
+        .collect();
+    // Every call is checked before any is decided, so a malformed call
+    // rejects the batch without recording half of it.
+    for call in &requests {
+        crate::api::validate_call(&app, call)?;
+    }
+    for (i, call) in requests.iter().enumerate() {
+        let answer = crate::api::decide(&app, call).await?;
+        let effect = app
+            .policy
+            .current()
+            .and_then(|e| e.policy.effect(&call.tool).cloned());
+        if first_refusal.is_none()
+            && let Some(reason) = sequential_reason(&answer.verdict, effect.as_ref())
+        {
+            first_refusal = Some((i, reason));
+        }
+        verdicts.push(answer);
+    }
+    let (parallel, reason, call_index) = match first_refusal {
+        None => (true, "batch_parallel", None),
+        Some((i, reason)) => (false, reason, Some(i)),
+    };
+    Ok(Json(BatchResponse {
+        parallel,
+        reason: reason.to_owned(),
+        call_index,
+        verdicts,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cancelled_runs_are_bounded_and_remembered() {
+        let runs = CancelledRuns::default();
+        runs.insert("a");
+        runs.insert("a");
+        assert!(runs.contains("a"));
+        assert!(!runs.contains("b"));
+        assert_eq!(runs.inner.lock().unwrap().1.len(), 1);
+    }
+
+    #[test]
+    fn budget_use_reports_what_is_left() {
+        assert_eq!(
+            BudgetUse::new(3, Some(5)),
+            BudgetUse {
+                used: 3,
+                limit: Some(5),
+                left: Some(2)
+            }
+        );
+        assert_eq!(BudgetUse::new(7, Some(5)).left, Some(0));
+        assert_eq!(BudgetUse::new(7, None).left, None);
+    }
+}
