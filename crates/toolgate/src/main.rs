@@ -40,6 +40,8 @@ enum Command {
     Webhook(toolgate_webhook::WebhookArgs),
     /// List, approve or deny escalated calls in the database.
     Approvals(cmd::approvals::ApprovalsArgs),
+    /// Cancel a run, or show its budgets and open intents.
+    Runs(cmd::runs::RunsArgs),
     /// Verify the hash-chained decision log.
     Audit(cmd::audit::AuditArgs),
     /// Apply database migrations.
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         Command::Controller(args) => cmd::crdgen::controller(args),
         Command::Crdgen(args) => cmd::crdgen::run(args),
         Command::Approvals(args) => cmd::approvals::run(args),
+        Command::Runs(args) => cmd::runs::run(args),
         Command::Audit(args) => cmd::audit::run(args),
         Command::Migrate(args) => cmd::audit::migrate(args),
         Command::Tenant(args) => cmd::tenant::run(args),

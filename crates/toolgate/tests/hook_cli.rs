@@ -235,3 +235,86 @@ fn without_a_reachable_sidecar_the_hook_fails_closed() {
         assert_eq!((code, decision(&out)), (2, "deny"), "{out}");
     }
 }
+
+#[test]
+fn runs_are_cancelled_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}?mode=rwc", dir.path().join("runs.db").display());
+    let port = free_port();
+    let _sidecar = start_sidecar(dir.path(), &database, port);
+    let url = format!("http://127.0.0.1:{port}");
+    // The hook's run id is its session id.
+    let (code, _, _) = hook(Some(&url), &hook_input("git status", "session-9"), &[]);
+    assert_eq!(code, 0);
+
+    let out = toolgate(&[
+        "runs",
+        "cancel",
+        "session-9",
+        "--database",
+        &database,
+        "--tenant",
+        "agents",
+        "--reason",
+        "operator stop",
+        "--by",
+        "user:alice",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cancel: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cancel["newly_cancelled"], true);
+
+    // The sidecar process learns of it from the database within its poll.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _, stderr) = hook(Some(&url), &hook_input("git status", "session-9"), &[]);
+        if code == 2 {
+            assert!(stderr.contains("run_cancelled"), "{stderr}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cancellation never reached the sidecar"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Another session is unaffected.
+    let (code, _, _) = hook(Some(&url), &hook_input("git status", "session-10"), &[]);
+    assert_eq!(code, 0);
+
+    let out = toolgate(&[
+        "runs",
+        "status",
+        "session-9",
+        "--database",
+        &database,
+        "--tenant",
+        "agents",
+    ]);
+    assert!(out.status.success());
+    let state: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(state["cancel_reason"], "operator stop");
+    assert_eq!(state["cancelled_by"], "user:alice");
+    // Bad input is a typed error, not a panic.
+    let out = toolgate(&[
+        "runs",
+        "cancel",
+        "",
+        "--database",
+        &database,
+        "--tenant",
+        "agents",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let err = if err.is_null() {
+        serde_json::from_slice(&out.stderr).unwrap_or(Value::Null)
+    } else {
+        err
+    };
+    assert_eq!(err["error"]["code"], "invalid_input", "{err}");
+}

@@ -124,7 +124,7 @@ fn check_reports_typed_errors_with_exit_2() {
 
 #[test]
 fn example_case_files_pass() {
-    for name in ["safe-coding", "read-only"] {
+    for name in ["safe-coding", "read-only", "strict-trial"] {
         let profile = repo(&format!("examples/profiles/{name}.yaml"));
         let cases = repo(&format!("examples/cases/{name}.yaml"));
         let out = toolgate(&[
@@ -191,4 +191,39 @@ fn demo_runs_from_any_directory() {
     assert!(stdout.contains("purge_all hidden"), "{stdout}");
     assert!(stdout.contains("session behaved as scripted"), "{stdout}");
     assert!(!stdout.contains("FAIL"), "{stdout}");
+}
+
+#[test]
+fn cases_can_pin_what_a_dry_run_profile_would_answer() {
+    let profile = repo("examples/profiles/strict-trial.yaml");
+    let wrong = write_temp(
+        "would.yaml",
+        "- {name: wrong would, tool: bash, args: {command: rm -rf /}, expect: allow, would_verdict: allow}\n\
+         - {name: right would, tool: bash, args: {command: rm -rf /}, expect: allow, would_verdict: deny, would_reason: no_matching_rule}\n",
+    );
+    let out = toolgate(&[
+        "test",
+        "--profile",
+        profile.to_str().unwrap(),
+        wrong.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL wrong would: expected allow, would allow (any), got allow (not_enforced), would deny (no_matching_rule)"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("1 passed, 1 failed\n"), "{stdout}");
+    // A would-field is not a typo-tolerant extra: unknown keys still fail.
+    let typo = write_temp(
+        "typo.yaml",
+        "- {name: t, tool: bash, args: {}, expect: allow, would_verdit: deny}\n",
+    );
+    let out = toolgate(&[
+        "test",
+        "--profile",
+        profile.to_str().unwrap(),
+        typo.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -89,6 +89,9 @@ pub fn run(args: HookArgs) -> Result<ExitCode, CliError> {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{}", answer.to_json());
             if answer.allow {
+                if answer.reason.contains("not enforced (warn)") {
+                    eprintln!("{}", answer.reason);
+                }
                 Ok(ExitCode::SUCCESS)
             } else {
                 eprintln!("{}", answer.reason);
@@ -204,9 +207,17 @@ fn judge(verdict: &Value) -> Answer {
     let reason = field(verdict, "reason");
     let decision = field(verdict, "decision_id");
     match field(verdict, "verdict") {
-        "allow" => Answer {
-            allow: true,
-            reason: format!("toolgate: allow ({reason}, decision {decision})"),
+        // A warn-mode profile allows and says what it would have done: the
+        // notice goes with the allow, for the agent and its operator.
+        "allow" => match verdict.get("warning").and_then(Value::as_str) {
+            Some(warning) => Answer {
+                allow: true,
+                reason: format!("toolgate: allow ({reason}, decision {decision}); {warning}"),
+            },
+            None => Answer {
+                allow: true,
+                reason: format!("toolgate: allow ({reason}, decision {decision})"),
+            },
         },
         "deny" => {
             let message = field(verdict, "message");
@@ -331,6 +342,18 @@ mod tests {
 
     #[test]
     fn only_a_clear_allow_lets_the_call_run() {
+        let warned = judge(
+            &json!({"verdict": "allow", "reason": "not_enforced", "decision_id": "d",
+            "warning": "not enforced (warn): would deny (deny_rule)"}),
+        );
+        assert!(warned.allow);
+        assert!(
+            warned
+                .reason
+                .ends_with("; not enforced (warn): would deny (deny_rule)"),
+            "{}",
+            warned.reason
+        );
         let allow = judge(&json!({"verdict": "allow", "reason": "allow_rule", "decision_id": "d"}));
         assert!(allow.allow);
         assert_eq!(

@@ -9,6 +9,7 @@ pub mod demo;
 pub mod hook;
 pub mod keygen;
 pub mod mcp;
+pub mod runs;
 pub mod sidecar;
 pub mod tenant;
 pub mod test;

@@ -16,7 +16,8 @@ pub struct TestArgs {
     /// PolicyProfile manifest the cases run against.
     #[arg(long)]
     pub profile: PathBuf,
-    /// YAML or JSON list of cases: `[{name, tool, action?, args, expect, reason?}]`.
+    /// YAML or JSON list of cases:
+    /// `[{name, tool, action?, args, expect, reason?, would_verdict?, would_reason?}]`.
     pub cases: PathBuf,
     /// Evaluate as of this RFC 3339 instant instead of now.
     #[arg(long)]
@@ -45,6 +46,13 @@ pub struct Case {
     /// Subject the call is made for.
     #[serde(default)]
     pub subject: Option<String>,
+    /// Under `warn` or `dryRun`: what enforcement would have answered.
+    /// Pinning it on an enforced verdict fails the case.
+    #[serde(default)]
+    pub would_verdict: Option<Decision>,
+    /// Under `warn` or `dryRun`: why enforcement would have answered so.
+    #[serde(default)]
+    pub would_reason: Option<Reason>,
 }
 
 /// Parses a case file strictly.
@@ -69,7 +77,14 @@ pub fn evaluate_case(policy: &CompiledPolicy, case: &Case, now: jiff::Timestamp)
 
 /// True when the verdict is what the case expects.
 pub fn case_passes(case: &Case, verdict: &Verdict) -> bool {
-    verdict.verdict == case.expect && case.reason.is_none_or(|r| r == verdict.reason)
+    verdict.verdict == case.expect
+        && case.reason.is_none_or(|r| r == verdict.reason)
+        && case
+            .would_verdict
+            .is_none_or(|w| Some(w) == verdict.would_verdict)
+        && case
+            .would_reason
+            .is_none_or(|w| Some(w) == verdict.would_reason)
 }
 
 /// Runs `toolgate test`.
@@ -84,16 +99,31 @@ pub fn run(args: TestArgs) -> Result<ExitCode, CliError> {
             passed += 1;
         } else {
             failed += 1;
-            let expected = match case.reason {
+            let mut expected = match case.reason {
                 Some(r) => format!("{} ({})", case.expect.as_str(), r.as_str()),
                 None => case.expect.as_str().to_owned(),
             };
+            if case.would_verdict.is_some() || case.would_reason.is_some() {
+                expected.push_str(&format!(
+                    ", would {} ({})",
+                    case.would_verdict.map_or("any", Decision::as_str),
+                    case.would_reason.map_or("any", Reason::as_str),
+                ));
+            }
+            let would = match (verdict.would_verdict, verdict.would_reason) {
+                (Some(v), Some(r)) => format!(", would {} ({})", v.as_str(), r.as_str()),
+                _ => String::new(),
+            };
             println!(
-                "FAIL {}: expected {expected}, got {} ({}), matched rule {}",
+                "FAIL {}: expected {expected}, got {} ({}){would}, matched rule {}",
                 case.name,
                 verdict.verdict.as_str(),
                 verdict.reason.as_str(),
-                verdict.matched_rule.as_deref().unwrap_or("none"),
+                verdict
+                    .matched_rule
+                    .as_deref()
+                    .or(verdict.would_rule.as_deref())
+                    .unwrap_or("none"),
             );
         }
     }
