@@ -32,6 +32,7 @@ from kmock._internal import enums
 RESOURCES = {
     'toolgate.dev/v1alpha1/policyprofiles': dict(kind='PolicyProfile', singular='policyprofile', shortnames={'tgp'}, categories={'toolgate'}, subresources={'status'}),
     'toolgate.dev/v1alpha1/approvals': dict(kind='Approval', singular='approval', shortnames={'tga'}, categories={'toolgate'}, subresources={'status'}),
+    'toolgate.dev/v1alpha1/runcancellations': dict(kind='RunCancellation', singular='runcancellation', shortnames={'tgrc'}, categories={'toolgate'}, subresources={'status'}),
     'v1/configmaps': dict(kind='ConfigMap', singular='configmap', shortnames={'cm'}),
     'v1/secrets': dict(kind='Secret', singular='secret'),
     'v1/namespaces': dict(kind='Namespace', singular='namespace', namespaced=False),
@@ -130,7 +131,7 @@ class Emulator(kmock.KubernetesEmulator):
         meta.setdefault('creationTimestamp', _now())
         meta['generation'] = 1
         meta['resourceVersion'] = str(next(_rv))
-        obj.pop('status', None) if request.resource.plural in ('policyprofiles', 'approvals') else None
+        obj.pop('status', None) if request.resource.plural in ('policyprofiles', 'approvals', 'runcancellations') else None
         return obj
 
     def _rewrite(self, request):

@@ -105,6 +105,30 @@ def test_profile_bundle_approval_and_cleanup(kube, binaries, controller):
     again = kubectl('toolgate', 'deny', name, '-n', NS, '--reason', 'changed my mind', check=False)
     assert again.returncode != 0 and 'cannot be changed' in again.stderr
 
+    # 3b. `kubectl toolgate cancel` stops a run: a RunCancellation the
+    #     controller records in the database, reaping the run's pending approvals.
+    with sqlite3.connect(controller['db']) as db:
+        db.execute(
+            "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, args_digest, policy_version,"
+            " decision_id, requested_by, status, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            ('e2e-approval-2', NS, 'inv-2', 'run-9', 'bash', 'sha256:abc', verified['policyVersion'],
+             'dec-2', 'sidecar/agent-0', 'pending', now_ms, now_ms + 15 * 60 * 1000))
+    out = kubectl('toolgate', 'cancel', 'run-9', '-n', NS, '--reason', 'e2e stop', '--wait', '30')
+    assert 'applied' in out.stdout and '1 pending approval(s) cancelled' in out.stdout, out.stdout
+    with sqlite3.connect(controller['db']) as db:
+        run = db.execute("SELECT cancel_reason, cancelled_by FROM runs WHERE tenant = ? AND run_id = ?",
+                         (NS, 'run-9')).fetchone()
+        approval = db.execute("SELECT status FROM approvals WHERE id = ?", ('e2e-approval-2',)).fetchone()
+    assert run[0] == 'e2e stop' and run[1].startswith(f'runcancellation:{NS}/cancel-run-9-'), run
+    assert approval == ('cancelled',)
+    # (kmock serves no printer columns, so read the object itself.)
+    listed = json.loads(kubectl('get', 'tgrc', '-n', NS, '-o', 'json').stdout)['items']
+    assert [(o['spec']['runId'], o['status']['phase'], o['status']['approvalsCancelled'])
+            for o in listed] == [('run-9', 'Applied', 1)], listed
+    # Cancelling again finds the first request.
+    again = kubectl('toolgate', 'cancel', 'run-9', '-n', NS, '--wait', '30')
+    assert 'applied' in again.stdout, again.stdout
+
     # 4. A standing grant (kubectl apply) gives the profile a new version.
     grant = {
         'apiVersion': 'toolgate.dev/v1alpha1', 'kind': 'Approval',

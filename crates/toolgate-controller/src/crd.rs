@@ -453,6 +453,10 @@ pub fn crd_files() -> Vec<(&'static str, String)> {
             to_yaml(&PolicyProfile::crd()),
         ),
         ("approvals.toolgate.dev.yaml", to_yaml(&Approval::crd())),
+        (
+            "runcancellations.toolgate.dev.yaml",
+            to_yaml(&crate::cancellation::RunCancellation::crd()),
+        ),
     ]
 }
 

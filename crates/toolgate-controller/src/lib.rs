@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod approval;
+pub mod cancellation;
 pub mod context;
 pub mod crd;
 mod error;

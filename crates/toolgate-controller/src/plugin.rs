@@ -36,6 +36,25 @@ pub enum PluginCommand {
     Deny(DecideArgs),
     /// List Approvals.
     List(ListArgs),
+    /// Cancel an agent run of a namespace: creates a RunCancellation the
+    /// controller records; every sidecar then refuses the run's calls.
+    Cancel(CancelArgs),
+}
+
+/// Arguments of `cancel`.
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// The run id the agent sends as `run_id`.
+    pub run_id: String,
+    /// Namespace (tenant) of the run (default: the kubeconfig context's namespace).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// Why (recorded, and shown to the agent).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Seconds to wait for the controller to record it (0: do not wait).
+    #[arg(long, default_value_t = 30)]
+    pub wait: u64,
 }
 
 /// Arguments of `approve` / `deny`.
@@ -221,6 +240,7 @@ pub async fn run_plugin(cli: PluginCli, out: &mut dyn Write) -> Result<(), Contr
             }
             decide(&client, args, Decision::Denied, out).await
         }
+        PluginCommand::Cancel(args) => cancel(&client, args, out).await,
         PluginCommand::List(args) => {
             let api: Api<Approval> = match (&args.namespace, args.all_namespaces) {
                 (_, true) => Api::all(client.clone()),
@@ -236,6 +256,62 @@ pub async fn run_plugin(cli: PluginCli, out: &mut dyn Write) -> Result<(), Contr
             )
             .map_err(io)
         }
+    }
+}
+
+async fn cancel(
+    client: &kube::Client,
+    args: CancelArgs,
+    out: &mut dyn Write,
+) -> Result<(), ControllerError> {
+    use crate::cancellation::{PHASE_APPLIED, RunCancellation, RunCancellationSpec};
+    let api: Api<RunCancellation> = match &args.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::default_namespaced(client.clone()),
+    };
+    let name = crate::cancellation::object_name(&args.run_id);
+    let object = RunCancellation::new(
+        &name,
+        RunCancellationSpec {
+            run_id: args.run_id.clone(),
+            reason: args.reason.clone(),
+        },
+    );
+    match api.create(&kube::api::PostParams::default(), &object).await {
+        Ok(_) => {}
+        // Cancelled before: the first request stands.
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let io = |e: std::io::Error| ControllerError::Io(e.to_string());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(args.wait);
+    loop {
+        let current = api.get(&name).await?;
+        let status = current.status.unwrap_or_default();
+        if status.phase.as_deref() == Some(PHASE_APPLIED) {
+            return writeln!(
+                out,
+                "runcancellation.toolgate.dev/{name} applied: run {} cancelled at {}, {} pending approval(s) cancelled",
+                args.run_id,
+                status.cancel_requested_at.as_deref().unwrap_or("?"),
+                status.approvals_cancelled.unwrap_or(0)
+            )
+            .map_err(io);
+        }
+        if std::time::Instant::now() >= deadline {
+            if args.wait > 0 {
+                return Err(ControllerError::Io(format!(
+                    "runcancellation.toolgate.dev/{name} not applied after {}s: {}",
+                    args.wait,
+                    status
+                        .message
+                        .as_deref()
+                        .unwrap_or("is the controller running?")
+                )));
+            }
+            return writeln!(out, "runcancellation.toolgate.dev/{name} created").map_err(io);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }
 

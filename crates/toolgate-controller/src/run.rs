@@ -152,7 +152,7 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
     outcome
 }
 
-/// Runs the PolicyProfile and Approval controllers and the approvals mirror
+/// Runs the PolicyProfile, Approval and RunCancellation controllers and the approvals mirror
 /// (every `approval_sync_interval`) on `ctx` until `stop` turns true. What
 /// [`run_controller`] runs once it leads; public so tests can drive the
 /// watches against a mock API.
@@ -215,6 +215,25 @@ pub async fn run_reconcilers(
             }
         });
 
+    let cancellations = Controller::new(
+        Api::<crate::cancellation::RunCancellation>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
+    .run(
+        crate::cancellation::reconcile,
+        |c: Arc<crate::cancellation::RunCancellation>, e: &ControllerError, _ctx| {
+            tracing::warn!(cancellation = %kube::ResourceExt::name_any(c.as_ref()), code = e.code(), error = %e, "reconcile failed");
+            kube::runtime::controller::Action::requeue(Duration::from_secs(15))
+        },
+        ctx.clone(),
+    )
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "runcancellation controller event");
+        }
+    });
+
     let sync_ctx = ctx.clone();
     let mut sync_stop = stop_rx.clone();
     let mirror = async move {
@@ -241,7 +260,7 @@ pub async fn run_reconcilers(
         }
     };
 
-    tokio::join!(profiles, approvals, mirror);
+    tokio::join!(profiles, approvals, cancellations, mirror);
 }
 
 async fn shutdown_signal() {

@@ -46,7 +46,11 @@ fn crdgen_holds_both_crds() {
         .collect();
     assert_eq!(
         names,
-        ["policyprofiles.toolgate.dev", "approvals.toolgate.dev"]
+        [
+            "policyprofiles.toolgate.dev",
+            "approvals.toolgate.dev",
+            "runcancellations.toolgate.dev"
+        ]
     );
     for d in &docs {
         assert_eq!(d["apiVersion"].as_str(), Some("apiextensions.k8s.io/v1"));

@@ -1495,7 +1495,7 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     ));
     let mut held = Vec::new();
     let mut watches = std::collections::BTreeSet::new();
-    while watches.len() < 3 {
+    while watches.len() < 4 {
         let r = server
             .next("the controllers' list and watch requests")
             .await;
@@ -1733,6 +1733,54 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     .await
     .unwrap();
     seen.extend(server.accesses());
+
+    // 9. A RunCancellation: recorded in the database, status patched, once.
+    let (client, mut server) = mock_client();
+    let ctx = context(client, store.clone(), now());
+    let mut rc = toolgate_controller::cancellation::RunCancellation::new(
+        "cancel-run-7",
+        toolgate_controller::cancellation::RunCancellationSpec {
+            run_id: "run-7".into(),
+            reason: Some("runaway".into()),
+        },
+    );
+    rc.metadata.namespace = Some("agents".into());
+    let mut patched = None;
+    serve(
+        &mut server,
+        toolgate_controller::cancellation::reconcile(Arc::new(rc.clone()), ctx.clone()),
+        |m, path, body| {
+            assert_eq!(*m, Method::PATCH, "{path}");
+            assert_eq!(
+                path,
+                "/apis/toolgate.dev/v1alpha1/namespaces/agents/runcancellations/cancel-run-7/status"
+            );
+            patched = Some(body.clone());
+            (200, serde_json::to_value(&rc).unwrap())
+        },
+    )
+    .await
+    .unwrap();
+    let patched = patched.expect("status patched");
+    assert_eq!(patched["status"]["phase"], "Applied", "{patched}");
+    let state = store.runs().state("agents", "run-7").await.unwrap();
+    assert_eq!(state.cancel_reason.as_deref(), Some("runaway"));
+    assert_eq!(
+        state.cancelled_by.as_deref(),
+        Some("runcancellation:agents/cancel-run-7")
+    );
+    seen.extend(server.accesses());
+    // Applied: nothing more to do, and no request made.
+    rc.status = serde_json::from_value(patched["status"].clone()).unwrap();
+    let (client, server) = mock_client();
+    let log = server.1.clone();
+    toolgate_controller::cancellation::reconcile(
+        Arc::new(rc),
+        context(client, store.clone(), now()),
+    )
+    .await
+    .unwrap();
+    assert!(log.lock().unwrap().is_empty());
 
     // Every request was covered (checked per request by the harness, and here
     // as a whole) ...
