@@ -8,6 +8,10 @@
 //! namespace is exactly the right to stop that namespace's runs. The spec is
 //! immutable; the status says when the cancellation was recorded.
 
+// Each `printcolumn(...)` repeats `type_`; clippy reads them as duplicates
+// of one attribute.
+#![allow(clippy::duplicated_attributes)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
