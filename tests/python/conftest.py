@@ -49,6 +49,7 @@ spec:
     demo.echo: {allow: ["*"]}
     demo.pay: {allow: ["*"]}
     demo.wipe: {deny: ["*prod*"], allow: ["*"]}
+    shout: {allow: ["hello *"]}
   hardline:
     paths: ["**/.env"]
     cidrs: ["169.254.0.0/16"]
@@ -73,6 +74,9 @@ spec:
     demo.echo: {sideEffect: NONE, risk: low, readOnly: true}
     demo.pay:  {sideEffect: EXTERNAL_WRITE, risk: high}
     demo.wipe: {sideEffect: EXTERNAL_WRITE, risk: high, matchArgs: [target]}
+    # On trial: allowed whatever the rules say, with a warning when they
+    # would not have allowed it.
+    shout: {sideEffect: NONE, risk: low, matchArgs: [text], enforcement: warn}
   approvals: {ttlSeconds: 300}
 """
 

@@ -15,13 +15,28 @@ from .errors import (
     Forbidden,
     InvalidRequest,
     NotFound,
+    PolicyWarning,
     ProtocolError,
+    RunCancelled,
     SidecarUnreachable,
     ToolgateError,
     Unavailable,
     WorkspaceError,
 )
-from .types import Admission, Approval, Entry, FileContent, FileStat, Intent, Listing, Verdict, Written
+from .types import (
+    Admission,
+    Approval,
+    Batch,
+    Cancellation,
+    Entry,
+    FileContent,
+    FileStat,
+    Intent,
+    Listing,
+    RunStatus,
+    Verdict,
+    Written,
+)
 
 __version__ = "0.1.0"
 
@@ -32,6 +47,8 @@ __all__ = [
     "Approval",
     "ApprovalRequired",
     "AsyncClient",
+    "Batch",
+    "Cancellation",
     "Client",
     "Conflict",
     "Denied",
@@ -43,7 +60,10 @@ __all__ = [
     "InvalidRequest",
     "Listing",
     "NotFound",
+    "PolicyWarning",
     "ProtocolError",
+    "RunCancelled",
+    "RunStatus",
     "SidecarUnreachable",
     "ToolgateError",
     "Unavailable",

@@ -6,15 +6,19 @@ every decision about what to send and what an answer means."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Mapping, Optional, TypeVar
 
 from .errors import (
     ApprovalRequired,
     Denied,
+    PolicyWarning,
     ProtocolError,
+    RunCancelled,
     SidecarUnreachable,
     ToolgateError,
     error_class,
@@ -22,6 +26,9 @@ from .errors import (
 from .types import (
     Admission,
     Approval,
+    Batch,
+    Cancellation,
+    RunStatus,
     Entry,
     FileContent,
     FileStat,
@@ -113,7 +120,50 @@ def authorize(run_id: str, tool: str, arguments: Mapping[str, Any], action: Opti
         body["action"] = action
     if step_id is not None:
         body["step_id"] = step_id
-    return parse(Verdict, (yield Http("POST", "/v1/authorize", body)))
+    verdict = parse(Verdict, (yield Http("POST", "/v1/authorize", body)))
+    _surface_warning(tool, verdict)
+    return verdict
+
+
+def _surface_warning(tool: str, verdict: Verdict) -> None:
+    if verdict.warning:
+        message = f"toolgate: {tool}: {verdict.warning} (decision {verdict.decision_id})"
+        logging.getLogger("toolgate").warning("%s", message)
+        warnings.warn(message, PolicyWarning, stacklevel=4)
+
+
+#: Most calls one batch may hold.
+MAX_BATCH_CALLS = 64
+
+
+def authorize_batch(run_id: str, calls: Any) -> Op[Batch]:
+    """``calls``: ``[{tool, arguments, action?, step_id?}, ...]``."""
+    body_calls = []
+    for call in calls:
+        if not isinstance(call, Mapping) or not isinstance(call.get("arguments"), Mapping):
+            raise TypeError("each call must be a mapping with `tool` and `arguments` (a JSON object)")
+        body_calls.append({k: (dict(v) if k == "arguments" else v) for k, v in call.items()})
+    data = yield Http("POST", "/v1/authorize/batch", {"run_id": run_id, "calls": body_calls})
+    verdicts = data.get("verdicts") if isinstance(data, Mapping) else None
+    if not isinstance(verdicts, list):
+        raise ProtocolError("sidecar answer lacks `verdicts` (Batch)")
+    parsed = tuple(parse(Verdict, v) for v in verdicts)
+    for call, verdict in zip(body_calls, parsed):
+        _surface_warning(str(call.get("tool")), verdict)
+    return parse(Batch, data, verdicts=parsed)
+
+
+def run_status(run_id: str) -> Op[RunStatus]:
+    data = yield Http("GET", f"/v1/runs/{_seg(run_id)}")
+    intents = data.get("open_intents") if isinstance(data, Mapping) else None
+    if not isinstance(intents, list):
+        raise ProtocolError("sidecar answer lacks `open_intents` (RunStatus)")
+    return parse(RunStatus, data, open_intents=tuple(_intent(i) for i in intents))
+
+
+def cancel_run(run_id: str, reason: Optional[str]) -> Op[Cancellation]:
+    body: dict[str, Any] = {} if reason is None else {"reason": reason}
+    return parse(Cancellation, (yield Http("POST", f"/v1/runs/{_seg(run_id)}/cancel", body)))
 
 
 def approval(approval_id: str, wait: float, timeout: float) -> Op[Approval]:
@@ -226,6 +276,8 @@ def admit(run_id: str, tool: str, arguments: Mapping[str, Any], action: Optional
         verdict = yield from authorize(run_id, tool, arguments, action, step_id)
     if verdict.escalated:
         raise ApprovalRequired(verdict)
+    if verdict.reason == "run_cancelled":
+        raise RunCancelled(verdict)
     if not verdict.allowed:
         raise Denied(verdict)
     intent_id = None

@@ -13,7 +13,19 @@ import httpx
 
 from . import _ops
 from .errors import ProtocolError, ToolgateError
-from .types import Admission, Approval, FileContent, FileStat, Intent, Listing, Verdict, Written
+from .types import (
+    Admission,
+    Approval,
+    Batch,
+    Cancellation,
+    FileContent,
+    FileStat,
+    Intent,
+    Listing,
+    RunStatus,
+    Verdict,
+    Written,
+)
 
 T = TypeVar("T")
 
@@ -154,6 +166,19 @@ class Client(_Base):
 
     # ---- approvals ----
 
+    def authorize_batch(self, calls: Any, run_id: Optional[str] = None) -> Batch:
+        """Decides several calls at once; run them concurrently only when
+        ``parallel`` is true, else one by one by their own verdicts."""
+        return self._drive(_ops.authorize_batch(self._run_id(run_id), calls))
+
+    def run_status(self, run_id: Optional[str] = None) -> RunStatus:
+        """The run's heartbeat: cancellation, budgets used and left, open intents."""
+        return self._drive(_ops.run_status(self._run_id(run_id)))
+
+    def cancel_run(self, reason: Optional[str] = None, run_id: Optional[str] = None) -> Cancellation:
+        """Cancels the run durably: every later call of it is refused."""
+        return self._drive(_ops.cancel_run(self._run_id(run_id), reason))
+
     def approval(self, approval_id: str, wait: float = 0) -> Approval:
         """The approval, after waiting up to ``wait`` seconds (≤ 60) for it to be resolved."""
         return self._drive(_ops.approval(approval_id, wait, self.timeout))
@@ -259,6 +284,15 @@ class AsyncClient(_Base):
                     step_id: Optional[str] = None, approval_timeout: float = 0) -> Admission:
         return await self._drive(_ops.admit(self.run_id, tool, arguments, action, step_id, approval_timeout,
                                             self.timeout))
+
+    async def authorize_batch(self, calls: Any, run_id: Optional[str] = None) -> Batch:
+        return await self._drive(_ops.authorize_batch(self._run_id(run_id), calls))
+
+    async def run_status(self, run_id: Optional[str] = None) -> RunStatus:
+        return await self._drive(_ops.run_status(self._run_id(run_id)))
+
+    async def cancel_run(self, reason: Optional[str] = None, run_id: Optional[str] = None) -> Cancellation:
+        return await self._drive(_ops.cancel_run(self._run_id(run_id), reason))
 
     async def approval(self, approval_id: str, wait: float = 0) -> Approval:
         return await self._drive(_ops.approval(approval_id, wait, self.timeout))

@@ -99,6 +99,16 @@ class Denied(ToolgateError):
         super().__init__(message, code="policy_denied", status=status, body=body)
 
 
+class RunCancelled(Denied):
+    """The run was cancelled (by its operator, kubectl, or the agent itself):
+    this call and every later one of the run are refused. Stop the run."""
+
+
+class PolicyWarning(UserWarning):
+    """A ``warn``-mode profile allowed a call that enforcement would not
+    have allowed (emitted with :func:`warnings.warn`)."""
+
+
 class ApprovalRequired(ToolgateError):
     """The policy escalated the call to a human and no approval arrived (in
     time); it must not run yet. Wait on ``approval_id`` and ask again."""

@@ -59,6 +59,15 @@ class Verdict:
     matched_rule: Optional[str] = None
     approval_id: Optional[str] = None
     """Set on ``escalate`` (and on allows/denies an approval decided)."""
+    enforced: bool = True
+    """False under a ``warn`` or ``dryRun`` profile: the call is allowed and
+    ``would_*`` say what enforcement would have answered."""
+    would_verdict: Optional[str] = None
+    would_reason: Optional[str] = None
+    would_rule: Optional[str] = None
+    warning: Optional[str] = None
+    """Under ``warn``: what enforcement would not have allowed (the client
+    also emits it as a :class:`~toolgate.PolicyWarning`)."""
     extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
 
     @property
@@ -170,6 +179,49 @@ class FileStat:
     kind: str
     size: int
     provenance: str
+    extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``POST /v1/authorize/batch``: each call's own verdict, and whether the
+    calls may run concurrently (only if every one is allowed, enforced,
+    read-only and parallel-safe, within the run's budget)."""
+
+    parallel: bool
+    reason: str
+    """``batch_parallel``, or why not: ``batch_not_read_only``,
+    ``batch_budget``, ``batch_denied``, ``batch_escalated``, ..."""
+    verdicts: tuple[Verdict, ...]
+    call_index: Optional[int] = None
+    """The first call that keeps the batch sequential."""
+    extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """``GET /v1/runs/{run_id}``: check it between steps; stop when
+    ``cancel_requested``."""
+
+    run_id: str
+    cancel_requested: bool
+    budgets: Mapping[str, Any]
+    """``calls``, ``high_risk_calls``, ``run_seconds``: each ``{used, limit, left}``
+    (``limit``/``left`` are ``None`` when unlimited)."""
+    open_intents: tuple[Intent, ...] = ()
+    cancel_requested_at: Optional[str] = None
+    cancel_reason: Optional[str] = None
+    extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """``POST /v1/runs/{run_id}/cancel``."""
+
+    run_id: str
+    cancel_requested_at: str
+    newly_cancelled: bool
+    approvals_cancelled: int
     extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
 
 
