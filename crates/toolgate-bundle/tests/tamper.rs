@@ -16,7 +16,10 @@ fn fixture() -> (Vec<u8>, Envelope) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    // `scripts/fuzz.sh` raises the bound with TOOLGATE_FUZZ_CASES.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("TOOLGATE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512)
+    ))]
 
     #[test]
     fn flipping_any_payload_byte_never_verifies(position in any::<prop::sample::Index>(), mask in 1u8..=255) {

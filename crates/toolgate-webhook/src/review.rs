@@ -84,18 +84,16 @@ impl AdmissionReview {
     /// Best effort: the `request.uid` of a body that did not decode, so the
     /// denial can still be addressed to the request.
     pub fn salvage_uid(body: &[u8]) -> Option<String> {
-        #[derive(Deserialize)]
-        struct Uid {
-            uid: String,
-        }
-        #[derive(Deserialize)]
-        struct Partial {
-            request: Uid,
-        }
-        serde_json::from_slice::<Partial>(body)
-            .ok()
-            .map(|p| p.request.uid)
+        // Read as a JSON value, not a derived struct: serde would also
+        // accept `"request": ["x"]` as a struct and answer to uid `x`.
+        let review: serde_json::Value = serde_json::from_slice(body).ok()?;
+        review
+            .get("request")?
+            .as_object()?
+            .get("uid")?
+            .as_str()
             .filter(|uid| !uid.is_empty())
+            .map(str::to_owned)
     }
 }
 
@@ -190,5 +188,28 @@ impl AdmissionResponse {
             response: self,
         })
         .map_err(|e| WebhookError::Internal(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod salvage_tests {
+    use super::AdmissionReview;
+
+    #[test]
+    fn only_an_object_request_with_a_string_uid_is_salvaged() {
+        assert_eq!(
+            AdmissionReview::salvage_uid(br#"{"request":{"uid":"u-1","kind":7}}"#).as_deref(),
+            Some("u-1")
+        );
+        // Found by tests/fuzz.rs: a derived struct also reads arrays.
+        for body in [
+            &br#"{"request":["toolgate-sidecar"]}"#[..],
+            br#"{"request":{"uid":7}}"#,
+            br#"{"request":{"uid":""}}"#,
+            br#"[1]"#,
+            b"{",
+        ] {
+            assert_eq!(AdmissionReview::salvage_uid(body), None, "{body:?}");
+        }
     }
 }
