@@ -180,7 +180,7 @@ fn families(exposition: &str) -> BTreeMap<String, Family> {
 fn sidecar_families() -> BTreeMap<String, Family> {
     let m = Metrics::new();
     m.decisions
-        .with_label_values(&["allow", "allow_rule", "bash", "safe-coding"])
+        .with_label_values(&["allow", "allow_rule", "bash", "safe-coding", "true"])
         .inc();
     m.decision_duration.observe(0.000_3);
     m.bundle_info
