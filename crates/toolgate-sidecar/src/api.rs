@@ -416,20 +416,37 @@ pub(crate) async fn decide(
                     app.cancelled.insert(&req.run_id);
                 }
                 crate::runs::apply_admission(&mut verdict, &admission, mode);
-                if !high_risk {
-                    app.decision_log.enqueue(&app.tenant, record_of(&verdict));
-                }
             }
             Err(err) => {
                 tracing::error!(error = %err, "run not charged or decision not recorded; denying");
                 deny_audit(&mut verdict);
                 approval_id = None;
-                if !high_risk {
-                    app.decision_log.enqueue(&app.tenant, record_of(&verdict));
+            }
+        }
+        if !high_risk {
+            app.decision_log.enqueue(&app.tenant, record_of(&verdict));
+        }
+    } else if high_risk {
+        // Nothing to count without budgets, but a high-risk call still sees
+        // a cancellation made anywhere: one read by key before the append.
+        if verdict.verdict == Decision::Allow {
+            match app
+                .store
+                .runs()
+                .cancelled_at(&app.tenant, &req.run_id)
+                .await
+            {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    app.cancelled.insert(&req.run_id);
+                    crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "run state unreadable; denying");
+                    deny_audit(&mut verdict);
                 }
             }
         }
-    } else if high_risk {
         if let Err(err) = app
             .store
             .decisions()

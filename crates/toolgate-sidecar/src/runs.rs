@@ -2,10 +2,11 @@
 //! durable cancellation, a run's heartbeat, and parallel admission of a
 //! batch of calls.
 //!
-//! Where a call already touches the database (a high-risk call, or any
-//! allowed call under a profile with budgets) the run is checked and charged
-//! there, in the transaction that records a high-risk decision. Other calls
-//! consult [`CancelledRuns`], which this sidecar fills at once for its own
+//! Under a profile with budgets every allowed call is checked and charged in
+//! the database (a high-risk one in the transaction that records its
+//! decision); without budgets nothing is counted, and an allowed high-risk
+//! call reads the run's cancellation before its decision is appended. Other
+//! calls consult [`CancelledRuns`], which this sidecar fills at once for its own
 //! cancellations and by polling the database every [`CANCEL_POLL`] for
 //! cancellations made elsewhere (the CLI, the controller, another sidecar).
 
@@ -17,7 +18,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
-use toolgate_policy::{Decision, Enforcement, Reason, Risk, SideEffect, Verdict};
+use toolgate_policy::{Decision, Enforcement, Reason, SideEffect, Verdict};
 use toolgate_store::{Admission, RunLimits, Store};
 
 use crate::api::{AppState, AuthorizeRequest, AuthorizeResponse, StrictJson, require_id};
@@ -105,12 +106,11 @@ pub(crate) fn limits(policy: &toolgate_policy::CompiledPolicy) -> RunLimits {
     }
 }
 
-/// Whether answering `verdict` needs the run checked and charged in the
-/// database: every allowed high-risk call, and every allowed call when the
-/// profile sets a budget.
+/// Whether answering `verdict` needs the run charged in the database:
+/// every allowed call when the profile sets a budget. (Without budgets
+/// nothing is counted; a high-risk call only reads the run's cancellation.)
 pub(crate) fn needs_admission(verdict: &Verdict, limits: &RunLimits) -> bool {
-    verdict.verdict == Decision::Allow
-        && (verdict.risk == Risk::High || *limits != RunLimits::default())
+    verdict.verdict == Decision::Allow && *limits != RunLimits::default()
 }
 
 /// Turns `verdict` into a sidecar refusal with `reason` (keeping its digests
