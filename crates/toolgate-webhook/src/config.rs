@@ -32,6 +32,14 @@ pub struct WebhookArgs {
         default_value = "/etc/toolgate/webhook-tls/tls.key"
     )]
     pub tls_key: PathBuf,
+    /// Address of the plain-HTTP `/metrics` endpoint, or `off`.
+    #[arg(
+        long,
+        env = "TOOLGATE_WEBHOOK_METRICS_LISTEN",
+        default_value = "0.0.0.0:8081",
+        value_parser = check_metrics_listen
+    )]
+    pub metrics_listen: String,
     /// Image of the injected sidecar container.
     #[arg(long, env = "TOOLGATE_SIDECAR_IMAGE")]
     pub sidecar_image: String,
@@ -50,11 +58,24 @@ pub struct WebhookArgs {
     pub database_secret: String,
 }
 
+/// `off` (or empty) or a socket address.
+fn check_metrics_listen(text: &str) -> Result<String, String> {
+    match text {
+        "off" | "" => Ok(String::new()),
+        addr => addr
+            .parse::<SocketAddr>()
+            .map(|a| a.to_string())
+            .map_err(|e| format!("`{addr}` is not an address: {e}")),
+    }
+}
+
 /// Everything [`serve`](crate::serve) and [`router`](crate::router) need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
     /// Address to serve HTTPS on (port 0 picks a free one).
     pub listen: SocketAddr,
+    /// Plain-HTTP `/metrics` address; `None`: no metrics endpoint.
+    pub metrics_listen: Option<SocketAddr>,
     /// PEM certificate chain.
     pub tls_cert: PathBuf,
     /// PEM private key.
@@ -71,6 +92,8 @@ impl From<WebhookArgs> for WebhookConfig {
     fn from(args: WebhookArgs) -> Self {
         Self {
             listen: args.listen,
+            // Checked by the flag's parser: empty means off.
+            metrics_listen: args.metrics_listen.parse().ok(),
             tls_cert: args.tls_cert,
             tls_key: args.tls_key,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
@@ -122,6 +145,10 @@ mod tests {
         assert_eq!(config.inject.mode, SidecarMode::Container);
         assert_eq!(config.inject.default_profile.as_deref(), Some("base"));
         assert_eq!(config.tls_key, PathBuf::from("/k"));
+        assert_eq!(config.metrics_listen, Some("0.0.0.0:8081".parse().unwrap()));
+        let off =
+            Cli::try_parse_from(["x", "--sidecar-image", "i", "--metrics-listen", "off"]).unwrap();
+        assert_eq!(WebhookConfig::from(off.args).metrics_listen, None);
         assert!(
             Cli::try_parse_from(["x", "--sidecar-image", "i", "--sidecar-mode", "pod"]).is_err()
         );

@@ -10,6 +10,8 @@
 //! - `POST /validate-approvals` keeps an Approval well formed and its
 //!   decision final once made ([`validate`]).
 //! - `GET /healthz` answers `{"status":"ok"}`.
+//! - [`metrics`]: `GET /metrics` (and `/healthz`) on a separate plain-HTTP
+//!   port (`--metrics-listen`, default `0.0.0.0:8081`; `off` disables it).
 //!
 //! [`serve`] serves them over TLS ([`tls`]) from a mounted certificate and
 //! key that are re-read when they rotate; [`router`] gives the bare
@@ -36,6 +38,7 @@ mod config;
 mod error;
 pub mod guard;
 pub mod inject;
+pub mod metrics;
 pub mod review;
 mod server;
 pub mod tls;
@@ -44,4 +47,4 @@ pub mod validate;
 pub use config::{WebhookArgs, WebhookConfig};
 pub use error::WebhookError;
 pub use inject::{InjectConfig, SidecarMode};
-pub use server::{Server, bind, router, serve};
+pub use server::{Server, bind, router, router_with_metrics, serve};
