@@ -24,7 +24,8 @@
 //! ```no_run
 //! # async fn webhook(args: toolgate_webhook::WebhookArgs) -> Result<(), toolgate_webhook::WebhookError> {
 //! // `args` came from `#[command(flatten)]` / a `Webhook(WebhookArgs)` subcommand.
-//! toolgate_webhook::serve(args.into(), async {
+//! let config = toolgate_webhook::WebhookConfig::try_from(args)?;
+//! toolgate_webhook::serve(config, async {
 //!     let _ = tokio::signal::ctrl_c().await;
 //! })
 //! .await
@@ -41,6 +42,7 @@ pub mod inject;
 pub mod metrics;
 pub mod review;
 mod server;
+pub mod sidecar_resources;
 pub mod tls;
 pub mod validate;
 

@@ -87,12 +87,12 @@ pub struct TestServer {
 }
 
 pub fn inject_config(mode: SidecarMode, default_profile: Option<&str>) -> InjectConfig {
-    InjectConfig {
-        sidecar_image: "ghcr.io/example/toolgate:0.1.0".into(),
-        default_profile: default_profile.map(str::to_owned),
+    InjectConfig::new(
+        "ghcr.io/example/toolgate:0.1.0",
+        default_profile.map(str::to_owned),
         mode,
-        database_secret: "toolgate-database".into(),
-    }
+        "toolgate-database",
+    )
 }
 
 impl TestServer {
