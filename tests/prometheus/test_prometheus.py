@@ -208,6 +208,11 @@ def _start(toolgate, prometheus, d, procs):
     ], d / 'prometheus.log')
     api = f"http://127.0.0.1:{prom_port}"
     _wait('prometheus ready', lambda: prom.poll() is None and _http('GET', api + '/-/ready')[0] == 200)
+    # Discovery hands targets to the scrapers on a 5 s tick: wait for both
+    # to be scraped once, so every counter has a sample before the traffic.
+    up = api + '/api/v1/query?' + urllib.parse.urlencode({'query': 'sum(up)'})
+    _wait('both targets scraped', lambda: (lambda r: r and r[0]['value'][1] == '2')(
+        json.loads(_http('GET', up)[1])['data']['result']))
     return {'dir': d, 'url': f"http://127.0.0.1:{port}", 'ops': ops, 'webhook': f"https://127.0.0.1:{hook_port}",
             'webhook_metrics': hook_metrics, 'prometheus': api, 'bin': toolgate}
 
