@@ -864,3 +864,19 @@ def test_database_checksum_never_hashes_the_password(chart):
     assert _checksum(chart, {"existingSecret": "pg-a"}) != _checksum(chart, {"existingSecret": "pg-b"})
     helpers = (CHART / "templates" / "_helpers.tpl").read_text()
     assert 'lookup "v1" "Secret"' in helpers and "resourceVersion" in helpers
+
+
+def test_kubectl_get_shows_validity_mode_fleet_and_approval_details():
+    def columns(name):
+        crd = yaml.safe_load((CHART / "crds" / name).read_text())
+        return {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+
+    tgp = columns("policyprofiles.toolgate.dev.yaml")
+    for name in ("Valid", "Ready", "Mode", "Current", "Stale", "Message"):
+        assert name in tgp and tgp[name].get("priority", 0) == 0, (name, tgp.get(name))
+    assert tgp["Mode"]["jsonPath"] == ".spec.enforcement"
+    assert tgp["Message"]["jsonPath"] == '.status.conditions[?(@.type=="Valid")].message'
+    tga = columns("approvals.toolgate.dev.yaml")
+    for name, path in (("Tool", ".status.tool"), ("Preview", ".spec.request.preview"),
+                       ("Decided By", ".spec.decidedBy"), ("Expires", ".status.expiresAt")):
+        assert tga[name]["jsonPath"] == path and tga[name].get("priority", 0) == 0, name
