@@ -326,7 +326,7 @@ pub fn plan(
 
     let mut ops = env_ops(containers, init_containers)?;
     let mcp = mcp_upstreams(annotation(ANNOTATION_MCP_UPSTREAMS))?;
-    let resources = config.resources.with_annotations(&annotation)?;
+    let resources = config.resources.with_annotations(annotation)?;
     let sidecar = to_value(&sidecar_container(config, tenant, mcp, &resources))?;
     match (config.mode, init_containers) {
         (SidecarMode::Native, None) => {

@@ -84,7 +84,7 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
 
 /// CPU as the API server writes it back: whole cores bare, else millicores.
 pub fn format_cpu(millis: u64) -> String {
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         (millis / 1000).to_string()
     } else {
         format!("{millis}m")
@@ -96,7 +96,7 @@ pub fn format_cpu(millis: u64) -> String {
 pub fn format_memory(bytes: u64) -> String {
     BINARY
         .iter()
-        .find(|(_, shift)| bytes % (1u64 << shift) == 0)
+        .find(|(_, shift)| bytes.is_multiple_of(1u64 << shift))
         .map(|(suffix, shift)| format!("{}{suffix}", bytes >> shift))
         .unwrap_or_else(|| bytes.to_string())
 }
