@@ -38,6 +38,9 @@ RESOURCES = {
     'v1/namespaces': dict(kind='Namespace', singular='namespace', namespaced=False),
     'events.k8s.io/v1/events': dict(kind='Event', singular='event', shortnames={'ev'}),
     'coordination.k8s.io/v1/leases': dict(kind='Lease', singular='lease'),
+    # For `kubectl toolgate status`.
+    'apiextensions.k8s.io/v1/customresourcedefinitions': dict(kind='CustomResourceDefinition', singular='customresourcedefinition', shortnames={'crd'}, namespaced=False),
+    'admissionregistration.k8s.io/v1/mutatingwebhookconfigurations': dict(kind='MutatingWebhookConfiguration', singular='mutatingwebhookconfiguration', namespaced=False),
 }
 VERBS = {'get', 'list', 'watch', 'create', 'update', 'patch', 'delete'}
 _rv = itertools.count(1)

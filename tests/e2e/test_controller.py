@@ -1,6 +1,9 @@
 """End-to-end: the real controller process against the kmock emulator,
 driven with the real kubectl and the kubectl-toolgate plugin."""
+import base64
 import json
+import os
+import shutil
 import sqlite3
 import subprocess
 import time
@@ -172,8 +175,109 @@ def test_profile_bundle_approval_and_cleanup(kube, binaries, controller):
     metrics = urllib.request.urlopen(controller['metrics'] + '/metrics').read().decode()
     assert 'toolgate_reconcile_total{controller="policyprofile",result="ok"}' in metrics
     assert 'toolgate_controller_leader 1' in metrics
+    # Per profile: still Ready (the last good bundle), no longer Valid.
+    labels = '{profile="safe-coding",profile_namespace="agents"}'
+    assert f'toolgate_profile_ready{labels} 1' in metrics, metrics
+    assert f'toolgate_profile_valid{labels} 0' in metrics, metrics
+    expiry = next(float(l.split()[-1]) for l in metrics.splitlines()
+                  if l.startswith(f'toolgate_profile_bundle_expiry_timestamp_seconds{labels}'))
+    assert time.time() < expiry < time.time() + 25 * 3600
+    assert 'toolgate_build_info{component="controller"' in metrics
+    promtool = shutil.which('promtool')
+    if promtool or os.environ.get('CI') == 'true':
+        out = subprocess.run([promtool or 'promtool', 'check', 'metrics'], input=metrics.encode(),
+                             capture_output=True, timeout=60)
+        assert out.returncode == 0 and not out.stdout.strip(), out.stdout.decode() + out.stderr.decode()
 
     # 7. Deleting the profile removes its bundle ConfigMap and the finalizer.
     kubectl('delete', 'policyprofile', 'safe-coding', '-n', NS, '--wait=false')
     wait_for('bundle ConfigMap deleted', lambda: _bundle_cm(kube) is None)
     wait_for('profile gone', lambda: _profile(kube) is None)
+
+
+def _status(kube, *extra):
+    return kube['kubectl']('toolgate', 'status', '--controller-namespace', 'toolgate-system', *extra, check=False)
+
+
+def test_kubectl_toolgate_status(kube, binaries, controller, tmp_path):
+    """`kubectl toolgate status` against the emulator, a running controller
+    and a real webhook: it fails while something is missing or out of date,
+    and passes once everything is in place."""
+    kubectl = kube['kubectl']
+    missing = _status(kube)
+    assert missing.returncode != 0, missing.stdout
+    lines = missing.stdout.splitlines()
+    assert any(l.startswith('FAIL') and 'CRD policyprofiles.toolgate.dev' in l and 'not installed' in l
+               for l in lines), missing.stdout
+    assert any(l.startswith('FAIL') and 'inject.toolgate.dev' in l for l in lines), missing.stdout
+    assert any(l.startswith('ok') and 'controller leader' in l for l in lines), missing.stdout
+
+    # The generated CRDs, a profile, and a real webhook with a CA-signed certificate.
+    for crd in sorted((ROOT / 'crds').glob('*.yaml')):
+        kubectl('apply', '--validate=false', '-f', str(crd))
+    kubectl('apply', '--validate=false', '-f', str(PROFILE))
+    wait_for('profile ready', lambda: _ready((_profile(kube) or {}).get('status', {})))
+    host = 'toolgate-webhook.toolgate-system.svc'
+
+    def openssl(*args):
+        out = subprocess.run(['openssl', *map(str, args)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+
+    openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+            '-keyout', tmp_path / 'ca.key', '-out', tmp_path / 'ca.crt', '-days', '30', '-subj', '/CN=e2e CA')
+    openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+            '-keyout', tmp_path / 'tls.key', '-out', tmp_path / 'tls.csr', '-subj', f'/CN={host}')
+    (tmp_path / 'san.ext').write_text(f'subjectAltName=DNS:{host}\n')
+    openssl('x509', '-req', '-in', tmp_path / 'tls.csr', '-CA', tmp_path / 'ca.crt', '-CAkey', tmp_path / 'ca.key',
+            '-CAcreateserial', '-out', tmp_path / 'tls.crt', '-days', '10', '-extfile', tmp_path / 'san.ext')
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    webhook = subprocess.Popen([str(binaries['toolgate']), 'webhook', '--listen', f'127.0.0.1:{port}',
+                                '--metrics-listen', 'off', '--tls-cert', str(tmp_path / 'tls.crt'),
+                                '--tls-key', str(tmp_path / 'tls.key'), '--sidecar-image', 'toolgate:e2e'],
+                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / 'webhook.log', 'w'))
+    try:
+        ca = base64.b64encode((tmp_path / 'ca.crt').read_bytes()).decode()
+        config = {
+            'apiVersion': 'admissionregistration.k8s.io/v1', 'kind': 'MutatingWebhookConfiguration',
+            'metadata': {'name': 'toolgate-inject'},
+            'webhooks': [{'name': 'pod.inject.toolgate.dev', 'admissionReviewVersions': ['v1'], 'sideEffects': 'None',
+                          'clientConfig': {'caBundle': ca, 'service': {
+                              'name': 'toolgate-webhook', 'namespace': 'toolgate-system', 'path': '/mutate-pods',
+                              'port': 443}}}],
+        }
+        kubectl('apply', '--validate=false', '-f', '-', input=json.dumps(config))
+        url = f'https://127.0.0.1:{port}'
+        healthy = wait_for('status passes', lambda: (r := _status(kube, '--webhook-url', url)).returncode == 0 and r)
+        out = healthy.stdout
+        for expected in ('CRD policyprofiles.toolgate.dev', 'CRD approvals.toolgate.dev',
+                         'CRD runcancellations.toolgate.dev', 'controller leader',
+                         'webhook CA', f'certificate for {host} valid until', 'trust ConfigMap agents',
+                         'trust ConfigMap toolgate-system', 'profile agents/safe-coding'):
+            assert any(l.startswith(('ok', 'warn')) and expected in l for l in out.splitlines()), (expected, out)
+        assert 'toolgate is healthy' in out
+        assert 'pods 0 current / 0 stale' in out, out
+        print(out)
+
+        # A CRD of another version (no printer columns) is reported, and fails the command.
+        kubectl('patch', 'crd', 'policyprofiles.toolgate.dev', '--type', 'json', '-p', json.dumps(
+            [{'op': 'remove', 'path': '/spec/versions/0/additionalPrinterColumns'}]))
+        stale = _status(kube, '--webhook-url', url)
+        assert stale.returncode != 0
+        assert any(l.startswith('FAIL') and 'policyprofiles' in l and 'differs' in l
+                   for l in stale.stdout.splitlines()), stale.stdout
+        kubectl('apply', '--validate=false', '-f', str(ROOT / 'crds' / 'policyprofiles.toolgate.dev.yaml'))
+
+        # A webhook that stops answering fails the command.
+        webhook.terminate()
+        webhook.wait(timeout=10)
+        down = _status(kube, '--webhook-url', url)
+        assert down.returncode != 0
+        assert any(l.startswith('FAIL') and l.split()[1] == 'webhook' for l in down.stdout.splitlines()), down.stdout
+    finally:
+        if webhook.poll() is None:
+            webhook.terminate()
+            webhook.wait(timeout=10)
+        kubectl('delete', 'policyprofile', 'safe-coding', '-n', NS, '--wait=false', check=False)

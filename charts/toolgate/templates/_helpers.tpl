@@ -87,8 +87,10 @@ app.kubernetes.io/part-of: toolgate
 {{/* Restricted (Pod Security Standard) container security context. */}}
 {{- define "toolgate.containerSecurityContext" -}}
 runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
+{{- if not (kindIs "invalid" .Values.runAsUser) }}
+runAsUser: {{ .Values.runAsUser }}
+runAsGroup: {{ .Values.runAsUser }}
+{{- end }}
 readOnlyRootFilesystem: true
 allowPrivilegeEscalation: false
 privileged: false
@@ -96,4 +98,29 @@ capabilities:
   drop: ["ALL"]
 seccompProfile:
   type: RuntimeDefault
+{{- end -}}
+
+{{/*
+What `checksum/database` hashes, so that a new database reaches the
+controller through a rollout without the hash ever covering a password:
+- `existingSecret`: its name and, when the API server can be asked
+  (`helm install/upgrade`, not `helm template`), its resourceVersion, which
+  changes with every write of the Secret, rotations included;
+- `url`: the URL with its password removed. Changing only the password in
+  `database.url` does not restart the controller: run
+  `kubectl rollout restart deployment/<fullname>` after such an upgrade.
+*/}}
+{{- define "toolgate.databaseChecksum" -}}
+{{- $source := "" -}}
+{{- if .Values.database.existingSecret -}}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace .Values.database.existingSecret -}}
+{{- $version := "" -}}
+{{- if $secret }}{{ $version = $secret.metadata.resourceVersion }}{{ end -}}
+{{- $source = printf "secret|%s|%s" .Values.database.existingSecret $version -}}
+{{- else if .Values.database.url -}}
+{{- $u := urlParse .Values.database.url -}}
+{{- $user := regexReplaceAll ":.*$" (get $u "userinfo") "" -}}
+{{- $source = printf "url|%s://%s@%s%s?%s" (get $u "scheme") $user (get $u "host") (get $u "path") (get $u "query") -}}
+{{- end -}}
+{{- $source | sha256sum | trunc 16 -}}
 {{- end -}}

@@ -802,7 +802,24 @@ pub async fn sync_once(
     for (phase, n) in counts {
         ctx.metrics.approvals.with_label_values(&[phase]).set(n);
     }
+    ctx.metrics
+        .approvals_overdue
+        .set(overdue_pending(existing.iter().map(AsRef::as_ref), now));
     Ok(report)
+}
+
+/// Approvals still `Pending` after their `expiresAt`: nobody answered within
+/// the TTL and the controller has not expired them yet (it should within
+/// one sync), so a lasting non-zero count means expiry is stuck.
+fn overdue_pending<'a>(objects: impl IntoIterator<Item = &'a Approval>, now: Timestamp) -> i64 {
+    let overdue = objects
+        .into_iter()
+        .filter_map(|o| o.status.as_ref())
+        .filter(|s| s.phase == Some(Phase::Pending))
+        .filter_map(|s| s.expires_at.as_deref()?.parse::<Timestamp>().ok())
+        .filter(|expires| *expires < now)
+        .count();
+    i64::try_from(overdue).unwrap_or(i64::MAX)
 }
 
 /// Which profile an Approval change should re-reconcile (the mapper of the

@@ -51,24 +51,40 @@ pub const VERSION: &str = "v1alpha1";
         description = "Policy version of the published bundle"
     ),
     printcolumn(
+        name = "Valid",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Valid\")].status",
+        description = "Whether the spec compiles (False: the last good bundle is still served)"
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status",
         description = "Whether a valid signed bundle is published"
     ),
     printcolumn(
+        name = "Mode",
+        type_ = "string",
+        json_path = ".spec.enforcement",
+        description = "Enforcement mode (enforce, warn or dryRun)"
+    ),
+    printcolumn(
         name = "Current",
         type_ = "integer",
         json_path = ".status.fleet.current",
-        description = "Pods enforcing the current version",
-        priority = 1
+        description = "Pods enforcing the current version"
     ),
     printcolumn(
         name = "Stale",
         type_ = "integer",
         json_path = ".status.fleet.stale",
-        description = "Pods not enforcing the current version",
-        priority = 1
+        description = "Pods not enforcing the current version"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Valid\")].message",
+        description = "Why the spec was rejected, when it was"
     ),
     printcolumn(
         name = "Age",
@@ -258,7 +274,7 @@ impl Decision {
         name = "Phase",
         type_ = "string",
         json_path = ".status.phase",
-        description = "Pending, Approved, Denied or Expired"
+        description = "Pending, Approved, Denied, Expired or Cancelled"
     ),
     printcolumn(
         name = "Preview",
@@ -271,6 +287,18 @@ impl Decision {
         type_ = "string",
         json_path = ".status.requestedBy",
         description = "Who asked (tenant or sidecar)"
+    ),
+    printcolumn(
+        name = "Decided By",
+        type_ = "string",
+        json_path = ".spec.decidedBy",
+        description = "Who approved or denied it"
+    ),
+    printcolumn(
+        name = "Expires",
+        type_ = "date",
+        json_path = ".status.expiresAt",
+        description = "When the request stops being answerable, or the grant stops applying"
     ),
     printcolumn(
         name = "Profile",
@@ -471,7 +499,7 @@ fn to_yaml(
     )
 }
 
-/// The YAML of both CRDs as one multi-document stream (`kubectl apply -f -`).
+/// The YAML of every CRD as one multi-document stream (`kubectl apply -f -`).
 pub fn crdgen() -> String {
     crd_files()
         .into_iter()

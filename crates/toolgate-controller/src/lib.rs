@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod plugin;
 pub mod profile;
 mod run;
+pub mod status;
 pub mod tenancy;
 
 pub use context::{Context, Settings};

@@ -11,11 +11,11 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
-use crate::crd::Phase;
+use crate::crd::{Phase, PolicyProfileStatus};
 use crate::error::ControllerError;
 
 /// Controller label values.
@@ -35,6 +35,16 @@ pub struct Metrics {
     pub approvals: IntGaugeVec,
     /// `toolgate_controller_leader`: 1 while this replica leads.
     pub leader: IntGauge,
+    /// `toolgate_approvals_overdue`: Approvals still Pending past their `expiresAt`.
+    pub approvals_overdue: IntGauge,
+    /// `toolgate_profile_valid{profile_namespace,profile}`: 1 when the spec compiles.
+    pub profile_valid: IntGaugeVec,
+    /// `toolgate_profile_ready{profile_namespace,profile}`: 1 when a signed bundle is published.
+    pub profile_ready: IntGaugeVec,
+    /// `toolgate_profile_bundle_expiry_timestamp_seconds{profile_namespace,profile}`.
+    pub profile_expiry: GaugeVec,
+    /// `toolgate_profile_pods{profile_namespace,profile,state}`: fleet, `current` or `stale`.
+    pub profile_pods: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -85,8 +95,65 @@ impl Metrics {
             "1 while this replica holds the leader lease.",
         )
         .expect("valid metric");
+        // `profile_namespace`, not `namespace`: the scrape target's own
+        // `namespace` (the controller's) would otherwise rename it.
+        let approvals_overdue = IntGauge::new(
+            "toolgate_approvals_overdue",
+            "Approval objects still Pending after their expiresAt (their TTL).",
+        )
+        .expect("valid metric");
+        let profile_labels = &["profile_namespace", "profile"];
+        let profile_valid = IntGaugeVec::new(
+            Opts::new(
+                "toolgate_profile_valid",
+                "1 when the PolicyProfile's spec compiles (condition Valid).",
+            ),
+            profile_labels,
+        )
+        .expect("valid metric");
+        let profile_ready = IntGaugeVec::new(
+            Opts::new(
+                "toolgate_profile_ready",
+                "1 when a signed bundle of the PolicyProfile is published (condition Ready).",
+            ),
+            profile_labels,
+        )
+        .expect("valid metric");
+        let profile_expiry = GaugeVec::new(
+            Opts::new(
+                "toolgate_profile_bundle_expiry_timestamp_seconds",
+                "When the published bundle of the PolicyProfile expires (Unix seconds).",
+            ),
+            profile_labels,
+        )
+        .expect("valid metric");
+        let profile_pods = IntGaugeVec::new(
+            Opts::new(
+                "toolgate_profile_pods",
+                "Sidecars reporting for the PolicyProfile: current (enforcing its version) or stale.",
+            ),
+            &["profile_namespace", "profile", "state"],
+        )
+        .expect("valid metric");
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "toolgate_build_info",
+                "The running toolgate build (value 1).",
+            ),
+            &["version", "component"],
+        )
+        .expect("valid metric");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), "controller"])
+            .set(1);
         for c in [
-            Box::new(reconcile_total.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(profile_valid.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(approvals_overdue.clone()),
+            Box::new(profile_ready.clone()),
+            Box::new(profile_expiry.clone()),
+            Box::new(profile_pods.clone()),
+            Box::new(build_info),
+            Box::new(reconcile_total.clone()),
             Box::new(reconcile_errors.clone()),
             Box::new(reconcile_duration.clone()),
             Box::new(approvals.clone()),
@@ -94,6 +161,10 @@ impl Metrics {
         ] {
             registry.register(c).expect("metric registered once");
         }
+        #[cfg(target_os = "linux")]
+        let _ = registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
         for controller in CONTROLLERS {
             for result in ["ok", "error"] {
                 reconcile_total.with_label_values(&[controller, result]);
@@ -119,6 +190,60 @@ impl Metrics {
             reconcile_duration,
             approvals,
             leader,
+            approvals_overdue,
+            profile_valid,
+            profile_ready,
+            profile_expiry,
+            profile_pods,
+        }
+    }
+
+    /// Sets the per-profile gauges from the status the reconciler computed.
+    pub fn observe_profile(&self, namespace: &str, profile: &str, status: &PolicyProfileStatus) {
+        let labels = [namespace, profile];
+        let is_true = |kind: &str| {
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == kind && c.status == "True")
+        };
+        self.profile_valid
+            .with_label_values(&labels)
+            .set(i64::from(is_true("Valid")));
+        self.profile_ready
+            .with_label_values(&labels)
+            .set(i64::from(is_true("Ready")));
+        match status
+            .expires_at
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        {
+            Some(t) => self
+                .profile_expiry
+                .with_label_values(&labels)
+                .set(t.as_millisecond() as f64 / 1000.0),
+            None => {
+                let _ = self.profile_expiry.remove_label_values(&labels);
+            }
+        }
+        let fleet = status.fleet.unwrap_or_default();
+        for (state, n) in [("current", fleet.current), ("stale", fleet.stale)] {
+            self.profile_pods
+                .with_label_values(&[namespace, profile, state])
+                .set(i64::from(n));
+        }
+    }
+
+    /// Drops the series of a deleted profile.
+    pub fn forget_profile(&self, namespace: &str, profile: &str) {
+        let labels = [namespace, profile];
+        let _ = self.profile_valid.remove_label_values(&labels);
+        let _ = self.profile_ready.remove_label_values(&labels);
+        let _ = self.profile_expiry.remove_label_values(&labels);
+        for state in ["current", "stale"] {
+            let _ = self
+                .profile_pods
+                .remove_label_values(&[namespace, profile, state]);
         }
     }
 
@@ -248,5 +373,45 @@ mod tests {
             .filter(|l| l.starts_with("toolgate_reconcile_errors_total{"))
             .count();
         assert_eq!(labels, CONTROLLERS.len() * ControllerError::CODES.len());
+        assert!(text.contains("toolgate_build_info{component=\"controller\""));
+        #[cfg(target_os = "linux")]
+        assert!(text.contains("process_resident_memory_bytes "));
+    }
+
+    #[test]
+    fn profile_gauges_follow_the_status_and_go_with_the_profile() {
+        use crate::crd::{Condition, FleetStatus};
+        let m = Metrics::new();
+        let cond = |t: &str, s: &str| Condition {
+            type_: t.into(),
+            status: s.into(),
+            reason: "R".into(),
+            message: String::new(),
+            last_transition_time: "2026-01-01T00:00:00Z".into(),
+            observed_generation: None,
+        };
+        let status = PolicyProfileStatus {
+            expires_at: Some("2026-01-02T00:00:00Z".into()),
+            fleet: Some(FleetStatus {
+                current: 3,
+                stale: 1,
+                total: 4,
+            }),
+            conditions: vec![cond("Valid", "False"), cond("Ready", "True")],
+            ..Default::default()
+        };
+        m.observe_profile("agents", "coding", &status);
+        let text = m.render();
+        for line in [
+            r#"toolgate_profile_valid{profile="coding",profile_namespace="agents"} 0"#,
+            r#"toolgate_profile_ready{profile="coding",profile_namespace="agents"} 1"#,
+            r#"toolgate_profile_bundle_expiry_timestamp_seconds{profile="coding",profile_namespace="agents"} 1767312000"#,
+            r#"toolgate_profile_pods{profile="coding",profile_namespace="agents",state="stale"} 1"#,
+            r#"toolgate_profile_pods{profile="coding",profile_namespace="agents",state="current"} 3"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        m.forget_profile("agents", "coding");
+        assert!(!m.render().contains("profile=\"coding\""));
     }
 }

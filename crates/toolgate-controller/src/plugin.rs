@@ -1,4 +1,5 @@
-//! The `kubectl toolgate` plugin: answer and list Approvals.
+//! The `kubectl toolgate` plugin: answer and list Approvals, and `status`
+//! ([`crate::status`]).
 //!
 //! `kubectl-toolgate` on `PATH` makes `kubectl toolgate …` work. It talks to
 //! the cluster of the current kubeconfig context and only ever merge-patches
@@ -19,7 +20,7 @@ use crate::error::ControllerError;
 #[command(
     name = "kubectl-toolgate",
     version,
-    about = "Answer and list toolgate Approvals"
+    about = "Answer and list toolgate Approvals, and check the installation"
 )]
 pub struct PluginCli {
     /// What to do.
@@ -39,6 +40,10 @@ pub enum PluginCommand {
     /// Cancel an agent run of a namespace: creates a RunCancellation the
     /// controller records; every sidecar then refuses the run's calls.
     Cancel(CancelArgs),
+    /// Check the installation: CRDs, controller leader, webhook and its
+    /// certificate, trust ConfigMaps, every profile's validity, expiry and
+    /// fleet. Exits non-zero when a check fails.
+    Status(crate::status::StatusArgs),
 }
 
 /// Arguments of `cancel`.
@@ -241,6 +246,7 @@ pub async fn run_plugin(cli: PluginCli, out: &mut dyn Write) -> Result<(), Contr
             decide(&client, args, Decision::Denied, out).await
         }
         PluginCommand::Cancel(args) => cancel(&client, args, out).await,
+        PluginCommand::Status(args) => crate::status::run(&client, &args, out).await,
         PluginCommand::List(args) => {
             let api: Api<Approval> = match (&args.namespace, args.all_namespaces) {
                 (_, true) => Api::all(client.clone()),

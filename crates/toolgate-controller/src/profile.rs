@@ -778,6 +778,7 @@ async fn reject(
         )
         .await;
     }
+    ctx.metrics.observe_profile(&ns, &name, &status);
     if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;
     }
@@ -1004,6 +1005,7 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
         profile.metadata.generation,
         now,
     );
+    ctx.metrics.observe_profile(&ns, &name, &status);
     if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;
     }
@@ -1051,6 +1053,7 @@ async fn cleanup(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Contr
         Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
+    ctx.metrics.forget_profile(&ns, &name);
     ctx.event(
         &profile.object_ref(&()),
         Event {

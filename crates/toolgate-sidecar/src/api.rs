@@ -507,6 +507,7 @@ pub(crate) async fn decide(
         .inc();
     app.metrics
         .decision_duration
+        .with_label_values(&[verdict.risk.as_str()])
         .observe(started.elapsed().as_secs_f64());
     Ok(AuthorizeResponse {
         decision_id,
@@ -1094,6 +1095,17 @@ async fn govern(
     })
 }
 
+/// Counts a refused workspace request in `toolgate_workspace_refusals_total{code}`.
+fn counted_refusal<T>(app: &AppState, result: Result<T, ApiError>) -> Result<T, ApiError> {
+    if let Err(e) = &result {
+        app.metrics
+            .workspace_refusals
+            .with_label_values(&[e.code()])
+            .inc();
+    }
+    result
+}
+
 fn path_arguments(path: &str) -> serde_json::Map<String, serde_json::Value> {
     let mut args = serde_json::Map::new();
     args.insert("path".into(), path.into());
@@ -1103,6 +1115,13 @@ fn path_arguments(path: &str) -> serde_json::Map<String, serde_json::Value> {
 async fn workspace_read(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<PathRequest>,
+) -> Result<Json<Governed<crate::workspace::FileRead>>, ApiError> {
+    counted_refusal(&app, workspace_read_inner(app.clone(), req).await)
+}
+
+async fn workspace_read_inner(
+    app: Arc<AppState>,
+    req: PathRequest,
 ) -> Result<Json<Governed<crate::workspace::FileRead>>, ApiError> {
     let answer = govern(
         &app,
@@ -1126,6 +1145,13 @@ async fn workspace_read(
 async fn workspace_write(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<WriteRequest>,
+) -> Result<Json<Governed<crate::workspace::FileWritten>>, ApiError> {
+    counted_refusal(&app, workspace_write_inner(app.clone(), req).await)
+}
+
+async fn workspace_write_inner(
+    app: Arc<AppState>,
+    req: WriteRequest,
 ) -> Result<Json<Governed<crate::workspace::FileWritten>>, ApiError> {
     let mut args = path_arguments(&req.path);
     args.insert("content".into(), req.content.clone().into());
@@ -1177,6 +1203,13 @@ async fn workspace_list(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<PathRequest>,
 ) -> Result<Json<Governed<crate::workspace::Listing>>, ApiError> {
+    counted_refusal(&app, workspace_list_inner(app.clone(), req).await)
+}
+
+async fn workspace_list_inner(
+    app: Arc<AppState>,
+    req: PathRequest,
+) -> Result<Json<Governed<crate::workspace::Listing>>, ApiError> {
     let answer = govern(
         &app,
         "list",
@@ -1199,6 +1232,13 @@ async fn workspace_list(
 async fn workspace_stat(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<PathRequest>,
+) -> Result<Json<Governed<crate::workspace::Stat>>, ApiError> {
+    counted_refusal(&app, workspace_stat_inner(app.clone(), req).await)
+}
+
+async fn workspace_stat_inner(
+    app: Arc<AppState>,
+    req: PathRequest,
 ) -> Result<Json<Governed<crate::workspace::Stat>>, ApiError> {
     let answer = govern(
         &app,

@@ -289,6 +289,19 @@ async fn record_profile(store: &Store, config: &SidecarConfig, e: &policy_state:
     }
 }
 
+/// Sets `toolgate_open_intents` from the database (the tenant's pending
+/// intents, whichever sidecar wrote them).
+async fn refresh_open_intents(store: &Store, policy: &PolicyState, tenant: &str) {
+    match store.intents().open_counts(tenant).await {
+        Ok((safe, uncertain)) => {
+            let gauge = &policy.metrics().open_intents;
+            gauge.with_label_values(&["safe_to_retry"]).set(safe);
+            gauge.with_label_values(&["uncertain"]).set(uncertain);
+        }
+        Err(err) => tracing::warn!(error = %err, "could not count open intents"),
+    }
+}
+
 async fn heartbeat_loop(
     store: Store,
     policy: Arc<PolicyState>,
@@ -302,6 +315,7 @@ async fn heartbeat_loop(
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
         }
+        refresh_open_intents(&store, &policy, &config.tenant).await;
         let Some(enforced) = policy.current() else {
             continue;
         };

@@ -2,12 +2,42 @@
 //! (and several sidecars in one process) never share counters.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Declared tools whose decision series are pre-created (one per reason each).
 const MAX_PRECREATED_TOOLS: usize = 256;
+
+/// `risk` label values of `toolgate_decision_duration_seconds`.
+pub const RISK_LABELS: [&str; 3] = ["low", "write", "high"];
+/// `resume_class` label values of `toolgate_open_intents`.
+pub const RESUME_CLASSES: [&str; 2] = ["safe_to_retry", "uncertain"];
+/// Codes of `toolgate_workspace_refusals_total` created at 0 (any other
+/// refusal code is still counted, from a fixed set of `&'static str`).
+pub const WORKSPACE_REFUSAL_CODES: [&str; 8] = [
+    "policy_denied",
+    "approval_required",
+    "workspace_escape",
+    "workspace_invalid_path",
+    "workspace_hardlink",
+    "workspace_not_regular_file",
+    "workspace_busy",
+    "workspace_timeout",
+];
+
+/// Registers the standard `process_*` collector (CPU seconds, resident
+/// memory, open file descriptors, start time) where the platform has one.
+fn register_process_metrics(registry: &Registry) {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = registry;
+}
 
 /// Every metric the sidecar exports. Names are part of the dashboard contract.
 #[derive(Clone)]
@@ -15,10 +45,21 @@ pub struct Metrics {
     registry: Registry,
     /// Decisions by verdict, reason, tool and profile.
     pub decisions: IntCounterVec,
-    /// Time to answer `/v1/authorize`, including durable writes for high-risk calls.
-    pub decision_duration: Histogram,
-    /// 1 for the policy version being enforced.
+    /// Time to answer `/v1/authorize` by `risk`: `low` (and `write`) calls
+    /// are decided in memory and logged in the background, `high` ones wait
+    /// for the durable decision-log write.
+    pub decision_duration: HistogramVec,
+    /// 1 for the policy version being enforced (labels `policy_version`,
+    /// `profile`; the sequence is not a label, so a re-sign of the same
+    /// policy keeps the series).
     pub bundle_info: IntGaugeVec,
+    /// `expiresAt` of the enforced bundle, in Unix seconds, by profile.
+    pub bundle_expiry: GaugeVec,
+    /// Open (pending) intents of this sidecar's tenant by resume class
+    /// (`safe_to_retry`, `uncertain`), refreshed with every heartbeat.
+    pub open_intents: IntGaugeVec,
+    /// Workspace API requests refused, by error code.
+    pub workspace_refusals: IntCounterVec,
     /// Bundles that failed to load, by error code.
     pub bundle_reload_failures: IntCounterVec,
     /// Intent transitions by status.
@@ -38,6 +79,10 @@ pub const METRIC_NAMES: &[&str] = &[
     "toolgate_decisions_total",
     "toolgate_decision_duration_seconds",
     "toolgate_bundle_info",
+    "toolgate_bundle_expiry_timestamp_seconds",
+    "toolgate_open_intents",
+    "toolgate_workspace_refusals_total",
+    "toolgate_build_info",
     "toolgate_bundle_reload_failures_total",
     "toolgate_intents_total",
     "toolgate_decision_log_dropped_total",
@@ -59,15 +104,16 @@ impl Metrics {
             &["verdict", "reason", "tool", "profile", "enforced"],
         )
         .expect("static metric definition");
-        let decision_duration = Histogram::with_opts(
+        let decision_duration = HistogramVec::new(
             HistogramOpts::new(
                 "toolgate_decision_duration_seconds",
-                "Time to answer an authorize request.",
+                "Time to answer an authorize request, by risk (high: waits for the durable decision log).",
             )
             .buckets(vec![
                 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01,
                 0.025, 0.05, 0.1, 0.25, 1.0,
             ]),
+            &["risk"],
         )
         .expect("static metric definition");
         let bundle_info = IntGaugeVec::new(
@@ -75,9 +121,44 @@ impl Metrics {
                 "toolgate_bundle_info",
                 "The policy bundle being enforced (value 1).",
             ),
-            &["policy_version", "profile", "sequence"],
+            &["policy_version", "profile"],
         )
         .expect("static metric definition");
+        let bundle_expiry = GaugeVec::new(
+            Opts::new(
+                "toolgate_bundle_expiry_timestamp_seconds",
+                "When the enforced bundle expires (Unix seconds); after it every call is denied.",
+            ),
+            &["profile"],
+        )
+        .expect("static metric definition");
+        let open_intents = IntGaugeVec::new(
+            Opts::new(
+                "toolgate_open_intents",
+                "Pending intents of this sidecar's tenant by resume class (uncertain: the effect may have happened).",
+            ),
+            &["resume_class"],
+        )
+        .expect("static metric definition");
+        let workspace_refusals = IntCounterVec::new(
+            Opts::new(
+                "toolgate_workspace_refusals_total",
+                "Workspace API requests refused, by error code.",
+            ),
+            &["code"],
+        )
+        .expect("static metric definition");
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "toolgate_build_info",
+                "The running toolgate build (value 1).",
+            ),
+            &["version", "component"],
+        )
+        .expect("static metric definition");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), "sidecar"])
+            .set(1);
         let bundle_reload_failures = IntCounterVec::new(
             Opts::new(
                 "toolgate_bundle_reload_failures_total",
@@ -131,6 +212,15 @@ impl Metrics {
         {
             bundle_reload_failures.with_label_values(&[code]);
         }
+        for risk in RISK_LABELS {
+            decision_duration.with_label_values(&[risk]);
+        }
+        for class in RESUME_CLASSES {
+            open_intents.with_label_values(&[class]);
+        }
+        for code in WORKSPACE_REFUSAL_CODES {
+            workspace_refusals.with_label_values(&[code]);
+        }
         decisions.with_label_values(&[
             "deny",
             toolgate_policy::Reason::NoBundle.as_str(),
@@ -142,6 +232,10 @@ impl Metrics {
             Box::new(decisions.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(decision_duration.clone()),
             Box::new(bundle_info.clone()),
+            Box::new(bundle_expiry.clone()),
+            Box::new(open_intents.clone()),
+            Box::new(workspace_refusals.clone()),
+            Box::new(build_info),
             Box::new(bundle_reload_failures.clone()),
             Box::new(intents.clone()),
             Box::new(decision_log_dropped.clone()),
@@ -151,11 +245,15 @@ impl Metrics {
         ] {
             registry.register(collector).expect("unique metric names");
         }
+        register_process_metrics(&registry);
         Self {
             registry,
             decisions,
             decision_duration,
             bundle_info,
+            bundle_expiry,
+            open_intents,
+            workspace_refusals,
             bundle_reload_failures,
             intents,
             decision_log_dropped,

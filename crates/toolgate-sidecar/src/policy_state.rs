@@ -113,6 +113,11 @@ pub enum LoadOutcome {
 }
 
 impl PolicyState {
+    /// The metrics this state updates.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// An empty state: every call is denied with `no_bundle` until a load succeeds.
     pub fn new(metrics: Metrics) -> Self {
         Self {
@@ -167,12 +172,13 @@ impl PolicyState {
                 self.metrics.bundle_info.reset();
                 self.metrics
                     .bundle_info
-                    .with_label_values(&[
-                        &policy_version,
-                        &enforced.profile,
-                        &enforced.sequence.to_string(),
-                    ])
+                    .with_label_values(&[&policy_version, &enforced.profile])
                     .set(1);
+                self.metrics.bundle_expiry.reset();
+                self.metrics
+                    .bundle_expiry
+                    .with_label_values(&[&enforced.profile])
+                    .set(enforced.expires_at.as_millisecond() as f64 / 1000.0);
                 tracing::info!(
                     policy_version,
                     sequence = enforced.sequence,
@@ -205,6 +211,7 @@ impl PolicyState {
         {
             self.current.store(None);
             self.metrics.bundle_info.reset();
+            self.metrics.bundle_expiry.reset();
             self.reject("bundle_rollback".to_owned(), why, Timestamp::now());
         }
     }

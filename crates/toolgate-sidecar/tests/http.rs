@@ -70,6 +70,43 @@ async fn verdicts_are_typed_and_recorded() {
             "undeclared tools share one label"
         );
         assert!(metrics.contains("toolgate_bundle_info{policy_version=\"coding@"));
+        // No sequence label: a re-sign keeps the series.
+        let info = metrics
+            .lines()
+            .find(|l| l.starts_with("toolgate_bundle_info{"))
+            .unwrap();
+        assert!(!info.contains("sequence"), "{info}");
+        // The expiry of the held bundle, per profile, in Unix seconds.
+        let expiry: f64 = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"toolgate_bundle_expiry_timestamp_seconds{profile="coding"} "#)
+            })
+            .unwrap_or_else(|| panic!("no expiry in {metrics}"))
+            .parse()
+            .unwrap();
+        let now = jiff::Timestamp::now().as_second() as f64;
+        assert!(expiry > now && expiry < now + 48.0 * 3600.0, "{expiry}");
+        // Latency by risk: bash is high risk (durable write), reader low.
+        assert!(
+            metrics.contains(r#"toolgate_decision_duration_seconds_count{risk="high"} 3"#),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains(r#"toolgate_decision_duration_seconds_count{risk="low"} 2"#),
+            "{metrics}"
+        );
+        // Alerted-on series exist before their first event.
+        for series in [
+            r#"toolgate_open_intents{resume_class="uncertain"} 0"#,
+            r#"toolgate_workspace_refusals_total{code="workspace_escape"} 0"#,
+            r#"toolgate_decisions_total{profile="coding",reason="audit_unavailable",tool="bash",verdict="deny"} 0"#,
+            "toolgate_decision_log_dropped_total 0",
+        ] {
+            assert!(metrics.contains(series), "{series} missing");
+        }
+        assert!(metrics.contains("process_resident_memory_bytes "));
+        assert!(metrics.contains(r#"toolgate_build_info{component="sidecar",version=""#));
 
         // Shutdown flushes the low-risk batch; every decision is in the chain.
         h.stop().await;

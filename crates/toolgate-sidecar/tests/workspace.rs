@@ -145,6 +145,16 @@ async fn escapes_are_refused_without_leaking_host_paths() {
         ("write", "etc/evil", "workspace_escape"),
         ("write", "abs-link", "workspace_escape"),
     ];
+    let refusals = |metrics: &str, code: &str| -> u64 {
+        let prefix = format!(r#"toolgate_workspace_refusals_total{{code="{code}"}} "#);
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("{prefix} missing"))
+            .parse()
+            .unwrap()
+    };
+    let (_, before) = h.get("/metrics").await;
     for (op, path, code) in cases {
         let mut body = json!({"run_id": run, "path": path});
         if op == "write" {
@@ -154,6 +164,16 @@ async fn escapes_are_refused_without_leaking_host_paths() {
         assert_eq!(err["error"]["code"], code, "{op} {path:?}: {status} {err}");
         assert!(status >= 400);
         assert!(!err.to_string().contains(&host), "host path leaked: {err}");
+    }
+    // Each refusal is counted by its code.
+    let (_, after) = h.get("/metrics").await;
+    for code in ["workspace_escape", "workspace_invalid_path"] {
+        let want = cases.iter().filter(|c| c.2 == code).count() as u64;
+        assert_eq!(
+            refusals(&after, code) - refusals(&before, code),
+            want,
+            "{code}"
+        );
     }
     assert_eq!(
         std::fs::read_to_string(&outside).unwrap(),

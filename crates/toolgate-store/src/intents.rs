@@ -388,6 +388,23 @@ impl Intents<'_> {
             .into_intent()
     }
 
+    /// Counts a tenant's open intents by resume class: `(safe_to_retry,
+    /// uncertain)`. For the sidecar's `toolgate_open_intents` gauge.
+    pub async fn open_counts(&self, tenant: &str) -> Result<(i64, i64)> {
+        require("tenant", tenant)?;
+        let sql = "SELECT COUNT(*) FROM intents WHERE tenant = $1 AND status = 'pending' \
+                   AND effect_sent_at IS NULL";
+        let safe: i64 = on_pool!(self.store, pool => {
+            sqlx::query_scalar(sql).bind(tenant).fetch_one(pool).await?
+        });
+        let sql = "SELECT COUNT(*) FROM intents WHERE tenant = $1 AND status = 'pending' \
+                   AND effect_sent_at IS NOT NULL";
+        let uncertain: i64 = on_pool!(self.store, pool => {
+            sqlx::query_scalar(sql).bind(tenant).fetch_one(pool).await?
+        });
+        Ok((safe, uncertain))
+    }
+
     /// Lists a run's open intents, oldest first, each classified for resume.
     pub async fn pending(&self, run_id: &str) -> Result<Vec<PendingIntent>> {
         require("run_id", run_id)?;

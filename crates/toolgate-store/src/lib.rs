@@ -284,13 +284,23 @@ impl FileIdentity {
     }
 }
 
+/// Whether a `sqlite:` URL's query names a `mode`.
+fn sqlite_url_sets_mode(url: &str) -> bool {
+    url.split_once('?').is_some_and(|(_, query)| {
+        query
+            .split('&')
+            .any(|pair| pair.split('=').next() == Some("mode"))
+    })
+}
+
 impl Store {
     /// Connects with default [`StoreOptions`] and applies pending migrations
     /// (as a PostgreSQL tenant role, which may not migrate, it only checks
     /// that the schema is current: `schema_mismatch` otherwise).
     ///
-    /// `url` is `postgres://…` / `postgresql://…`, or `sqlite://path?mode=rwc`
-    /// / `sqlite::memory:`.
+    /// `url` is `postgres://…` / `postgresql://…`, or `sqlite://path` (the
+    /// file is created when missing, as with `?mode=rwc`; an explicit
+    /// `?mode=rw` or `?mode=ro` is kept and needs the file) / `sqlite::memory:`.
     pub async fn connect(url: &str) -> Result<Store> {
         Store::connect_with(url, StoreOptions::default()).await
     }
@@ -306,8 +316,14 @@ impl Store {
                 .map_err(connect_error)?;
             Store::from_postgres_pool(pool)
         } else if url.starts_with("sqlite:") {
-            let connect = SqliteConnectOptions::from_str(url)
-                .map_err(|e| StoreError::InvalidInput(format!("bad sqlite url: {e}")))?
+            let mut connect = SqliteConnectOptions::from_str(url)
+                .map_err(|e| StoreError::InvalidInput(format!("bad sqlite url: {e}")))?;
+            if !sqlite_url_sets_mode(url) {
+                // `sqlite://PATH` creates a missing file; a `mode=` the URL
+                // names (`ro`, `rw`, `rwc`, `memory`) is kept as written.
+                connect = connect.create_if_missing(true);
+            }
+            let connect = connect
                 .busy_timeout(Duration::from_secs(30))
                 .foreign_keys(true)
                 .synchronous(SqliteSynchronous::Normal);

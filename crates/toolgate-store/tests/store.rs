@@ -1329,6 +1329,32 @@ both_backends!(ping_and_remigrate, |db| {
 });
 
 #[tokio::test]
+async fn a_sqlite_url_without_mode_creates_the_file_and_an_explicit_mode_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.db");
+    assert!(!path.exists());
+    let store = Store::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    store.ping().await.unwrap();
+    assert!(path.exists(), "sqlite://PATH must create the file");
+    store.close().await;
+    // Reopening the now existing file works the same way.
+    let again = Store::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    again.ping().await.unwrap();
+    again.close().await;
+    // `mode=rw` asks for an existing file: a missing one is an error.
+    let missing = dir.path().join("missing.db");
+    let err = Store::connect(&format!("sqlite://{}?mode=rw", missing.display()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "store_unavailable", "{err}");
+    assert!(!missing.exists());
+}
+
+#[tokio::test]
 async fn closed_store_reports_unavailable() {
     let store = Store::connect("sqlite::memory:").await.unwrap();
     store.close().await;

@@ -4,7 +4,20 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::WebhookError;
 use crate::inject::{InjectConfig, SidecarMode};
+use crate::sidecar_resources::{SidecarResources, cpu_flag, memory_flag};
+
+/// `none` or a user id.
+fn parse_user(text: &str) -> Result<String, String> {
+    match text {
+        "none" => Ok(text.to_owned()),
+        id => id
+            .parse::<u32>()
+            .map(|n| n.to_string())
+            .map_err(|_| format!("`{id}` is neither a user id nor `none`")),
+    }
+}
 
 /// Default limit on an AdmissionReview body.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
@@ -32,6 +45,14 @@ pub struct WebhookArgs {
         default_value = "/etc/toolgate/webhook-tls/tls.key"
     )]
     pub tls_key: PathBuf,
+    /// Address of the plain-HTTP `/metrics` endpoint, or `off`.
+    #[arg(
+        long,
+        env = "TOOLGATE_WEBHOOK_METRICS_LISTEN",
+        default_value = "0.0.0.0:8081",
+        value_parser = check_metrics_listen
+    )]
+    pub metrics_listen: String,
     /// Image of the injected sidecar container.
     #[arg(long, env = "TOOLGATE_SIDECAR_IMAGE")]
     pub sidecar_image: String,
@@ -41,6 +62,30 @@ pub struct WebhookArgs {
     /// Inject a native sidecar (init container, restartPolicy Always) or a regular container.
     #[arg(long, env = "TOOLGATE_SIDECAR_MODE", value_enum, default_value_t = SidecarMode::Native)]
     pub sidecar_mode: SidecarMode,
+    /// `imagePullPolicy` of the injected sidecar.
+    #[arg(
+        long,
+        env = "TOOLGATE_SIDECAR_PULL_POLICY",
+        default_value = "IfNotPresent",
+        value_parser = ["Always", "IfNotPresent", "Never"]
+    )]
+    pub sidecar_pull_policy: String,
+    /// User and group id of the injected sidecar, or `none` to let the
+    /// platform assign one (OpenShift).
+    #[arg(long, env = "TOOLGATE_SIDECAR_RUN_AS_USER", default_value = "65532", value_parser = parse_user)]
+    pub sidecar_run_as_user: String,
+    /// CPU request of the injected sidecar (pods: `toolgate.dev/sidecar-cpu-request`).
+    #[arg(long, env = "TOOLGATE_SIDECAR_CPU_REQUEST", default_value = "10m", value_parser = cpu_flag)]
+    pub sidecar_cpu_request: String,
+    /// CPU limit of the injected sidecar (pods: `toolgate.dev/sidecar-cpu-limit`).
+    #[arg(long, env = "TOOLGATE_SIDECAR_CPU_LIMIT", default_value = "500m", value_parser = cpu_flag)]
+    pub sidecar_cpu_limit: String,
+    /// Memory request of the injected sidecar (pods: `toolgate.dev/sidecar-memory-request`).
+    #[arg(long, env = "TOOLGATE_SIDECAR_MEMORY_REQUEST", default_value = "32Mi", value_parser = memory_flag)]
+    pub sidecar_memory_request: String,
+    /// Memory limit of the injected sidecar (pods: `toolgate.dev/sidecar-memory-limit`).
+    #[arg(long, env = "TOOLGATE_SIDECAR_MEMORY_LIMIT", default_value = "128Mi", value_parser = memory_flag)]
+    pub sidecar_memory_limit: String,
     /// Secret (in the pod's namespace) whose key `url` is the database URL.
     #[arg(
         long,
@@ -50,11 +95,24 @@ pub struct WebhookArgs {
     pub database_secret: String,
 }
 
+/// `off` (or empty) or a socket address.
+fn check_metrics_listen(text: &str) -> Result<String, String> {
+    match text {
+        "off" | "" => Ok(String::new()),
+        addr => addr
+            .parse::<SocketAddr>()
+            .map(|a| a.to_string())
+            .map_err(|e| format!("`{addr}` is not an address: {e}")),
+    }
+}
+
 /// Everything [`serve`](crate::serve) and [`router`](crate::router) need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
     /// Address to serve HTTPS on (port 0 picks a free one).
     pub listen: SocketAddr,
+    /// Plain-HTTP `/metrics` address; `None`: no metrics endpoint.
+    pub metrics_listen: Option<SocketAddr>,
     /// PEM certificate chain.
     pub tls_cert: PathBuf,
     /// PEM private key.
@@ -67,10 +125,25 @@ pub struct WebhookConfig {
     pub inject: InjectConfig,
 }
 
-impl From<WebhookArgs> for WebhookConfig {
-    fn from(args: WebhookArgs) -> Self {
-        Self {
+impl TryFrom<WebhookArgs> for WebhookConfig {
+    type Error = WebhookError;
+
+    /// Fails when a sidecar resource request is above its limit.
+    fn try_from(args: WebhookArgs) -> Result<Self, WebhookError> {
+        let resources = SidecarResources::from_flags(
+            &args.sidecar_cpu_request,
+            &args.sidecar_cpu_limit,
+            &args.sidecar_memory_request,
+            &args.sidecar_memory_limit,
+        )
+        .map_err(|message| WebhookError::Injection {
+            field: "--sidecar-*-request".into(),
+            message,
+        })?;
+        Ok(Self {
             listen: args.listen,
+            // Checked by the flag's parser: empty means off.
+            metrics_listen: args.metrics_listen.parse().ok(),
             tls_cert: args.tls_cert,
             tls_key: args.tls_key,
             tls_reload_interval: DEFAULT_TLS_RELOAD_INTERVAL,
@@ -80,8 +153,11 @@ impl From<WebhookArgs> for WebhookConfig {
                 default_profile: args.default_profile.filter(|p| !p.is_empty()),
                 mode: args.sidecar_mode,
                 database_secret: args.database_secret,
+                resources,
+                pull_policy: args.sidecar_pull_policy,
+                run_as_user: args.sidecar_run_as_user.parse().ok(),
             },
-        }
+        })
     }
 }
 
@@ -117,11 +193,64 @@ mod tests {
             "/k",
         ])
         .unwrap();
-        let config = WebhookConfig::from(cli.args);
+        let config = WebhookConfig::try_from(cli.args).unwrap();
         assert_eq!(config.listen.port(), 9443);
         assert_eq!(config.inject.mode, SidecarMode::Container);
         assert_eq!(config.inject.default_profile.as_deref(), Some("base"));
         assert_eq!(config.tls_key, PathBuf::from("/k"));
+        assert_eq!(config.metrics_listen, Some("0.0.0.0:8081".parse().unwrap()));
+        let off =
+            Cli::try_parse_from(["x", "--sidecar-image", "i", "--metrics-listen", "off"]).unwrap();
+        assert_eq!(
+            WebhookConfig::try_from(off.args).unwrap().metrics_listen,
+            None
+        );
+        // Sidecar knobs: canonical quantities, `none` user, checked pairs.
+        let knobs = Cli::try_parse_from([
+            "x",
+            "--sidecar-image",
+            "i",
+            "--sidecar-cpu-limit",
+            "2000m",
+            "--sidecar-memory-limit",
+            "1024Mi",
+            "--sidecar-run-as-user",
+            "none",
+            "--sidecar-pull-policy",
+            "Always",
+        ])
+        .unwrap();
+        let inject = WebhookConfig::try_from(knobs.args).unwrap().inject;
+        assert_eq!(inject.resources.cpu_limit, 2000);
+        assert_eq!(inject.resources.memory_limit, 1 << 30);
+        assert_eq!(inject.run_as_user, None);
+        assert_eq!(inject.pull_policy, "Always");
+        let default = Cli::try_parse_from(["x", "--sidecar-image", "i"]).unwrap();
+        assert_eq!(
+            WebhookConfig::try_from(default.args)
+                .unwrap()
+                .inject
+                .run_as_user,
+            Some(65532)
+        );
+        for bad in [
+            ["--sidecar-cpu-request", "0.5"],
+            ["--sidecar-memory-limit", "1G"],
+            ["--sidecar-run-as-user", "root"],
+            ["--sidecar-pull-policy", "Sometimes"],
+        ] {
+            let args = ["x", "--sidecar-image", "i", bad[0], bad[1]];
+            assert!(Cli::try_parse_from(args).is_err(), "{bad:?}");
+        }
+        let inverted = Cli::try_parse_from([
+            "x",
+            "--sidecar-image",
+            "i",
+            "--sidecar-memory-request",
+            "1Gi",
+        ])
+        .unwrap();
+        assert!(WebhookConfig::try_from(inverted.args).is_err());
         assert!(
             Cli::try_parse_from(["x", "--sidecar-image", "i", "--sidecar-mode", "pod"]).is_err()
         );

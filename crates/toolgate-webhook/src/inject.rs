@@ -6,18 +6,16 @@
 //! (`/-`) or inserted into (`/0`), and map keys are escaped as JSON Pointer
 //! tokens (`toolgate.dev/injected` → `toolgate.dev~1injected`).
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, Probe, ResourceRequirements, SeccompProfile,
-    SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    HTTPGetAction, ObjectFieldSelector, Probe, SeccompProfile, SecretKeySelector, SecurityContext,
+    Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::sidecar_resources::SidecarResources;
 use crate::{WebhookError, guard};
 
 /// Name of the injected container.
@@ -59,7 +57,8 @@ pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
 const BUNDLE_DIR: &str = "/etc/toolgate/bundle";
 const TRUST_DIR: &str = "/etc/toolgate/trust";
 const WORKSPACE_DIR: &str = "/var/lib/toolgate/workspaces";
-const RUN_AS: i64 = 65532;
+/// Default user and group id of the sidecar.
+pub const RUN_AS: i64 = 65532;
 
 /// How the sidecar is added to the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -84,6 +83,32 @@ pub struct InjectConfig {
     pub mode: SidecarMode,
     /// Secret with key `url` holding the database URL.
     pub database_secret: String,
+    /// Resources of the sidecar (pods may override them by annotation).
+    pub resources: SidecarResources,
+    /// `imagePullPolicy` of the sidecar.
+    pub pull_policy: String,
+    /// User and group id of the sidecar; `None`: left to the platform.
+    pub run_as_user: Option<i64>,
+}
+
+impl InjectConfig {
+    /// A configuration with the default resources, `IfNotPresent` and user 65532.
+    pub fn new(
+        sidecar_image: impl Into<String>,
+        default_profile: Option<String>,
+        mode: SidecarMode,
+        database_secret: impl Into<String>,
+    ) -> Self {
+        Self {
+            sidecar_image: sidecar_image.into(),
+            default_profile,
+            mode,
+            database_secret: database_secret.into(),
+            resources: SidecarResources::default(),
+            pull_policy: "IfNotPresent".into(),
+            run_as_user: Some(RUN_AS),
+        }
+    }
 }
 
 /// One RFC 6902 operation (only `add` and `replace` are ever produced).
@@ -301,7 +326,8 @@ pub fn plan(
 
     let mut ops = env_ops(containers, init_containers)?;
     let mcp = mcp_upstreams(annotation(ANNOTATION_MCP_UPSTREAMS))?;
-    let sidecar = to_value(&sidecar_container(config, tenant, mcp))?;
+    let resources = config.resources.with_annotations(annotation)?;
+    let sidecar = to_value(&sidecar_container(config, tenant, mcp, &resources))?;
     match (config.mode, init_containers) {
         (SidecarMode::Native, None) => {
             ops.push(add("/spec/initContainers", Value::Array(vec![sidecar])))
@@ -469,7 +495,10 @@ fn recognise_own_injection<'a>(
         ));
     }
     let mcp = mcp_upstreams(annotation(ANNOTATION_MCP_UPSTREAMS))?;
-    let expected = normalize_container(&to_value(&sidecar_container(config, tenant, mcp))?);
+    let resources = config.resources.with_annotations(&annotation)?;
+    let expected = normalize_container(&to_value(&sidecar_container(
+        config, tenant, mcp, &resources,
+    ))?);
     let actual = normalize_container(found.container);
     if actual != expected {
         let empty = Map::new();
@@ -705,7 +734,12 @@ fn mcp_upstreams(value: Option<&str>) -> Result<Option<&str>, WebhookError> {
     Ok(Some(value))
 }
 
-fn sidecar_container(config: &InjectConfig, tenant: &str, mcp: Option<&str>) -> Container {
+fn sidecar_container(
+    config: &InjectConfig,
+    tenant: &str,
+    mcp: Option<&str>,
+    resources: &SidecarResources,
+) -> Container {
     let http_probe = |path: &str, period: i32, failures: i32| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
@@ -729,12 +763,6 @@ fn sidecar_container(config: &InjectConfig, tenant: &str, mcp: Option<&str>) -> 
         }),
         ..Default::default()
     };
-    let quantities = |cpu: &str, memory: &str| {
-        BTreeMap::from([
-            ("cpu".to_owned(), Quantity(cpu.into())),
-            ("memory".to_owned(), Quantity(memory.into())),
-        ])
-    };
     let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
         name: name.into(),
         mount_path: path.into(),
@@ -745,7 +773,7 @@ fn sidecar_container(config: &InjectConfig, tenant: &str, mcp: Option<&str>) -> 
     Container {
         name: SIDECAR_NAME.into(),
         image: Some(config.sidecar_image.clone()),
-        image_pull_policy: Some("IfNotPresent".into()),
+        image_pull_policy: Some(config.pull_policy.clone()),
         args: Some(
             [
                 "sidecar",
@@ -798,15 +826,11 @@ fn sidecar_container(config: &InjectConfig, tenant: &str, mcp: Option<&str>) -> 
         startup_probe: native.then(|| http_probe("/readyz", 1, 120)),
         readiness_probe: Some(http_probe("/readyz", 2, 3)),
         liveness_probe: Some(http_probe("/healthz", 10, 3)),
-        resources: Some(ResourceRequirements {
-            requests: Some(quantities("10m", "32Mi")),
-            limits: Some(quantities("500m", "128Mi")),
-            ..Default::default()
-        }),
+        resources: Some(resources.requirements()),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),
-            run_as_user: Some(RUN_AS),
-            run_as_group: Some(RUN_AS),
+            run_as_user: config.run_as_user,
+            run_as_group: config.run_as_user,
             read_only_root_filesystem: Some(true),
             allow_privilege_escalation: Some(false),
             privileged: Some(false),
@@ -907,12 +931,7 @@ mod tests {
     use serde_json::json;
 
     fn config(mode: SidecarMode) -> InjectConfig {
-        InjectConfig {
-            sidecar_image: "ghcr.io/example/toolgate:1".into(),
-            default_profile: None,
-            mode,
-            database_secret: "toolgate-db".into(),
-        }
+        InjectConfig::new("ghcr.io/example/toolgate:1", None, mode, "toolgate-db")
     }
 
     fn pod(annotations: Value) -> Value {
@@ -920,6 +939,26 @@ mod tests {
             "metadata": {"generateName": "agent-", "annotations": annotations},
             "spec": {"containers": [{"name": "agent", "image": "agent:1"}]}
         })
+    }
+
+    #[test]
+    fn user_id_and_pull_policy_come_from_the_config() {
+        let mut cfg = config(SidecarMode::Native);
+        let c = sidecar_container(&cfg, "t", None, &cfg.resources);
+        let sc = c.security_context.unwrap();
+        assert_eq!(
+            (sc.run_as_user, sc.run_as_group),
+            (Some(RUN_AS), Some(RUN_AS))
+        );
+        assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        cfg.run_as_user = None;
+        cfg.pull_policy = "Never".into();
+        let c = sidecar_container(&cfg, "t", None, &cfg.resources);
+        let sc = c.security_context.unwrap();
+        // OpenShift assigns the user: none is written, non-root still required.
+        assert_eq!((sc.run_as_user, sc.run_as_group), (None, None));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Never"));
     }
 
     #[test]

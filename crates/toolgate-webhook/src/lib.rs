@@ -10,6 +10,8 @@
 //! - `POST /validate-approvals` keeps an Approval well formed and its
 //!   decision final once made ([`validate`]).
 //! - `GET /healthz` answers `{"status":"ok"}`.
+//! - [`metrics`]: `GET /metrics` (and `/healthz`) on a separate plain-HTTP
+//!   port (`--metrics-listen`, default `0.0.0.0:8081`; `off` disables it).
 //!
 //! [`serve`] serves them over TLS ([`tls`]) from a mounted certificate and
 //! key that are re-read when they rotate; [`router`] gives the bare
@@ -22,7 +24,8 @@
 //! ```no_run
 //! # async fn webhook(args: toolgate_webhook::WebhookArgs) -> Result<(), toolgate_webhook::WebhookError> {
 //! // `args` came from `#[command(flatten)]` / a `Webhook(WebhookArgs)` subcommand.
-//! toolgate_webhook::serve(args.into(), async {
+//! let config = toolgate_webhook::WebhookConfig::try_from(args)?;
+//! toolgate_webhook::serve(config, async {
 //!     let _ = tokio::signal::ctrl_c().await;
 //! })
 //! .await
@@ -36,12 +39,14 @@ mod config;
 mod error;
 pub mod guard;
 pub mod inject;
+pub mod metrics;
 pub mod review;
 mod server;
+pub mod sidecar_resources;
 pub mod tls;
 pub mod validate;
 
 pub use config::{WebhookArgs, WebhookConfig};
 pub use error::WebhookError;
 pub use inject::{InjectConfig, SidecarMode};
-pub use server::{Server, bind, router, serve};
+pub use server::{Server, bind, router, router_with_metrics, serve};

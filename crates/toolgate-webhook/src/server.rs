@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::inject::{self, InjectConfig, Plan};
+use crate::metrics::{self, Metrics};
 use crate::review::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use crate::tls::ReloadingCert;
 use crate::{WebhookConfig, WebhookError, validate};
@@ -30,6 +31,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 struct AppState {
     inject: InjectConfig,
     max_body_bytes: usize,
+    metrics: Metrics,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -53,11 +55,18 @@ impl Hook {
 
 /// The webhook routes, without TLS: `POST /mutate-pods`, `POST /validate-pods`,
 /// `POST /validate-policyprofiles`, `POST /validate-approvals`, `GET /healthz`.
-/// Only `config.inject` and `config.max_body_bytes` are used.
+/// Only `config.inject` and `config.max_body_bytes` are used; requests are
+/// counted in a registry of their own (see [`router_with_metrics`]).
 pub fn router(config: &WebhookConfig) -> Router {
+    router_with_metrics(config, Metrics::default())
+}
+
+/// [`router`], counting requests in `metrics`.
+pub fn router_with_metrics(config: &WebhookConfig, metrics: Metrics) -> Router {
     let state = Arc::new(AppState {
         inject: config.inject.clone(),
         max_body_bytes: config.max_body_bytes,
+        metrics,
     });
     Router::new()
         .route("/mutate-pods", post(mutate_pods))
@@ -92,11 +101,21 @@ async fn validate_approvals(State(state): State<Arc<AppState>>, request: Request
 }
 
 async fn admit(hook: Hook, state: &AppState, request: Request) -> Response {
+    let started = std::time::Instant::now();
+    let (response, allowed) = answer(hook, state, request).await;
+    state
+        .metrics
+        .observe(hook.name(), allowed, started.elapsed());
+    response
+}
+
+/// The HTTP answer and the `allowed` label it is counted under.
+async fn answer(hook: Hook, state: &AppState, request: Request) -> (Response, &'static str) {
     let body = match read_body(request.into_body(), state.max_body_bytes).await {
         Ok(body) => body,
         Err(e) => {
             tracing::warn!(hook = hook.name(), code = e.code(), error = %e, "admission request refused");
-            return error_response(&e);
+            return (error_response(&e), "error");
         }
     };
     let request = match AdmissionReview::from_slice(&body) {
@@ -104,8 +123,8 @@ async fn admit(hook: Hook, state: &AppState, request: Request) -> Response {
         Err(e) => {
             tracing::warn!(hook = hook.name(), code = e.code(), error = %e, "undecodable AdmissionReview");
             return match AdmissionReview::salvage_uid(&body) {
-                Some(uid) => review_response(&AdmissionResponse::deny(uid, &e)),
-                None => error_response(&e),
+                Some(uid) => (review_response(&AdmissionResponse::deny(uid, &e)), "false"),
+                None => (error_response(&e), "error"),
             };
         }
     };
@@ -122,7 +141,8 @@ async fn admit(hook: Hook, state: &AppState, request: Request) -> Response {
             "denied"
         );
     }
-    review_response(&response)
+    let allowed = if response.allowed { "true" } else { "false" };
+    (review_response(&response), allowed)
 }
 
 fn decide(hook: Hook, request: &AdmissionRequest, config: &InjectConfig) -> AdmissionResponse {
@@ -208,6 +228,8 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
 /// [`serve`] does both.
 pub struct Server {
     listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    metrics: Metrics,
     certs: Arc<ReloadingCert>,
     acceptor: TlsAcceptor,
     router: Router,
@@ -218,6 +240,7 @@ impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("addr", &self.listener.local_addr().ok())
+            .field("metrics_addr", &self.metrics_addr())
             .field("certs", &self.certs)
             .finish_non_exhaustive()
     }
@@ -233,11 +256,25 @@ pub async fn bind(config: WebhookConfig) -> Result<Server, WebhookError> {
             context: format!("binding {}", config.listen),
             source,
         })?;
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| WebhookError::Io {
+                    context: format!("binding {addr} (metrics)"),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let metrics = Metrics::new(Some(certs.clone()));
     Ok(Server {
         listener,
+        metrics_listener,
+        router: router_with_metrics(&config, metrics.clone()),
+        metrics,
         certs,
         acceptor,
-        router: router(&config),
         reload_interval: config.tls_reload_interval,
     })
 }
@@ -262,6 +299,16 @@ impl Server {
             })
     }
 
+    /// The bound address of the plain-HTTP `/metrics` endpoint, if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref().and_then(metrics::describe)
+    }
+
+    /// The webhook's metrics.
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.clone()
+    }
+
     /// The certificate holder, e.g. to force a [`ReloadingCert::reload`].
     pub fn certificates(&self) -> Arc<ReloadingCert> {
         self.certs.clone()
@@ -271,6 +318,8 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), WebhookError> {
         let Server {
             listener,
+            metrics_listener,
+            metrics,
             certs,
             acceptor,
             router,
@@ -278,6 +327,17 @@ impl Server {
         } = self;
         let watcher = certs.watch(reload_interval);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let metrics_server = metrics_listener.map(|listener| {
+            tracing::info!(addr = ?listener.local_addr().ok(), "webhook metrics listening (plain HTTP)");
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, metrics::router(metrics))
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await;
+            })
+        });
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         tracing::info!(addr = ?listener.local_addr().ok(), "toolgate webhook listening");
@@ -325,6 +385,9 @@ impl Server {
         }
         watcher.abort();
         let _ = stop_tx.send(true);
+        if let Some(task) = metrics_server {
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, task).await;
+        }
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
             while connections.join_next().await.is_some() {}
         })

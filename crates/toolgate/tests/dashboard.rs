@@ -182,10 +182,15 @@ fn sidecar_families() -> BTreeMap<String, Family> {
     m.decisions
         .with_label_values(&["allow", "allow_rule", "bash", "safe-coding", "true"])
         .inc();
-    m.decision_duration.observe(0.000_3);
+    m.decision_duration
+        .with_label_values(&["high"])
+        .observe(0.000_3);
     m.bundle_info
-        .with_label_values(&["safe-coding@0123456789ab+h01234567", "safe-coding", "1"])
+        .with_label_values(&["safe-coding@0123456789ab+h01234567", "safe-coding"])
         .set(1);
+    m.bundle_expiry
+        .with_label_values(&["safe-coding"])
+        .set(1.9e9);
     m.bundle_reload_failures
         .with_label_values(&["bundle_signature"])
         .inc();
@@ -196,12 +201,37 @@ fn sidecar_families() -> BTreeMap<String, Family> {
         .with_label_values(&["fs"])
         .observe(0.002);
     m.mcp_upstream_errors.with_label_values(&["fs"]).inc();
-    families(&m.render())
+    toolgate_families(&m.render())
 }
+
+/// [`families`] without the standard `process_*` collector.
+fn toolgate_families(exposition: &str) -> BTreeMap<String, Family> {
+    let mut all = families(exposition);
+    assert!(
+        !cfg!(target_os = "linux") || all.contains_key("process_resident_memory_bytes"),
+        "process metrics missing"
+    );
+    all.retain(|name, _| name.starts_with("toolgate_"));
+    all
+}
+
+/// The webhook's registry (every label combination pre-initialised).
+fn webhook_families() -> BTreeMap<String, Family> {
+    toolgate_families(&toolgate_webhook::metrics::Metrics::default().render())
+}
+
+/// Families every binary exports alike.
+const SHARED: &[&str] = &["toolgate_build_info"];
 
 /// The controller's registry (every label combination pre-initialised).
 fn controller_families() -> BTreeMap<String, Family> {
-    families(&toolgate_controller::metrics::Metrics::new().render())
+    let m = toolgate_controller::metrics::Metrics::new();
+    let status = toolgate_controller::crd::PolicyProfileStatus {
+        expires_at: Some("2030-01-01T00:00:00Z".into()),
+        ..Default::default()
+    };
+    m.observe_profile("agents", "safe-coding", &status);
+    toolgate_families(&m.render())
 }
 
 #[test]
@@ -230,12 +260,19 @@ fn controller_registry_exports_the_documented_families() {
             .unwrap_or_else(|| panic!("controller registry has no {name}"));
         assert_eq!(family.kind, kind, "{name}");
     }
-    for name in controller.keys() {
+    let webhook = webhook_families();
+    for name in controller.keys().chain(webhook.keys()) {
         assert!(name.starts_with("toolgate_"), "{name}");
+        let in_sidecar = sidecar.contains_key(name);
+        let in_both = controller.contains_key(name) && webhook.contains_key(name);
         assert!(
-            !sidecar.contains_key(name),
-            "{name} is exported by both the sidecar and the controller"
+            SHARED.contains(&name.as_str()) || !(in_sidecar || in_both),
+            "{name} is exported by more than one binary"
         );
+    }
+    for family in [&controller, &sidecar, &webhook] {
+        let versions = &family["toolgate_build_info"].labels["version"];
+        assert!(versions.contains(env!("CARGO_PKG_VERSION")), "{versions:?}");
     }
     let phases = &controller["toolgate_approvals"].labels["phase"];
     assert!(phases.contains("Pending"), "{phases:?}");
@@ -243,15 +280,55 @@ fn controller_registry_exports_the_documented_families() {
 
 #[test]
 fn every_dashboard_query_uses_an_exported_metric_and_its_labels() {
+    let mut texts = Vec::new();
+    strings(&dashboard(), &mut texts);
+    check_queries(&texts, REQUIRED_ON_DASHBOARD, "dashboard");
+}
+
+/// Every alert expression of the chart's rules file only names exported
+/// metrics and labels, and the alerts cover what they must.
+#[test]
+fn every_alert_uses_an_exported_metric_and_its_labels() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../charts/toolgate/rules/toolgate.rules.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let rules: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let mut exprs = Vec::new();
+    for group in rules["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            exprs.push(rule["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    assert!(exprs.len() >= 12, "{} rules", exprs.len());
+    check_queries(
+        &exprs,
+        &[
+            "toolgate_bundle_expiry_timestamp_seconds",
+            "toolgate_bundle_reload_failures_total",
+            "toolgate_decisions_total",
+            "toolgate_decision_log_dropped_total",
+            "toolgate_controller_leader",
+            "toolgate_admission_duration_seconds",
+            "toolgate_profile_pods",
+            "toolgate_approvals_overdue",
+            "toolgate_open_intents",
+            "toolgate_profile_valid",
+            "toolgate_webhook_certificate_expiry_timestamp_seconds",
+        ],
+        "alert rules",
+    );
+}
+
+fn check_queries(texts: &[String], required: &[&str], what: &str) {
     let controller = controller_families();
     let mut exported = sidecar_families();
     exported.extend(controller.clone());
-    let mut texts = Vec::new();
-    strings(&dashboard(), &mut texts);
+    exported.extend(webhook_families());
 
     let mut used = BTreeSet::new();
     let mut problems = Vec::new();
-    for text in &texts {
+    for text in texts {
         for (name, selector) in metric_refs(text) {
             let family = ["_bucket", "_sum", "_count"]
                 .iter()
@@ -261,7 +338,7 @@ fn every_dashboard_query_uses_an_exported_metric_and_its_labels() {
                 .to_owned();
             let Some(info) = exported.get(&family) else {
                 problems.push(format!(
-                    "`{name}` is not exported by the sidecar or the controller (in `{text}`)"
+                    "`{name}` is not exported by the sidecar, the controller or the webhook (in `{text}`)"
                 ));
                 continue;
             };
@@ -281,7 +358,10 @@ fn every_dashboard_query_uses_an_exported_metric_and_its_labels() {
                 }
                 // Controller label sets are closed and pre-initialised: an
                 // equality matcher must name a value that exists.
-                let closed = controller.get(&family).and_then(|f| f.labels.get(&label));
+                let closed = controller
+                    .get(&family)
+                    .filter(|_| !SHARED.contains(&family.as_str()))
+                    .and_then(|f| f.labels.get(&label));
                 if let (Some(values), "=") = (closed, op.as_str())
                     && !values.contains(&value)
                 {
@@ -293,11 +373,8 @@ fn every_dashboard_query_uses_an_exported_metric_and_its_labels() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    for required in REQUIRED_ON_DASHBOARD {
-        assert!(
-            used.contains(*required),
-            "the dashboard has no panel on {required}"
-        );
+    for required in required {
+        assert!(used.contains(*required), "the {what} use no {required}");
     }
 }
 

@@ -78,6 +78,7 @@ pub fn write_pair(dir: &Path, cert_pem: &str, key_pem: &str) -> (PathBuf, PathBu
 /// A running webhook server on an ephemeral loopback port.
 pub struct TestServer {
     pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
     pub pki: Pki,
     pub dir: tempfile::TempDir,
     pub first: Issued,
@@ -86,12 +87,12 @@ pub struct TestServer {
 }
 
 pub fn inject_config(mode: SidecarMode, default_profile: Option<&str>) -> InjectConfig {
-    InjectConfig {
-        sidecar_image: "ghcr.io/example/toolgate:0.1.0".into(),
-        default_profile: default_profile.map(str::to_owned),
+    InjectConfig::new(
+        "ghcr.io/example/toolgate:0.1.0",
+        default_profile.map(str::to_owned),
         mode,
-        database_secret: "toolgate-database".into(),
-    }
+        "toolgate-database",
+    )
 }
 
 impl TestServer {
@@ -102,6 +103,7 @@ impl TestServer {
         let (tls_cert, tls_key) = write_pair(dir.path(), &first.cert_pem, &first.key_pem);
         let config = WebhookConfig {
             listen: "127.0.0.1:0".parse().expect("addr"),
+            metrics_listen: Some("127.0.0.1:0".parse().expect("addr")),
             tls_cert,
             tls_key,
             tls_reload_interval: reload,
@@ -110,18 +112,38 @@ impl TestServer {
         };
         let server = toolgate_webhook::bind(config).await.expect("bind");
         let addr = server.local_addr().expect("addr");
+        let metrics_addr = server.metrics_addr().expect("metrics address");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async move {
             let _ = rx.await;
         }));
         Self {
             addr,
+            metrics_addr,
             pki,
             dir,
             first,
             stop: Some(tx),
             task: Some(task),
         }
+    }
+
+    /// `GET /metrics` over plain HTTP.
+    pub async fn metrics(&self) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut tcp = tokio::net::TcpStream::connect(self.metrics_addr)
+            .await
+            .expect("connect to metrics");
+        tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let mut out = String::new();
+        tcp.read_to_string(&mut out).await.expect("read");
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        out.split_once("\r\n\r\n")
+            .expect("headers end")
+            .1
+            .to_owned()
     }
 
     pub async fn client(&self) -> Client {

@@ -66,6 +66,10 @@ pub struct SidecarArgs {
     /// Seconds between bundle file checks.
     #[arg(long, env = "TOOLGATE_RELOAD_SECONDS", default_value_t = 2)]
     pub reload_seconds: u64,
+    /// Seconds between heartbeats (fleet status) and refreshes of the
+    /// `toolgate_open_intents` gauge.
+    #[arg(long, env = "TOOLGATE_HEARTBEAT_SECONDS", default_value_t = 15)]
+    pub heartbeat_seconds: u64,
     /// Log as JSON lines.
     #[arg(long, env = "TOOLGATE_LOG_JSON")]
     pub log_json: bool,
@@ -89,6 +93,7 @@ pub fn run(args: SidecarArgs) -> Result<ExitCode, CliError> {
     config.allowed_hosts = args.allowed_hosts;
     config.mcp_upstreams = args.mcp_upstreams;
     config.reload_interval = Duration::from_secs(args.reload_seconds.max(1));
+    config.heartbeat_interval = Duration::from_secs(args.heartbeat_seconds.max(1));
     crate::runtime()?.block_on(async move {
         let sidecar = Sidecar::start(config)
             .await
