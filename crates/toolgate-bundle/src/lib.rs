@@ -46,7 +46,7 @@ pub use envelope::{
 pub use error::BundleError;
 pub use keys::{PublicKey, SigningKey, key_id};
 pub use trust::TrustSet;
-pub use verify::{VerifiedBundle, VerifyOptions, verify};
+pub use verify::{VerifiedBundle, VerifyOptions, verify, verify_typed};
 
 /// Builds, signs and encodes a bundle in one step: the bytes a controller
 /// writes into a ConfigMap.
