@@ -561,7 +561,7 @@ impl Decisions<'_> {
     pub async fn latest_stream(&self, tenant: &str, prefix: &str) -> Result<Option<String>> {
         require("tenant", tenant)?;
         require("stream prefix", prefix)?;
-        let chars = i64::try_from(prefix.chars().count())
+        let chars = i32::try_from(prefix.chars().count())
             .map_err(|_| StoreError::InvalidInput("stream prefix is too long".into()))?;
         Ok(on_pool!(self.store, pool => {
             sqlx::query_scalar(
