@@ -293,3 +293,151 @@ both_backends!(stream_names_are_checked, |db| {
         "invalid_input"
     );
 });
+
+/// The migrations up to 0005: the schema before streams existed.
+fn before_streams(mut m: sqlx::migrate::Migrator) -> sqlx::migrate::Migrator {
+    m.migrations = m
+        .migrations
+        .iter()
+        .filter(|x| x.version <= 5)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    m
+}
+
+/// Rows chained by the 0004 trigger, before migration 0006, migrate into
+/// the legacy stream with their hashes and keep verifying; the legacy
+/// chain and new streams then grow side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_rows_from_before_streams_keep_verifying() {
+    use std::str::FromStr;
+    let Some(db) = common::TestDb::postgres().await else {
+        return;
+    };
+    let url = std::env::var("TOOLGATE_TEST_DATABASE_URL").unwrap();
+    let schema = format!("old_{}", uuid::Uuid::new_v4().simple());
+    let admin = db.store.as_postgres().unwrap().clone();
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let options = sqlx::postgres::PgConnectOptions::from_str(&url)
+        .unwrap()
+        .options([("search_path", schema.as_str())]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    before_streams(sqlx::migrate!("../../migrations/postgres"))
+        .run(&pool)
+        .await
+        .unwrap();
+    for i in 0..3 {
+        sqlx::query(
+            "INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, reason, \
+             policy_version, risk, args_digest, created_at) \
+             VALUES ('acme', $1, 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', $2)",
+        )
+        .bind(format!("old-{i}"))
+        .bind(1_700_000_000_000i64 + i)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let old: Vec<(i64, String)> =
+        sqlx::query_as("SELECT seq, hash FROM decisions ORDER BY seq")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let store = Store::from_postgres_pool(pool);
+    store.migrate().await.unwrap();
+    let d = store.decisions();
+    let reports = d.verify(Some("acme")).await.unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_eq!((reports[0].stream.as_str(), reports[0].rows), (LEGACY_STREAM, 3));
+    assert!(reports[0].ok, "{reports:?}");
+    let migrated = d.list("acme", LEGACY_STREAM, 0, 10).await.unwrap();
+    assert_eq!(
+        migrated.iter().map(|r| (r.seq, r.hash.clone())).collect::<Vec<_>>(),
+        old
+    );
+    assert_eq!(d.append("acme", LEGACY_STREAM, record(1)).await.unwrap().seq, 4);
+    assert_eq!(d.append("acme", "pod/1", record(1)).await.unwrap().seq, 1);
+    assert!(d.verify(None).await.unwrap().iter().all(|r| r.ok));
+    store.close().await;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    db.finish().await;
+}
+
+/// SQLite: a database at migration 0005 holding a v1 chain (written here
+/// as the store writes the legacy stream, whose hashes are the v1 hashes)
+/// is rebuilt by 0006 with rows, hashes and head intact, and verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_rows_from_before_streams_keep_verifying() {
+    let source = common::TestDb::sqlite().await;
+    let chained = source
+        .store
+        .decisions()
+        .append_batch("acme", LEGACY_STREAM, (0..4).map(record).collect())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    before_streams(sqlx::migrate!("../../migrations/sqlite"))
+        .run(&pool)
+        .await
+        .unwrap();
+    for c in &chained {
+        let r = &c.record;
+        sqlx::query(
+            "INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
+             reason, message, matched_rule, policy_version, risk, args_digest, call_digest, \
+             definition_digest, created_at, prev_hash, hash) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+        )
+        .bind(&c.tenant)
+        .bind(c.seq)
+        .bind(&r.decision_id)
+        .bind(&r.run_id)
+        .bind(&r.step_id)
+        .bind(&r.tool)
+        .bind(&r.verdict)
+        .bind(&r.reason)
+        .bind(&r.message)
+        .bind(&r.matched_rule)
+        .bind(&r.policy_version)
+        .bind(&r.risk)
+        .bind(&r.args_digest)
+        .bind(&r.call_digest)
+        .bind(&r.definition_digest)
+        .bind(r.created_at.as_millisecond())
+        .bind(&c.prev_hash)
+        .bind(&c.hash)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let store = Store::from_sqlite_pool(pool);
+    store.migrate().await.unwrap();
+    let d = store.decisions();
+    let reports = d.verify(None).await.unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_eq!((reports[0].stream.as_str(), reports[0].rows), (LEGACY_STREAM, 4));
+    assert!(reports[0].ok, "{reports:?}");
+    assert_eq!(reports[0].last_hash, chained[3].hash);
+    assert_eq!(d.list("acme", LEGACY_STREAM, 0, 10).await.unwrap(), chained);
+    assert_eq!(d.append("acme", LEGACY_STREAM, record(7)).await.unwrap().seq, 5);
+    assert!(d.verify(None).await.unwrap().iter().all(|r| r.ok));
+    store.close().await;
+    source.finish().await;
+}
