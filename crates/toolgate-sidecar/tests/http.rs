@@ -106,16 +106,13 @@ async fn each_start_writes_its_own_linked_stream() {
         assert_eq!(old_head.seq, 2);
         assert_eq!(old_head.previous, None);
 
-        let mut again = Harness::start_as(
-            &dir,
-            &url,
-            Some(&bundle(SPEC, 1, day(), &key())),
-            &h.tenant,
-        )
-        .await;
+        let mut again =
+            Harness::start_as(&dir, &url, Some(&bundle(SPEC, 1, day(), &key())), &h.tenant).await;
         let second = again.sidecar.as_ref().unwrap().state.stream.clone();
         assert_ne!(second, first);
-        again.authorize("bash", json!({"command": "ls"}), &run).await;
+        again
+            .authorize("bash", json!({"command": "ls"}), &run)
+            .await;
         again.stop().await;
         let head = again
             .store
@@ -125,8 +122,16 @@ async fn each_start_writes_its_own_linked_stream() {
             .unwrap()
             .unwrap();
         let link = head.previous.expect("linked to the previous stream");
-        assert_eq!((link.stream, link.seq, link.hash), (first, 2, old_head.hash));
-        let reports = again.store.decisions().verify(Some(&h.tenant)).await.unwrap();
+        assert_eq!(
+            (link.stream, link.seq, link.hash),
+            (first, 2, old_head.hash)
+        );
+        let reports = again
+            .store
+            .decisions()
+            .verify(Some(&h.tenant))
+            .await
+            .unwrap();
         assert_eq!(reports.len(), 2);
         assert!(reports.iter().all(|r| r.ok), "{reports:?}");
         assert_eq!(reports.iter().map(|r| r.rows).sum::<u64>(), 3);

@@ -376,8 +376,7 @@ async fn batches_run_in_parallel_only_when_every_call_is_read_only() {
 
         // Malformed batches are typed 400s, and nothing of them is decided.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = h.tenant_log().await
-            .len();
+        let before = h.tenant_log().await.len();
         for body in [
             other(json!([])),
             other(json!(vec![read.clone(); 65])),
@@ -392,8 +391,7 @@ async fn batches_run_in_parallel_only_when_every_call_is_read_only() {
             );
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let after = h.tenant_log().await
-            .len();
+        let after = h.tenant_log().await.len();
         assert_eq!(before, after, "a rejected batch recorded decisions");
         h.stop().await;
     }

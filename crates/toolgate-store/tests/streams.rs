@@ -346,24 +346,35 @@ async fn postgres_rows_from_before_streams_keep_verifying() {
         .await
         .unwrap();
     }
-    let old: Vec<(i64, String)> =
-        sqlx::query_as("SELECT seq, hash FROM decisions ORDER BY seq")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let old: Vec<(i64, String)> = sqlx::query_as("SELECT seq, hash FROM decisions ORDER BY seq")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
     let store = Store::from_postgres_pool(pool);
     store.migrate().await.unwrap();
     let d = store.decisions();
     let reports = d.verify(Some("acme")).await.unwrap();
     assert_eq!(reports.len(), 1);
-    assert_eq!((reports[0].stream.as_str(), reports[0].rows), (LEGACY_STREAM, 3));
+    assert_eq!(
+        (reports[0].stream.as_str(), reports[0].rows),
+        (LEGACY_STREAM, 3)
+    );
     assert!(reports[0].ok, "{reports:?}");
     let migrated = d.list("acme", LEGACY_STREAM, 0, 10).await.unwrap();
     assert_eq!(
-        migrated.iter().map(|r| (r.seq, r.hash.clone())).collect::<Vec<_>>(),
+        migrated
+            .iter()
+            .map(|r| (r.seq, r.hash.clone()))
+            .collect::<Vec<_>>(),
         old
     );
-    assert_eq!(d.append("acme", LEGACY_STREAM, record(1)).await.unwrap().seq, 4);
+    assert_eq!(
+        d.append("acme", LEGACY_STREAM, record(1))
+            .await
+            .unwrap()
+            .seq,
+        4
+    );
     assert_eq!(d.append("acme", "pod/1", record(1)).await.unwrap().seq, 1);
     assert!(d.verify(None).await.unwrap().iter().all(|r| r.ok));
     store.close().await;
@@ -432,11 +443,20 @@ async fn sqlite_rows_from_before_streams_keep_verifying() {
     let d = store.decisions();
     let reports = d.verify(None).await.unwrap();
     assert_eq!(reports.len(), 1);
-    assert_eq!((reports[0].stream.as_str(), reports[0].rows), (LEGACY_STREAM, 4));
+    assert_eq!(
+        (reports[0].stream.as_str(), reports[0].rows),
+        (LEGACY_STREAM, 4)
+    );
     assert!(reports[0].ok, "{reports:?}");
     assert_eq!(reports[0].last_hash, chained[3].hash);
     assert_eq!(d.list("acme", LEGACY_STREAM, 0, 10).await.unwrap(), chained);
-    assert_eq!(d.append("acme", LEGACY_STREAM, record(7)).await.unwrap().seq, 5);
+    assert_eq!(
+        d.append("acme", LEGACY_STREAM, record(7))
+            .await
+            .unwrap()
+            .seq,
+        5
+    );
     assert!(d.verify(None).await.unwrap().iter().all(|r| r.ok));
     store.close().await;
     source.finish().await;
