@@ -808,9 +808,9 @@ impl Decisions<'_> {
         // The previous stream must still hold the head this stream started
         // from: truncating or rewriting it below that point is detected.
         if let Some(link) = head.as_ref().and_then(|h| h.previous.as_ref()) {
-            let p =
-                Box::pin(self.check_position(&report.tenant, &link.stream, link.seq, &link.hash))
-                    .await?;
+            let p = self
+                .check_position(&report.tenant, &link.stream, link.seq, &link.hash)
+                .await?;
             if let Some(p) = p {
                 report.ok = false;
                 report.first_broken_seq = Some(0);
