@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod checkpoint;
 mod document;
 mod envelope;
 mod error;
@@ -38,6 +39,7 @@ mod keys;
 mod trust;
 mod verify;
 
+pub use checkpoint::{CHECKPOINT_PAYLOAD_TYPE, CheckpointPayload};
 pub use document::{BundleDocument, BundleInput, FORMAT_VERSION, PolicyHashes, ProfileRef};
 pub use envelope::{
     Envelope, EnvelopeSignature, MAX_ENVELOPE_BYTES, MAX_SIGNATURES, PAYLOAD_TYPE, Unverified,

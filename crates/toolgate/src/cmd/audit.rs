@@ -5,16 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use serde::{Deserialize, Serialize};
-use toolgate_bundle::{Envelope, SigningKey, TrustSet};
+use serde::Serialize;
+use toolgate_bundle::{CheckpointPayload, SigningKey, TrustSet};
 use toolgate_store::{ChainReport, Checkpoint, Store};
 
 use crate::cli_error::CliError;
-
-/// DSSE payload type of a decision stream checkpoint. Distinct from the
-/// bundle type, so the bundle key's checkpoint signatures can never be
-/// replayed as bundles or the other way round.
-pub const CHECKPOINT_PAYLOAD_TYPE: &str = "application/vnd.toolgate.checkpoint.v1+json";
 
 /// Arguments of `toolgate audit`.
 #[derive(Debug, Args)]
@@ -59,22 +54,6 @@ enum AuditCommand {
         #[arg(long)]
         tenant: Option<String>,
     },
-}
-
-/// The signed content of a checkpoint: one stream head.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckpointPayload {
-    /// Tenant.
-    pub tenant: String,
-    /// Stream.
-    pub stream: String,
-    /// Head seq.
-    pub seq: i64,
-    /// Head hash.
-    pub hash: String,
-    /// When it was signed.
-    pub at: jiff::Timestamp,
 }
 
 /// Runs `toolgate audit …`; exits 1 when any chain or checkpoint is broken.
@@ -197,10 +176,7 @@ async fn check_checkpoints(
 /// a payload that disagrees with the columns it is filed under (a
 /// checkpoint moved to another stream or seq) is refused.
 fn open_checkpoint(c: &Checkpoint, trust: &TrustSet) -> Result<CheckpointPayload, CliError> {
-    let (bytes, _keyid) =
-        toolgate_bundle::verify_typed(c.envelope.as_bytes(), CHECKPOINT_PAYLOAD_TYPE, trust)?;
-    let payload: CheckpointPayload = serde_json::from_slice(&bytes)
-        .map_err(|e| CliError::Checkpoint(format!("payload is not a checkpoint: {e}")))?;
+    let (payload, _keyid) = CheckpointPayload::verify(c.envelope.as_bytes(), trust)?;
     if (&payload.tenant, &payload.stream, payload.seq, &payload.hash)
         != (&c.tenant, &c.stream, c.seq, &c.hash)
     {
@@ -235,9 +211,7 @@ async fn checkpoint(
             hash: r.last_hash.clone(),
             at,
         };
-        let canonical = serde_json_canonicalizer::to_vec(&payload)
-            .map_err(|e| CliError::Checkpoint(format!("cannot encode: {e}")))?;
-        let envelope = Envelope::sign_typed(CHECKPOINT_PAYLOAD_TYPE, &canonical, &key);
+        let envelope = payload.sign(&key);
         let stored = Checkpoint {
             tenant: payload.tenant.clone(),
             stream: payload.stream.clone(),
@@ -245,9 +219,7 @@ async fn checkpoint(
             hash: payload.hash.clone(),
             at,
             keyid: key.key_id(),
-            envelope: String::from_utf8_lossy(&envelope.to_bytes())
-                .trim_end()
-                .to_owned(),
+            envelope: String::from_utf8_lossy(&envelope).trim_end().to_owned(),
         };
         if store.checkpoints().record(&stored).await? {
             signed.push(payload);
