@@ -639,6 +639,18 @@ impl Decisions<'_> {
         }))
     }
 
+    async fn max_seq(&self, tenant: &str, stream: &str) -> Result<Option<i64>> {
+        Ok(on_pool!(self.store, pool => {
+            sqlx::query_scalar(
+                "SELECT max(seq) FROM decisions WHERE tenant = $1 AND stream = $2",
+            )
+            .bind(tenant)
+            .bind(stream)
+            .fetch_one(pool)
+            .await?
+        }))
+    }
+
     /// Whether the chain of (`tenant`, `stream`) holds `hash` at `seq`
     /// (seq 0 is the stream's genesis): `None` if it does, else what is
     /// wrong. How a signed checkpoint, or a later stream's link, is checked.
@@ -804,6 +816,24 @@ impl Decisions<'_> {
             report.first_broken_seq = Some(last_seq + 1);
             report.problem = Some(p);
             return Ok(report);
+        }
+        // Rows past the head read above are either appends that committed
+        // since (their head moved with them) or rows slipped in behind a
+        // head that was wound back: re-read the head to tell them apart.
+        if let Some(h) = &head
+            && let Some(beyond) = self.max_seq(&report.tenant, &report.stream).await?
+            && beyond > h.seq
+        {
+            let now = self.head(&report.tenant, &report.stream).await?;
+            if now.is_none_or(|n| n.seq < beyond) {
+                report.ok = false;
+                report.first_broken_seq = Some(h.seq + 1);
+                report.problem = Some(format!(
+                    "rows up to seq {beyond} lie beyond the chain head (seq {})",
+                    h.seq
+                ));
+                return Ok(report);
+            }
         }
         // The previous stream must still hold the head this stream started
         // from: truncating or rewriting it below that point is detected.

@@ -277,6 +277,25 @@ both_backends!(truncation_with_head_rewrite_needs_a_checkpoint, |db| {
     assert!(problem.unwrap().contains("rewritten"));
 });
 
+both_backends!(rows_behind_a_wound_back_head_are_detected, |db| {
+    let d = db.store.decisions();
+    d.append_batch("acme", "pod/1", (0..3).map(record).collect())
+        .await
+        .unwrap();
+    db.raw(
+        "UPDATE decision_heads SET seq = d.seq, prev_hash = d.prev_hash, hash = d.hash \
+           FROM decisions d WHERE d.tenant = 'acme' AND d.stream = 'pod/1' AND d.seq = 2 \
+           AND decision_heads.tenant = 'acme' AND decision_heads.stream = 'pod/1';",
+        "UPDATE decision_heads SET (seq, prev_hash, hash) = (SELECT seq, prev_hash, hash \
+           FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq = 2) \
+           WHERE tenant = 'acme' AND stream = 'pod/1';",
+    )
+    .await;
+    let r = report(&db.store, "acme", "pod/1").await;
+    assert_eq!(r.first_broken_seq, Some(3), "{r:?}");
+    assert!(r.problem.unwrap().contains("beyond the chain head"));
+});
+
 both_backends!(stream_names_are_checked, |db| {
     let d = db.store.decisions();
     for bad in ["", " ", "a\nb"] {
