@@ -74,9 +74,17 @@ impl Envelope {
     /// and tools can produce envelopes around edited payloads; verification
     /// still judges the content.
     pub fn sign_bytes(payload: &[u8], key: &SigningKey) -> Self {
-        let sig = key.sign(&pae(PAYLOAD_TYPE, payload));
+        Self::sign_typed(PAYLOAD_TYPE, payload, key)
+    }
+
+    /// Signs payload bytes under another payload type, for other documents
+    /// the same keys sign (decision log checkpoints). The type is part of
+    /// the signed PAE, so such an envelope can never pass as a bundle, nor
+    /// a bundle as one of them.
+    pub fn sign_typed(payload_type: &str, payload: &[u8], key: &SigningKey) -> Self {
+        let sig = key.sign(&pae(payload_type, payload));
         Self {
-            payload_type: PAYLOAD_TYPE.to_owned(),
+            payload_type: payload_type.to_owned(),
             payload: STANDARD.encode(payload),
             signatures: vec![EnvelopeSignature {
                 keyid: key.key_id(),

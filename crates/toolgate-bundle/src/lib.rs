@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod checkpoint;
 mod document;
 mod envelope;
 mod error;
@@ -38,6 +39,7 @@ mod keys;
 mod trust;
 mod verify;
 
+pub use checkpoint::{CHECKPOINT_PAYLOAD_TYPE, CheckpointPayload};
 pub use document::{BundleDocument, BundleInput, FORMAT_VERSION, PolicyHashes, ProfileRef};
 pub use envelope::{
     Envelope, EnvelopeSignature, MAX_ENVELOPE_BYTES, MAX_SIGNATURES, PAYLOAD_TYPE, Unverified,
@@ -46,7 +48,7 @@ pub use envelope::{
 pub use error::BundleError;
 pub use keys::{PublicKey, SigningKey, key_id};
 pub use trust::TrustSet;
-pub use verify::{VerifiedBundle, VerifyOptions, verify};
+pub use verify::{VerifiedBundle, VerifyOptions, verify, verify_typed};
 
 /// Builds, signs and encodes a bundle in one step: the bytes a controller
 /// writes into a ConfigMap.

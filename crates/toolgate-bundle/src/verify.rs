@@ -166,6 +166,27 @@ pub fn verify(
     })
 }
 
+/// Verifies a DSSE envelope of `payload_type` (not a bundle: see
+/// [`Envelope::sign_typed`]) against a trust set and returns the signed
+/// payload bytes and the key id that verified. The same checks and codes as
+/// [`verify`] up to the signature; the payload is for the caller to parse.
+pub fn verify_typed(
+    envelope_bytes: &[u8],
+    payload_type: &'static str,
+    trust: &TrustSet,
+) -> Result<(Vec<u8>, String), BundleError> {
+    let envelope = Envelope::from_bytes(envelope_bytes)?;
+    let payload = envelope.payload_bytes()?;
+    if envelope.payload_type != payload_type {
+        return Err(BundleError::PayloadType {
+            found: envelope.payload_type,
+            expected: payload_type,
+        });
+    }
+    let keyid = check_signatures(&envelope, &payload, trust)?;
+    Ok((payload, keyid))
+}
+
 /// The key id of the first trusted signature that verifies.
 fn check_signatures(
     envelope: &Envelope,

@@ -52,6 +52,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Tenant this sidecar serves.
     pub tenant: String,
+    /// This sidecar instance's decision stream (`{pod}/{uuidv7}`).
+    pub stream: String,
     /// Who this sidecar is (for `requested_by`).
     pub identity: String,
     /// Allowed high-risk decisions awaiting their intent.
@@ -399,11 +401,19 @@ pub(crate) async fn decide(
         // that records its decision.
         let runs = app.store.runs();
         let admitted = if high_risk {
-            runs.admit_and_record(&app.tenant, &req.run_id, true, &limits, now, |a| {
-                let mut answered = verdict.clone();
-                crate::runs::apply_admission(&mut answered, a, mode);
-                record_of(&answered)
-            })
+            runs.admit_and_record(
+                &app.tenant,
+                &app.stream,
+                &req.run_id,
+                true,
+                &limits,
+                now,
+                |a| {
+                    let mut answered = verdict.clone();
+                    crate::runs::apply_admission(&mut answered, a, mode);
+                    record_of(&answered)
+                },
+            )
             .await
             .map(|(a, _)| a)
         } else {
@@ -450,7 +460,7 @@ pub(crate) async fn decide(
         if let Err(err) = app
             .store
             .decisions()
-            .append(&app.tenant, record_of(&verdict))
+            .append(&app.tenant, &app.stream, record_of(&verdict))
             .await
         {
             tracing::error!(error = %err, "high-risk decision not recorded; denying");

@@ -17,7 +17,9 @@ const MAX_BATCH: usize = 256;
 /// Attempts per batch before its records are counted as dropped.
 const ATTEMPTS: u32 = 5;
 
-/// Sending half: cheap to clone, never blocks.
+/// Sending half: cheap to clone, never blocks. Every record goes to this
+/// sidecar's own stream (see [`crate::SidecarConfig`]), so the writer never
+/// waits for another sidecar's appends.
 #[derive(Clone)]
 pub struct DecisionLog {
     tx: mpsc::Sender<(String, DecisionRecord)>,
@@ -29,11 +31,12 @@ impl DecisionLog {
     /// queued, once every `DecisionLog` clone is dropped.
     pub fn start(
         store: Store,
+        stream: String,
         metrics: Metrics,
         capacity: usize,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        let task = tokio::spawn(write_loop(store, metrics.clone(), rx));
+        let task = tokio::spawn(write_loop(store, stream, metrics.clone(), rx));
         (Self { tx, metrics }, task)
     }
 
@@ -48,6 +51,7 @@ impl DecisionLog {
 
 async fn write_loop(
     store: Store,
+    stream: String,
     metrics: Metrics,
     mut rx: mpsc::Receiver<(String, DecisionRecord)>,
 ) {
@@ -58,7 +62,7 @@ async fn write_loop(
             by_tenant.entry(tenant).or_default().push(record);
         }
         for (tenant, records) in by_tenant {
-            write_batch(&store, &metrics, &tenant, records).await;
+            write_batch(&store, &metrics, &tenant, &stream, records).await;
         }
     }
 }
@@ -67,14 +71,20 @@ async fn write_loop(
 /// invalid record, or a database that stays down through every retry) is
 /// written record by record, so only the offending records are lost, and
 /// each of them is counted.
-async fn write_batch(store: &Store, metrics: &Metrics, tenant: &str, records: Vec<DecisionRecord>) {
+async fn write_batch(
+    store: &Store,
+    metrics: &Metrics,
+    tenant: &str,
+    stream: &str,
+    records: Vec<DecisionRecord>,
+) {
     let count = records.len() as u64;
     let mut attempt = 0;
     loop {
         attempt += 1;
         match store
             .decisions()
-            .append_batch(tenant, records.clone())
+            .append_batch(tenant, stream, records.clone())
             .await
         {
             Ok(_) => {
@@ -93,7 +103,7 @@ async fn write_batch(store: &Store, metrics: &Metrics, tenant: &str, records: Ve
         }
     }
     for record in records {
-        match store.decisions().append(tenant, record).await {
+        match store.decisions().append(tenant, stream, record).await {
             Ok(_) => metrics.decision_log_written.inc(),
             Err(e) => {
                 metrics.decision_log_dropped.inc();

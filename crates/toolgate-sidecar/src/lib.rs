@@ -106,6 +106,44 @@ pub enum StartError {
     Bind(SocketAddr, std::io::Error),
 }
 
+/// Names this sidecar instance's decision stream, `{pod}/{uuidv7}`, and
+/// opens it linked to the newest stream of the same pod (the run before a
+/// container restart), so the new chain names the head it follows. A fresh
+/// nonce per start means a restarted sidecar never continues, and so never
+/// races, a chain it may still have had appends in flight for. Opening is
+/// best effort: if it fails (database briefly down) the first append seeds
+/// the stream unlinked, and decisions are still chained and verified.
+async fn open_stream(store: &Store, config: &SidecarConfig) -> String {
+    let stream = format!("{}/{}", config.pod_name, uuid::Uuid::now_v7());
+    let prefix = format!("{}/", config.pod_name);
+    let previous = match store
+        .decisions()
+        .latest_stream(&config.tenant, &prefix)
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot look up the previous decision stream");
+            None
+        }
+    };
+    match store
+        .decisions()
+        .open_stream(&config.tenant, &stream, previous.as_deref())
+        .await
+    {
+        Ok(head) => tracing::info!(
+            stream,
+            previous = ?head.previous,
+            "decision stream opened"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, stream, "decision stream not opened; it starts unlinked")
+        }
+    }
+    stream
+}
+
 /// A running sidecar.
 pub struct Sidecar {
     /// The bound address (useful with port 0).
@@ -155,8 +193,13 @@ impl Sidecar {
             policy_state::record_high_water(&store, &e).await;
         }
 
-        let (decision_log, decision_writer) =
-            DecisionLog::start(store.clone(), metrics.clone(), config.decision_queue);
+        let stream = open_stream(&store, &config).await;
+        let (decision_log, decision_writer) = DecisionLog::start(
+            store.clone(),
+            stream.clone(),
+            metrics.clone(),
+            config.decision_queue,
+        );
         metrics.precreate_mcp(config.mcp_upstreams.iter().map(|(n, _)| n.as_str()));
         let workspaces = Workspaces::new(&config.workspace_base, &config.tenant)?;
         let cancelled = Arc::new(runs::CancelledRuns::default());
@@ -167,6 +210,7 @@ impl Sidecar {
             workspaces,
             metrics,
             tenant: config.tenant.clone(),
+            stream,
             identity: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
             allowed: Default::default(),
             workspace_slots: Arc::new(tokio::sync::Semaphore::new(api::WORKSPACE_SLOTS)),

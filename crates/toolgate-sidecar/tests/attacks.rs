@@ -326,7 +326,7 @@ async fn workspace_calls_are_decided_like_authorize_and_recorded() {
         let decision = ok["decision_id"].as_str().unwrap().to_owned();
 
         h.stop().await;
-        let log = h.store.decisions().list(&h.tenant, 0, 100).await.unwrap();
+        let log = h.tenant_log().await;
         let tools: Vec<(&str, &str)> = log
             .iter()
             .map(|d| (d.record.tool.as_str(), d.record.reason.as_str()))
@@ -409,7 +409,7 @@ async fn bad_fields_are_refused_before_any_decision_and_lose_no_records() {
         assert!(!metrics.contains("xxxxxxxxxx"), "agent text became a label");
         assert!(!metrics.contains("audit_unavailable\",tool=\"reader\",verdict=\"deny\"} 1"));
         h.stop().await;
-        let log = h.store.decisions().list(&h.tenant, 0, 100).await.unwrap();
+        let log = h.tenant_log().await;
         assert_eq!(log.len(), 19, "every good record is kept");
         let report = h.store.decisions().verify(Some(&h.tenant)).await.unwrap();
         assert!(report[0].ok);

@@ -117,6 +117,64 @@ async fn verdicts_are_typed_and_recorded() {
     });
 }
 
+/// Each sidecar start writes its own stream `{pod}/{uuidv7}`; a restart of
+/// the same pod opens a new stream linked to the previous one's head, and
+/// both verify.
+#[tokio::test]
+async fn each_start_writes_its_own_linked_stream() {
+    let scratch = tempfile::tempdir().unwrap();
+    for (name, url) in backends(scratch.path()) {
+        let dir = scratch.path().join(&name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut h = Harness::start(&dir, &url, Some(&bundle(SPEC, 1, day(), &key()))).await;
+        let run = unique("run");
+        let first = h.sidecar.as_ref().unwrap().state.stream.clone();
+        assert!(first.starts_with("local/"), "{first}");
+        h.authorize("bash", json!({"command": "ls"}), &run).await;
+        h.authorize("reader", json!({"path": "a.rs"}), &run).await;
+        h.stop().await;
+        let old_head = h
+            .store
+            .decisions()
+            .head(&h.tenant, &first)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(old_head.seq, 2);
+        assert_eq!(old_head.previous, None);
+
+        let mut again =
+            Harness::start_as(&dir, &url, Some(&bundle(SPEC, 1, day(), &key())), &h.tenant).await;
+        let second = again.sidecar.as_ref().unwrap().state.stream.clone();
+        assert_ne!(second, first);
+        again
+            .authorize("bash", json!({"command": "ls"}), &run)
+            .await;
+        again.stop().await;
+        let head = again
+            .store
+            .decisions()
+            .head(&h.tenant, &second)
+            .await
+            .unwrap()
+            .unwrap();
+        let link = head.previous.expect("linked to the previous stream");
+        assert_eq!(
+            (link.stream, link.seq, link.hash),
+            (first, 2, old_head.hash)
+        );
+        let reports = again
+            .store
+            .decisions()
+            .verify(Some(&h.tenant))
+            .await
+            .unwrap();
+        assert_eq!(reports.len(), 2);
+        assert!(reports.iter().all(|r| r.ok), "{reports:?}");
+        assert_eq!(reports.iter().map(|r| r.rows).sum::<u64>(), 3);
+    }
+}
+
 #[tokio::test]
 async fn no_bundle_and_expired_bundle_fail_closed() {
     let scratch = tempfile::tempdir().unwrap();

@@ -83,12 +83,7 @@ async fn budgets_are_one_per_run_across_sidecars_and_restarts() {
         assert_eq!(state["budgets"]["run_seconds"]["limit"], Value::Null);
 
         // The refused high-risk call is in the decision log, with its budget.
-        let log = one
-            .store
-            .decisions()
-            .list(&one.tenant, 0, 100)
-            .await
-            .unwrap();
+        let log = one.tenant_log().await;
         let refused = log
             .iter()
             .find(|d| d.record.decision_id == third["decision_id"].as_str().unwrap())
@@ -298,7 +293,7 @@ async fn dry_run_and_warn_allow_and_report_what_enforce_would_do() {
             assert!(metrics.contains(series), "missing {series}");
         }
         // Recorded with what would have happened (the high-risk one durably).
-        let log = h.store.decisions().list(&h.tenant, 0, 100).await.unwrap();
+        let log = h.tenant_log().await;
         let rec = log
             .iter()
             .find(|d| d.record.decision_id == v["decision_id"].as_str().unwrap())
@@ -381,13 +376,7 @@ async fn batches_run_in_parallel_only_when_every_call_is_read_only() {
 
         // Malformed batches are typed 400s, and nothing of them is decided.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = h
-            .store
-            .decisions()
-            .list(&h.tenant, 0, 1000)
-            .await
-            .unwrap()
-            .len();
+        let before = h.tenant_log().await.len();
         for body in [
             other(json!([])),
             other(json!(vec![read.clone(); 65])),
@@ -402,13 +391,7 @@ async fn batches_run_in_parallel_only_when_every_call_is_read_only() {
             );
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let after = h
-            .store
-            .decisions()
-            .list(&h.tenant, 0, 1000)
-            .await
-            .unwrap()
-            .len();
+        let after = h.tenant_log().await.len();
         assert_eq!(before, after, "a rejected batch recorded decisions");
         h.stop().await;
     }

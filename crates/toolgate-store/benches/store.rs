@@ -5,9 +5,12 @@
 //! For concurrency 1, 16 and 64 it measures, through one pool in one run:
 //! - intents: `begin` + `complete` per second, beside a bare INSERT + UPDATE
 //!   of the same row shape into a copy of the table;
-//! - decisions: `append` per second (one tenant per worker, and all workers on
-//!   one shared tenant), beside a bare INSERT of the same rows into a copy of
-//!   the table without the chain.
+//! - decisions: `append` per second, beside a bare INSERT of the same rows
+//!   into a copy of the table without the chain, for three shapes: one
+//!   tenant per worker; one tenant whose workers each append to their own
+//!   stream (the sidecars of one tenant, each its own stream: the shape
+//!   production has); and all workers on one shared stream of one tenant
+//!   (what one chain per tenant was: every append waits for one head row).
 //!
 //! and prints store/bare ratios. Store and bare runs alternate in short
 //! slices so background load affects both alike. `TOOLGATE_BENCH_SECONDS` (default 2) sets the
@@ -65,7 +68,7 @@ async fn main() {
 
     println!("toolgate-store benchmark, PostgreSQL, {seconds}s per line");
     println!(
-        "{:<34} {:>5} {:>12} {:>12} {:>7}",
+        "{:<44} {:>5} {:>12} {:>12} {:>7}",
         "workload", "conc", "store ops/s", "bare ops/s", "ratio"
     );
     let mut run = 0usize;
@@ -99,16 +102,20 @@ async fn main() {
         .await;
         report("intents begin+complete", c, store_rate, bare_rate);
 
-        for shared in [false, true] {
-            let tag = format!("r{run}{}", if shared { "s" } else { "p" });
-            let tenant = move |w: usize| {
-                if shared {
-                    format!("{tag}-shared")
-                } else {
-                    format!("{tag}-w{w}")
+        for shape in [
+            Shape::TenantPerWorker,
+            Shape::StreamPerWorker,
+            Shape::SharedStream,
+        ] {
+            let tag = format!("r{run}{}", shape.tag());
+            let chain = move |w: usize| -> (String, String) {
+                match shape {
+                    Shape::TenantPerWorker => (format!("{tag}-w{w}"), "pod/1".to_owned()),
+                    Shape::StreamPerWorker => (format!("{tag}-t"), format!("pod-{w}/1")),
+                    Shape::SharedStream => (format!("{tag}-t"), "pod/1".to_owned()),
                 }
             };
-            let t = tenant.clone();
+            let c2 = chain.clone();
             let s = store.clone();
             let p = pool.clone();
             let seqs = Arc::new(AtomicU64::new(0));
@@ -117,29 +124,24 @@ async fn main() {
                 window,
                 move |w, i| {
                     let store = s.clone();
-                    let tenant = t(w);
+                    let (tenant, stream) = c2(w);
                     async move {
                         store
                             .decisions()
-                            .append(&tenant, record(w, i))
+                            .append(&tenant, &stream, record(w, i))
                             .await
                             .expect("append");
                     }
                 },
                 move |w, i| {
                     let pool = p.clone();
-                    let tenant = tenant(w);
+                    let (tenant, stream) = chain(w);
                     let seq = seqs.fetch_add(1, Ordering::Relaxed) as i64 + 1;
-                    async move { bare_decision(&pool, &tenant, seq, record(w, i)).await }
+                    async move { bare_decision(&pool, &tenant, &stream, seq, record(w, i)).await }
                 },
             )
             .await;
-            let label = if shared {
-                "decisions append (1 shared tenant)"
-            } else {
-                "decisions append (tenant/worker)"
-            };
-            report(label, c, store_rate, bare_rate);
+            report(shape.label(), c, store_rate, bare_rate);
         }
     }
 
@@ -155,6 +157,35 @@ async fn main() {
     let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
         .execute(&admin)
         .await;
+}
+
+/// How decision appends are spread over chains.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// Every worker its own tenant.
+    TenantPerWorker,
+    /// One tenant, every worker its own stream.
+    StreamPerWorker,
+    /// One tenant, one stream for all workers.
+    SharedStream,
+}
+
+impl Shape {
+    fn tag(self) -> &'static str {
+        match self {
+            Shape::TenantPerWorker => "p",
+            Shape::StreamPerWorker => "m",
+            Shape::SharedStream => "s",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Shape::TenantPerWorker => "decisions append (tenant/worker)",
+            Shape::StreamPerWorker => "decisions append (1 tenant, stream/worker)",
+            Shape::SharedStream => "decisions append (1 tenant, 1 stream)",
+        }
+    }
 }
 
 /// Measures two workloads fairly on a shared, noisy machine: alternates
@@ -219,7 +250,7 @@ where
 
 fn report(label: &str, concurrency: usize, store: f64, bare: f64) {
     println!(
-        "{label:<34} {concurrency:>5} {store:>12.0} {bare:>12.0} {:>7.2}",
+        "{label:<44} {concurrency:>5} {store:>12.0} {bare:>12.0} {:>7.2}",
         store / bare
     );
 }
@@ -296,13 +327,13 @@ fn record(w: usize, i: u64) -> DecisionRecord {
     }
 }
 
-async fn bare_decision(pool: &PgPool, tenant: &str, seq: i64, r: DecisionRecord) {
+async fn bare_decision(pool: &PgPool, tenant: &str, stream: &str, seq: i64, r: DecisionRecord) {
     const HASH: &str = "1111111111111111111111111111111111111111111111111111111111111111";
     sqlx::query(
         "INSERT INTO bare_decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
          reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
-         prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-         $15, $16)",
+         prev_hash, hash, stream) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+         $13, $14, $15, $16, $17)",
     )
     .bind(tenant)
     .bind(seq)
@@ -320,6 +351,7 @@ async fn bare_decision(pool: &PgPool, tenant: &str, seq: i64, r: DecisionRecord)
     .bind(r.created_at.as_millisecond())
     .bind(HASH)
     .bind(HASH)
+    .bind(stream)
     .execute(pool)
     .await
     .expect("bare decision insert");

@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod approvals;
+mod checkpoints;
 mod decisions;
 mod heartbeats;
 mod intents;
@@ -38,7 +39,11 @@ pub use approvals::{
     Approval, ApprovalDecision, ApprovalStatus, Approvals, ApprovedCall, MAX_PREVIEW_CHARS,
     NewApproval, RunEvent,
 };
-pub use decisions::{ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH};
+pub use checkpoints::{Checkpoint, Checkpoints};
+pub use decisions::{
+    ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, LEGACY_STREAM,
+    StreamHead, StreamLink, genesis_hash,
+};
 pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
@@ -166,6 +171,11 @@ impl From<sqlx::Error> for StoreError {
                 ) =>
             {
                 StoreError::Conflict(db.message().to_owned())
+            }
+            // Opening a decision stream with a reserved name or an unknown
+            // previous stream (0006).
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("TG005") => {
+                StoreError::InvalidInput(db.message().to_owned())
             }
             _ => StoreError::Database(e),
         }
@@ -470,6 +480,11 @@ impl Store {
     /// The append-only, hash-chained decision log.
     pub fn decisions(&self) -> Decisions<'_> {
         Decisions { store: self }
+    }
+
+    /// Signed checkpoints of decision stream heads.
+    pub fn checkpoints(&self) -> Checkpoints<'_> {
+        Checkpoints { store: self }
     }
 
     /// Loaded policy profile versions and process-wide events.

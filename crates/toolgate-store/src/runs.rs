@@ -252,10 +252,15 @@ impl Runs<'_> {
 
     /// [`Runs::admit`] and the decision record in one transaction: the
     /// record `decide` builds for the admission's outcome is appended to the
-    /// tenant's chain, or neither the charge nor the record is kept.
+    /// chain of (`tenant`, `stream`), or neither the charge nor the record is kept.
+    // One call on the sidecar's hot path, every argument a plain value the
+    // handler has at hand; a parameter struct would only be built and
+    // destructured again.
+    #[allow(clippy::too_many_arguments)]
     pub async fn admit_and_record(
         &self,
         tenant: &str,
+        stream: &str,
         run_id: &str,
         high_risk: bool,
         limits: &RunLimits,
@@ -271,7 +276,8 @@ impl Runs<'_> {
                 let mut tx = pool.begin_write().await?;
                 let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now_ms);
                 let record = crate::decisions::prepared(decide(&admission))?;
-                let chained = crate::decisions::append_pg_in(&mut tx, tenant, record).await?;
+                let chained =
+                    crate::decisions::append_pg_in(&mut tx, tenant, stream, record).await?;
                 tx.commit().await?;
                 Ok((admission, chained))
             }
@@ -280,7 +286,8 @@ impl Runs<'_> {
                 let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now_ms);
                 let record = crate::decisions::prepared(decide(&admission))?;
                 let mut chained =
-                    crate::decisions::append_sqlite_in(&mut tx, tenant, vec![record]).await?;
+                    crate::decisions::append_sqlite_in(&mut tx, tenant, stream, vec![record])
+                        .await?;
                 tx.commit().await?;
                 let chained = chained
                     .pop()

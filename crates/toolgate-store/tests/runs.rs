@@ -2,6 +2,9 @@
 
 mod common;
 
+/// The decision stream admissions are recorded in.
+const S: &str = "pod-a/0001";
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -170,7 +173,7 @@ both_backends!(admission_and_record_commit_together, |db| {
     let runs = db.store.runs();
     let run = unique("run");
     let (admission, chained) = runs
-        .admit_and_record("acme", &run, true, &CALLS, Timestamp::now(), |a| {
+        .admit_and_record("acme", S, &run, true, &CALLS, Timestamp::now(), |a| {
             assert!(a.is_admitted());
             record(&run, "allow", "allow_rule")
         })
@@ -180,17 +183,25 @@ both_backends!(admission_and_record_commit_together, |db| {
     assert_eq!(chained.seq, 1);
     // The refusal is recorded as the caller decided to record it.
     let (refused, chained) = runs
-        .admit_and_record("acme", &run, true, &CALLS, Timestamp::now(), |a| match a {
-            Admission::Exhausted { .. } => record(&run, "deny", "budget_exhausted"),
-            other => panic!("{other:?}"),
-        })
+        .admit_and_record(
+            "acme",
+            S,
+            &run,
+            true,
+            &CALLS,
+            Timestamp::now(),
+            |a| match a {
+                Admission::Exhausted { .. } => record(&run, "deny", "budget_exhausted"),
+                other => panic!("{other:?}"),
+            },
+        )
         .await
         .unwrap();
     assert!(!refused.is_admitted());
     assert_eq!(chained.record.reason, "budget_exhausted");
     // A record the log refuses rolls the charge back.
     let err = runs
-        .admit_and_record("acme", &run, false, &CALLS, Timestamp::now(), |_| {
+        .admit_and_record("acme", S, &run, false, &CALLS, Timestamp::now(), |_| {
             let mut r = record(&run, "allow", "allow_rule");
             r.tool = String::new();
             r

@@ -2,6 +2,9 @@
 
 mod common;
 
+/// The decision stream most tests append to.
+const S: &str = "pod-a/0190a000-0000-7000-8000-000000000001";
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -840,12 +843,18 @@ both_backends!(approval_wait_wakes_and_times_out, |db| {
 
 both_backends!(decision_chain_basics, |db| {
     let decisions = db.store.decisions();
-    let first = decisions.append("acme", record(1)).await.unwrap();
+    let first = decisions.append("acme", S, record(1)).await.unwrap();
     assert_eq!(first.seq, 1);
-    assert_eq!(first.prev_hash, GENESIS_HASH);
+    // An unopened stream starts from its unlinked genesis.
+    assert_eq!(
+        first.prev_hash,
+        toolgate_store::genesis_hash("acme", S, None).unwrap()
+    );
+    assert_ne!(first.prev_hash, GENESIS_HASH);
+    assert_eq!(first.stream, S);
     assert_eq!(first.hash.len(), 64);
     let batch = decisions
-        .append_batch("acme", (2..=5).map(record).collect())
+        .append_batch("acme", S, (2..=5).map(record).collect())
         .await
         .unwrap();
     assert_eq!(
@@ -857,12 +866,15 @@ both_backends!(decision_chain_basics, |db| {
         assert_eq!(w[1].prev_hash, w[0].hash);
     }
     // Chains are per tenant.
-    let other = decisions.append("globex", record(1)).await.unwrap();
+    let other = decisions.append("globex", S, record(1)).await.unwrap();
     assert_eq!(other.seq, 1);
-    assert_eq!(other.prev_hash, GENESIS_HASH);
+    assert_eq!(
+        other.prev_hash,
+        toolgate_store::genesis_hash("globex", S, None).unwrap()
+    );
     assert_ne!(other.hash, first.hash, "tenant is part of the hash");
 
-    let listed = decisions.list("acme", 0, 100).await.unwrap();
+    let listed = decisions.list("acme", S, 0, 100).await.unwrap();
     assert_eq!(listed.len(), 5);
     assert_eq!(listed[0], first);
     assert_eq!(&listed[1..], &batch[..]);
@@ -875,7 +887,7 @@ both_backends!(decision_chain_basics, |db| {
     let acme = decisions.verify(Some("acme")).await.unwrap();
     assert_eq!(acme[0].rows, 5);
     assert_eq!(
-        decisions.append_batch("acme", vec![]).await.unwrap(),
+        decisions.append_batch("acme", S, vec![]).await.unwrap(),
         vec![]
     );
 });
@@ -889,7 +901,7 @@ both_backends!(decision_concurrent_appenders, |db| {
             if i.is_multiple_of(4) {
                 store
                     .decisions()
-                    .append_batch("acme", vec![record(i), record(i + 100)])
+                    .append_batch("acme", S, vec![record(i), record(i + 100)])
                     .await
                     .unwrap()
                     .into_iter()
@@ -899,7 +911,7 @@ both_backends!(decision_concurrent_appenders, |db| {
                 vec![
                     store
                         .decisions()
-                        .append("acme", record(i))
+                        .append("acme", S, record(i))
                         .await
                         .unwrap()
                         .seq,
@@ -927,7 +939,7 @@ both_backends!(decision_concurrent_appenders, |db| {
 async fn chain_of(db: &common::TestDb, tenant: &str, n: usize) {
     db.store
         .decisions()
-        .append_batch(tenant, (1..=n).map(record).collect())
+        .append_batch(tenant, S, (1..=n).map(record).collect())
         .await
         .unwrap();
     assert!(db.store.decisions().verify(Some(tenant)).await.unwrap()[0].ok);
@@ -1000,7 +1012,7 @@ both_backends!(decision_batch_failure_leaves_nothing, |db| {
     let err = db
         .store
         .decisions()
-        .append_batch("acme", (10..15).map(record).collect())
+        .append_batch("acme", S, (10..15).map(record).collect())
         .await
         .unwrap_err();
     assert_eq!(err.code(), "database_error", "{err}");
@@ -1008,7 +1020,7 @@ both_backends!(decision_batch_failure_leaves_nothing, |db| {
     assert_eq!(
         db.store
             .decisions()
-            .list("acme", 0, 100)
+            .list("acme", S, 0, 100)
             .await
             .unwrap()
             .len(),
@@ -1022,7 +1034,7 @@ both_backends!(decision_batch_failure_leaves_nothing, |db| {
     assert_eq!(
         db.store
             .decisions()
-            .append("acme", record(3))
+            .append("acme", S, record(3))
             .await
             .unwrap()
             .seq,
@@ -1273,13 +1285,13 @@ both_backends!(bad_input_is_typed, |db| {
 
     let d = db.store.decisions();
     assert_eq!(
-        d.append("", record(1)).await.unwrap_err().code(),
+        d.append("", S, record(1)).await.unwrap_err().code(),
         "invalid_input"
     );
     let mut r = record(1);
     r.verdict = String::new();
     assert_eq!(
-        d.append("acme", r).await.unwrap_err().code(),
+        d.append("acme", S, r).await.unwrap_err().code(),
         "invalid_input"
     );
     assert_eq!(

@@ -17,6 +17,8 @@ use toolgate_store::{
 };
 
 const CALL: &str = "sha256:call";
+/// The decision stream the tests append to (a sidecar's `{pod}/{nonce}`).
+const S: &str = "pod-a/0190a000-0000-7000-8000-000000000001";
 const POLICY: &str = "default@0123456789ab+h01234567";
 
 fn admin_url() -> Option<String> {
@@ -326,11 +328,11 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].intent.id, open.id);
 
-    let first = a.decisions().append(&ta, record(0)).await.unwrap();
+    let first = a.decisions().append(&ta, S, record(0)).await.unwrap();
     assert_eq!(first.seq, 1);
     let batch = a
         .decisions()
-        .append_batch(&ta, (1..6).map(record).collect())
+        .append_batch(&ta, S, (1..6).map(record).collect())
         .await
         .unwrap();
     assert_eq!(batch.last().unwrap().seq, 6);
@@ -382,7 +384,7 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     );
 
     // B writes a little of its own, so that A's view can be checked too.
-    b.decisions().append(&tb, record(0)).await.unwrap();
+    b.decisions().append(&tb, S, record(0)).await.unwrap();
     b.approvals().request(approval(&tb, "inv-b")).await.unwrap();
     b.heartbeats()
         .record_heartbeat(&heartbeat(&tb, 1))
@@ -508,9 +510,29 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     .execute(&pa)
     .await
     .unwrap();
+    // Naming no stream, it went to the legacy stream (as a sidecar of the
+    // release before streams would), chained from its own genesis.
     let reports = a.decisions().verify(Some(&ta)).await.unwrap();
-    assert!(reports[0].ok, "{reports:?}");
-    assert_eq!(reports[0].rows, 7);
+    assert!(reports.iter().all(|r| r.ok), "{reports:?}");
+    assert_eq!(reports.iter().map(|r| r.rows).sum::<u64>(), 7);
+    let legacy = a.decisions().list(&ta, "legacy", 0, 10).await.unwrap();
+    assert_eq!(legacy.len(), 1);
+    assert_eq!(legacy[0].seq, 1);
+    assert_eq!(legacy[0].prev_hash, toolgate_store::GENESIS_HASH);
+
+    fx.admin
+        .checkpoints()
+        .record(&toolgate_store::Checkpoint {
+            tenant: ta.clone(),
+            stream: S.into(),
+            seq: 6,
+            hash: batch.last().unwrap().hash.clone(),
+            at: jiff::Timestamp::now(),
+            keyid: "k".into(),
+            envelope: "{}".into(),
+        })
+        .await
+        .unwrap();
 
     // ---- invisibility: B sees none of A's rows ----------------------------
     for (table, column) in [
@@ -519,6 +541,7 @@ async fn tenant_roles_are_confined_to_their_tenant() {
         ("run_events", "tenant"),
         ("decisions", "tenant"),
         ("decision_heads", "tenant"),
+        ("checkpoints", "tenant"),
         ("policy_profiles", "namespace"),
         ("process_events", "tenant"),
         ("sidecar_heartbeats", "pod_namespace"),
@@ -537,7 +560,7 @@ async fn tenant_roles_are_confined_to_their_tenant() {
         b.intents().get(&open.id).await.unwrap_err().code(),
         "not_found"
     );
-    assert!(b.decisions().list(&ta, 0, 100).await.unwrap().is_empty());
+    assert!(b.decisions().list(&ta, S, 0, 100).await.unwrap().is_empty());
     assert!(
         b.approvals()
             .list_all(None)
@@ -550,6 +573,7 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     let b_reports = b.decisions().verify(None).await.unwrap();
     assert_eq!(b_reports.len(), 1);
     assert_eq!(b_reports[0].tenant, tb);
+    assert!(b.checkpoints().list(None, None).await.unwrap().is_empty());
     // B's changes to A's rows touch nothing.
     let changed = sqlx::query("UPDATE intents SET effect_sent_at = 1 WHERE id = $1")
         .bind(&open.id)
@@ -587,7 +611,7 @@ async fn tenant_roles_are_confined_to_their_tenant() {
             .await
             .unwrap_err(),
         b.intents().begin(intent(&ta)).await.unwrap_err(),
-        b.decisions().append(&ta, record(9)).await.unwrap_err(),
+        b.decisions().append(&ta, S, record(9)).await.unwrap_err(),
         b.heartbeats()
             .record_heartbeat(&heartbeat(&ta, 9))
             .await
@@ -861,6 +885,162 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
         sqlstate(admin, "UPDATE runs SET cancel_requested_at = NULL").await,
         "TG004"
     );
+    a.close().await;
+    b.close().await;
+}
+
+/// Streams under tenant roles: a tenant opens and appends to streams of its
+/// own tenant only, never chooses a chain position, cannot reset, reopen or
+/// write checkpoints, and its streams chain independently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenant_streams_are_confined_and_unforgeable() {
+    let Some(mut fx) = Fixture::new().await else {
+        return;
+    };
+    let (ta, tb) = (format!("ta-{}", suffix()), format!("tb-{}", suffix()));
+    let creds_a = fx.provision(&ta).await;
+    let creds_b = fx.provision(&tb).await;
+    let a = Store::connect(&creds_a.database_url).await.unwrap();
+    let b = Store::connect(&creds_b.database_url).await.unwrap();
+    let pa = a.as_postgres().unwrap().clone();
+    let pb = b.as_postgres().unwrap().clone();
+
+    // A opens its first stream, appends, then "restarts" into a second one
+    // linked to the first's head.
+    let s1 = "pod-a/1";
+    let s2 = "pod-a/2";
+    let opened = a.decisions().open_stream(&ta, s1, None).await.unwrap();
+    assert_eq!(opened.seq, 0);
+    let rows = a
+        .decisions()
+        .append_batch(&ta, s1, (0..3).map(record).collect())
+        .await
+        .unwrap();
+    assert_eq!(rows[0].prev_hash, opened.hash);
+    assert_eq!(
+        a.decisions()
+            .latest_stream(&ta, "pod-a/")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(s1)
+    );
+    let second = a.decisions().open_stream(&ta, s2, Some(s1)).await.unwrap();
+    let link = second.previous.clone().unwrap();
+    assert_eq!((link.stream.as_str(), link.seq), (s1, 3));
+    assert_eq!(link.hash, rows[2].hash);
+    let first2 = a.decisions().append(&ta, s2, record(9)).await.unwrap();
+    assert_eq!(first2.seq, 1);
+    assert_eq!(first2.prev_hash, second.hash);
+    // B's stream of the same name is another chain.
+    let b1 = b.decisions().append(&tb, s1, record(0)).await.unwrap();
+    assert_eq!(b1.seq, 1);
+
+    // Refusals: another tenant's stream, reopening, legacy, a made-up
+    // previous stream.
+    for err in [
+        b.decisions()
+            .open_stream(&ta, "pod-b/x", None)
+            .await
+            .unwrap_err(),
+        b.decisions().append(&ta, s1, record(5)).await.unwrap_err(),
+    ] {
+        assert_eq!(err.code(), "permission_denied", "{err}");
+    }
+    assert_eq!(
+        a.decisions()
+            .open_stream(&ta, s1, None)
+            .await
+            .unwrap_err()
+            .code(),
+        "conflict"
+    );
+    assert_eq!(
+        a.decisions()
+            .open_stream(&ta, "legacy", None)
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_input"
+    );
+    assert_eq!(
+        a.decisions()
+            .open_stream(&ta, "pod-a/3", Some("nope"))
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_input"
+    );
+    // The link is read by the database: B cannot link to A's stream either.
+    assert_eq!(
+        b.decisions()
+            .open_stream(&tb, "pod-b/2", Some(s2))
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_input"
+    );
+    for sql in [
+        format!("UPDATE decision_heads SET seq = 0 WHERE tenant = '{ta}' AND stream = '{s1}'"),
+        format!("DELETE FROM decision_heads WHERE tenant = '{ta}' AND stream = '{s1}'"),
+        format!(
+            "INSERT INTO decision_heads (tenant, stream, seq, prev_hash, hash) \
+             VALUES ('{ta}', 'pod-a/9', 5, '', '')"
+        ),
+        format!("DELETE FROM decisions WHERE tenant = '{ta}' AND stream = '{s1}'"),
+        format!("UPDATE decisions SET stream = 'pod-a/9' WHERE tenant = '{ta}'"),
+        format!(
+            "INSERT INTO checkpoints (tenant, stream, seq, hash, at, keyid, envelope) \
+             VALUES ('{ta}', '{s1}', 1, 'h', 0, 'k', 'e')"
+        ),
+        format!("SELECT toolgate_open_decision_stream('{tb}', 'pod-x/1', NULL)"),
+    ] {
+        assert_eq!(sqlstate(&pa, &sql).await, "42501", "{sql}");
+    }
+    assert_eq!(
+        sqlstate(
+            &pb,
+            &format!(
+                "INSERT INTO decisions (tenant, stream, decision_id, run_id, step_id, tool, \
+                 verdict, reason, policy_version, risk, args_digest, created_at) \
+                 VALUES ('{ta}', '{s1}', 'x', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', 0)"
+            )
+        )
+        .await,
+        "42501"
+    );
+    // A direct insert naming a stream, a seq and hashes is chained by the
+    // trigger at the stream's next position anyway.
+    sqlx::raw_sql(&format!(
+        "INSERT INTO decisions (tenant, stream, seq, decision_id, run_id, step_id, tool, \
+         verdict, reason, policy_version, risk, args_digest, created_at, prev_hash, hash) \
+         VALUES ('{ta}', '{s1}', 1000, 'forged', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', \
+         0, 'bogus', 'bogus')"
+    ))
+    .execute(&pa)
+    .await
+    .unwrap();
+    let s1_rows = a.decisions().list(&ta, s1, 0, 100).await.unwrap();
+    assert_eq!(
+        s1_rows.iter().map(|d| d.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert_eq!(s1_rows[3].prev_hash, rows[2].hash);
+
+    // Every stream verifies, on its own and together; the link of s2 still
+    // holds (s1 grew past it, which is fine).
+    let reports = fx.admin.decisions().verify(Some(&ta)).await.unwrap();
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    assert!(reports.iter().all(|r| r.ok), "{reports:?}");
+    assert!(a.decisions().verify_stream(&ta, s2).await.unwrap().ok);
+    // B sees only its own stream.
+    let b_reports = b.decisions().verify(None).await.unwrap();
+    assert_eq!(b_reports.len(), 1);
+    assert_eq!(
+        (b_reports[0].tenant.as_str(), b_reports[0].stream.as_str()),
+        (tb.as_str(), s1)
+    );
+
     a.close().await;
     b.close().await;
 }

@@ -26,6 +26,10 @@ pub enum CliError {
     /// A command-line value is unusable.
     #[error("{0}")]
     Usage(String),
+    /// A stored decision-log checkpoint is signed but not a valid
+    /// checkpoint, or is filed under another position than it signs.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
 }
 
 impl CliError {
@@ -37,6 +41,7 @@ impl CliError {
             Self::Store(e) => e.code(),
             Self::Io { .. } => "io_error",
             Self::Usage(_) => "usage",
+            Self::Checkpoint(_) => "checkpoint_invalid",
         }
     }
 

@@ -1,5 +1,6 @@
-//! `toolgate approvals`, `toolgate audit verify` and `toolgate migrate`
-//! against a real SQLite file.
+//! `toolgate approvals`, `toolgate audit verify`/`checkpoint` and
+//! `toolgate migrate` against a real SQLite file (and PostgreSQL, for the
+//! checkpoints, when `TOOLGATE_TEST_DATABASE_URL` is set).
 
 use std::process::Command;
 use std::time::Duration;
@@ -127,7 +128,11 @@ async fn approvals_and_audit_from_the_command_line() {
     );
 
     for i in 0..5 {
-        store.decisions().append("team-a", record(i)).await.unwrap();
+        store
+            .decisions()
+            .append("team-a", "pod-1/a", record(i))
+            .await
+            .unwrap();
     }
     let (code, report) = toolgate(&["audit", "verify", "--database", &url]);
     assert_eq!(
@@ -136,6 +141,11 @@ async fn approvals_and_audit_from_the_command_line() {
         "{report}"
     );
     assert_eq!(report["chains"][0]["rows"], 5);
+    assert_eq!(report["chains"][0]["stream"], "pod-1/a");
+    assert_eq!(
+        (&report["streams"], &report["records"]),
+        (&1.into(), &5.into())
+    );
 
     sqlx::query("UPDATE decisions SET verdict = 'allow' WHERE seq = 3")
         .execute(store.as_sqlite().unwrap())
@@ -144,4 +154,222 @@ async fn approvals_and_audit_from_the_command_line() {
     let (code, report) = toolgate(&["audit", "verify", "--database", &url, "--tenant", "team-a"]);
     assert_eq!(code, Some(1), "a broken chain fails the command: {report}");
     assert_eq!(report["chains"][0]["first_broken_seq"], 3);
+}
+
+/// A database URL per engine for the checkpoint test: a SQLite file, and a
+/// fresh schema of `TOOLGATE_TEST_DATABASE_URL` when set (required in CI).
+async fn engines(dir: &std::path::Path) -> Vec<(String, Option<String>)> {
+    let mut out = vec![(
+        format!("sqlite://{}?mode=rwc", dir.join("cp.db").display()),
+        None,
+    )];
+    match std::env::var("TOOLGATE_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => {
+            let schema = format!("cli_{}", uuid_like());
+            let admin = sqlx::PgPool::connect(&url).await.unwrap();
+            sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                .execute(&admin)
+                .await
+                .unwrap();
+            admin.close().await;
+            let sep = if url.contains('?') { '&' } else { '?' };
+            out.push((
+                format!("{url}{sep}options=-c%20search_path%3D{schema}"),
+                Some(schema),
+            ));
+        }
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true but TOOLGATE_TEST_DATABASE_URL is not set")
+        }
+        _ => eprintln!("SKIP postgres variant: TOOLGATE_TEST_DATABASE_URL is not set"),
+    }
+    out
+}
+
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{nanos:x}{:x}", std::process::id())
+}
+
+/// Per-stream verification and signed checkpoints from the command line: a
+/// tail truncation whose head is rewritten to match passes `audit verify`
+/// but fails `audit verify --checkpoints`.
+#[tokio::test]
+async fn audit_checkpoints_detect_truncation_with_a_rewritten_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = toolgate_bundle::SigningKey::generate();
+    let key_path = dir.path().join("signing.pem");
+    let trust_path = dir.path().join("trust.pem");
+    let other_trust = dir.path().join("other.pem");
+    key.write_file(&key_path).unwrap();
+    key.public_key().write_file(&trust_path).unwrap();
+    toolgate_bundle::SigningKey::generate()
+        .public_key()
+        .write_file(&other_trust)
+        .unwrap();
+    let (key_arg, trust, other) = (
+        key_path.to_str().unwrap(),
+        trust_path.to_str().unwrap(),
+        other_trust.to_str().unwrap(),
+    );
+
+    for (url, schema) in engines(dir.path()).await {
+        eprintln!("engine: {}", &url[..8]);
+        let store = Store::connect(&url).await.unwrap();
+        let d = store.decisions();
+        d.append_batch("team-a", "pod-1/a", (0..4).map(record).collect())
+            .await
+            .unwrap();
+        d.append_batch("team-a", "pod-2/b", (0..3).map(record).collect())
+            .await
+            .unwrap();
+        d.append_batch("team-b", "pod-x/1", (0..2).map(record).collect())
+            .await
+            .unwrap();
+
+        let (code, all) = toolgate(&["audit", "verify", "--database", &url]);
+        assert_eq!(code, Some(0), "{all}");
+        assert_eq!((&all["streams"], &all["records"]), (&3.into(), &9.into()));
+        let (code, one) = toolgate(&[
+            "audit",
+            "verify",
+            "--database",
+            &url,
+            "--tenant",
+            "team-a",
+            "--stream",
+            "pod-1/a",
+        ]);
+        assert_eq!(code, Some(0), "{one}");
+        assert_eq!((&one["streams"], &one["records"]), (&1.into(), &4.into()));
+        let (code, err) = toolgate(&["audit", "verify", "--database", &url, "--stream", "x"]);
+        assert_eq!(code, Some(2), "--stream needs --tenant: {err}");
+
+        let (code, signed) = toolgate(&[
+            "audit",
+            "checkpoint",
+            "--database",
+            &url,
+            "--key",
+            key_arg,
+            "--tenant",
+            "team-a",
+        ]);
+        assert_eq!(code, Some(0), "{signed}");
+        assert_eq!(signed["signed"].as_array().unwrap().len(), 2, "{signed}");
+        assert_eq!(signed["keyid"], key.key_id().as_str());
+        let (code, again) = toolgate(&[
+            "audit",
+            "checkpoint",
+            "--database",
+            &url,
+            "--key",
+            key_arg,
+            "--tenant",
+            "team-a",
+        ]);
+        assert_eq!((code, &again["unchanged"]), (Some(0), &2.into()), "{again}");
+        let stored = store
+            .checkpoints()
+            .list(Some("team-a"), None)
+            .await
+            .unwrap();
+        assert_eq!(stored.len(), 2);
+        assert_eq!((stored[0].stream.as_str(), stored[0].seq), ("pod-1/a", 4));
+
+        let verify_cp = |trust: &str| {
+            toolgate(&[
+                "audit",
+                "verify",
+                "--database",
+                &url,
+                "--checkpoints",
+                "--trust",
+                trust,
+            ])
+        };
+        let (code, ok) = verify_cp(trust);
+        assert_eq!(code, Some(0), "{ok}");
+        assert_eq!(ok["checkpoints"]["checked"], 2);
+        // Growing past a checkpoint is fine.
+        d.append_batch("team-a", "pod-1/a", (4..6).map(record).collect())
+            .await
+            .unwrap();
+        assert_eq!(verify_cp(trust).0, Some(0));
+        // An untrusted signer fails.
+        let (code, untrusted) = verify_cp(other);
+        assert_eq!(code, Some(1), "{untrusted}");
+        assert_eq!(
+            untrusted["checkpoints"]["failures"][0]["code"],
+            "bundle_unknown_key"
+        );
+
+        // Truncate pod-1/a to seq 2 and rewrite its head to match.
+        let truncate = "DELETE FROM decisions WHERE tenant = 'team-a' AND stream = 'pod-1/a' \
+            AND seq > 2";
+        let rewrite_head = "UPDATE decision_heads SET (seq, prev_hash, hash) = \
+            (SELECT seq, prev_hash, hash FROM decisions \
+             WHERE tenant = 'team-a' AND stream = 'pod-1/a' AND seq = 2) \
+            WHERE tenant = 'team-a' AND stream = 'pod-1/a'";
+        for sql in [truncate, rewrite_head] {
+            match (store.as_sqlite(), store.as_postgres()) {
+                (Some(p), _) => sqlx::query(sql).execute(p).await.map(|_| ()),
+                (_, Some(p)) => sqlx::query(sql).execute(p).await.map(|_| ()),
+                _ => unreachable!(),
+            }
+            .unwrap();
+        }
+        // The chain alone cannot tell.
+        let (code, blind) = toolgate(&["audit", "verify", "--database", &url]);
+        assert_eq!(
+            code,
+            Some(0),
+            "truncation + head rewrite passes the chain: {blind}"
+        );
+        // The checkpoint can.
+        let (code, caught) = verify_cp(trust);
+        assert_eq!(code, Some(1), "{caught}");
+        assert_eq!(caught["ok"], false);
+        let failures = caught["checkpoints"]["failures"].as_array().unwrap();
+        assert_eq!(failures.len(), 1, "{caught}");
+        assert_eq!(failures[0]["code"], "checkpoint_not_in_chain");
+        assert_eq!(
+            (&failures[0]["stream"], &failures[0]["seq"]),
+            (&"pod-1/a".into(), &4.into())
+        );
+
+        // A broken chain is never signed.
+        let edit = "UPDATE decisions SET verdict = 'allow' WHERE tenant = 'team-a' \
+            AND stream = 'pod-2/b' AND seq = 2";
+        match (store.as_sqlite(), store.as_postgres()) {
+            (Some(p), _) => sqlx::query(edit).execute(p).await.map(|_| ()),
+            (_, Some(p)) => sqlx::query(edit).execute(p).await.map(|_| ()),
+            _ => unreachable!(),
+        }
+        .unwrap();
+        let (code, refused) = toolgate(&[
+            "audit",
+            "checkpoint",
+            "--database",
+            &url,
+            "--key",
+            key_arg,
+            "--tenant",
+            "team-a",
+        ]);
+        assert_eq!(code, Some(1), "{refused}");
+        assert_eq!(refused["refused"][0]["stream"], "pod-2/b");
+        store.close().await;
+        if let (Some(schema), Ok(admin_url)) = (schema, std::env::var("TOOLGATE_TEST_DATABASE_URL"))
+        {
+            let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
+            let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+                .execute(&admin)
+                .await;
+            admin.close().await;
+        }
+    }
 }

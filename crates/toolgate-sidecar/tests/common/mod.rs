@@ -249,6 +249,22 @@ impl Harness {
         panic!("policy version never reached the expected state");
     }
 
+    /// Every decision of this harness's tenant, stream by stream (each
+    /// sidecar instance writes its own stream).
+    pub async fn tenant_log(&self) -> Vec<toolgate_store::ChainedDecision> {
+        let mut out = Vec::new();
+        for stream in self.store.decisions().streams(&self.tenant).await.unwrap() {
+            out.extend(
+                self.store
+                    .decisions()
+                    .list(&self.tenant, &stream, 0, 10_000)
+                    .await
+                    .unwrap(),
+            );
+        }
+        out
+    }
+
     pub async fn stop(&mut self) {
         if let Some(s) = self.sidecar.take() {
             s.shutdown().await;

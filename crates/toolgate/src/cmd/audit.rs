@@ -1,9 +1,13 @@
-//! `toolgate audit verify` and `toolgate migrate`: operate the database.
+//! `toolgate audit verify`, `toolgate audit checkpoint` and `toolgate
+//! migrate`: operate the database.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use toolgate_store::Store;
+use serde::Serialize;
+use toolgate_bundle::{CheckpointPayload, SigningKey, TrustSet};
+use toolgate_store::{ChainReport, Checkpoint, Store};
 
 use crate::cli_error::CliError;
 
@@ -16,34 +20,230 @@ pub struct AuditArgs {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Recompute the decision hash chains and report the first broken seq.
+    /// Recompute the decision hash chains (every stream) and report the
+    /// first broken seq of each; with --checkpoints, also require every
+    /// signed checkpoint to still be in its chain.
     Verify {
         /// Database URL.
         #[arg(long, env = "TOOLGATE_DATABASE_URL")]
         database: String,
-        /// Only this tenant's chain.
+        /// Only this tenant's streams.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only this stream (needs --tenant).
+        #[arg(long, requires = "tenant")]
+        stream: Option<String>,
+        /// Check the stored signed checkpoints too: a signed head missing
+        /// from its chain (truncated or rewritten) fails verification.
+        #[arg(long, requires = "trust")]
+        checkpoints: bool,
+        /// Trusted public keys (PEM) for the checkpoint signatures.
+        #[arg(long)]
+        trust: Option<PathBuf>,
+    },
+    /// Sign each verified stream head `{tenant, stream, seq, hash, at}` as a
+    /// DSSE envelope and store it in the checkpoints table.
+    Checkpoint {
+        /// Database URL.
+        #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+        database: String,
+        /// Signing key (PKCS#8 PEM, as `toolgate keygen` writes it).
+        #[arg(long)]
+        key: PathBuf,
+        /// Only this tenant's streams.
         #[arg(long)]
         tenant: Option<String>,
     },
 }
 
-/// Runs `toolgate audit …`; exits 1 when any chain is broken.
+/// Runs `toolgate audit …`; exits 1 when any chain or checkpoint is broken.
 pub fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
-    let AuditCommand::Verify { database, tenant } = args.command;
-    crate::runtime()?.block_on(async move {
-        let store = Store::connect(&database).await?;
-        let reports = store.decisions().verify(tenant.as_deref()).await?;
-        let ok = reports.iter().all(|r| r.ok);
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"ok": ok, "chains": reports}))
-                .unwrap_or_default()
-        );
-        Ok(if ok {
-            ExitCode::SUCCESS
+    match args.command {
+        AuditCommand::Verify {
+            database,
+            tenant,
+            stream,
+            checkpoints,
+            trust,
+        } => {
+            let trust = match (checkpoints, trust) {
+                (true, Some(path)) => Some(TrustSet::from_file(&path)?),
+                (true, None) => {
+                    return Err(CliError::Usage("--checkpoints needs --trust".into()));
+                }
+                (false, _) => None,
+            };
+            crate::runtime()?.block_on(verify(database, tenant, stream, trust))
+        }
+        AuditCommand::Checkpoint {
+            database,
+            key,
+            tenant,
+        } => {
+            let key = SigningKey::from_file(&key)?;
+            crate::runtime()?.block_on(checkpoint(database, key, tenant))
+        }
+    }
+}
+
+async fn verify(
+    database: String,
+    tenant: Option<String>,
+    stream: Option<String>,
+    trust: Option<TrustSet>,
+) -> Result<ExitCode, CliError> {
+    let store = Store::connect(&database).await?;
+    let reports = match (&tenant, &stream) {
+        (Some(t), Some(s)) => vec![store.decisions().verify_stream(t, s).await?],
+        _ => store.decisions().verify(tenant.as_deref()).await?,
+    };
+    let mut ok = reports.iter().all(|r| r.ok);
+    let records: u64 = reports.iter().map(|r| r.rows).sum();
+    let mut body = serde_json::json!({
+        "ok": ok,
+        "streams": reports.len(),
+        "records": records,
+        "chains": reports,
+    });
+    if let Some(trust) = trust {
+        let (checked, failures) =
+            check_checkpoints(&store, tenant.as_deref(), stream.as_deref(), &trust).await?;
+        ok &= failures.is_empty();
+        body["ok"] = ok.into();
+        body["checkpoints"] = serde_json::json!({"checked": checked, "failures": failures});
+    }
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&body).unwrap_or_default()
+    );
+    store.close().await;
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// One checkpoint that failed, for the report.
+#[derive(Debug, Serialize)]
+struct CheckpointFailure {
+    tenant: String,
+    stream: String,
+    seq: i64,
+    code: &'static str,
+    problem: String,
+}
+
+/// Checks every stored checkpoint in scope: its signature against `trust`,
+/// the signed payload against the row it was stored as, and the signed
+/// position against the chain. Returns how many were checked and the
+/// failures.
+async fn check_checkpoints(
+    store: &Store,
+    tenant: Option<&str>,
+    stream: Option<&str>,
+    trust: &TrustSet,
+) -> Result<(usize, Vec<CheckpointFailure>), CliError> {
+    let stored = store.checkpoints().list(tenant, stream).await?;
+    let mut failures = Vec::new();
+    for c in &stored {
+        let fail = |code: &'static str, problem: String| CheckpointFailure {
+            tenant: c.tenant.clone(),
+            stream: c.stream.clone(),
+            seq: c.seq,
+            code,
+            problem,
+        };
+        let payload = match open_checkpoint(c, trust) {
+            Ok(p) => p,
+            Err(e) => {
+                failures.push(fail(e.code(), e.to_string()));
+                continue;
+            }
+        };
+        if let Some(problem) = store
+            .decisions()
+            .check_position(&payload.tenant, &payload.stream, payload.seq, &payload.hash)
+            .await?
+        {
+            failures.push(fail("checkpoint_not_in_chain", problem));
+        }
+    }
+    Ok((stored.len(), failures))
+}
+
+/// Verifies a stored checkpoint's envelope and returns its signed payload;
+/// a payload that disagrees with the columns it is filed under (a
+/// checkpoint moved to another stream or seq) is refused.
+fn open_checkpoint(c: &Checkpoint, trust: &TrustSet) -> Result<CheckpointPayload, CliError> {
+    let (payload, _keyid) = CheckpointPayload::verify(c.envelope.as_bytes(), trust)?;
+    if (&payload.tenant, &payload.stream, payload.seq, &payload.hash)
+        != (&c.tenant, &c.stream, c.seq, &c.hash)
+    {
+        return Err(CliError::Checkpoint(
+            "payload does not match the position it is stored under".into(),
+        ));
+    }
+    Ok(payload)
+}
+
+async fn checkpoint(
+    database: String,
+    key: SigningKey,
+    tenant: Option<String>,
+) -> Result<ExitCode, CliError> {
+    let store = Store::connect(&database).await?;
+    let reports = store.decisions().verify(tenant.as_deref()).await?;
+    let at = jiff::Timestamp::now();
+    let mut signed = Vec::new();
+    let mut refused: Vec<&ChainReport> = Vec::new();
+    let mut already = 0usize;
+    for r in &reports {
+        // Never sign a broken chain: the checkpoint would vouch for it.
+        if !r.ok {
+            refused.push(r);
+            continue;
+        }
+        let payload = CheckpointPayload {
+            tenant: r.tenant.clone(),
+            stream: r.stream.clone(),
+            seq: r.last_seq,
+            hash: r.last_hash.clone(),
+            at,
+        };
+        let envelope = payload.sign(&key);
+        let stored = Checkpoint {
+            tenant: payload.tenant.clone(),
+            stream: payload.stream.clone(),
+            seq: payload.seq,
+            hash: payload.hash.clone(),
+            at,
+            keyid: key.key_id(),
+            envelope: String::from_utf8_lossy(&envelope).trim_end().to_owned(),
+        };
+        if store.checkpoints().record(&stored).await? {
+            signed.push(payload);
         } else {
-            ExitCode::FAILURE
-        })
+            already += 1;
+        }
+    }
+    let ok = refused.is_empty();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "ok": ok,
+            "keyid": key.key_id(),
+            "signed": signed,
+            "unchanged": already,
+            "refused": refused,
+        }))
+        .unwrap_or_default()
+    );
+    store.close().await;
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     })
 }
 

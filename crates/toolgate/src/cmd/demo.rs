@@ -381,8 +381,9 @@ async fn session() -> Result<bool, CliError> {
     let reports = store.decisions().verify(Some("demo")).await?;
     for r in &reports {
         println!(
-            "   tenant {}: {} decisions, chain {}",
+            "   tenant {} stream {}: {} decisions, chain {}",
             r.tenant,
+            r.stream,
             r.rows,
             if r.ok { "verified" } else { "BROKEN" }
         );
