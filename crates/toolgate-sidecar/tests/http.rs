@@ -100,7 +100,7 @@ async fn verdicts_are_typed_and_recorded() {
         for series in [
             r#"toolgate_open_intents{resume_class="uncertain"} 0"#,
             r#"toolgate_workspace_refusals_total{code="workspace_escape"} 0"#,
-            r#"toolgate_decisions_total{profile="coding",reason="audit_unavailable",tool="bash",verdict="deny"} 0"#,
+            r#"toolgate_decisions_total{enforced="true",profile="coding",reason="audit_unavailable",tool="bash",verdict="deny"} 0"#,
             "toolgate_decision_log_dropped_total 0",
         ] {
             assert!(metrics.contains(series), "{series} missing");
