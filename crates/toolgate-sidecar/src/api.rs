@@ -338,22 +338,7 @@ pub(crate) async fn decide(
     let mut approval_id = None;
     if verdict.verdict == Decision::Escalate {
         // No new approval requests for a run cancelled elsewhere.
-        match app
-            .store
-            .runs()
-            .cancelled_at(&app.tenant, &req.run_id)
-            .await
-        {
-            Ok(None) => {}
-            Ok(Some(_)) => {
-                app.cancelled.insert(&req.run_id);
-                crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "run state unreadable; denying");
-                deny_audit(&mut verdict);
-            }
-        }
+        refuse_if_cancelled(app, &req.run_id, &mut verdict).await;
     }
     if verdict.verdict == Decision::Escalate {
         // Validated above: an escalation only comes from a live bundle.
@@ -440,22 +425,7 @@ pub(crate) async fn decide(
         // Nothing to count without budgets, but a high-risk call still sees
         // a cancellation made anywhere: one read by key before the append.
         if verdict.verdict == Decision::Allow {
-            match app
-                .store
-                .runs()
-                .cancelled_at(&app.tenant, &req.run_id)
-                .await
-            {
-                Ok(None) => {}
-                Ok(Some(_)) => {
-                    app.cancelled.insert(&req.run_id);
-                    crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "run state unreadable; denying");
-                    deny_audit(&mut verdict);
-                }
-            }
+            refuse_if_cancelled(app, &req.run_id, &mut verdict).await;
         }
         if let Err(err) = app
             .store
@@ -552,6 +522,23 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
         would_reason: None,
         would_rule: None,
         warning: None,
+    }
+}
+
+/// Reads the run's cancellation from the database (a cancellation made
+/// anywhere) and refuses `verdict` when there is one; an unreadable run
+/// state denies `audit_unavailable`.
+async fn refuse_if_cancelled(app: &AppState, run_id: &str, verdict: &mut Verdict) {
+    match app.store.runs().cancelled_at(&app.tenant, run_id).await {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            app.cancelled.insert(run_id);
+            crate::runs::refuse(verdict, Reason::RunCancelled, None);
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "run state unreadable; denying");
+            deny_audit(verdict);
+        }
     }
 }
 
