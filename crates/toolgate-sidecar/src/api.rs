@@ -441,7 +441,9 @@ pub(crate) async fn decide(
         app.decision_log.enqueue(&app.tenant, record_of(&verdict));
     }
 
-    if verdict.verdict == Decision::Allow {
+    // Only a decision that needs an intent is remembered for one: the map
+    // then grows with high-risk traffic, not with every allowed read.
+    if verdict.verdict == Decision::Allow && verdict.intent_required {
         app.allowed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -706,7 +708,7 @@ pub(crate) async fn begin_intent(
         let allowed = app.allowed.lock().unwrap_or_else(|p| p.into_inner());
         let Some(call) = allowed.map.get(&req.decision_id) else {
             return Err(ApiError::DecisionNotAllowed(format!(
-                "decision {} did not allow a call (unknown, denied or escalated)",
+                "decision {} did not allow a call that needs an intent (unknown, denied, escalated or not high-risk)",
                 req.decision_id
             )));
         };

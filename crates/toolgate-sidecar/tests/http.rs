@@ -573,6 +573,21 @@ async fn intents_bind_to_the_allowing_decision() {
             (status, err["error"]["code"].as_str()),
             (403, Some("decision_not_allowed"))
         );
+        // Nor can a low-risk allow: only decisions that need an intent are
+        // remembered, so the sidecar's memory grows with high-risk traffic.
+        let low = h
+            .authorize("reader", json!({"path": "src/lib.rs"}), &run)
+            .await;
+        assert_eq!(
+            (low["verdict"].as_str(), low["intent_required"].as_bool()),
+            (Some("allow"), Some(false)),
+            "{low}"
+        );
+        let (status, err) = h.post("/v1/intents", json!({"decision_id": low["decision_id"], "run_id": run, "step_id": "s1", "tool": "reader", "args_digest": low["args_digest"]})).await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (403, Some("decision_not_allowed"))
+        );
 
         let (status, begun) = h.post("/v1/intents", json!({"decision_id": decision_id, "run_id": run, "step_id": "s1", "tool": "bash", "args_digest": digest, "verification_probe": {"kind": "git", "ref": "HEAD"}})).await;
         assert_eq!(status, 201, "{begun}");
