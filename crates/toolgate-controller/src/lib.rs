@@ -14,6 +14,7 @@
 
 pub mod approval;
 pub mod cancellation;
+pub mod checkpoint;
 pub mod context;
 pub mod crd;
 mod error;

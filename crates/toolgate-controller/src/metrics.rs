@@ -45,6 +45,12 @@ pub struct Metrics {
     pub profile_expiry: GaugeVec,
     /// `toolgate_profile_pods{profile_namespace,profile,state}`: fleet, `current` or `stale`.
     pub profile_pods: IntGaugeVec,
+    /// `toolgate_checkpoint_broken_chains`: decision streams that failed
+    /// verification in the last checkpoint pass (never signed).
+    pub checkpoint_broken_chains: IntGauge,
+    /// `toolgate_checkpoint_last_success_timestamp_seconds`: end of the last
+    /// checkpoint pass that completed.
+    pub checkpoint_last_success: prometheus::Gauge,
 }
 
 impl Default for Metrics {
@@ -135,6 +141,16 @@ impl Metrics {
             &["profile_namespace", "profile", "state"],
         )
         .expect("valid metric");
+        let checkpoint_broken_chains = IntGauge::new(
+            "toolgate_checkpoint_broken_chains",
+            "Decision streams whose hash chain failed verification in the last checkpoint pass.",
+        )
+        .expect("valid metric");
+        let checkpoint_last_success = prometheus::Gauge::new(
+            "toolgate_checkpoint_last_success_timestamp_seconds",
+            "When the last checkpoint pass completed (Unix seconds).",
+        )
+        .expect("valid metric");
         let build_info = IntGaugeVec::new(
             Opts::new(
                 "toolgate_build_info",
@@ -153,6 +169,8 @@ impl Metrics {
             Box::new(profile_expiry.clone()),
             Box::new(profile_pods.clone()),
             Box::new(build_info),
+            Box::new(checkpoint_broken_chains.clone()),
+            Box::new(checkpoint_last_success.clone()),
             Box::new(reconcile_total.clone()),
             Box::new(reconcile_errors.clone()),
             Box::new(reconcile_duration.clone()),
@@ -195,6 +213,8 @@ impl Metrics {
             profile_ready,
             profile_expiry,
             profile_pods,
+            checkpoint_broken_chains,
+            checkpoint_last_success,
         }
     }
 

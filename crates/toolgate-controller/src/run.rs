@@ -58,6 +58,14 @@ pub struct ControllerArgs {
     /// default: --database.
     #[arg(long, env = "TOOLGATE_TENANT_DATABASE_URL")]
     pub tenant_database_url: Option<String>,
+    /// How often the leader signs each changed decision-stream head and
+    /// publishes every tenant's latest checkpoints (ConfigMap
+    /// `toolgate-checkpoints` in its namespace).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub checkpoint_interval: SignedDuration,
+    /// Do not sign checkpoints (sign them yourself with `toolgate audit checkpoint`).
+    #[arg(long)]
+    pub no_checkpoints: bool,
 }
 
 /// Parses `24h`, `90m`, `5s`, `1h30m` or ISO 8601 (`PT24H`).
@@ -135,8 +143,15 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
     let controllers = tokio::spawn(run_reconcilers(
         ctx.clone(),
         std_duration(args.approval_sync_interval),
-        stop_rx,
+        stop_rx.clone(),
     ));
+    let checkpoints = (!args.no_checkpoints).then(|| {
+        tokio::spawn(crate::checkpoint::run_checkpoints(
+            ctx.clone(),
+            std_duration(args.checkpoint_interval),
+            stop_rx,
+        ))
+    });
 
     let outcome = tokio::select! {
         e = elector.keep(renew) => Err(e),
@@ -149,6 +164,9 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
     metrics.leader.set(0);
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;
+    if let Some(task) = checkpoints {
+        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    }
     outcome
 }
 

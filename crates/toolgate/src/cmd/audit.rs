@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use toolgate_bundle::{CheckpointPayload, SigningKey, TrustSet};
-use toolgate_store::{ChainReport, Checkpoint, Store};
+use toolgate_store::{Checkpoint, Store};
 
 use crate::cli_error::CliError;
 
@@ -193,53 +193,27 @@ async fn checkpoint(
     tenant: Option<String>,
 ) -> Result<ExitCode, CliError> {
     let store = Store::connect(&database).await?;
-    let reports = store.decisions().verify(tenant.as_deref()).await?;
-    let at = jiff::Timestamp::now();
-    let mut signed = Vec::new();
-    let mut refused: Vec<&ChainReport> = Vec::new();
-    let mut already = 0usize;
-    for r in &reports {
-        // Never sign a broken chain: the checkpoint would vouch for it.
-        if !r.ok {
-            refused.push(r);
-            continue;
-        }
-        let payload = CheckpointPayload {
-            tenant: r.tenant.clone(),
-            stream: r.stream.clone(),
-            seq: r.last_seq,
-            hash: r.last_hash.clone(),
-            at,
-        };
-        let envelope = payload.sign(&key);
-        let stored = Checkpoint {
-            tenant: payload.tenant.clone(),
-            stream: payload.stream.clone(),
-            seq: payload.seq,
-            hash: payload.hash.clone(),
-            at,
-            keyid: key.key_id(),
-            envelope: String::from_utf8_lossy(&envelope).trim_end().to_owned(),
-        };
-        if store.checkpoints().record(&stored).await? {
-            signed.push(payload);
-        } else {
-            already += 1;
-        }
-    }
-    let ok = refused.is_empty();
+    let report = toolgate_controller::checkpoint::sign_heads(
+        &store,
+        &key,
+        tenant.as_deref(),
+        jiff::Timestamp::now(),
+    )
+    .await;
+    store.close().await;
+    let report = report?;
+    let ok = report.refused.is_empty();
     println!(
         "{}",
         serde_json::to_string_pretty(&serde_json::json!({
             "ok": ok,
             "keyid": key.key_id(),
-            "signed": signed,
-            "unchanged": already,
-            "refused": refused,
+            "signed": report.signed,
+            "unchanged": report.unchanged,
+            "refused": report.refused,
         }))
         .unwrap_or_default()
     );
-    store.close().await;
     Ok(if ok {
         ExitCode::SUCCESS
     } else {

@@ -1,0 +1,259 @@
+//! Signed checkpoints of the decision log, made by the controller.
+//!
+//! A hash chain shows edits, but not a cut of its newest rows together with
+//! a rewritten head. A checkpoint — one stream head signed with the bundle
+//! key, outside the database's control — does. The leading controller signs
+//! every changed, intact stream head each `--checkpoint-interval` (and
+//! `toolgate audit checkpoint` does it on demand, through [`sign_heads`]);
+//! each tenant's latest checkpoints are also published in its namespace as
+//! ConfigMap [`CHECKPOINT_CONFIGMAP`], where anyone allowed to read the
+//! namespace can keep a copy the database cannot take back.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use serde::Serialize;
+use toolgate_bundle::{CheckpointPayload, SigningKey};
+use toolgate_store::{ChainReport, Checkpoint, Store};
+
+use crate::context::Context;
+use crate::error::ControllerError;
+
+/// ConfigMap (in each tenant's namespace) holding its latest checkpoints.
+pub const CHECKPOINT_CONFIGMAP: &str = "toolgate-checkpoints";
+/// Key of the JSON array of checkpoints in [`CHECKPOINT_CONFIGMAP`].
+pub const CHECKPOINT_FIELD: &str = "checkpoints.json";
+/// Streams listed per tenant in the ConfigMap, most recently signed first:
+/// each restart of a sidecar opens a stream, and a ConfigMap holds at most
+/// 1 MiB. Older checkpoints stay in the database.
+pub const MAX_PUBLISHED_STREAMS: usize = 500;
+
+/// What one signing pass did.
+#[derive(Debug, Default, Serialize)]
+pub struct SigningReport {
+    /// Heads signed now.
+    pub signed: Vec<CheckpointPayload>,
+    /// Intact heads already signed at the same position.
+    pub unchanged: usize,
+    /// Chains that did not verify: never signed, since a checkpoint would
+    /// vouch for them.
+    pub refused: Vec<ChainReport>,
+}
+
+/// Verifies every stream of `tenant` (every tenant when `None`) and signs
+/// and stores each intact head not signed yet, stamped `at`.
+pub async fn sign_heads(
+    store: &Store,
+    key: &SigningKey,
+    tenant: Option<&str>,
+    at: Timestamp,
+) -> Result<SigningReport, toolgate_store::StoreError> {
+    let mut report = SigningReport::default();
+    for chain in store.decisions().verify(tenant).await? {
+        if !chain.ok {
+            report.refused.push(chain);
+            continue;
+        }
+        let payload = CheckpointPayload {
+            tenant: chain.tenant,
+            stream: chain.stream,
+            seq: chain.last_seq,
+            hash: chain.last_hash,
+            at,
+        };
+        let envelope = payload.sign(key);
+        let stored = Checkpoint {
+            tenant: payload.tenant.clone(),
+            stream: payload.stream.clone(),
+            seq: payload.seq,
+            hash: payload.hash.clone(),
+            at,
+            keyid: key.key_id(),
+            envelope: String::from_utf8_lossy(&envelope).trim_end().to_owned(),
+        };
+        if store.checkpoints().record(&stored).await? {
+            report.signed.push(payload);
+        } else {
+            report.unchanged += 1;
+        }
+    }
+    Ok(report)
+}
+
+/// One entry of the published list: the position in the clear (to read at
+/// a glance) and the envelope that proves it.
+#[derive(Debug, Serialize)]
+struct Published<'a> {
+    stream: &'a str,
+    seq: i64,
+    hash: &'a str,
+    at: Timestamp,
+    keyid: &'a str,
+    envelope: &'a str,
+}
+
+/// The latest checkpoint of each stream, most recently signed first, at
+/// most [`MAX_PUBLISHED_STREAMS`].
+pub fn latest_per_stream(checkpoints: &[Checkpoint]) -> Vec<&Checkpoint> {
+    let mut latest: BTreeMap<&str, &Checkpoint> = BTreeMap::new();
+    for c in checkpoints {
+        let slot = latest.entry(c.stream.as_str()).or_insert(c);
+        if c.seq > slot.seq {
+            *slot = c;
+        }
+    }
+    let mut list: Vec<&Checkpoint> = latest.into_values().collect();
+    list.sort_by(|a, b| b.at.cmp(&a.at).then_with(|| a.stream.cmp(&b.stream)));
+    list.truncate(MAX_PUBLISHED_STREAMS);
+    list
+}
+
+/// The ConfigMap publishing `tenant`'s latest checkpoints in its namespace.
+pub fn tenant_config_map(tenant: &str, checkpoints: &[Checkpoint]) -> ConfigMap {
+    let published: Vec<Published<'_>> = latest_per_stream(checkpoints)
+        .into_iter()
+        .map(|c| Published {
+            stream: &c.stream,
+            seq: c.seq,
+            hash: &c.hash,
+            at: c.at,
+            keyid: &c.keyid,
+            envelope: &c.envelope,
+        })
+        .collect();
+    let json = serde_json::to_string_pretty(&published).unwrap_or_else(|_| "[]".into());
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(CHECKPOINT_CONFIGMAP.into()),
+            namespace: Some(tenant.into()),
+            labels: Some(crate::keys::labels()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(CHECKPOINT_FIELD.to_owned(), json)])),
+        ..Default::default()
+    }
+}
+
+/// One pass of the controller: signs changed heads, then republishes the
+/// ConfigMap of every tenant that got a new checkpoint. A tenant without a
+/// namespace of its name (one provisioned by hand) is skipped.
+pub async fn checkpoint_once(ctx: &Context) -> Result<SigningReport, ControllerError> {
+    let report = sign_heads(&ctx.store, &ctx.key, None, (ctx.clock)()).await?;
+    let tenants: std::collections::BTreeSet<&str> =
+        report.signed.iter().map(|p| p.tenant.as_str()).collect();
+    for tenant in tenants {
+        let stored = ctx.store.checkpoints().list(Some(tenant), None).await?;
+        let cm = tenant_config_map(tenant, &stored);
+        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), tenant);
+        let params = PatchParams::apply(crate::MANAGER).force();
+        match api
+            .patch(CHECKPOINT_CONFIGMAP, &params, &Patch::Apply(&cm))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                tracing::debug!(
+                    tenant,
+                    "no namespace for tenant; checkpoints stay in the database"
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(report)
+}
+
+/// Runs [`checkpoint_once`] every `interval` until `stop` turns true.
+pub async fn run_checkpoints(
+    ctx: std::sync::Arc<Context>,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        match checkpoint_once(&ctx).await {
+            Ok(r) => {
+                for chain in &r.refused {
+                    tracing::error!(tenant = %chain.tenant, stream = %chain.stream, seq = ?chain.first_broken_seq, problem = ?chain.problem, "decision chain broken; not signed");
+                }
+                if !r.signed.is_empty() {
+                    tracing::info!(
+                        signed = r.signed.len(),
+                        unchanged = r.unchanged,
+                        "decision log checkpointed"
+                    );
+                }
+                ctx.metrics
+                    .checkpoint_broken_chains
+                    .set(i64::try_from(r.refused.len()).unwrap_or(i64::MAX));
+                ctx.metrics
+                    .checkpoint_last_success
+                    .set((ctx.clock)().as_millisecond() as f64 / 1000.0);
+            }
+            Err(e) => tracing::warn!(code = e.code(), error = %e, "checkpointing failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cp(stream: &str, seq: i64, at: i64) -> Checkpoint {
+        Checkpoint {
+            tenant: "team-a".into(),
+            stream: stream.into(),
+            seq,
+            hash: format!("h{seq}"),
+            at: Timestamp::from_second(at).unwrap(),
+            keyid: "k".into(),
+            envelope: format!("{{\"seq\":{seq}}}"),
+        }
+    }
+
+    #[test]
+    fn publishes_the_highest_seq_of_each_stream_newest_first() {
+        let all = [
+            cp("p/1", 3, 100),
+            cp("p/1", 9, 200),
+            cp("p/2", 4, 300),
+            cp("p/1", 5, 150),
+        ];
+        let latest: Vec<(&str, i64)> = latest_per_stream(&all)
+            .into_iter()
+            .map(|c| (c.stream.as_str(), c.seq))
+            .collect();
+        assert_eq!(latest, [("p/2", 4), ("p/1", 9)]);
+
+        let cm = tenant_config_map("team-a", &all);
+        assert_eq!(cm.metadata.namespace.as_deref(), Some("team-a"));
+        assert_eq!(cm.metadata.name.as_deref(), Some(CHECKPOINT_CONFIGMAP));
+        let data: serde_json::Value =
+            serde_json::from_str(&cm.data.unwrap()[CHECKPOINT_FIELD]).unwrap();
+        assert_eq!(data[0]["stream"], "p/2");
+        assert_eq!(data[1]["seq"], 9);
+        assert_eq!(data[1]["envelope"], "{\"seq\":9}");
+    }
+
+    #[test]
+    fn the_published_list_is_bounded() {
+        let all: Vec<Checkpoint> = (0..(MAX_PUBLISHED_STREAMS as i64 + 20))
+            .map(|i| cp(&format!("p/{i}"), 1, 1_000 + i))
+            .collect();
+        let latest = latest_per_stream(&all);
+        assert_eq!(latest.len(), MAX_PUBLISHED_STREAMS);
+        // The newest streams are the ones kept.
+        assert_eq!(
+            latest[0].stream,
+            format!("p/{}", MAX_PUBLISHED_STREAMS + 19)
+        );
+    }
+}
