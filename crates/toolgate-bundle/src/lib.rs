@@ -33,6 +33,7 @@
 
 mod checkpoint;
 mod document;
+mod duration;
 mod envelope;
 mod error;
 mod keys;
@@ -41,6 +42,7 @@ mod verify;
 
 pub use checkpoint::{CHECKPOINT_PAYLOAD_TYPE, CheckpointPayload};
 pub use document::{BundleDocument, BundleInput, FORMAT_VERSION, PolicyHashes, ProfileRef};
+pub use duration::parse_duration;
 pub use envelope::{
     Envelope, EnvelopeSignature, MAX_ENVELOPE_BYTES, MAX_SIGNATURES, PAYLOAD_TYPE, Unverified,
     inspect, pae,

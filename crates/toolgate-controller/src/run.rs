@@ -68,16 +68,7 @@ pub struct ControllerArgs {
     pub no_checkpoints: bool,
 }
 
-/// Parses `24h`, `90m`, `5s`, `1h30m` or ISO 8601 (`PT24H`).
-pub fn parse_duration(text: &str) -> Result<SignedDuration, String> {
-    let d: SignedDuration = text
-        .parse()
-        .map_err(|e| format!("invalid duration `{text}`: {e}"))?;
-    if d <= SignedDuration::ZERO {
-        return Err(format!("duration `{text}` must be positive"));
-    }
-    Ok(d)
-}
+use toolgate_bundle::parse_duration;
 
 fn std_duration(d: SignedDuration) -> Duration {
     Duration::try_from(d).unwrap_or(Duration::from_secs(1))
@@ -90,9 +81,15 @@ fn identity(args: &ControllerArgs) -> String {
         .unwrap_or_else(|| format!("toolgate-controller-{}", std::process::id()))
 }
 
-/// Runs the controller until it is interrupted (Ctrl-C / SIGTERM) or loses
-/// leadership. Works in-cluster or from a kubeconfig (`Client::try_default`).
-pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError> {
+/// Runs the controller until `shutdown` resolves (the CLI passes its
+/// SIGTERM / Ctrl-C future) or it loses leadership. Works in-cluster or from
+/// a kubeconfig (`Client::try_default`).
+pub async fn run_controller(
+    args: ControllerArgs,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    let shutdown = std::pin::pin!(shutdown);
+    let mut shutdown = futures::FutureExt::fuse(shutdown);
     let client = kube::Client::try_default()
         .await
         .map_err(|e| ControllerError::Config(e.to_string()))?;
@@ -115,7 +112,7 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
     let renew = elector.lease_duration() / 3;
     tokio::select! {
         r = elector.acquire(renew) => r?,
-        _ = shutdown_signal() => return Ok(()),
+        () = &mut shutdown => return Ok(()),
     }
     metrics.leader.set(1);
 
@@ -155,7 +152,7 @@ pub async fn run_controller(args: ControllerArgs) -> Result<(), ControllerError>
 
     let outcome = tokio::select! {
         e = elector.keep(renew) => Err(e),
-        _ = shutdown_signal() => Ok(()),
+        () = &mut shutdown => Ok(()),
         r = server => match r {
             Ok(Err(e)) => Err(e),
             _ => Err(ControllerError::Io("metrics server stopped".into())),
@@ -281,38 +278,33 @@ pub async fn run_reconcilers(
     tokio::join!(profiles, approvals, cancellations, mirror);
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<ControllerArgs, clap::Error> {
+        let base = ["controller", "--database", "sqlite::memory:"];
+        Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.args)
+    }
+
     #[test]
-    fn durations_parse() {
+    fn duration_flags_take_the_bundle_syntax() {
+        let args = parse(&["--bundle-validity", "7d", "--checkpoint-interval", "1h30m"]).unwrap();
+        assert_eq!(args.bundle_validity, SignedDuration::from_hours(7 * 24));
+        assert_eq!(args.checkpoint_interval, SignedDuration::from_mins(90));
         assert_eq!(
-            parse_duration("24h").unwrap(),
-            SignedDuration::from_hours(24)
+            parse(&[]).unwrap().checkpoint_interval,
+            SignedDuration::from_mins(10)
         );
-        assert_eq!(parse_duration("5s").unwrap(), SignedDuration::from_secs(5));
-        assert_eq!(
-            parse_duration("PT1H").unwrap(),
-            SignedDuration::from_hours(1)
-        );
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("soon").is_err());
+        assert!(parse(&["--lease-duration", "0s"]).is_err());
+        assert!(parse(&["--approval-sync-interval", "soon"]).is_err());
     }
 }

@@ -106,6 +106,18 @@ pub enum StartError {
     Bind(SocketAddr, std::io::Error),
 }
 
+impl StartError {
+    /// Stable code: the store's own code, `workspace_unusable` or
+    /// `listen_failed`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Store(e) => e.code(),
+            Self::Workspace(_) => "workspace_unusable",
+            Self::Bind(..) => "listen_failed",
+        }
+    }
+}
+
 /// Names this sidecar instance's decision stream, `{pod}/{uuidv7}`, and
 /// opens it linked to the newest stream of the same pod (the run before a
 /// container restart), so the new chain names the head it follows. A fresh

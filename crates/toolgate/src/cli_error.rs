@@ -26,6 +26,18 @@ pub enum CliError {
     /// A command-line value is unusable.
     #[error("{0}")]
     Usage(String),
+    /// The controller failed to start or stopped with an error.
+    #[error("controller: {0}")]
+    Controller(#[from] toolgate_controller::ControllerError),
+    /// The webhook's configuration or server failed.
+    #[error("webhook: {0}")]
+    Webhook(#[from] toolgate_webhook::WebhookError),
+    /// The sidecar failed to start.
+    #[error("sidecar failed to start: {0}")]
+    Sidecar(#[from] toolgate_sidecar::StartError),
+    /// The MCP gateway could not reach the sidecar or run its server.
+    #[error("mcp: {0}")]
+    Mcp(#[from] toolgate_mcp::McpError),
     /// A stored decision-log checkpoint is signed but not a valid
     /// checkpoint, or is filed under another position than it signs.
     #[error("checkpoint: {0}")]
@@ -33,12 +45,17 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// Stable code of the error.
-    pub fn code(&self) -> &'static str {
+    /// Stable code of the error: the failing component's own code, so a
+    /// start-up failure says what failed (`kube_config`, `tls`, ...).
+    pub fn code(&self) -> &str {
         match self {
             Self::Policy(e) => e.code(),
             Self::Bundle(e) => e.code(),
             Self::Store(e) => e.code(),
+            Self::Controller(e) => e.code(),
+            Self::Webhook(e) => e.code(),
+            Self::Sidecar(e) => e.code(),
+            Self::Mcp(e) => e.code(),
             Self::Io { .. } => "io_error",
             Self::Usage(_) => "usage",
             Self::Checkpoint(_) => "checkpoint_invalid",

@@ -12,6 +12,10 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, about)]
 struct Cli {
+    /// Log JSON lines to stderr (the long-running commands: sidecar,
+    /// controller, webhook, mcp wrap).
+    #[arg(long, global = true, env = "TOOLGATE_LOG_JSON")]
+    log_json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -62,9 +66,9 @@ fn main() -> ExitCode {
         Command::Bundle(command) => cmd::bundle::run(command),
         Command::Keygen(args) => cmd::keygen::run(args),
         Command::Demo(args) => cmd::demo::run(args),
-        Command::Sidecar(args) => cmd::sidecar::run(args),
-        Command::Webhook(args) => cmd::webhook::run(args),
-        Command::Controller(args) => cmd::crdgen::controller(args),
+        Command::Sidecar(args) => cmd::sidecar::run(args, cli.log_json),
+        Command::Webhook(args) => cmd::webhook::run(args, cli.log_json),
+        Command::Controller(args) => cmd::crdgen::controller(args, cli.log_json),
         Command::Crdgen(args) => cmd::crdgen::run(args),
         Command::Approvals(args) => cmd::approvals::run(args),
         Command::Runs(args) => cmd::runs::run(args),
@@ -72,7 +76,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => cmd::audit::migrate(args),
         Command::Tenant(args) => cmd::tenant::run(args),
         Command::Hook(args) => cmd::hook::run(args),
-        Command::Mcp(args) => cmd::mcp::run(args),
+        Command::Mcp(args) => cmd::mcp::run(args, cli.log_json),
     };
     match result {
         Ok(code) => code,

@@ -130,7 +130,7 @@ struct CheckpointFailure {
     tenant: String,
     stream: String,
     seq: i64,
-    code: &'static str,
+    code: String,
     problem: String,
 }
 
@@ -147,11 +147,11 @@ async fn check_checkpoints(
     let stored = store.checkpoints().list(tenant, stream).await?;
     let mut failures = Vec::new();
     for c in &stored {
-        let fail = |code: &'static str, problem: String| CheckpointFailure {
+        let fail = |code: &str, problem: String| CheckpointFailure {
             tenant: c.tenant.clone(),
             stream: c.stream.clone(),
             seq: c.seq,
-            code,
+            code: code.to_owned(),
             problem,
         };
         let payload = match open_checkpoint(c, trust) {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use toolgate_bundle::{
     BundleInput, ProfileRef, SigningKey, TrustSet, VerifiedBundle, VerifyOptions,
 };
@@ -154,7 +154,8 @@ fn build(args: BuildArgs) -> Result<serde_json::Value, CliError> {
         None => Timestamp::from_second(Timestamp::now().as_second())
             .map_err(|e| CliError::Usage(format!("clock out of range: {e}")))?,
     };
-    let valid_for = parse_duration(&args.valid_for)?;
+    let valid_for = toolgate_bundle::parse_duration(&args.valid_for)
+        .map_err(|e| CliError::Usage(format!("--valid-for: {e}")))?;
     let expires_at = issued_at.checked_add(valid_for).map_err(|e| {
         CliError::Usage(format!("--valid-for `{}` is too long: {e}", args.valid_for))
     })?;
@@ -183,70 +184,4 @@ fn build(args: BuildArgs) -> Result<serde_json::Value, CliError> {
         "expires_at": document.expires_at.to_string(),
         "out": args.out.display().to_string(),
     }))
-}
-
-/// Parses `24h`, `30m`, `7d`, `90s`, `1h30m`: one or more `<integer><unit>`
-/// pairs, units `d`, `h`, `m`, `s`. Must be positive.
-pub fn parse_duration(text: &str) -> Result<SignedDuration, CliError> {
-    let bad = |why: &str| {
-        CliError::Usage(format!(
-            "--valid-for `{text}`: {why} (e.g. 24h, 30m, 7d, 1h30m)"
-        ))
-    };
-    let mut total: i64 = 0;
-    let mut digits = String::new();
-    for c in text.trim().chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let unit: i64 = match c {
-            'd' => 86_400,
-            'h' => 3_600,
-            'm' => 60,
-            's' => 1,
-            _ => return Err(bad(&format!("unknown unit `{c}`"))),
-        };
-        if digits.is_empty() {
-            return Err(bad("a unit needs a number before it"));
-        }
-        let n: i64 = digits.parse().map_err(|_| bad("number too large"))?;
-        digits.clear();
-        total = n
-            .checked_mul(unit)
-            .and_then(|s| total.checked_add(s))
-            .ok_or_else(|| bad("too long"))?;
-    }
-    if !digits.is_empty() {
-        return Err(bad("a number needs a unit after it"));
-    }
-    if total <= 0 {
-        return Err(bad("must be positive"));
-    }
-    Ok(SignedDuration::from_secs(total))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("24h").unwrap().as_secs(), 86_400);
-        assert_eq!(parse_duration("30m").unwrap().as_secs(), 1_800);
-        assert_eq!(parse_duration("7d").unwrap().as_secs(), 604_800);
-        assert_eq!(parse_duration("1h30m").unwrap().as_secs(), 5_400);
-        for bad in [
-            "",
-            "0h",
-            "h",
-            "24",
-            "1x",
-            "-1h",
-            "99999999999999999999d",
-            "9999999999999999d",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-    }
 }

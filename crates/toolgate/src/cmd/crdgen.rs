@@ -19,19 +19,19 @@ pub struct CrdgenArgs {
 pub fn run(args: CrdgenArgs) -> Result<ExitCode, CliError> {
     match args.out {
         None => print!("{}", toolgate_controller::crdgen()),
-        Some(dir) => toolgate_controller::write_crds(&dir)
-            .map_err(|e| CliError::Usage(format!("crdgen: {e}")))?,
+        Some(dir) => toolgate_controller::write_crds(&dir)?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Runs the controller until it fails or loses leadership for good.
-pub fn controller(args: toolgate_controller::ControllerArgs) -> Result<ExitCode, CliError> {
-    crate::logging::init(false);
+pub fn controller(
+    args: toolgate_controller::ControllerArgs,
+    log_json: bool,
+) -> Result<ExitCode, CliError> {
+    crate::logging::init(log_json);
     crate::runtime()?.block_on(async move {
-        toolgate_controller::run_controller(args)
-            .await
-            .map_err(|e| CliError::Usage(format!("controller: {} ({})", e, e.code())))?;
+        toolgate_controller::run_controller(args, crate::wait_for_signal()).await?;
         Ok(ExitCode::SUCCESS)
     })
 }

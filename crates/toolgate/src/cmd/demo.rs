@@ -145,9 +145,7 @@ async fn session() -> Result<bool, CliError> {
         "tickets".into(),
         format!("http://localhost:{}/mcp", upstream.port()),
     )];
-    let sidecar = Sidecar::start(config)
-        .await
-        .map_err(|e| CliError::Usage(format!("sidecar failed to start: {e}")))?;
+    let sidecar = Sidecar::start(config).await?;
     let store = sidecar.state.store.clone();
     let agent = Agent {
         http: reqwest::Client::new(),

@@ -49,15 +49,15 @@ struct WrapArgs {
 }
 
 /// Runs `toolgate mcp …`.
-pub fn run(args: McpArgs) -> Result<ExitCode, CliError> {
+pub fn run(args: McpArgs, log_json: bool) -> Result<ExitCode, CliError> {
+    crate::logging::init(log_json);
     let McpCommand::Wrap(args) = args.command;
     if args.server.is_empty() || args.server.contains(char::is_whitespace) {
         return Err(CliError::Usage(
             "--server must be a non-empty name without spaces".into(),
         ));
     }
-    let sidecar = Sidecar::new(&args.sidecar, Duration::from_secs(args.timeout.max(1)))
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let sidecar = Sidecar::new(&args.sidecar, Duration::from_secs(args.timeout.max(1)))?;
     let config = WrapConfig {
         server: args.server,
         run_id: args
@@ -68,9 +68,7 @@ pub fn run(args: McpArgs) -> Result<ExitCode, CliError> {
     };
     let mut command = args.command.into_iter();
     let program = command.next().expect("clap requires the command");
-    let status = crate::runtime()?
-        .block_on(wrap(config, program, command.collect()))
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let status = crate::runtime()?.block_on(wrap(config, program, command.collect()))?;
     Ok(ExitCode::from(
         status.code().unwrap_or(1).clamp(0, 255) as u8
     ))

@@ -70,14 +70,11 @@ pub struct SidecarArgs {
     /// `toolgate_open_intents` gauge.
     #[arg(long, env = "TOOLGATE_HEARTBEAT_SECONDS", default_value_t = 15)]
     pub heartbeat_seconds: u64,
-    /// Log as JSON lines.
-    #[arg(long, env = "TOOLGATE_LOG_JSON")]
-    pub log_json: bool,
 }
 
 /// Runs the sidecar until SIGTERM or Ctrl-C, then shuts down gracefully.
-pub fn run(args: SidecarArgs) -> Result<ExitCode, CliError> {
-    crate::logging::init(args.log_json);
+pub fn run(args: SidecarArgs, log_json: bool) -> Result<ExitCode, CliError> {
+    crate::logging::init(log_json);
     let mut config = SidecarConfig::new(args.bundle, args.trust, args.database);
     config.listen = args.listen;
     config.ops_listen = match args.ops_listen.as_str() {
@@ -95,9 +92,7 @@ pub fn run(args: SidecarArgs) -> Result<ExitCode, CliError> {
     config.reload_interval = Duration::from_secs(args.reload_seconds.max(1));
     config.heartbeat_interval = Duration::from_secs(args.heartbeat_seconds.max(1));
     crate::runtime()?.block_on(async move {
-        let sidecar = Sidecar::start(config)
-            .await
-            .map_err(|e| CliError::Usage(format!("sidecar failed to start: {e}")))?;
+        let sidecar = Sidecar::start(config).await?;
         crate::wait_for_signal().await;
         tracing::info!("shutting down: draining requests and the decision log");
         sidecar.shutdown().await;

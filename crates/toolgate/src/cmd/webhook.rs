@@ -5,14 +5,11 @@ use std::process::ExitCode;
 use crate::cli_error::CliError;
 
 /// Serves until SIGTERM or Ctrl-C.
-pub fn run(args: toolgate_webhook::WebhookArgs) -> Result<ExitCode, CliError> {
-    crate::logging::init(false);
+pub fn run(args: toolgate_webhook::WebhookArgs, log_json: bool) -> Result<ExitCode, CliError> {
+    crate::logging::init(log_json);
     crate::runtime()?.block_on(async move {
-        let config = toolgate_webhook::WebhookConfig::try_from(args)
-            .map_err(|e| CliError::Usage(format!("webhook: {e}")))?;
-        toolgate_webhook::serve(config, crate::wait_for_signal())
-            .await
-            .map_err(|e| CliError::Usage(format!("webhook: {e}")))?;
+        let config = toolgate_webhook::WebhookConfig::try_from(args)?;
+        toolgate_webhook::serve(config, crate::wait_for_signal()).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
