@@ -46,7 +46,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use toolgate_store::{ApprovalDecision, ApprovalStatus as DbStatus, StoreError};
 
@@ -57,35 +57,7 @@ use crate::crd::{
 };
 use crate::error::ControllerError;
 
-/// Label on mirrored request objects.
-pub const LABEL_KIND: &str = "toolgate.dev/approval-kind";
-
-/// Object name for database approval `id`: `apr-` + the id lowercased,
-/// every character outside `[a-z0-9-]` replaced by `-`; when that loses
-/// information, a short hash of the original id keeps names distinct.
-pub fn approval_name(id: &str) -> String {
-    let lower = id.to_ascii_lowercase();
-    let mut clean: String = lower
-        .chars()
-        .map(|c| {
-            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    let lossy = clean != id;
-    clean = clean.trim_matches('-').to_owned();
-    clean.truncate(200);
-    let clean = clean.trim_end_matches('-');
-    if lossy {
-        let hash = toolgate_policy::digest::sha256_hex(id.as_bytes());
-        format!("apr-{clean}-{}", &hash[..8]).replace("--", "-")
-    } else {
-        format!("apr-{clean}")
-    }
-}
+pub use toolgate_k8s::names::{LABEL_APPROVAL_KIND as LABEL_KIND, approval_name};
 
 /// Phase of a request from its database status.
 pub fn phase_of(status: DbStatus) -> Phase {
@@ -139,7 +111,7 @@ pub fn object_for(row: &toolgate_store::Approval, namespace: &str) -> Approval {
         labels: Some(BTreeMap::from([
             (LABEL_KIND.to_owned(), "request".to_owned()),
             (
-                "app.kubernetes.io/managed-by".to_owned(),
+                toolgate_k8s::names::LABEL_MANAGED_BY.to_owned(),
                 crate::MANAGER.to_owned(),
             ),
         ])),
@@ -417,16 +389,7 @@ pub async fn resolve_request(
                         let shown = obj.status.as_ref().and_then(|s| s.message.as_deref());
                         if shown != Some(message.as_str()) {
                             tracing::warn!(approval = %req.approval_id, %message, "decision refused");
-                            ctx.event(
-                                &obj.object_ref(&()),
-                                Event {
-                                    type_: EventType::Warning,
-                                    reason: APPROVER_NOT_ALLOWED.into(),
-                                    note: Some(message.clone()),
-                                    action: "Resolve".into(),
-                                    secondary: None,
-                                },
-                            )
+                            ctx.event(&obj.object_ref(&()), EventType::Warning, APPROVER_NOT_ALLOWED, "Resolve", message.clone())
                             .await;
                         }
                         return Ok(request_status(
@@ -830,11 +793,6 @@ pub fn grant_profile_ref(
     let grant = a.spec.grant.as_ref()?;
     let ns = a.namespace()?;
     Some(kube::runtime::reflector::ObjectRef::new(&grant.profile).within(&ns))
-}
-
-/// The object reference used for Events about an Approval.
-pub fn reference(a: &Approval) -> k8s_openapi::api::core::v1::ObjectReference {
-    a.object_ref(&())
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
 use toolgate_bundle::{SigningKey, TrustSet};
 
+use toolgate_k8s::names;
+
 use crate::error::ControllerError;
 
 /// Secret holding the signing key.
@@ -22,21 +24,15 @@ pub const SIGNING_SECRET: &str = "toolgate-signing-key";
 /// Key of the PEM inside [`SIGNING_SECRET`].
 pub const SIGNING_KEY_FIELD: &str = "signing.key";
 /// ConfigMap holding the trusted public keys.
-pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
+pub use toolgate_k8s::names::TRUST_CONFIGMAP;
 /// Key of the PEM inside [`TRUST_CONFIGMAP`].
-pub const TRUST_FIELD: &str = "trust.pem";
+pub use toolgate_k8s::names::TRUST_FIELD;
 
 /// Labels of every object the controller creates outside a profile's ownership.
 pub(crate) fn labels() -> BTreeMap<String, String> {
     BTreeMap::from([
-        (
-            "app.kubernetes.io/managed-by".to_owned(),
-            crate::MANAGER.to_owned(),
-        ),
-        (
-            "app.kubernetes.io/part-of".to_owned(),
-            "toolgate".to_owned(),
-        ),
+        (names::LABEL_MANAGED_BY.to_owned(), crate::MANAGER.to_owned()),
+        (names::LABEL_PART_OF.to_owned(), names::PART_OF.to_owned()),
     ])
 }
 

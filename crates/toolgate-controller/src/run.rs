@@ -175,7 +175,11 @@ pub async fn run_reconcilers(
         .owns(
             Api::<ConfigMap>::all(ctx.client.clone()),
             watcher::Config::default()
-                .labels(&format!("app.kubernetes.io/managed-by={}", crate::MANAGER)),
+                .labels(&format!(
+                    "{}={}",
+                    toolgate_k8s::names::LABEL_MANAGED_BY,
+                    crate::MANAGER
+                )),
         )
         .watches(
             Api::<Approval>::all(ctx.client.clone()),

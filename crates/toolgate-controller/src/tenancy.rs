@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 
 use crate::context::Context;
 use crate::error::ControllerError;
@@ -27,7 +27,7 @@ pub const DATABASE_SECRET: &str = "toolgate-database";
 /// Key of the URL inside the Secret.
 pub const DATABASE_URL_KEY: &str = "url";
 /// Annotation naming the PostgreSQL role a managed Secret logs in as.
-pub const ANN_TENANT_ROLE: &str = "toolgate.dev/tenant-role";
+pub use toolgate_k8s::names::ANN_TENANT_ROLE;
 
 /// The Secret holding `url` for namespace `namespace`.
 pub fn database_secret(name: &str, namespace: &str, role: &str, url: &str) -> Secret {
@@ -57,7 +57,7 @@ pub fn is_managed(secret: &Secret) -> bool {
         .metadata
         .labels
         .as_ref()
-        .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+        .and_then(|l| l.get(toolgate_k8s::names::LABEL_MANAGED_BY))
         .is_some_and(|m| m == crate::MANAGER)
         && secret
             .metadata
@@ -92,19 +92,10 @@ pub async fn ensure_database_secret(
             match api.create(&PostParams::default(), &secret).await {
                 Ok(_) => {
                     tracing::info!(%namespace, role = %creds.role, "provisioned tenant database role");
-                    ctx.event(
-                        regarding,
-                        Event {
-                            type_: EventType::Normal,
-                            reason: "TenantProvisioned".into(),
-                            note: Some(format!(
+                    ctx.event(regarding, EventType::Normal, "TenantProvisioned", "Provision", format!(
                                 "database role {} for tenant {namespace} written to Secret {name}",
                                 creds.role
-                            )),
-                            action: "Provision".into(),
-                            secondary: None,
-                        },
-                    )
+                            ))
                     .await;
                     ctx.mark_provisioned(namespace);
                     return Ok(());
@@ -117,19 +108,10 @@ pub async fn ensure_database_secret(
     };
     if !is_managed(&existing) {
         tracing::warn!(%namespace, secret = %name, "database Secret not managed by toolgate; left as is");
-        ctx.event(
-            regarding,
-            Event {
-                type_: EventType::Warning,
-                reason: "DatabaseSecretUnmanaged".into(),
-                note: Some(format!(
+        ctx.event(regarding, EventType::Warning, "DatabaseSecretUnmanaged", "Provision", format!(
                     "Secret {namespace}/{name} was not written by toolgate; sidecars use its \
                      credential as is. Delete it to have a tenant-scoped role provisioned."
-                )),
-                action: "Provision".into(),
-                secondary: None,
-            },
-        )
+                ))
         .await;
     }
     ctx.mark_provisioned(namespace);

@@ -18,31 +18,11 @@ use serde_json::{Map, Value};
 use crate::sidecar_resources::SidecarResources;
 use crate::{WebhookError, guard};
 
-/// Name of the injected container.
-pub const SIDECAR_NAME: &str = "toolgate-sidecar";
-/// Annotation (or label) `"false"` opts a pod out of injection.
-pub const ANNOTATION_INJECT: &str = "toolgate.dev/inject";
-/// Annotation naming the PolicyProfile the pod's sidecar enforces.
-pub const ANNOTATION_PROFILE: &str = "toolgate.dev/profile";
-/// Deprecated: once chose the tenant. The tenant is the pod's namespace; a
-/// pod whose annotation names anything else is refused.
-pub const ANNOTATION_TENANT: &str = "toolgate.dev/tenant";
-/// Annotation: MCP upstreams `NAME=URL,…` the sidecar serves as governed
-/// MCP endpoints at `/mcp/NAME` (`TOOLGATE_MCP_UPSTREAMS`).
-pub const ANNOTATION_MCP_UPSTREAMS: &str = "toolgate.dev/mcp-upstreams";
-/// Annotation set on injected pods. Together with a sidecar container equal
-/// to the one the webhook injects it makes a reinvocation a no-op; alone it
-/// proves nothing.
-pub const ANNOTATION_INJECTED: &str = "toolgate.dev/injected";
-/// Annotation recording which profile was injected.
-pub const ANNOTATION_PROFILE_INJECTED: &str = "toolgate.dev/profile-injected";
-/// Port the sidecar listens on, on loopback.
-pub const SIDECAR_PORT: u16 = 15031;
-/// Port of the sidecar's probes and metrics, on the pod IP (the agent API
-/// stays on loopback, where the kubelet cannot reach it).
-pub const OPS_PORT: u16 = 15032;
-/// What every app container gets as `TOOLGATE_URL`.
-pub const SIDECAR_URL: &str = "http://127.0.0.1:15031";
+pub use toolgate_k8s::names::{
+    ANNOTATION_INJECT, ANNOTATION_INJECTED, ANNOTATION_MCP_UPSTREAMS, ANNOTATION_PROFILE,
+    ANNOTATION_PROFILE_INJECTED, ANNOTATION_TENANT, OPS_PORT, SIDECAR_NAME, SIDECAR_PORT,
+    SIDECAR_URL, TRUST_CONFIGMAP,
+};
 /// Env var pointing app containers at the sidecar.
 pub const ENV_URL: &str = "TOOLGATE_URL";
 /// Volume holding the signed bundle (ConfigMap `toolgate-bundle-<profile>`).
@@ -51,8 +31,6 @@ pub const VOLUME_BUNDLE: &str = "toolgate-bundle";
 pub const VOLUME_TRUST: &str = "toolgate-trust";
 /// Volume holding per-run workspaces (emptyDir, sidecar only).
 pub const VOLUME_WORKSPACE: &str = "toolgate-workspace";
-/// ConfigMap holding the trust set.
-pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
 
 const BUNDLE_DIR: &str = "/etc/toolgate/bundle";
 const TRUST_DIR: &str = "/etc/toolgate/trust";
@@ -432,7 +410,7 @@ fn check_profile_name(profile: &str) -> Result<String, WebhookError> {
                 .to_owned(),
         }
     })?;
-    let bundle_configmap = format!("toolgate-bundle-{profile}");
+    let bundle_configmap = toolgate_k8s::names::bundle_configmap(profile);
     if bundle_configmap.len() > 253 {
         return Err(WebhookError::Injection {
             field: profile_field,
@@ -522,7 +500,7 @@ fn recognise_own_injection<'a>(
             ),
         ));
     }
-    let bundle_configmap = format!("toolgate-bundle-{profile}");
+    let bundle_configmap = toolgate_k8s::names::bundle_configmap(&profile);
     let volumes = guard::list(spec, "volumes");
     for want in sidecar_volumes(&bundle_configmap) {
         let name = want.name.clone();
@@ -782,9 +760,9 @@ fn sidecar_container(
                 "--trust",
                 "/etc/toolgate/trust/trust.pem",
                 "--listen",
-                "127.0.0.1:15031",
+                toolgate_k8s::names::SIDECAR_LISTEN,
                 "--ops-listen",
-                "0.0.0.0:15032",
+                toolgate_k8s::names::OPS_LISTEN,
                 "--workspace-base",
                 WORKSPACE_DIR,
             ]

@@ -23,11 +23,11 @@ pub struct SidecarArgs {
     #[arg(long, env = "TOOLGATE_DATABASE_URL")]
     pub database: String,
     /// Address to serve on (keep it on loopback).
-    #[arg(long, env = "TOOLGATE_LISTEN", default_value = "127.0.0.1:15031")]
+    #[arg(long, env = "TOOLGATE_LISTEN", default_value = toolgate_k8s::names::SIDECAR_LISTEN)]
     pub listen: SocketAddr,
     /// Address for `/healthz`, `/readyz` and `/metrics` (kubelet probes and
     /// Prometheus reach the pod IP, not loopback); `off` to disable.
-    #[arg(long, env = "TOOLGATE_OPS_LISTEN", default_value = "0.0.0.0:15032")]
+    #[arg(long, env = "TOOLGATE_OPS_LISTEN", default_value = toolgate_k8s::names::OPS_LISTEN)]
     pub ops_listen: String,
     /// Directory holding `<tenant>/<run_id>` workspaces.
     #[arg(
