@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::ResourceExt;
 pub use toolgate_k8s::cancellation::{
     PHASE_APPLIED, PHASE_FAILED, RunCancellation, RunCancellationSpec, RunCancellationStatus,
     cancelled_by, object_name,
@@ -79,4 +79,3 @@ pub async fn reconcile(
     .await?;
     Ok(action)
 }
-

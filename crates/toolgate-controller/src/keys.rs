@@ -31,7 +31,10 @@ pub use toolgate_k8s::names::TRUST_FIELD;
 /// Labels of every object the controller creates outside a profile's ownership.
 pub(crate) fn labels() -> BTreeMap<String, String> {
     BTreeMap::from([
-        (names::LABEL_MANAGED_BY.to_owned(), crate::MANAGER.to_owned()),
+        (
+            names::LABEL_MANAGED_BY.to_owned(),
+            crate::MANAGER.to_owned(),
+        ),
         (names::LABEL_PART_OF.to_owned(), names::PART_OF.to_owned()),
     ])
 }

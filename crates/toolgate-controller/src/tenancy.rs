@@ -92,10 +92,16 @@ pub async fn ensure_database_secret(
             match api.create(&PostParams::default(), &secret).await {
                 Ok(_) => {
                     tracing::info!(%namespace, role = %creds.role, "provisioned tenant database role");
-                    ctx.event(regarding, EventType::Normal, "TenantProvisioned", "Provision", format!(
-                                "database role {} for tenant {namespace} written to Secret {name}",
-                                creds.role
-                            ))
+                    ctx.event(
+                        regarding,
+                        EventType::Normal,
+                        "TenantProvisioned",
+                        "Provision",
+                        format!(
+                            "database role {} for tenant {namespace} written to Secret {name}",
+                            creds.role
+                        ),
+                    )
                     .await;
                     ctx.mark_provisioned(namespace);
                     return Ok(());
@@ -108,10 +114,16 @@ pub async fn ensure_database_secret(
     };
     if !is_managed(&existing) {
         tracing::warn!(%namespace, secret = %name, "database Secret not managed by toolgate; left as is");
-        ctx.event(regarding, EventType::Warning, "DatabaseSecretUnmanaged", "Provision", format!(
-                    "Secret {namespace}/{name} was not written by toolgate; sidecars use its \
+        ctx.event(
+            regarding,
+            EventType::Warning,
+            "DatabaseSecretUnmanaged",
+            "Provision",
+            format!(
+                "Secret {namespace}/{name} was not written by toolgate; sidecars use its \
                      credential as is. Delete it to have a tenant-scoped role provisioned."
-                ))
+            ),
+        )
         .await;
     }
     ctx.mark_provisioned(namespace);

@@ -48,8 +48,7 @@ pub fn crdgen() -> String {
 
 /// Writes every CRD file of [`crd_files`] into `dir` (`toolgate crdgen --out`).
 pub fn write_crds(dir: &Path) -> Result<(), K8sError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| K8sError::Io(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| K8sError::Io(format!("{}: {e}", dir.display())))?;
     for (name, yaml) in crd_files() {
         let path = dir.join(name);
         std::fs::write(&path, yaml)

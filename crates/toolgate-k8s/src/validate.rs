@@ -47,8 +47,16 @@ impl From<&ApprovalSpec> for ApprovalFields {
         // the field count as unset.
         let json = |v: Option<Value>| v.filter(|v| !v.is_null());
         Self {
-            request: json(spec.request.as_ref().and_then(|r| serde_json::to_value(r).ok())),
-            grant: json(spec.grant.as_ref().and_then(|g| serde_json::to_value(g).ok())),
+            request: json(
+                spec.request
+                    .as_ref()
+                    .and_then(|r| serde_json::to_value(r).ok()),
+            ),
+            grant: json(
+                spec.grant
+                    .as_ref()
+                    .and_then(|g| serde_json::to_value(g).ok()),
+            ),
             decision: spec.decision,
             decided_by: spec.decided_by.clone(),
             decided_by_groups: spec.decided_by_groups.clone(),
@@ -137,7 +145,10 @@ pub fn validate_approval(
         ("request", new.request == old.request),
         ("grant", new.grant == old.grant),
         ("decidedBy", new.decided_by == old.decided_by),
-        ("decidedByGroups", new.decided_by_groups == old.decided_by_groups),
+        (
+            "decidedByGroups",
+            new.decided_by_groups == old.decided_by_groups,
+        ),
     ];
     if let Some((key, _)) = unchanged.into_iter().find(|(_, same)| !same) {
         return Err(K8sError::ApprovalImmutable {
@@ -186,13 +197,18 @@ pub fn approval_fields(spec: &serde_json::Map<String, Value>) -> Result<Approval
     let get = |key: &str| spec.get(key).filter(|v| !v.is_null());
     let decision = match get("decision") {
         None => None,
-        Some(value) => Some(value.as_str().and_then(Decision::from_wire).ok_or_else(|| {
-            let names: Vec<&str> = Decision::ALL.iter().map(|d| d.as_str()).collect();
-            invalid(
-                "spec.decision",
-                &format!("must be one of {}; got {value}", names.join(", ")),
-            )
-        })?),
+        Some(value) => Some(
+            value
+                .as_str()
+                .and_then(Decision::from_wire)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = Decision::ALL.iter().map(|d| d.as_str()).collect();
+                    invalid(
+                        "spec.decision",
+                        &format!("must be one of {}; got {value}", names.join(", ")),
+                    )
+                })?,
+        ),
     };
     let decided_by = match get("decidedBy") {
         None => None,
@@ -206,9 +222,9 @@ pub fn approval_fields(spec: &serde_json::Map<String, Value>) -> Result<Approval
     let decided_by_groups = match get("decidedByGroups") {
         None => None,
         Some(value) => {
-            let list = value.as_array().ok_or_else(|| {
-                invalid("spec.decidedByGroups", "must be a list of group names")
-            })?;
+            let list = value
+                .as_array()
+                .ok_or_else(|| invalid("spec.decidedByGroups", "must be a list of group names"))?;
             let mut groups = Vec::with_capacity(list.len());
             for (i, group) in list.iter().enumerate() {
                 let name = group.as_str().ok_or_else(|| {

@@ -55,16 +55,14 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-pub use plan::{
-    BundlePlan, LastGoodRejection, PublishReason, PublishedBundle, active_grants,
-    bundle_configmap, last_good, plan_bundle, usable_grants,
-};
 pub(crate) use plan::approvers_of;
-pub use reconcile::{error_policy, reconcile};
-pub use status::{
-    Published, Serving, condition, invalid_status, ready_status, rejection_message,
+pub use plan::{
+    BundlePlan, LastGoodRejection, PublishReason, PublishedBundle, active_grants, bundle_configmap,
+    last_good, plan_bundle, usable_grants,
 };
+pub use reconcile::{error_policy, reconcile};
+pub use status::{Published, Serving, condition, invalid_status, ready_status, rejection_message};
 pub use toolgate_k8s::names::{
-    ANN_DIGEST, ANN_EXPIRES_AT, ANN_ISSUED_AT, ANN_KEY_ID, ANN_SEQUENCE, ANN_VERSION,
-    BUNDLE_KEY, FINALIZER, LABEL_PROFILE, bundle_configmap as configmap_name,
+    ANN_DIGEST, ANN_EXPIRES_AT, ANN_ISSUED_AT, ANN_KEY_ID, ANN_SEQUENCE, ANN_VERSION, BUNDLE_KEY,
+    FINALIZER, LABEL_PROFILE, bundle_configmap as configmap_name,
 };

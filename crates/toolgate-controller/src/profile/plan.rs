@@ -228,7 +228,10 @@ pub fn bundle_configmap(
     ]);
     let labels = BTreeMap::from([
         (LABEL_PROFILE.to_owned(), name.clone()),
-        (names::LABEL_MANAGED_BY.to_owned(), crate::MANAGER.to_owned()),
+        (
+            names::LABEL_MANAGED_BY.to_owned(),
+            crate::MANAGER.to_owned(),
+        ),
         (names::LABEL_PART_OF.to_owned(), names::PART_OF.to_owned()),
     ]);
     Ok(ConfigMap {
@@ -319,4 +322,3 @@ pub fn last_good(
     }
     Ok(doc.clone())
 }
-

@@ -100,7 +100,14 @@ async fn apply_status(
 }
 
 /// An Event about `profile`.
-async fn note(ctx: &Context, profile: &PolicyProfile, type_: EventType, reason: &str, action: &str, note: String) {
+async fn note(
+    ctx: &Context,
+    profile: &PolicyProfile,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     ctx.event(&profile.object_ref(&()), type_, reason, action, note)
         .await;
 }
@@ -203,7 +210,15 @@ async fn reject(
         });
     if newly_rejected {
         let message = rejection_message(&err);
-        note(ctx, profile, EventType::Warning, "InvalidSpec", "Validate", message).await;
+        note(
+            ctx,
+            profile,
+            EventType::Warning,
+            "InvalidSpec",
+            "Validate",
+            message,
+        )
+        .await;
     }
     if let Some(r) = rejection
         .as_ref()
@@ -212,7 +227,15 @@ async fn reject(
     {
         tracing::warn!(reason = %r, "last good bundle not re-signed");
         let message = format!("not re-signing {}: {r}", configmap_name(&name));
-        note(ctx, profile, EventType::Warning, "LastGoodRejected", "Resign", message).await;
+        note(
+            ctx,
+            profile,
+            EventType::Warning,
+            "LastGoodRejected",
+            "Resign",
+            message,
+        )
+        .await;
     }
     ctx.metrics.observe_profile(&ns, &name, &status);
     if status != previous {
@@ -271,7 +294,15 @@ async fn resign_last_good(
         "spec is invalid: re-signed last good {} as sequence {} (expires {}){dropped_text}",
         current.version, sequence, current.expires_at
     );
-    note(ctx, profile, EventType::Normal, "Resigned", "Publish", message).await;
+    note(
+        ctx,
+        profile,
+        EventType::Normal,
+        "Resigned",
+        "Publish",
+        message,
+    )
+    .await;
     Ok((current, new_doc.grants.len()))
 }
 
@@ -294,7 +325,15 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
             grant.glob,
             rejection_message(err)
         );
-        note(ctx, profile, EventType::Warning, "GrantRejected", "Compile", message).await;
+        note(
+            ctx,
+            profile,
+            EventType::Warning,
+            "GrantRejected",
+            "Compile",
+            message,
+        )
+        .await;
     }
     let version = PolicyVersion::compute(&name, &spec, &grants);
 
@@ -435,6 +474,14 @@ async fn cleanup(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Contr
     }
     ctx.metrics.forget_profile(&ns, &name);
     let message = format!("removed ConfigMap {}", configmap_name(&name));
-    note(ctx, profile, EventType::Normal, "Deleted", "Cleanup", message).await;
+    note(
+        ctx,
+        profile,
+        EventType::Normal,
+        "Deleted",
+        "Cleanup",
+        message,
+    )
+    .await;
     Ok(Action::await_change())
 }

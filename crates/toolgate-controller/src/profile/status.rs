@@ -227,4 +227,3 @@ pub fn invalid_status(
     status.conditions = conditions;
     status
 }
-

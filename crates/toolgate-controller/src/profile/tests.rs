@@ -88,7 +88,15 @@ fn conditions_keep_transition_time() {
         later,
     );
     assert_eq!(c2.last_transition_time, now.to_string());
-    let c3 = condition(&[c2], ready, false, "NoValidBundle", "c".into(), Some(3), later);
+    let c3 = condition(
+        &[c2],
+        ready,
+        false,
+        "NoValidBundle",
+        "c".into(),
+        Some(3),
+        later,
+    );
     assert_eq!(c3.last_transition_time, later.to_string());
 }
 
@@ -127,7 +135,8 @@ fn active_grants_table() {
     let yes = Some(Decision::Approved);
     let approvers = vec!["alice".to_owned()];
     let mut deleted = grant_approval("p", "bash", soon, yes, Some("alice"));
-    deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+    deleted.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
     // (case, approvals, approvers, expected tools, expected next expiry)
     let cases: Vec<(&str, Vec<Approval>, &[String], Vec<&str>, Option<&str>)> = vec![
         ("none", vec![], &[], vec![], None),
@@ -227,7 +236,12 @@ fn usable_grants_table() {
     // (case, grants, kept, rejected)
     let cases = [
         ("none", vec![], vec![], vec![]),
-        ("all compile", vec![good.clone()], vec![good.clone()], vec![]),
+        (
+            "all compile",
+            vec![good.clone()],
+            vec![good.clone()],
+            vec![],
+        ),
         (
             "a bad grant is set aside, the rest kept",
             vec![good.clone(), unknown_tool.clone()],
@@ -272,7 +286,10 @@ fn signed(key: &SigningKey, namespace: &str, name: &str, sequence: u64) -> (Stri
 fn configmap(envelope: &str) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta::default(),
-        data: Some(BTreeMap::from([(BUNDLE_KEY.to_owned(), envelope.to_owned())])),
+        data: Some(BTreeMap::from([(
+            BUNDLE_KEY.to_owned(),
+            envelope.to_owned(),
+        )])),
         ..Default::default()
     }
 }
@@ -293,10 +310,30 @@ fn last_good_table() {
     };
     let empty = ConfigMap::default();
     // (case, ConfigMap, status, expected: Ok(sequence) or the rejection's kind)
-    let cases: [(&str, Option<ConfigMap>, PolicyProfileStatus, Result<u64, &str>); 7] = [
-        ("verified", Some(configmap(&good)), recorded(Some(3), &good_digest), Ok(3)),
-        ("no ConfigMap", None, recorded(Some(3), &good_digest), Err("missing")),
-        ("no bundle key", Some(empty), recorded(Some(3), &good_digest), Err("missing")),
+    let cases: [(
+        &str,
+        Option<ConfigMap>,
+        PolicyProfileStatus,
+        Result<u64, &str>,
+    ); 7] = [
+        (
+            "verified",
+            Some(configmap(&good)),
+            recorded(Some(3), &good_digest),
+            Ok(3),
+        ),
+        (
+            "no ConfigMap",
+            None,
+            recorded(Some(3), &good_digest),
+            Err("missing"),
+        ),
+        (
+            "no bundle key",
+            Some(empty),
+            recorded(Some(3), &good_digest),
+            Err("missing"),
+        ),
         (
             "nothing recorded",
             Some(configmap(&good)),
@@ -351,21 +388,33 @@ fn ready_status_table() {
     let cases = [
         (
             "all current",
-            FleetStatus { current: 2, stale: 0, total: 2 },
+            FleetStatus {
+                current: 2,
+                stale: 0,
+                total: 2,
+            },
             vec![],
             ("Stale", "False", "AllCurrent"),
             "2 of 2 pods run p@a",
         ),
         (
             "some behind",
-            FleetStatus { current: 1, stale: 1, total: 2 },
+            FleetStatus {
+                current: 1,
+                stale: 1,
+                total: 2,
+            },
             pods(1),
             ("Stale", "True", "PodsBehind"),
             "1 of 2 pods are not on p@a: pod-0",
         ),
         (
             "many behind: five named",
-            FleetStatus { current: 0, stale: 7, total: 7 },
+            FleetStatus {
+                current: 0,
+                stale: 7,
+                total: 7,
+            },
             pods(7),
             ("Stale", "True", "PodsBehind"),
             "pod-0, pod-1, pod-2, pod-3, pod-4 and 2 more",
@@ -386,14 +435,29 @@ fn ready_status_table() {
         );
         assert_eq!(
             conditions(&status),
-            vec![("Valid", "True", "Compiled"), ("Ready", "True", "Published"), stale],
+            vec![
+                ("Valid", "True", "Compiled"),
+                ("Ready", "True", "Published"),
+                stale
+            ],
             "{case}"
         );
         let stale_condition = status.condition(ConditionType::Stale).unwrap();
-        assert!(stale_condition.message.contains(message), "{case}: {stale_condition:?}");
+        assert!(
+            stale_condition.message.contains(message),
+            "{case}: {stale_condition:?}"
+        );
         assert_eq!(status.version.as_deref(), Some("p@a"), "{case}");
-        assert_eq!(status.bundle_ref.as_deref(), Some("toolgate-bundle-p"), "{case}");
-        assert_eq!((status.sequence, status.grants), (Some(2), Some(3)), "{case}");
+        assert_eq!(
+            status.bundle_ref.as_deref(),
+            Some("toolgate-bundle-p"),
+            "{case}"
+        );
+        assert_eq!(
+            (status.sequence, status.grants),
+            (Some(2), Some(3)),
+            "{case}"
+        );
         assert_eq!(status.observed_generation, Some(4), "{case}");
         assert_eq!(status.fleet, Some(fleet), "{case}");
     }
@@ -407,11 +471,23 @@ fn policy_error() -> PolicyError {
 fn invalid_status_table() {
     let now = t("2030-01-01T00:00:00Z");
     let bundle = published("p@a", 5, "2030-01-01T00:00:00Z");
-    let stale = condition(&[], ConditionType::Stale, true, "PodsBehind", "x".into(), Some(1), now);
+    let stale = condition(
+        &[],
+        ConditionType::Stale,
+        true,
+        "PodsBehind",
+        "x".into(),
+        Some(1),
+        now,
+    );
     let previous = PolicyProfileStatus {
         version: Some("p@old".into()),
         sequence: Some(4),
-        fleet: Some(FleetStatus { current: 1, stale: 1, total: 2 }),
+        fleet: Some(FleetStatus {
+            current: 1,
+            stale: 1,
+            total: 2,
+        }),
         conditions: vec![stale.clone()],
         ..Default::default()
     };
@@ -450,15 +526,26 @@ fn invalid_status_table() {
         let status = invalid_status(&previous, &err, &serving, Some(2), now);
         assert_eq!(
             conditions(&status),
-            vec![("Valid", "False", "InvalidSpec"), ready, ("Stale", "True", "PodsBehind")],
+            vec![
+                ("Valid", "False", "InvalidSpec"),
+                ready,
+                ("Stale", "True", "PodsBehind")
+            ],
             "{case}"
         );
         let valid = status.condition(ConditionType::Valid).unwrap();
         assert_eq!(valid.message, rejection_message(&err), "{case}");
         assert!(valid.message.starts_with(err.code()), "{case}");
         let ready = status.condition(ConditionType::Ready).unwrap();
-        assert!(ready.message.contains("(generation 2) is invalid"), "{case}: {ready:?}");
-        assert_eq!((status.version.as_deref(), status.sequence), (version, sequence), "{case}");
+        assert!(
+            ready.message.contains("(generation 2) is invalid"),
+            "{case}: {ready:?}"
+        );
+        assert_eq!(
+            (status.version.as_deref(), status.sequence),
+            (version, sequence),
+            "{case}"
+        );
         assert_eq!(status.fleet, previous.fleet, "{case}");
         assert_eq!(status.observed_generation, Some(2), "{case}");
     }

@@ -19,8 +19,9 @@ pub struct CrdgenArgs {
 pub fn run(args: CrdgenArgs) -> Result<ExitCode, CliError> {
     match args.out {
         None => print!("{}", toolgate_k8s::crdgen()),
-        Some(dir) => toolgate_k8s::write_crds(&dir)
-            .map_err(|e| CliError::Usage(format!("crdgen: {e}")))?,
+        Some(dir) => {
+            toolgate_k8s::write_crds(&dir).map_err(|e| CliError::Usage(format!("crdgen: {e}")))?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
