@@ -174,13 +174,7 @@ impl Metrics {
             }
             reconcile_duration.with_label_values(&[controller]);
         }
-        for phase in [
-            Phase::Pending,
-            Phase::Approved,
-            Phase::Denied,
-            Phase::Expired,
-            Phase::Cancelled,
-        ] {
+        for phase in Phase::ALL {
             approvals.with_label_values(&[phase.as_str()]);
         }
         Self {

@@ -480,6 +480,16 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in lifecycle order (the `phase` label values of
+    /// `toolgate_approvals`).
+    pub const ALL: [Phase; 5] = [
+        Phase::Pending,
+        Phase::Approved,
+        Phase::Denied,
+        Phase::Expired,
+        Phase::Cancelled,
+    ];
+
     /// Wire name, also the `phase` label of `toolgate_approvals`.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -56,11 +56,11 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
     let spec = object
         .get("spec")
         .and_then(Value::as_object)
-        .ok_or_else(|| WebhookError::InvalidApproval {
+        .ok_or_else(|| K8sError::InvalidApproval {
             field: "spec".into(),
             message: "an Approval needs a spec object".into(),
         })?;
-    let new = toolgate_k8s::validate::approval_fields(spec).map_err(from_k8s)?;
+    let new = toolgate_k8s::validate::approval_fields(spec)?;
     let old = request
         .old_object
         .as_ref()
@@ -68,8 +68,7 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
         .and_then(|o| o.get("spec"))
         .and_then(Value::as_object)
         .map(toolgate_k8s::validate::approval_fields)
-        .transpose()
-        .map_err(from_k8s)?;
+        .transpose()?;
     // A review without user information fails closed: nobody to attribute
     // a decision to.
     let writer = request
@@ -80,21 +79,7 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
             groups: u.groups.clone(),
         })
         .unwrap_or_default();
-    validate_approval(old.as_ref(), &new, Some(&writer)).map_err(from_k8s)
-}
-
-/// The webhook's error for a validation error of the shared rules (same
-/// codes: `approval_invalid`, `approval_immutable`).
-fn from_k8s(error: K8sError) -> WebhookError {
-    match error {
-        K8sError::ApprovalImmutable { field, message } => {
-            WebhookError::ApprovalImmutable { field, message }
-        }
-        K8sError::InvalidApproval { field, message } => {
-            WebhookError::InvalidApproval { field, message }
-        }
-        other => WebhookError::Internal(other.to_string()),
-    }
+    Ok(validate_approval(old.as_ref(), &new, Some(&writer))?)
 }
 
 /// Checks a pod UPDATE (the main resource or `pods/ephemeralcontainers`)

@@ -129,13 +129,7 @@ pub async fn sync_once(
     }
 
     let mut counts: BTreeMap<&'static str, i64> = BTreeMap::new();
-    for phase in [
-        Phase::Pending,
-        Phase::Approved,
-        Phase::Denied,
-        Phase::Expired,
-        Phase::Cancelled,
-    ] {
+    for phase in Phase::ALL {
         counts.insert(phase.as_str(), 0);
     }
     for obj in existing {

@@ -58,18 +58,15 @@ fn plan_signs_only_on_change_or_near_expiry() {
         }
     ));
     let late = t("2030-01-01T16:00:00Z");
-    match plan_bundle(Some(&p), Some(4), "p@a", late, day) {
+    assert_eq!(
+        plan_bundle(Some(&p), Some(4), "p@a", late, day),
         BundlePlan::Publish {
-            sequence,
-            issued_at,
-            expires_at,
-            reason,
-        } => {
-            assert_eq!((sequence, reason), (5, PublishReason::Refresh));
-            assert_eq!((issued_at, expires_at), (late, late + day));
+            sequence: 5,
+            issued_at: late,
+            expires_at: late + day,
+            reason: PublishReason::Refresh,
         }
-        other => panic!("{other:?}"),
-    }
+    );
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! What is injected: the sidecar container and its volumes, and the env
 //! operations that point app containers at it.
 
+use toolgate_k8s::names::McpUpstreamFault;
+
 use super::*;
 
 /// `TOOLGATE_URL` for every container that lacks it (or has another value),
@@ -53,24 +55,16 @@ pub(super) fn mcp_upstreams(value: Option<&str>) -> Result<Option<&str>, Webhook
         return Ok(None);
     };
     for entry in value.split(',') {
-        let refuse = |why: &str| WebhookError::Injection {
+        let why = match toolgate_k8s::names::parse_mcp_upstream(entry) {
+            Ok(_) => continue,
+            Err(McpUpstreamFault::NotNameUrl) => "is not NAME=URL",
+            Err(McpUpstreamFault::BadName(_)) => "has a server name outside [A-Za-z0-9_-]{1,64}",
+            Err(McpUpstreamFault::BadUrl(_)) => "needs an http:// or https:// URL",
+        };
+        return Err(WebhookError::Injection {
             field: format!("metadata.annotations[{ANNOTATION_MCP_UPSTREAMS}]"),
             message: format!("entry `{entry}` {why}"),
-        };
-        let (name, url) = entry
-            .split_once('=')
-            .ok_or_else(|| refuse("is not NAME=URL"))?;
-        let name_ok = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !name_ok {
-            return Err(refuse("has a server name outside [A-Za-z0-9_-]{1,64}"));
-        }
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(refuse("needs an http:// or https:// URL"));
-        }
+        });
     }
     Ok(Some(value))
 }
