@@ -27,6 +27,15 @@ fn outcome(result: Result<(), K8sError>) -> (&'static str, String) {
     }
 }
 
+/// One row: case, old spec, new spec, writer, expected `(code, field)`.
+type Case<'a> = (
+    &'a str,
+    Option<Value>,
+    Value,
+    Option<&'a Requester>,
+    (&'a str, &'a str),
+);
+
 #[test]
 fn validate_approval_table() {
     let req = json!({"invocationId": "i"});
@@ -36,7 +45,7 @@ fn validate_approval_table() {
     let nobody = Requester::default();
     let lead = user("oncall-lead", &[]);
     // (case, old spec, new spec, writer, expected (code, field))
-    let cases: Vec<(&str, Option<Value>, Value, Option<&Requester>, (&str, &str))> = vec![
+    let cases: Vec<Case<'_>> = vec![
         ("a request", None, pending.clone(), Some(&alice), ("ok", "")),
         (
             "a grant",

@@ -123,6 +123,15 @@ fn grant_approval(
     )
 }
 
+/// One row: case, approvals, approvers, expected tools, expected next expiry.
+type GrantCase<'a> = (
+    &'a str,
+    Vec<Approval>,
+    &'a [String],
+    Vec<&'a str>,
+    Option<&'a str>,
+);
+
 #[test]
 fn active_grants_table() {
     let now = t("2030-01-01T00:00:00Z");
@@ -135,7 +144,7 @@ fn active_grants_table() {
     deleted.metadata.deletion_timestamp =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
     // (case, approvals, approvers, expected tools, expected next expiry)
-    let cases: Vec<(&str, Vec<Approval>, &[String], Vec<&str>, Option<&str>)> = vec![
+    let cases: Vec<GrantCase<'_>> = vec![
         ("none", vec![], &[], vec![], None),
         (
             "approved, anyone may approve",
@@ -291,6 +300,14 @@ fn configmap(envelope: &str) -> ConfigMap {
     }
 }
 
+/// One row: case, ConfigMap, status, expected sequence or rejection kind.
+type LastGoodCase = (
+    &'static str,
+    Option<ConfigMap>,
+    PolicyProfileStatus,
+    Result<u64, &'static str>,
+);
+
 #[test]
 fn last_good_table() {
     let key = SigningKey::from_seed(&[1; 32]);
@@ -307,12 +324,7 @@ fn last_good_table() {
     };
     let empty = ConfigMap::default();
     // (case, ConfigMap, status, expected: Ok(sequence) or the rejection's kind)
-    let cases: [(
-        &str,
-        Option<ConfigMap>,
-        PolicyProfileStatus,
-        Result<u64, &str>,
-    ); 7] = [
+    let cases: [LastGoodCase; 7] = [
         (
             "verified",
             Some(configmap(&good)),

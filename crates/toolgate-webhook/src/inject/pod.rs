@@ -147,7 +147,7 @@ pub(super) fn recognise_own_injection<'a>(
             ),
         ));
     }
-    let bundle_configmap = toolgate_k8s::names::bundle_configmap(&profile);
+    let bundle_configmap = toolgate_k8s::names::bundle_configmap(profile);
     let volumes = guard::list(spec, "volumes");
     for want in sidecar_volumes(&bundle_configmap) {
         let name = want.name.clone();
