@@ -63,20 +63,39 @@ pub fn secret_for(key: &SigningKey, namespace: &str) -> Result<Secret, Controlle
     let pem = key
         .to_pkcs8_pem()
         .map_err(|e| ControllerError::Key(e.to_string()))?;
-    Ok(Secret {
+    Ok(managed_secret(
+        SIGNING_SECRET,
+        namespace,
+        None,
+        SIGNING_KEY_FIELD,
+        pem.as_bytes(),
+    ))
+}
+
+/// An Opaque Secret the controller manages (its [`labels`]), holding
+/// `value` under `field`.
+pub(crate) fn managed_secret(
+    name: &str,
+    namespace: &str,
+    annotations: Option<BTreeMap<String, String>>,
+    field: &str,
+    value: &[u8],
+) -> Secret {
+    Secret {
         metadata: ObjectMeta {
-            name: Some(SIGNING_SECRET.into()),
-            namespace: Some(namespace.into()),
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
             labels: Some(labels()),
+            annotations,
             ..Default::default()
         },
         type_: Some("Opaque".into()),
         data: Some(BTreeMap::from([(
-            SIGNING_KEY_FIELD.to_owned(),
-            ByteString(pem.as_bytes().to_vec()),
+            field.to_owned(),
+            ByteString(value.to_vec()),
         )])),
         ..Default::default()
-    })
+    }
 }
 
 /// Loads the signing key from the Secret in `namespace`, generating and

@@ -14,9 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::events::EventType;
 
 use crate::context::Context;
@@ -31,24 +30,14 @@ pub use toolgate_k8s::names::ANN_TENANT_ROLE;
 
 /// The Secret holding `url` for namespace `namespace`.
 pub fn database_secret(name: &str, namespace: &str, role: &str, url: &str) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(crate::keys::labels()),
-            annotations: Some(BTreeMap::from([(
-                ANN_TENANT_ROLE.to_owned(),
-                role.to_owned(),
-            )])),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([(
-            DATABASE_URL_KEY.to_owned(),
-            ByteString(url.as_bytes().to_vec()),
-        )])),
-        ..Default::default()
-    }
+    let annotations = BTreeMap::from([(ANN_TENANT_ROLE.to_owned(), role.to_owned())]);
+    crate::keys::managed_secret(
+        name,
+        namespace,
+        Some(annotations),
+        DATABASE_URL_KEY,
+        url.as_bytes(),
+    )
 }
 
 /// Whether the controller made `secret` (and so it holds a tenant credential).
