@@ -47,7 +47,7 @@ pub fn policy_profile(request: &AdmissionRequest) -> Result<(), WebhookError> {
 }
 
 /// Checks an Approval create or update with
-/// [`validate_approval`](toolgate_k8s::validate_approval), the rules the
+/// [`validate_approval`], the rules the
 /// controller applies too. DELETE and CONNECT pass.
 pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
     let Some(object) = reviewed_object(request)? else {

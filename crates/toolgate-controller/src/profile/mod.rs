@@ -16,7 +16,7 @@
 //!    record the version in the store, publish an Event;
 //! 5. fold heartbeats into `status.fleet` and patch the status when it changed.
 //!
-//! The module is split by job: [`plan`](self#planning) (pure: what to sign,
+//! The module is split by job: planning (pure: what to sign,
 //! which grants, whether the last good bundle may be re-signed), status
 //! (pure: the conditions written) and the reconcile (the I/O around them,
 //! with one `publish` path for every bundle). The pure parts are tested
