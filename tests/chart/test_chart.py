@@ -481,8 +481,8 @@ def test_pod_update_webhook(rendered, values_name):
         "(has(oldObject.spec.initContainers) && oldObject.spec.initContainers.exists(c, c.name == 'toolgate-sidecar'))",
         "spec-written": "object.spec != oldObject.spec",
     }
-    inject = (ROOT / "crates" / "toolgate-webhook" / "src" / "inject.rs").read_text()
-    assert 'SIDECAR_NAME: &str = "toolgate-sidecar"' in inject
+    names = (ROOT / "crates" / "toolgate-k8s" / "src" / "names.rs").read_text()
+    assert 'SIDECAR_NAME: &str = "toolgate-sidecar"' in names
     # The injecting webhook still only sees CREATE.
     for mutating_hook in mutating(objects)["webhooks"]:
         assert [r["operations"] for r in mutating_hook["rules"]] == [["CREATE"]]
@@ -684,7 +684,8 @@ def test_leader_election_namespace_matches_rbac(rendered):
     assert 'LEASE_NAME: &str = "toolgate-controller-leader"' in leader
     keys = (ROOT / "crates" / "toolgate-controller" / "src" / "keys.rs").read_text()
     assert 'SIGNING_SECRET: &str = "toolgate-signing-key"' in keys
-    assert 'TRUST_CONFIGMAP: &str = "toolgate-trust"' in keys
+    names = (ROOT / "crates" / "toolgate-k8s" / "src" / "names.rs").read_text()
+    assert 'TRUST_CONFIGMAP: &str = "toolgate-trust"' in names
     role = only(rendered["default"], "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
 
@@ -715,10 +716,10 @@ def test_pod_monitor_scrapes_only_injected_sidecars(rendered):
         "__meta_kubernetes_pod_annotation_toolgate_dev_injected": "true",
         "__meta_kubernetes_pod_container_name": "toolgate-sidecar",
     }
-    inject = (ROOT / "crates" / "toolgate-webhook" / "src" / "inject.rs").read_text()
-    assert 'SIDECAR_NAME: &str = "toolgate-sidecar"' in inject
-    assert 'ANNOTATION_INJECTED: &str = "toolgate.dev/injected"' in inject
-    assert "OPS_PORT: u16 = 15032" in inject
+    names = (ROOT / "crates" / "toolgate-k8s" / "src" / "names.rs").read_text()
+    assert 'SIDECAR_NAME: &str = "toolgate-sidecar"' in names
+    assert 'ANNOTATION_INJECTED: &str = "toolgate.dev/injected"' in names
+    assert "OPS_PORT: u16 = 15032" in names
     assert any(r.get("replacement") == "$1:15032" for r in relabel)
 
 

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
-use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use toolgate_bundle::SigningKey;
 use toolgate_store::Store;
 
@@ -142,13 +142,24 @@ impl Context {
         (self.clock)()
     }
 
-    /// Publishes an Event; a failure is logged, never fatal.
+    /// Publishes an Event about `regarding`; a failure is logged, never
+    /// fatal (an Event is a courtesy to whoever runs `kubectl describe`).
     pub(crate) async fn event(
         &self,
-        reference: &k8s_openapi::api::core::v1::ObjectReference,
-        event: Event,
+        regarding: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
     ) {
-        if let Err(e) = self.recorder.publish(&event, reference).await {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, regarding).await {
             tracing::warn!(error = %e, reason = %event.reason, "could not publish event");
         }
     }

@@ -15,6 +15,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
 use toolgate_bundle::{SigningKey, TrustSet};
 
+use toolgate_k8s::names;
+
 use crate::error::ControllerError;
 
 /// Secret holding the signing key.
@@ -22,21 +24,18 @@ pub const SIGNING_SECRET: &str = "toolgate-signing-key";
 /// Key of the PEM inside [`SIGNING_SECRET`].
 pub const SIGNING_KEY_FIELD: &str = "signing.key";
 /// ConfigMap holding the trusted public keys.
-pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
+pub use toolgate_k8s::names::TRUST_CONFIGMAP;
 /// Key of the PEM inside [`TRUST_CONFIGMAP`].
-pub const TRUST_FIELD: &str = "trust.pem";
+pub use toolgate_k8s::names::TRUST_FIELD;
 
 /// Labels of every object the controller creates outside a profile's ownership.
 pub(crate) fn labels() -> BTreeMap<String, String> {
     BTreeMap::from([
         (
-            "app.kubernetes.io/managed-by".to_owned(),
+            names::LABEL_MANAGED_BY.to_owned(),
             crate::MANAGER.to_owned(),
         ),
-        (
-            "app.kubernetes.io/part-of".to_owned(),
-            "toolgate".to_owned(),
-        ),
+        (names::LABEL_PART_OF.to_owned(), names::PART_OF.to_owned()),
     ])
 }
 
@@ -64,20 +63,39 @@ pub fn secret_for(key: &SigningKey, namespace: &str) -> Result<Secret, Controlle
     let pem = key
         .to_pkcs8_pem()
         .map_err(|e| ControllerError::Key(e.to_string()))?;
-    Ok(Secret {
+    Ok(managed_secret(
+        SIGNING_SECRET,
+        namespace,
+        None,
+        SIGNING_KEY_FIELD,
+        pem.as_bytes(),
+    ))
+}
+
+/// An Opaque Secret the controller manages (its [`labels`]), holding
+/// `value` under `field`.
+pub(crate) fn managed_secret(
+    name: &str,
+    namespace: &str,
+    annotations: Option<BTreeMap<String, String>>,
+    field: &str,
+    value: &[u8],
+) -> Secret {
+    Secret {
         metadata: ObjectMeta {
-            name: Some(SIGNING_SECRET.into()),
-            namespace: Some(namespace.into()),
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
             labels: Some(labels()),
+            annotations,
             ..Default::default()
         },
         type_: Some("Opaque".into()),
         data: Some(BTreeMap::from([(
-            SIGNING_KEY_FIELD.to_owned(),
-            ByteString(pem.as_bytes().to_vec()),
+            field.to_owned(),
+            ByteString(value.to_vec()),
         )])),
         ..Default::default()
-    })
+    }
 }
 
 /// Loads the signing key from the Secret in `namespace`, generating and

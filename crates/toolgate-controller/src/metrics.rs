@@ -15,7 +15,7 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-use crate::crd::{Phase, PolicyProfileStatus};
+use crate::crd::{ConditionType, Phase, PolicyProfileStatus};
 use crate::error::ControllerError;
 
 /// Controller label values.
@@ -192,13 +192,7 @@ impl Metrics {
             }
             reconcile_duration.with_label_values(&[controller]);
         }
-        for phase in [
-            Phase::Pending,
-            Phase::Approved,
-            Phase::Denied,
-            Phase::Expired,
-            Phase::Cancelled,
-        ] {
+        for phase in Phase::ALL {
             approvals.with_label_values(&[phase.as_str()]);
         }
         Self {
@@ -221,18 +215,18 @@ impl Metrics {
     /// Sets the per-profile gauges from the status the reconciler computed.
     pub fn observe_profile(&self, namespace: &str, profile: &str, status: &PolicyProfileStatus) {
         let labels = [namespace, profile];
-        let is_true = |kind: &str| {
+        let is_true = |kind: ConditionType| {
             status
                 .conditions
                 .iter()
-                .any(|c| c.type_ == kind && c.status == "True")
+                .any(|c| c.is(kind) && c.status == "True")
         };
         self.profile_valid
             .with_label_values(&labels)
-            .set(i64::from(is_true("Valid")));
+            .set(i64::from(is_true(ConditionType::Valid)));
         self.profile_ready
             .with_label_values(&labels)
-            .set(i64::from(is_true("Ready")));
+            .set(i64::from(is_true(ConditionType::Ready)));
         match status
             .expires_at
             .as_deref()

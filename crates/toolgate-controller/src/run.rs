@@ -189,8 +189,11 @@ pub async fn run_reconcilers(
     let profiles = profiles_ctrl
         .owns(
             Api::<ConfigMap>::all(ctx.client.clone()),
-            watcher::Config::default()
-                .labels(&format!("app.kubernetes.io/managed-by={}", crate::MANAGER)),
+            watcher::Config::default().labels(&format!(
+                "{}={}",
+                toolgate_k8s::names::LABEL_MANAGED_BY,
+                crate::MANAGER
+            )),
         )
         .watches(
             Api::<Approval>::all(ctx.client.clone()),

@@ -25,7 +25,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams};
 use kube::{CustomResourceExt, ResourceExt};
 
-use crate::crd::{Approval, PolicyProfile};
+use crate::crd::{Approval, ConditionType, PolicyProfile};
 use crate::error::ControllerError;
 
 /// Arguments of `status`.
@@ -442,21 +442,23 @@ pub fn profile(p: &PolicyProfile, now: Timestamp, margin: SignedDuration) -> Che
         p.name_any()
     );
     let status = p.status.clone().unwrap_or_default();
-    let condition = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
     let fleet = status.fleet.unwrap_or_default();
     let fleet_text = format!("pods {} current / {} stale", fleet.current, fleet.stale);
     let expires = status
         .expires_at
         .as_deref()
         .and_then(|t| t.parse::<Timestamp>().ok());
-    if let Some(valid) = condition("Valid").filter(|c| c.status != "True") {
+    if let Some(valid) = status
+        .condition(ConditionType::Valid)
+        .filter(|c| c.status != "True")
+    {
         return check(
             Level::Fail,
             what,
             format!("invalid spec: {} ({fleet_text})", valid.message),
         );
     }
-    match condition("Ready") {
+    match status.condition(ConditionType::Ready) {
         Some(c) if c.status == "True" => {}
         Some(c) => {
             return check(

@@ -14,10 +14,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::events::{Event, EventType};
+use kube::api::{Api, PostParams};
+use kube::runtime::events::EventType;
 
 use crate::context::Context;
 use crate::error::ControllerError;
@@ -27,28 +26,18 @@ pub const DATABASE_SECRET: &str = "toolgate-database";
 /// Key of the URL inside the Secret.
 pub const DATABASE_URL_KEY: &str = "url";
 /// Annotation naming the PostgreSQL role a managed Secret logs in as.
-pub const ANN_TENANT_ROLE: &str = "toolgate.dev/tenant-role";
+pub use toolgate_k8s::names::ANN_TENANT_ROLE;
 
 /// The Secret holding `url` for namespace `namespace`.
 pub fn database_secret(name: &str, namespace: &str, role: &str, url: &str) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(crate::keys::labels()),
-            annotations: Some(BTreeMap::from([(
-                ANN_TENANT_ROLE.to_owned(),
-                role.to_owned(),
-            )])),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([(
-            DATABASE_URL_KEY.to_owned(),
-            ByteString(url.as_bytes().to_vec()),
-        )])),
-        ..Default::default()
-    }
+    let annotations = BTreeMap::from([(ANN_TENANT_ROLE.to_owned(), role.to_owned())]);
+    crate::keys::managed_secret(
+        name,
+        namespace,
+        Some(annotations),
+        DATABASE_URL_KEY,
+        url.as_bytes(),
+    )
 }
 
 /// Whether the controller made `secret` (and so it holds a tenant credential).
@@ -57,7 +46,7 @@ pub fn is_managed(secret: &Secret) -> bool {
         .metadata
         .labels
         .as_ref()
-        .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+        .and_then(|l| l.get(toolgate_k8s::names::LABEL_MANAGED_BY))
         .is_some_and(|m| m == crate::MANAGER)
         && secret
             .metadata
@@ -94,16 +83,13 @@ pub async fn ensure_database_secret(
                     tracing::info!(%namespace, role = %creds.role, "provisioned tenant database role");
                     ctx.event(
                         regarding,
-                        Event {
-                            type_: EventType::Normal,
-                            reason: "TenantProvisioned".into(),
-                            note: Some(format!(
-                                "database role {} for tenant {namespace} written to Secret {name}",
-                                creds.role
-                            )),
-                            action: "Provision".into(),
-                            secondary: None,
-                        },
+                        EventType::Normal,
+                        "TenantProvisioned",
+                        "Provision",
+                        format!(
+                            "database role {} for tenant {namespace} written to Secret {name}",
+                            creds.role
+                        ),
                     )
                     .await;
                     ctx.mark_provisioned(namespace);
@@ -119,16 +105,13 @@ pub async fn ensure_database_secret(
         tracing::warn!(%namespace, secret = %name, "database Secret not managed by toolgate; left as is");
         ctx.event(
             regarding,
-            Event {
-                type_: EventType::Warning,
-                reason: "DatabaseSecretUnmanaged".into(),
-                note: Some(format!(
-                    "Secret {namespace}/{name} was not written by toolgate; sidecars use its \
+            EventType::Warning,
+            "DatabaseSecretUnmanaged",
+            "Provision",
+            format!(
+                "Secret {namespace}/{name} was not written by toolgate; sidecars use its \
                      credential as is. Delete it to have a tenant-scoped role provisioned."
-                )),
-                action: "Provision".into(),
-                secondary: None,
-            },
+            ),
         )
         .await;
     }

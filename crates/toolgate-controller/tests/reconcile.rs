@@ -42,6 +42,23 @@ fn cond<'a>(status: &'a Value, t: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {t} condition in {status}"))
 }
 
+/// The profile's status, written by server-side apply: field manager
+/// `toolgate-controller`, forced, the whole status in the body.
+async fn expect_status(server: &mut ApiServer) -> Received {
+    let st = server.expect(Method::PATCH, STATUS).await;
+    assert_eq!(st.content_type, "application/apply-patch+yaml");
+    assert!(
+        st.query.contains("fieldManager=toolgate-controller") && st.query.contains("force=true"),
+        "{}",
+        st.query
+    );
+    assert_eq!(
+        (st.body["apiVersion"].as_str(), st.body["kind"].as_str()),
+        (Some("toolgate.dev/v1alpha1"), Some("PolicyProfile"))
+    );
+    st
+}
+
 #[derive(Default)]
 struct Captured {
     configmap: Option<Value>,
@@ -136,8 +153,7 @@ async fn create(
         assert_eq!(ev["reason"], "Published");
         assert_eq!(ev["type"], "Normal");
 
-        let st = server.expect(Method::PATCH, STATUS).await;
-        assert_eq!(st.content_type, "application/merge-patch+json");
+        let st = expect_status(&mut server).await;
         let status = st.body["status"].clone();
         assert_eq!(status["version"], verified.policy_version());
         assert_eq!(status["bundleDigest"], verified.digest());
@@ -282,7 +298,7 @@ async fn same_content_is_not_resigned_until_close_to_expiry() {
         assert_eq!(v.expires_at(), later + SignedDuration::from_hours(24));
         apply.echo();
         assert_eq!(server.event().await["reason"], "Resigned");
-        let st = server.expect(Method::PATCH, STATUS).await;
+        let st = expect_status(&mut server).await;
         assert_eq!(st.body["status"]["sequence"], 2);
         st.echo_status(profile_json());
     })
@@ -333,7 +349,7 @@ async fn update_publishes_a_new_version_with_the_next_sequence() {
         let new_version = v.policy_version().to_owned();
         apply.echo();
         assert_eq!(server.event().await["reason"], "Published");
-        let st = server.expect(Method::PATCH, STATUS).await;
+        let st = expect_status(&mut server).await;
         assert_eq!(st.body["status"]["version"], new_version.as_str());
         assert_eq!(st.body["status"]["sequence"], 2);
         assert_eq!(st.body["status"]["observedGeneration"], 2);
@@ -388,7 +404,7 @@ async fn invalid_spec_never_replaces_the_last_good_bundle() {
                 .unwrap()
                 .contains("profile_incomplete_effects")
         );
-        let st = server.expect(Method::PATCH, STATUS).await;
+        let st = expect_status(&mut server).await;
         let status = &st.body["status"];
         let valid = cond(status, "Valid");
         assert_eq!(
@@ -500,7 +516,7 @@ async fn an_approved_grant_produces_a_new_version() {
         );
         apply.echo();
         server.event().await;
-        let st = server.expect(Method::PATCH, STATUS).await;
+        let st = expect_status(&mut server).await;
         assert_eq!(st.body["status"]["grants"], 1);
         st.echo_status(profile_json());
     })
@@ -871,7 +887,7 @@ async fn invalid_spec_keeps_the_last_good_bundle_fresh() {
             );
             assert!(ev["note"].as_str().unwrap().contains("spec is invalid"));
             assert_eq!(server.event().await["reason"], "InvalidSpec");
-            let st = server.expect(Method::PATCH, STATUS).await;
+            let st = expect_status(&mut server).await;
             let status = st.body["status"].clone();
             assert_eq!(cond(&status, "Valid")["status"], "False");
             assert_eq!(cond(&status, "Valid")["reason"], "InvalidSpec");
@@ -1042,7 +1058,7 @@ async fn a_tampered_or_replayed_configmap_is_never_resigned() {
                     "{case}"
                 );
                 assert!(ev["note"].as_str().unwrap().contains(why), "{case}: {ev}");
-                let st = server.expect(Method::PATCH, STATUS).await;
+                let st = expect_status(&mut server).await;
                 let status = &st.body["status"];
                 let ready = cond(status, "Ready");
                 assert_eq!(

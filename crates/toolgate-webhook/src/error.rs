@@ -38,22 +38,11 @@ pub enum WebhookError {
     /// A PolicyProfile spec does not load or compile.
     #[error(transparent)]
     Policy(#[from] PolicyError),
-    /// An Approval is not well formed.
-    #[error("{field}: {message}")]
-    InvalidApproval {
-        /// Dotted path of the field.
-        field: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// An update tries to change a resolved Approval.
-    #[error("{field}: {message}")]
-    ApprovalImmutable {
-        /// Dotted path of the field.
-        field: String,
-        /// What was attempted.
-        message: String,
-    },
+    /// An Approval is not well formed, or an update tries to change a
+    /// resolved one: the shared rules of [`toolgate_k8s::validate_approval`]
+    /// (codes `approval_invalid`, `approval_immutable`).
+    #[error(transparent)]
+    Approval(#[from] toolgate_k8s::K8sError),
     /// A pod update would change, remove or reach into the injected sidecar.
     #[error("{field}: {message}")]
     SidecarImmutable {
@@ -93,8 +82,7 @@ impl WebhookError {
             Self::InvalidObject { .. } => "invalid_object",
             Self::Injection { .. } => "injection_refused",
             Self::Policy(e) => e.code(),
-            Self::InvalidApproval { .. } => "approval_invalid",
-            Self::ApprovalImmutable { .. } => "approval_immutable",
+            Self::Approval(e) => e.code(),
             Self::SidecarImmutable { .. } => "sidecar_immutable",
             Self::Tls { .. } => "tls_config",
             Self::Io { .. } => "io",
@@ -107,10 +95,9 @@ impl WebhookError {
         match self {
             Self::InvalidObject { field, .. }
             | Self::Injection { field, .. }
-            | Self::InvalidApproval { field, .. }
-            | Self::ApprovalImmutable { field, .. }
             | Self::SidecarImmutable { field, .. } => Some(field),
             Self::Policy(e) => e.field(),
+            Self::Approval(e) => e.field(),
             _ => None,
         }
     }
@@ -121,10 +108,10 @@ impl WebhookError {
         match self {
             Self::MalformedReview(_) | Self::InvalidObject { .. } => 400,
             Self::BodyTooLarge { .. } => 413,
-            Self::Injection { .. }
-            | Self::ApprovalImmutable { .. }
-            | Self::SidecarImmutable { .. } => 403,
-            Self::Policy(_) | Self::InvalidApproval { .. } => 422,
+            Self::Injection { .. } | Self::SidecarImmutable { .. } => 403,
+            Self::Approval(toolgate_k8s::K8sError::ApprovalImmutable { .. }) => 403,
+            Self::Policy(_) | Self::Approval(toolgate_k8s::K8sError::InvalidApproval { .. }) => 422,
+            Self::Approval(toolgate_k8s::K8sError::Io(_)) => 500,
             Self::Tls { .. } | Self::Io { .. } | Self::Internal(_) => 500,
         }
     }

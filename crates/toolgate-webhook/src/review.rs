@@ -1,5 +1,22 @@
 //! The parts of `admission.k8s.io/v1` AdmissionReview this crate reads and
 //! writes. Unknown fields are ignored: the API server sends more than we need.
+//!
+//! A thin local wrapper rather than `kube::core::admission`, whose types
+//! cannot express the wire behaviour this webhook promises (and its tests
+//! assert):
+//! - kube's `AdmissionResponse` serializes `patch` (`Vec<u8>`) as an array
+//!   of numbers; ours is the base64 string of the API reference, and clients
+//!   and tests decode it as such;
+//! - kube's response always carries a `status` object, also when allowed;
+//!   an allowed answer here has none, and a denial's `status` carries the
+//!   stable error code as `reason` and the HTTP-like `code`;
+//! - kube's `AdmissionRequest` requires `kind`, `resource` and `userInfo`
+//!   and reads `operation` into a closed enum, so a review lacking one of
+//!   them would become a `malformed_review` denial instead of being judged
+//!   (an Approval decision without `userInfo` is refused by the shared rules,
+//!   fail closed, with a message naming the missing user);
+//! - a malformed body's `request.uid` is salvaged ([`AdmissionReview::salvage_uid`])
+//!   so the denial still reaches the request.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

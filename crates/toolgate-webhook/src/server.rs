@@ -309,11 +309,6 @@ impl Server {
         self.metrics.clone()
     }
 
-    /// The certificate holder, e.g. to force a [`ReloadingCert::reload`].
-    pub fn certificates(&self) -> Arc<ReloadingCert> {
-        self.certs.clone()
-    }
-
     /// Accepts connections until `shutdown` completes.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), WebhookError> {
         let Server {

@@ -8,16 +8,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::WebhookError;
+pub use toolgate_k8s::names::{
+    ANNOTATION_CPU_LIMIT, ANNOTATION_CPU_REQUEST, ANNOTATION_MEMORY_LIMIT,
+    ANNOTATION_MEMORY_REQUEST,
+};
 
-/// Annotation overriding the sidecar's CPU request.
-pub const ANNOTATION_CPU_REQUEST: &str = "toolgate.dev/sidecar-cpu-request";
-/// Annotation overriding the sidecar's CPU limit.
-pub const ANNOTATION_CPU_LIMIT: &str = "toolgate.dev/sidecar-cpu-limit";
-/// Annotation overriding the sidecar's memory request.
-pub const ANNOTATION_MEMORY_REQUEST: &str = "toolgate.dev/sidecar-memory-request";
-/// Annotation overriding the sidecar's memory limit.
-pub const ANNOTATION_MEMORY_LIMIT: &str = "toolgate.dev/sidecar-memory-limit";
+use crate::WebhookError;
 
 /// CPU in millicores and memory in bytes, requests and limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

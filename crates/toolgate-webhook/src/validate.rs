@@ -8,13 +8,11 @@
 //! ([`pod`], checks in [`guard`](crate::guard)).
 
 use serde_json::Value;
-use toolgate_policy::{CompiledPolicy, PolicySpec};
+use toolgate_k8s::{K8sError, Requester, validate_approval, validate_profile};
+use toolgate_policy::PolicySpec;
 
 use crate::WebhookError;
 use crate::review::AdmissionRequest;
-
-/// Decisions a human may write into `spec.decision`.
-pub const DECISIONS: [&str; 2] = ["approved", "denied"];
 
 /// Checks a PolicyProfile create or update. DELETE and CONNECT pass.
 pub fn policy_profile(request: &AdmissionRequest) -> Result<(), WebhookError> {
@@ -44,11 +42,13 @@ pub fn policy_profile(request: &AdmissionRequest) -> Result<(), WebhookError> {
             message: "a PolicyProfile needs a spec".into(),
         })?;
     let spec: PolicySpec = toolgate_policy::load::from_value(spec, "spec")?;
-    CompiledPolicy::compile(name, &spec, &[])?;
+    validate_profile(name, &spec)?;
     Ok(())
 }
 
-/// Checks an Approval create or update. DELETE and CONNECT pass.
+/// Checks an Approval create or update with
+/// [`validate_approval`], the rules the
+/// controller applies too. DELETE and CONNECT pass.
 pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
     let Some(object) = reviewed_object(request)? else {
         return Ok(());
@@ -56,133 +56,30 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
     let spec = object
         .get("spec")
         .and_then(Value::as_object)
-        .ok_or_else(|| invalid_approval("spec", "an Approval needs a spec object"))?;
-    let is_set = |key: &str| spec.get(key).is_some_and(|v| !v.is_null());
-    match (is_set("request"), is_set("grant")) {
-        (true, false) | (false, true) => {}
-        (true, true) => {
-            return Err(invalid_approval(
-                "spec",
-                "set exactly one of spec.request (answer one escalated call) or spec.grant (a standing grant), not both",
-            ));
-        }
-        (false, false) => {
-            return Err(invalid_approval(
-                "spec",
-                "set exactly one of spec.request (answer one escalated call) or spec.grant (a standing grant)",
-            ));
-        }
-    }
-    let decision = spec.get("decision").filter(|d| !d.is_null());
-    if let Some(decision) = decision {
-        match decision.as_str() {
-            Some(d) if DECISIONS.contains(&d) => {}
-            _ => {
-                return Err(invalid_approval(
-                    "spec.decision",
-                    &format!("must be one of approved, denied; got {decision}"),
-                ));
-            }
-        }
-    }
-    let old_spec = request
+        .ok_or_else(|| K8sError::InvalidApproval {
+            field: "spec".into(),
+            message: "an Approval needs a spec object".into(),
+        })?;
+    let new = toolgate_k8s::validate::approval_fields(spec)?;
+    let old = request
         .old_object
         .as_ref()
         .filter(|_| request.operation == "UPDATE")
-        .and_then(|o| o.get("spec"));
-    let old_decision = old_spec
-        .and_then(|s| s.get("decision"))
-        .filter(|d| !d.is_null());
-    if decision.is_none() {
-        for key in ["decidedBy", "decidedByGroups"] {
-            if is_set(key) {
-                return Err(invalid_approval(
-                    &format!("spec.{key}"),
-                    "is recorded with a decision; set spec.decision in the same write",
-                ));
-            }
-        }
-    }
-    // A decision being made now must name the user the API server
-    // authenticated, and only groups it authenticated them in, so the
-    // controller's approvers check compares real identities rather than
-    // whatever a writer typed.
-    if decision.is_some() && old_decision.is_none() {
-        check_decider(spec, request)?;
-    }
-    let Some(old_decision) = old_decision else {
-        return Ok(());
-    };
-    if decision != Some(old_decision) {
-        let now = decision.map_or_else(|| "removed".to_owned(), |d| format!("changed to {d}"));
-        return Err(WebhookError::ApprovalImmutable {
-            field: "spec.decision".into(),
-            message: format!(
-                "the approval was already resolved as {old_decision} and cannot be {now}; create a new Approval instead"
-            ),
-        });
-    }
-    for key in ["request", "grant", "decidedBy", "decidedByGroups"] {
-        if spec.get(key).filter(|v| !v.is_null())
-            != old_spec.and_then(|s| s.get(key)).filter(|v| !v.is_null())
-        {
-            return Err(WebhookError::ApprovalImmutable {
-                field: format!("spec.{key}"),
-                message: "a resolved approval cannot be edited; create a new Approval instead"
-                    .into(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// A new decision's `decidedBy` must be the authenticated username and its
-/// `decidedByGroups` (optional) a subset of the authenticated groups. A
-/// review without a username fails closed.
-fn check_decider(
-    spec: &serde_json::Map<String, Value>,
-    request: &AdmissionRequest,
-) -> Result<(), WebhookError> {
-    let info = request.user_info.as_ref();
-    let Some(user) = info
-        .and_then(|u| u.username.as_deref())
-        .filter(|u| !u.is_empty())
-    else {
-        return Err(invalid_approval(
-            "spec.decision",
-            "the admission request names no authenticated user, so the decision cannot be attributed",
-        ));
-    };
-    let decided_by = spec.get("decidedBy").and_then(Value::as_str);
-    if decided_by != Some(user) {
-        return Err(invalid_approval(
-            "spec.decidedBy",
-            &format!(
-                "must be the user making this decision (`{user}`), got {}; `kubectl toolgate approve` sets it",
-                decided_by.map_or_else(|| "nothing".to_owned(), |d| format!("`{d}`"))
-            ),
-        ));
-    }
-    let Some(groups) = spec.get("decidedByGroups").filter(|g| !g.is_null()) else {
-        return Ok(());
-    };
-    let authenticated = info.map(|u| u.groups.as_slice()).unwrap_or_default();
-    let groups = groups
-        .as_array()
-        .ok_or_else(|| invalid_approval("spec.decidedByGroups", "must be a list of group names"))?;
-    for (i, group) in groups.iter().enumerate() {
-        let field = format!("spec.decidedByGroups[{i}]");
-        let name = group
-            .as_str()
-            .ok_or_else(|| invalid_approval(&field, "must be a string"))?;
-        if !authenticated.iter().any(|g| g == name) {
-            return Err(invalid_approval(
-                &field,
-                &format!("`{user}` is not authenticated in group `{name}`"),
-            ));
-        }
-    }
-    Ok(())
+        .and_then(|o| o.get("spec"))
+        .and_then(Value::as_object)
+        .map(toolgate_k8s::validate::approval_fields)
+        .transpose()?;
+    // A review without user information fails closed: nobody to attribute
+    // a decision to.
+    let writer = request
+        .user_info
+        .as_ref()
+        .map(|u| Requester {
+            username: u.username.clone(),
+            groups: u.groups.clone(),
+        })
+        .unwrap_or_default();
+    Ok(validate_approval(old.as_ref(), &new, Some(&writer))?)
 }
 
 /// Checks a pod UPDATE (the main resource or `pods/ephemeralcontainers`)
@@ -222,13 +119,6 @@ fn reviewed_object(request: &AdmissionRequest) -> Result<Option<&Value>, Webhook
                 })
         }
         _ => Ok(None),
-    }
-}
-
-fn invalid_approval(field: &str, message: &str) -> WebhookError {
-    WebhookError::InvalidApproval {
-        field: field.into(),
-        message: message.into(),
     }
 }
 

@@ -29,6 +29,9 @@ pub enum CliError {
     /// The controller failed to start or stopped with an error.
     #[error("controller: {0}")]
     Controller(#[from] toolgate_controller::ControllerError),
+    /// Generating or writing the CRDs failed.
+    #[error("crdgen: {0}")]
+    K8s(#[from] toolgate_k8s::K8sError),
     /// The webhook's configuration or server failed.
     #[error("webhook: {0}")]
     Webhook(#[from] toolgate_webhook::WebhookError),
@@ -53,6 +56,7 @@ impl CliError {
             Self::Bundle(e) => e.code(),
             Self::Store(e) => e.code(),
             Self::Controller(e) => e.code(),
+            Self::K8s(e) => e.code(),
             Self::Webhook(e) => e.code(),
             Self::Sidecar(e) => e.code(),
             Self::Mcp(e) => e.code(),

@@ -18,8 +18,8 @@ pub struct CrdgenArgs {
 /// Prints or writes the CRDs generated from the Rust types.
 pub fn run(args: CrdgenArgs) -> Result<ExitCode, CliError> {
     match args.out {
-        None => print!("{}", toolgate_controller::crdgen()),
-        Some(dir) => toolgate_controller::write_crds(&dir)?,
+        None => print!("{}", toolgate_k8s::crdgen()),
+        Some(dir) => toolgate_k8s::write_crds(&dir)?,
     }
     Ok(ExitCode::SUCCESS)
 }

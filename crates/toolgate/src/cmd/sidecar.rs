@@ -23,11 +23,11 @@ pub struct SidecarArgs {
     #[arg(long, env = "TOOLGATE_DATABASE_URL")]
     pub database: String,
     /// Address to serve on (keep it on loopback).
-    #[arg(long, env = "TOOLGATE_LISTEN", default_value = "127.0.0.1:15031")]
+    #[arg(long, env = "TOOLGATE_LISTEN", default_value = toolgate_k8s::names::SIDECAR_LISTEN)]
     pub listen: SocketAddr,
     /// Address for `/healthz`, `/readyz` and `/metrics` (kubelet probes and
     /// Prometheus reach the pod IP, not loopback); `off` to disable.
-    #[arg(long, env = "TOOLGATE_OPS_LISTEN", default_value = "0.0.0.0:15032")]
+    #[arg(long, env = "TOOLGATE_OPS_LISTEN", default_value = toolgate_k8s::names::OPS_LISTEN)]
     pub ops_listen: String,
     /// Directory holding `<tenant>/<run_id>` workspaces.
     #[arg(
@@ -103,23 +103,15 @@ pub fn run(args: SidecarArgs, log_json: bool) -> Result<ExitCode, CliError> {
 /// `NAME=URL`: a server name usable as a path segment and tool prefix, and
 /// an `http(s)` URL.
 fn parse_upstream(text: &str) -> Result<(String, String), String> {
-    let (name, url) = text
-        .split_once('=')
-        .ok_or_else(|| format!("`{text}` is not NAME=URL"))?;
-    let name_ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !name_ok {
-        return Err(format!(
+    use toolgate_k8s::names::McpUpstreamFault;
+    match toolgate_k8s::names::parse_mcp_upstream(text) {
+        Ok((name, url)) => Ok((name.to_owned(), url.to_owned())),
+        Err(McpUpstreamFault::NotNameUrl) => Err(format!("`{text}` is not NAME=URL")),
+        Err(McpUpstreamFault::BadName(name)) => Err(format!(
             "MCP server name `{name}` must be 1-64 characters of A-Z, a-z, 0-9, '-' and '_'"
-        ));
-    }
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(format!(
+        )),
+        Err(McpUpstreamFault::BadUrl(url)) => Err(format!(
             "MCP upstream `{url}` must be an http:// or https:// URL"
-        ));
+        )),
     }
-    Ok((name.to_owned(), url.to_owned()))
 }

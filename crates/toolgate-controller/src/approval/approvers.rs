@@ -1,0 +1,147 @@
+//! Who may answer: a profile's `spec.approvals.approvers` against the
+//! decider recorded on an Approval.
+
+use kube::ResourceExt;
+use kube::api::Api;
+
+use super::profile_of;
+use crate::context::Context;
+use crate::crd::{Approval, ApprovalSpec, PolicyProfile};
+use crate::error::ControllerError;
+
+/// Reason (and message prefix) when a decision is not recorded because of
+/// the profile's approvers list.
+pub const APPROVER_NOT_ALLOWED: &str = "ApproverNotAllowed";
+
+/// One entry of `spec.approvals.approvers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approver<'a> {
+    /// `user:NAME`, or a bare `NAME`: an authenticated username.
+    User(&'a str),
+    /// `group:NAME`: a group the API server authenticated the decider in.
+    Group(&'a str),
+}
+
+impl<'a> Approver<'a> {
+    /// Reads one entry. A bare name is a user, so Kubernetes usernames that
+    /// contain colons (`system:serviceaccount:ns:sa`) keep working.
+    pub fn parse(entry: &'a str) -> Self {
+        if let Some(group) = entry.strip_prefix("group:") {
+            Approver::Group(group)
+        } else {
+            Approver::User(entry.strip_prefix("user:").unwrap_or(entry))
+        }
+    }
+}
+
+/// Whether a decider (authenticated `user`, in `groups`) may answer for a
+/// profile whose `spec.approvals.approvers` is `approvers`: anyone when the
+/// list is empty, otherwise a listed user or a member of a listed group
+/// (exact, case-sensitive; an unset user is nobody). `user` and `groups`
+/// come from `spec.decidedBy` / `spec.decidedByGroups`, which the validating
+/// webhook pins to what the API server authenticated.
+pub fn approver_allowed(approvers: &[String], user: Option<&str>, groups: &[String]) -> bool {
+    if approvers.is_empty() {
+        return true;
+    }
+    let Some(user) = user.filter(|u| !u.is_empty()) else {
+        return false;
+    };
+    approvers.iter().any(|entry| match Approver::parse(entry) {
+        Approver::User(name) => name == user,
+        Approver::Group(name) => groups.iter().any(|g| g == name),
+    })
+}
+
+/// [`approver_allowed`] for the decider recorded on an Approval.
+pub fn decider_allowed(approvers: &[String], spec: &ApprovalSpec) -> bool {
+    approver_allowed(
+        approvers,
+        spec.decided_by.as_deref(),
+        spec.decided_by_groups.as_deref().unwrap_or_default(),
+    )
+}
+
+/// The decider of an Approval in words, for status messages.
+pub(super) fn decider_text(spec: &ApprovalSpec) -> String {
+    match (&spec.decided_by, &spec.decided_by_groups) {
+        (None, _) => "an unset spec.decidedBy".to_owned(),
+        (Some(by), Some(groups)) if !groups.is_empty() => {
+            format!("`{by}` (groups {})", groups.join(", "))
+        }
+        (Some(by), _) => format!("`{by}`"),
+    }
+}
+
+/// What the approvers check says about one decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApproverCheck {
+    /// The decision may be recorded.
+    Allowed,
+    /// Not recorded; the status message (starts with [`APPROVER_NOT_ALLOWED`]).
+    Refused(String),
+}
+
+/// Checks `obj.spec.decidedBy` against the approvers of the profile that
+/// escalated `row` (see the module docs for how the profile is found).
+/// Fails closed: a row whose policy version names no profile, or whose
+/// profile is found nowhere, is refused. With the same profile name found in
+/// several recorded namespaces, every one of them must allow the approver.
+/// `decidedBy` is self-asserted unless an admission webhook pins it.
+pub async fn check_approvers(
+    ctx: &Context,
+    obj: &Approval,
+    row: &toolgate_store::Approval,
+) -> Result<ApproverCheck, ControllerError> {
+    let who = decider_text(&obj.spec);
+    let Some(name) = profile_of(&row.policy_version) else {
+        return Ok(ApproverCheck::Refused(format!(
+            "{APPROVER_NOT_ALLOWED}: policy version `{}` names no profile, so its approvers \
+             cannot be checked; the decision was not recorded",
+            row.policy_version
+        )));
+    };
+    let mut namespaces: Vec<String> = ctx
+        .store
+        .profiles()
+        .list_profile_versions(Some(&name))
+        .await?
+        .into_iter()
+        .filter(|v| v.load.policy_version == row.policy_version)
+        .map(|v| v.load.namespace)
+        .collect();
+    if namespaces.is_empty() {
+        namespaces.extend(obj.namespace());
+    }
+    namespaces.sort();
+    namespaces.dedup();
+    let mut found = 0;
+    for ns in &namespaces {
+        let api: Api<PolicyProfile> = Api::namespaced(ctx.client.clone(), ns);
+        let Some(profile) = api.get_opt(&name).await? else {
+            continue;
+        };
+        found += 1;
+        let approvers = profile
+            .spec
+            .approvals
+            .as_ref()
+            .map(|a| a.approvers.as_slice())
+            .unwrap_or_default();
+        if !decider_allowed(approvers, &obj.spec) {
+            return Ok(ApproverCheck::Refused(format!(
+                "{APPROVER_NOT_ALLOWED}: {who} is not in spec.approvals.approvers of \
+                 PolicyProfile {ns}/{name} ({}); the decision was not recorded",
+                approvers.join(", ")
+            )));
+        }
+    }
+    if found == 0 {
+        return Ok(ApproverCheck::Refused(format!(
+            "{APPROVER_NOT_ALLOWED}: PolicyProfile {name} not found in namespace(s) {}, so its \
+             approvers cannot be checked; the decision was not recorded",
+            namespaces.join(", ")
+        )));
+    }
+    Ok(ApproverCheck::Allowed)
+}

@@ -1,0 +1,147 @@
+//! The database → cluster mirror: pending rows become Approval objects,
+//! objects follow rows resolved elsewhere, finished objects are deleted
+//! after their retention.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use toolgate_store::ApprovalStatus as DbStatus;
+
+use super::reconcile::patch_status;
+use super::{
+    object_for, overdue_pending, past_retention, request_status, resolve_request, stamp_finished,
+};
+use crate::context::Context;
+use crate::crd::{Approval, Phase, PolicyProfile};
+use crate::error::ControllerError;
+
+/// What one mirror pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Rows moved to expired in the database.
+    pub expired: u64,
+    /// Approval objects created for new pending rows.
+    pub created: usize,
+    /// Objects whose status followed a row that left `pending`.
+    pub updated: usize,
+    /// Finished objects deleted after their retention.
+    pub deleted: usize,
+}
+
+/// One pass of the database → cluster mirror. `existing` is the current
+/// set of Approval objects (the controller's reflector cache).
+pub async fn sync_once(
+    ctx: &Context,
+    existing: &[Arc<Approval>],
+    profiles: &[Arc<PolicyProfile>],
+) -> Result<SyncReport, ControllerError> {
+    let now = ctx.now();
+    let ns = ctx.settings.approvals_namespace.clone();
+    let approvals = ctx.store.approvals();
+    let mut report = SyncReport {
+        expired: approvals.expire(now).await?,
+        ..Default::default()
+    };
+    let pending = approvals.list_all(Some(DbStatus::Pending)).await?;
+    let pending_ids: HashSet<(&str, &str)> = pending
+        .iter()
+        .map(|r| (r.tenant.as_str(), r.id.as_str()))
+        .collect();
+    let present: HashSet<String> = existing
+        .iter()
+        .filter(|a| a.namespace().as_deref() == Some(ns.as_str()))
+        .map(|a| a.name_any())
+        .collect();
+
+    let api: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
+    for row in &pending {
+        let obj = object_for(row, &ns);
+        if present.contains(&obj.name_any()) {
+            continue;
+        }
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(created) => {
+                report.created += 1;
+                let req = obj
+                    .spec
+                    .request
+                    .as_ref()
+                    .expect("mirrored objects carry a request");
+                let status = request_status(
+                    req,
+                    Some(row),
+                    Phase::Pending,
+                    None,
+                    created.metadata.generation,
+                );
+                patch_status(ctx, &created, &status).await?;
+                tracing::info!(approval = %row.id, tenant = %row.tenant, tool = %row.tool, "mirrored pending approval");
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    // Rows that left `pending` without the object knowing (resolved through
+    // the CLI or API, or expired).
+    for obj in existing {
+        let Some(req) = &obj.spec.request else {
+            continue;
+        };
+        let phase = obj.status.as_ref().and_then(|s| s.phase);
+        if !matches!(phase, None | Some(Phase::Pending)) {
+            continue;
+        }
+        if pending_ids.contains(&(req.tenant.as_str(), req.approval_id.as_str())) {
+            continue;
+        }
+        let mut status = resolve_request(ctx, obj, req).await?;
+        let previous = obj.status.as_ref().and_then(|s| s.finished_at.as_deref());
+        stamp_finished(&mut status, previous, now);
+        if obj.status.as_ref() != Some(&status) {
+            patch_status(ctx, obj, &status).await?;
+            report.updated += 1;
+        }
+    }
+
+    // Finished objects past their retention; the database rows stay.
+    for obj in existing {
+        if !past_retention(obj, profiles, now) || obj.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(obj_ns) = obj.namespace() else {
+            continue;
+        };
+        let api: Api<Approval> = Api::namespaced(ctx.client.clone(), &obj_ns);
+        match api
+            .delete(&obj.name_any(), &kube::api::DeleteParams::default())
+            .await
+        {
+            Ok(_) => {
+                report.deleted += 1;
+                tracing::info!(approval = %obj.name_any(), namespace = %obj_ns, "deleted after retention");
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    let mut counts: BTreeMap<&'static str, i64> = BTreeMap::new();
+    for phase in Phase::ALL {
+        counts.insert(phase.as_str(), 0);
+    }
+    for obj in existing {
+        if let Some(phase) = obj.status.as_ref().and_then(|s| s.phase) {
+            *counts.entry(phase.as_str()).or_default() += 1;
+        }
+    }
+    for (phase, n) in counts {
+        ctx.metrics.approvals.with_label_values(&[phase]).set(n);
+    }
+    ctx.metrics
+        .approvals_overdue
+        .set(overdue_pending(existing.iter().map(AsRef::as_ref), now));
+    Ok(report)
+}

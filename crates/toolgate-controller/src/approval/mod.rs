@@ -1,0 +1,60 @@
+//! Approvals: the database ⇄ `Approval` object mirror, and the reconciler
+//! that turns a human's `spec.decision` into a resolved database row.
+//!
+//! Where mirrored requests live: every pending approval in the database
+//! becomes `Approval/apr-<id>` in one namespace, `--approvals-namespace`
+//! (default: the controller's own namespace, e.g. `toolgate-system`). One
+//! namespace keeps RBAC simple (approvers get rights on Approvals there)
+//! and does not depend on tenants being namespace names. Standing grants
+//! are written by humans in the namespace of the profile they extend.
+//!
+//! Directions:
+//! - database → cluster: [`sync_once`] (every few seconds) expires stale
+//!   rows, creates objects for new pending rows and moves objects whose row
+//!   left `pending` (resolved elsewhere, expired) to the matching phase;
+//! - cluster → database: [`reconcile`] resolves the row when `spec.decision`
+//!   is set, idempotently (resolving twice the same way is a no-op), once
+//!   `spec.decidedBy` passed the profile's approvers check (below).
+//!
+//! # Who may answer
+//!
+//! A profile's `spec.approvals.approvers` lists the subjects who may answer
+//! its escalations. Before a pending row is resolved, the controller finds
+//! the profile the row's escalation came from ([`check_approvers`]): its name
+//! is the prefix of the row's policy version (the database row, not the
+//! object's `spec.request`, which whoever creates the object writes), and
+//! its namespace is the one the controller recorded in the store when it
+//! published that exact version, else the Approval's own namespace. When the
+//! list is non-empty and `spec.decidedBy` is not in it, or the profile
+//! cannot be found, the row is left pending, the object stays
+//! `phase: Pending` with a message starting with `ApproverNotAllowed`, and a
+//! Warning Event of that reason is published. `decidedBy` can be corrected
+//! (only `spec.decision` is immutable); the next reconcile checks again.
+//!
+//! **Who `spec.decidedBy` is.** This reconciler only reads the field. The
+//! validating webhook (`toolgate-webhook`) pins it: a write that sets
+//! `spec.decision` is refused unless `decidedBy` equals the requesting
+//! user's `userInfo.username`, and `kubectl toolgate approve` fills it in
+//! from a SelfSubjectReview. Where the webhook is not installed the field
+//! is whatever the writer typed, so restrict who may update Approvals with
+//! RBAC there.
+
+mod approvers;
+mod mirror;
+mod reconcile;
+mod status;
+#[cfg(test)]
+mod tests;
+
+pub use approvers::{
+    APPROVER_NOT_ALLOWED, Approver, ApproverCheck, approver_allowed, check_approvers,
+    decider_allowed,
+};
+pub use mirror::{SyncReport, sync_once};
+pub use reconcile::{reconcile, resolve_request};
+pub use status::{
+    grant_profile_ref, grant_status, object_for, past_retention, phase_of, profile_of,
+    request_status, retention_of,
+};
+pub(crate) use status::{overdue_pending, stamp_finished};
+pub use toolgate_k8s::names::{LABEL_APPROVAL_KIND as LABEL_KIND, approval_name};

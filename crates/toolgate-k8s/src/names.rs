@@ -1,0 +1,198 @@
+//! Every name two toolgate components must agree on: annotations, labels,
+//! ConfigMap names and keys, the finalizer, the sidecar's ports, and the
+//! object names derived from database ids. The webhook writes what the
+//! controller and the sidecar read, so each is defined once, here.
+
+/// Name of the injected sidecar container.
+pub const SIDECAR_NAME: &str = "toolgate-sidecar";
+
+/// Pod annotation (or label) `"false"`: opt the pod out of injection.
+pub const ANNOTATION_INJECT: &str = "toolgate.dev/inject";
+/// Pod annotation naming the PolicyProfile the pod's sidecar enforces; also
+/// the label naming the profile on its bundle ConfigMap.
+pub const ANNOTATION_PROFILE: &str = "toolgate.dev/profile";
+/// Deprecated pod annotation that once chose the tenant. The tenant is the
+/// pod's namespace; a pod whose annotation names anything else is refused.
+pub const ANNOTATION_TENANT: &str = "toolgate.dev/tenant";
+/// Pod annotation: MCP upstreams `NAME=URL,…` the sidecar serves as governed
+/// MCP endpoints at `/mcp/NAME` (`TOOLGATE_MCP_UPSTREAMS`).
+pub const ANNOTATION_MCP_UPSTREAMS: &str = "toolgate.dev/mcp-upstreams";
+/// Pod annotation set on injected pods. Together with a sidecar container
+/// equal to the one the webhook injects it makes a reinvocation a no-op;
+/// alone it proves nothing.
+pub const ANNOTATION_INJECTED: &str = "toolgate.dev/injected";
+/// Pod annotation recording which profile was injected.
+pub const ANNOTATION_PROFILE_INJECTED: &str = "toolgate.dev/profile-injected";
+/// Pod annotation overriding the sidecar's CPU request.
+pub const ANNOTATION_CPU_REQUEST: &str = "toolgate.dev/sidecar-cpu-request";
+/// Pod annotation overriding the sidecar's CPU limit.
+pub const ANNOTATION_CPU_LIMIT: &str = "toolgate.dev/sidecar-cpu-limit";
+/// Pod annotation overriding the sidecar's memory request.
+pub const ANNOTATION_MEMORY_REQUEST: &str = "toolgate.dev/sidecar-memory-request";
+/// Pod annotation overriding the sidecar's memory limit.
+pub const ANNOTATION_MEMORY_LIMIT: &str = "toolgate.dev/sidecar-memory-limit";
+
+/// Bundle ConfigMap annotation: policy version of the bundle.
+pub const ANN_VERSION: &str = "toolgate.dev/policy-version";
+/// Bundle ConfigMap annotation: `sha256:` digest of the bundle document.
+pub const ANN_DIGEST: &str = "toolgate.dev/bundle-digest";
+/// Bundle ConfigMap annotation: bundle sequence.
+pub const ANN_SEQUENCE: &str = "toolgate.dev/sequence";
+/// Bundle ConfigMap annotation: issue instant.
+pub const ANN_ISSUED_AT: &str = "toolgate.dev/issued-at";
+/// Bundle ConfigMap annotation: expiry instant.
+pub const ANN_EXPIRES_AT: &str = "toolgate.dev/expires-at";
+/// Bundle ConfigMap annotation: key id that signed the bundle.
+pub const ANN_KEY_ID: &str = "toolgate.dev/key-id";
+/// Database Secret annotation naming the PostgreSQL role it logs in as.
+pub const ANN_TENANT_ROLE: &str = "toolgate.dev/tenant-role";
+
+/// Label: profile name on the bundle ConfigMap.
+pub const LABEL_PROFILE: &str = "toolgate.dev/profile";
+/// Label on mirrored request Approvals.
+pub const LABEL_APPROVAL_KIND: &str = "toolgate.dev/approval-kind";
+/// Standard label: who manages an object the controller creates.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Standard label: the application an object belongs to.
+pub const LABEL_PART_OF: &str = "app.kubernetes.io/part-of";
+/// Value of [`LABEL_PART_OF`].
+pub const PART_OF: &str = "toolgate";
+
+/// Finalizer the controller puts on every PolicyProfile.
+pub const FINALIZER: &str = "toolgate.dev/cleanup";
+
+/// Prefix of a profile's bundle ConfigMap name; see [`bundle_configmap`].
+pub const BUNDLE_CONFIGMAP_PREFIX: &str = "toolgate-bundle-";
+/// Key of the DSSE envelope inside the bundle ConfigMap.
+pub const BUNDLE_KEY: &str = "bundle.json";
+/// ConfigMap (one per namespace) holding the trusted public keys.
+pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
+/// Key of the PEM inside [`TRUST_CONFIGMAP`].
+pub const TRUST_FIELD: &str = "trust.pem";
+
+/// Name of the bundle ConfigMap of profile `profile`: the controller writes
+/// it, the webhook mounts it into the sidecar.
+pub fn bundle_configmap(profile: &str) -> String {
+    format!("{BUNDLE_CONFIGMAP_PREFIX}{profile}")
+}
+
+/// Port the sidecar's agent API listens on, on loopback.
+pub const SIDECAR_PORT: u16 = 15031;
+/// Port of the sidecar's probes and metrics, on the pod IP (the agent API
+/// stays on loopback, where the kubelet cannot reach it).
+pub const OPS_PORT: u16 = 15032;
+/// Default listen address of the sidecar's agent API ([`SIDECAR_PORT`]).
+pub const SIDECAR_LISTEN: &str = "127.0.0.1:15031";
+/// Listen address of the injected sidecar's probes and metrics ([`OPS_PORT`]).
+pub const OPS_LISTEN: &str = "0.0.0.0:15032";
+/// What every app container gets as `TOOLGATE_URL`.
+pub const SIDECAR_URL: &str = "http://127.0.0.1:15031";
+
+/// Why one `NAME=URL` entry of [`ANNOTATION_MCP_UPSTREAMS`] is unusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpUpstreamFault<'a> {
+    /// No `=` in the entry.
+    NotNameUrl,
+    /// The server name (given) is not 1-64 characters of `[A-Za-z0-9_-]`.
+    BadName(&'a str),
+    /// The URL (given) is not `http://` or `https://`.
+    BadUrl(&'a str),
+}
+
+/// One `NAME=URL` entry of [`ANNOTATION_MCP_UPSTREAMS`] (the webhook checks
+/// it, the sidecar serves it): a server name usable as a path segment and
+/// tool prefix (`[A-Za-z0-9_-]{1,64}`) and an `http(s)` URL.
+pub fn parse_mcp_upstream(entry: &str) -> Result<(&str, &str), McpUpstreamFault<'_>> {
+    let (name, url) = entry.split_once('=').ok_or(McpUpstreamFault::NotNameUrl)?;
+    let name_ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !name_ok {
+        return Err(McpUpstreamFault::BadName(name));
+    }
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(McpUpstreamFault::BadUrl(url));
+    }
+    Ok((name, url))
+}
+
+/// `s` lowercased, every character outside `[a-z0-9-]` replaced by `-`:
+/// the alphabet of a Kubernetes object name.
+fn dns_chars(s: &str) -> String {
+    s.to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+fn sha256_hex(s: &str) -> String {
+    toolgate_policy::digest::sha256_hex(s.as_bytes())
+}
+
+/// Object name for database approval `id`: `apr-` + the id lowercased,
+/// every character outside `[a-z0-9-]` replaced by `-`; when that loses
+/// information, a short hash of the original id keeps names distinct.
+pub fn approval_name(id: &str) -> String {
+    let mapped = dns_chars(id);
+    let lossy = mapped != id;
+    let mut clean = mapped.trim_matches('-').to_owned();
+    clean.truncate(200);
+    let clean = clean.trim_end_matches('-');
+    if lossy {
+        format!("apr-{clean}-{}", &sha256_hex(id)[..8]).replace("--", "-")
+    } else {
+        format!("apr-{clean}")
+    }
+}
+
+/// Object name `kubectl toolgate cancel` uses for `run_id`: deterministic,
+/// so cancelling twice finds the first request; always hashed, so ids that
+/// differ only in punctuation stay distinct.
+pub fn cancellation_name(run_id: &str) -> String {
+    let clean: String = dns_chars(run_id).chars().take(40).collect();
+    let hash = sha256_hex(run_id);
+    let clean = clean.trim_matches('-');
+    if clean.is_empty() {
+        format!("cancel-{}", &hash[..10])
+    } else {
+        format!("cancel-{clean}-{}", &hash[..10])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses_use_the_ports() {
+        assert!(SIDECAR_LISTEN.ends_with(&format!(":{SIDECAR_PORT}")));
+        assert!(OPS_LISTEN.ends_with(&format!(":{OPS_PORT}")));
+        assert_eq!(SIDECAR_URL, format!("http://{SIDECAR_LISTEN}"));
+        assert_eq!(bundle_configmap("p"), "toolgate-bundle-p");
+    }
+
+    #[test]
+    fn cancellation_names_are_valid_deterministic_and_distinct() {
+        let a = cancellation_name("Session_42/Å");
+        assert_eq!(a, cancellation_name("Session_42/Å"));
+        assert!(a.starts_with("cancel-session-42-"), "{a}");
+        assert_ne!(cancellation_name("run-1"), cancellation_name("run_1"));
+        assert!(cancellation_name("////").starts_with("cancel-"));
+        for name in [a, cancellation_name(&"x".repeat(300))] {
+            assert!(name.len() <= 63, "{name}");
+            assert!(
+                name.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            );
+            assert!(!name.ends_with('-'));
+        }
+    }
+}
