@@ -410,7 +410,10 @@ pub async fn resolve_request(
     let generation = obj.metadata.generation;
     let result = match obj.spec.decision {
         Some(d) => {
-            match approvals.get(&req.tenant, &req.approval_id).await {
+            match approvals
+                .get(&req.tenant, &req.approval_id, ctx.now())
+                .await
+            {
                 Ok(row) if row.status == DbStatus::Pending => {
                     if let ApproverCheck::Refused(message) = check_approvers(ctx, obj, &row).await?
                     {
@@ -450,10 +453,15 @@ pub async fn resolve_request(
                     to_db(d),
                     by,
                     obj.spec.reason.as_deref(),
+                    ctx.now(),
                 )
                 .await
         }
-        None => approvals.get(&req.tenant, &req.approval_id).await,
+        None => {
+            approvals
+                .get(&req.tenant, &req.approval_id, ctx.now())
+                .await
+        }
     };
     let status = match result {
         Ok(row) => {
@@ -466,7 +474,10 @@ pub async fn resolve_request(
             request_status(req, Some(&row), phase_of(row.status), message, generation)
         }
         Err(StoreError::ApprovalExpired { .. }) => {
-            let row = approvals.get(&req.tenant, &req.approval_id).await.ok();
+            let row = approvals
+                .get(&req.tenant, &req.approval_id, ctx.now())
+                .await
+                .ok();
             request_status(
                 req,
                 row.as_ref(),
@@ -476,7 +487,9 @@ pub async fn resolve_request(
             )
         }
         Err(StoreError::Conflict(message)) => {
-            let row = approvals.get(&req.tenant, &req.approval_id).await?;
+            let row = approvals
+                .get(&req.tenant, &req.approval_id, ctx.now())
+                .await?;
             request_status(
                 req,
                 Some(&row),
@@ -700,7 +713,7 @@ pub async fn sync_once(
         expired: approvals.expire(now).await?,
         ..Default::default()
     };
-    let pending = approvals.list_all(Some(DbStatus::Pending)).await?;
+    let pending = approvals.list_all(Some(DbStatus::Pending), now).await?;
     let pending_ids: HashSet<(&str, &str)> = pending
         .iter()
         .map(|r| (r.tenant.as_str(), r.id.as_str()))
