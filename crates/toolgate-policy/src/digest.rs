@@ -105,7 +105,7 @@ pub fn canonical_object(members: &mut [(&str, &[u8])]) -> Vec<u8> {
 fn prefixed_sha256(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256:");
-    out.push_str(&hex::encode(Sha256::digest(bytes)));
+    out.push_str(&sha256_hex(bytes));
     out
 }
 

@@ -11,8 +11,8 @@
 /// Expands to the enum with `#[serde(rename = "name")]` on every variant
 /// (so the enum must derive `Serialize`/`Deserialize` itself, and should not
 /// also set `rename_all`), plus three items generated from the same table:
-/// `as_str` (the wire name), `from_wire` (its inverse) and `ALL` (every
-/// variant in declaration order).
+/// `as_str` (the wire name), `from_wire` (its inverse), `ALL` (every
+/// variant in declaration order) and `NAMES` (their wire names).
 ///
 /// ```
 /// toolgate_policy::wire_enum! {
@@ -29,6 +29,7 @@
 /// assert_eq!(serde_json::to_value(Colour::DarkBlue).unwrap(), "dark_blue");
 /// assert_eq!(Colour::from_wire("red"), Some(Colour::Red));
 /// assert_eq!(Colour::ALL.len(), 2);
+/// assert_eq!(Colour::NAMES, ["red", "dark_blue"]);
 /// ```
 #[macro_export]
 macro_rules! wire_enum {
@@ -46,6 +47,9 @@ macro_rules! wire_enum {
         impl $name {
             /// Every variant, in declaration order.
             $vis const ALL: [Self; [$(stringify!($variant)),+].len()] = [$(Self::$variant),+];
+
+            /// Every wire name, in declaration order (e.g. metric label values).
+            $vis const NAMES: [&'static str; [$(stringify!($variant)),+].len()] = [$($wire),+];
 
             /// The wire name: what serde writes and reads, what is stored
             /// and what metric labels carry.

@@ -65,9 +65,8 @@ pub(crate) async fn authorize_call(
     })
 }
 
-/// Evaluates the call at `now`, then applies what the sidecar alone knows:
-/// a pinned tool definition, a cancelled run, and the approval an
-/// escalation asks for or uses.
+/// Decides the call at `now`: [`evaluate`] it, then resolve an escalation
+/// through its approval.
 async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decided {
     let step_id = req
         .step_id
@@ -76,41 +75,7 @@ async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decid
         .unwrap_or_else(|| NO_STEP.to_owned());
     let decision_id = uuid::Uuid::now_v7().to_string();
     let enforced = app.policy.current();
-    let call = Call {
-        tool: &req.tool,
-        action: req.action.as_deref(),
-        arguments: &req.arguments,
-    };
-    let mut verdict = match &enforced {
-        None => sidecar_verdict(Reason::NoBundle, NO_POLICY, &call),
-        Some(e) if now >= e.expires_at => {
-            sidecar_verdict(Reason::BundleExpired, &e.policy_version, &call)
-        }
-        Some(e) => e.policy.evaluate(
-            &call,
-            &Context {
-                now,
-                subject: Some(&app.tenant),
-            },
-        ),
-    };
-
-    // A pinned tool is decided only for the definition that was reviewed.
-    if verdict.verdict != Decision::Deny
-        && let Some(e) = &enforced
-        && let Some(pinned) = e.policy.pinned_definition(&req.tool)
-        && req.definition_digest.as_deref() != Some(pinned)
-    {
-        crate::runs::refuse(
-            &mut verdict,
-            Reason::ToolDefinitionChanged,
-            Some(format!("definition:{pinned}")),
-        );
-    }
-    // A cancelled run gets nothing more, in every mode.
-    if verdict.verdict != Decision::Deny && app.cancelled.contains(&req.run_id) {
-        crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
-    }
+    let mut verdict = evaluate(app, req, enforced.as_deref(), now);
     let (mode, limits) = match &enforced {
         Some(e) => (
             e.policy.enforcement(&req.tool),
@@ -118,14 +83,13 @@ async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decid
         ),
         None => Default::default(),
     };
-
     let mut approval_id = None;
     if verdict.verdict == Decision::Escalate {
         // No new approval requests for a run cancelled elsewhere.
         refuse_if_cancelled(app, &req.run_id, &mut verdict).await;
     }
     if verdict.verdict == Decision::Escalate {
-        // Validated above: an escalation only comes from a live bundle.
+        // An escalation only comes from a live bundle.
         if let Some(e) = &enforced {
             match escalate(app, e, req, &step_id, &decision_id, &mut verdict, now).await {
                 Ok(id) => approval_id = id,
@@ -146,6 +110,52 @@ async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decid
         verdict,
         approval_id,
     }
+}
+
+/// The held bundle's verdict at `now` (fail closed without a live one),
+/// refused when the tool's pinned definition differs or the run is known
+/// to be cancelled.
+fn evaluate(
+    app: &AppState,
+    req: &AuthorizeRequest,
+    enforced: Option<&Enforced>,
+    now: Timestamp,
+) -> Verdict {
+    let call = Call {
+        tool: &req.tool,
+        action: req.action.as_deref(),
+        arguments: &req.arguments,
+    };
+    let mut verdict = match enforced {
+        None => sidecar_verdict(Reason::NoBundle, NO_POLICY, &call),
+        Some(e) if now >= e.expires_at => {
+            sidecar_verdict(Reason::BundleExpired, &e.policy_version, &call)
+        }
+        Some(e) => e.policy.evaluate(
+            &call,
+            &Context {
+                now,
+                subject: Some(&app.tenant),
+            },
+        ),
+    };
+    // A pinned tool is decided only for the definition that was reviewed.
+    if verdict.verdict != Decision::Deny
+        && let Some(e) = enforced
+        && let Some(pinned) = e.policy.pinned_definition(&req.tool)
+        && req.definition_digest.as_deref() != Some(pinned)
+    {
+        crate::runs::refuse(
+            &mut verdict,
+            Reason::ToolDefinitionChanged,
+            Some(format!("definition:{pinned}")),
+        );
+    }
+    // A cancelled run gets nothing more, in every mode.
+    if verdict.verdict != Decision::Deny && app.cancelled.contains(&req.run_id) {
+        crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
+    }
+    verdict
 }
 
 /// The decision log's record of `verdict` for this call.
@@ -185,69 +195,72 @@ async fn record(app: &AppState, req: &AuthorizeRequest, d: &mut Decided) -> Resu
         return Err(ApiError::InvalidRequest(e.to_string()));
     }
     let high_risk = d.verdict.risk == Risk::High;
-    if crate::runs::needs_admission(&d.verdict, &d.limits) {
-        // Charge the run (and see whether it was cancelled) where every
-        // sidecar of the run sees it; a high-risk call in the transaction
-        // that records its decision.
-        let runs = app.store.runs();
-        let admitted = if high_risk {
-            let d = &*d;
-            runs.admit_and_record(
-                &app.tenant,
-                &app.stream,
-                &req.run_id,
-                true,
-                &d.limits,
-                d.now,
-                |a| {
-                    let mut answered = d.verdict.clone();
-                    crate::runs::apply_admission(&mut answered, a, d.mode);
-                    record_of(req, d, &answered)
-                },
-            )
+    let durable = if crate::runs::needs_admission(&d.verdict, &d.limits) {
+        charge(app, req, d, high_risk)
             .await
-            .map(|(a, _)| a)
-        } else {
-            runs.admit(&app.tenant, &req.run_id, false, &d.limits, d.now)
-                .await
-        };
-        match admitted {
-            Ok(admission) => {
-                if matches!(admission, toolgate_store::Admission::Cancelled { .. }) {
-                    app.cancelled.insert(&req.run_id);
-                }
-                crate::runs::apply_admission(&mut d.verdict, &admission, d.mode);
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "run not charged or decision not recorded; denying");
-                deny_audit(&mut d.verdict);
-                d.approval_id = None;
-            }
-        }
-        if !high_risk {
-            app.decision_log
-                .enqueue(&app.tenant, record_of(req, d, &d.verdict));
-        }
+            .map_err(|e| (e, "run not charged or decision not recorded; denying"))
     } else if high_risk {
         // Nothing to count without budgets, but a high-risk call still sees
         // a cancellation made anywhere: one read by key before the append.
         if d.verdict.verdict == Decision::Allow {
             refuse_if_cancelled(app, &req.run_id, &mut d.verdict).await;
         }
-        if let Err(err) = app
-            .store
+        app.store
             .decisions()
             .append(&app.tenant, &app.stream, record_of(req, d, &d.verdict))
             .await
-        {
-            tracing::error!(error = %err, "high-risk decision not recorded; denying");
-            deny_audit(&mut d.verdict);
-            d.approval_id = None;
-        }
+            .map(|_| ())
+            .map_err(|e| (e, "high-risk decision not recorded; denying"))
     } else {
+        Ok(())
+    };
+    if let Err((err, what)) = durable {
+        tracing::error!(error = %err, "{what}");
+        deny_audit(&mut d.verdict);
+        d.approval_id = None;
+    }
+    if !high_risk {
         app.decision_log
             .enqueue(&app.tenant, record_of(req, d, &d.verdict));
     }
+    Ok(())
+}
+
+/// Charges the run (and sees whether it was cancelled) where every sidecar
+/// of the run sees it, and applies the answer; a high-risk call in the
+/// transaction that records its decision.
+async fn charge(
+    app: &AppState,
+    req: &AuthorizeRequest,
+    d: &mut Decided,
+    high_risk: bool,
+) -> Result<(), toolgate_store::StoreError> {
+    let runs = app.store.runs();
+    let admission = if high_risk {
+        let d = &*d;
+        runs.admit_and_record(
+            &app.tenant,
+            &app.stream,
+            &req.run_id,
+            true,
+            &d.limits,
+            d.now,
+            |a| {
+                let mut answered = d.verdict.clone();
+                crate::runs::apply_admission(&mut answered, a, d.mode);
+                record_of(req, d, &answered)
+            },
+        )
+        .await?
+        .0
+    } else {
+        runs.admit(&app.tenant, &req.run_id, false, &d.limits, d.now)
+            .await?
+    };
+    if matches!(admission, toolgate_store::Admission::Cancelled { .. }) {
+        app.cancelled.insert(&req.run_id);
+    }
+    crate::runs::apply_admission(&mut d.verdict, &admission, d.mode);
     Ok(())
 }
 

@@ -68,7 +68,15 @@ impl Decisions<'_> {
         }
         match &self.store.backend {
             crate::Backend::Postgres(pool) => append_pg(pool, tenant, stream, records).await,
-            crate::Backend::Sqlite(pool) => append_sqlite(pool, tenant, stream, records).await,
+            // `BEGIN IMMEDIATE` holds the database write lock, so reading
+            // the head and inserting after it cannot interleave with
+            // another appender.
+            crate::Backend::Sqlite(pool) => {
+                let mut tx = pool.begin_write().await?;
+                let out = append_sqlite_in(&mut tx, tenant, stream, records).await?;
+                tx.commit().await?;
+                Ok(out)
+            }
         }
     }
 
@@ -78,6 +86,12 @@ impl Decisions<'_> {
     /// append seeds an unlinked head) but it is how a restarted writer
     /// links its new chain to the history it knew. An existing stream, the
     /// reserved [`LEGACY_STREAM`] and an unknown `previous` are refused.
+    ///
+    /// Unlike the store's other writes this takes no `now`: on PostgreSQL
+    /// the stream's `started_at` is the database's own clock, set by the
+    /// SECURITY DEFINER function (migration 0006) so that a tenant role can
+    /// neither pick nor backdate it, and SQLite mirrors that with the
+    /// process clock.
     pub async fn open_stream(
         &self,
         tenant: &str,
@@ -110,16 +124,12 @@ impl Decisions<'_> {
                 let link = match previous {
                     None => None,
                     Some(p) => {
-                        let head: Option<(i64, String)> = sqlx::query_as(
-                            "SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2",
-                        )
-                        .bind(tenant)
-                        .bind(p)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                        let (seq, hash) = head.ok_or_else(|| {
-                            StoreError::InvalidInput(format!("previous stream {p} does not exist"))
-                        })?;
+                        let (seq, hash) =
+                            sqlite_head(&mut tx, tenant, p).await?.ok_or_else(|| {
+                                StoreError::InvalidInput(format!(
+                                    "previous stream {p} does not exist"
+                                ))
+                            })?;
                         Some(StreamLink {
                             stream: p.to_owned(),
                             seq,
@@ -247,21 +257,24 @@ async fn pg_append_one(
         .await?)
 }
 
-/// SQLite: `BEGIN IMMEDIATE` holds the database write lock, so reading the
-/// head and inserting after it cannot interleave with another appender.
-async fn append_sqlite(
-    pool: &sqlx::SqlitePool,
+/// SQLite: a stream's head seq and hash, read inside the caller's write
+/// transaction.
+async fn sqlite_head(
+    tx: &mut sqlx::SqliteConnection,
     tenant: &str,
     stream: &str,
-    records: Vec<DecisionRecord>,
-) -> Result<Vec<ChainedDecision>> {
-    let mut tx = pool.begin_write().await?;
-    let out = append_sqlite_in(&mut tx, tenant, stream, records).await?;
-    tx.commit().await?;
-    Ok(out)
+) -> Result<Option<(i64, String)>> {
+    Ok(
+        sqlx::query_as("SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2")
+            .bind(tenant)
+            .bind(stream)
+            .fetch_optional(&mut *tx)
+            .await?,
+    )
 }
 
-/// [`append_sqlite`] inside the caller's write transaction.
+/// SQLite: appends `records` inside the caller's write transaction (which
+/// holds the database write lock).
 pub(crate) async fn append_sqlite_in(
     tx: &mut sqlx::SqliteConnection,
     tenant: &str,
@@ -269,12 +282,7 @@ pub(crate) async fn append_sqlite_in(
     records: Vec<DecisionRecord>,
 ) -> Result<Vec<ChainedDecision>> {
     require("stream", stream)?;
-    let head_sql = "SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2";
-    let head: Option<(i64, String)> = sqlx::query_as(head_sql)
-        .bind(tenant)
-        .bind(stream)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let head = sqlite_head(tx, tenant, stream).await?;
     // A stream nobody opened starts unlinked; the trigger creates its head
     // with the first row, as PostgreSQL's trigger does.
     let (mut seq, mut prev) = match head {
