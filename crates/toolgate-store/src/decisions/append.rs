@@ -183,15 +183,25 @@ async fn append_pg(
     Ok(rows
         .into_iter()
         .zip(records)
-        .map(|((seq, prev_hash, hash), record)| ChainedDecision {
-            tenant: tenant.to_owned(),
-            stream: stream.to_owned(),
-            seq,
-            prev_hash,
-            hash,
-            record,
-        })
+        .map(|(position, record)| chained(tenant, stream, position, record))
         .collect())
+}
+
+/// `record` as chained at `(seq, prev_hash, hash)` of (`tenant`, `stream`).
+fn chained(
+    tenant: &str,
+    stream: &str,
+    (seq, prev_hash, hash): (i64, String, String),
+    record: DecisionRecord,
+) -> ChainedDecision {
+    ChainedDecision {
+        tenant: tenant.to_owned(),
+        stream: stream.to_owned(),
+        seq,
+        prev_hash,
+        hash,
+        record,
+    }
 }
 
 /// Appends one record on PostgreSQL inside the caller's transaction.
@@ -202,15 +212,8 @@ pub(crate) async fn append_pg_in(
     record: DecisionRecord,
 ) -> Result<ChainedDecision> {
     require("stream", stream)?;
-    let (seq, prev_hash, hash) = pg_append_one(conn, tenant, stream, &record).await?;
-    Ok(ChainedDecision {
-        tenant: tenant.to_owned(),
-        stream: stream.to_owned(),
-        seq,
-        prev_hash,
-        hash,
-        record,
-    })
+    let position = pg_append_one(conn, tenant, stream, &record).await?;
+    Ok(chained(tenant, stream, position, record))
 }
 
 /// Checks a record and normalises its time to the stored precision, as
@@ -300,14 +303,8 @@ pub(crate) async fn append_sqlite_in(
             .bind(&hash)
             .execute(&mut *tx)
             .await?;
-        out.push(ChainedDecision {
-            tenant: tenant.to_owned(),
-            stream: stream.to_owned(),
-            seq,
-            prev_hash: std::mem::replace(&mut prev, hash.clone()),
-            hash,
-            record,
-        });
+        let prev_hash = std::mem::replace(&mut prev, hash.clone());
+        out.push(chained(tenant, stream, (seq, prev_hash, hash), record));
     }
     Ok(out)
 }
