@@ -565,21 +565,24 @@ async fn deletion_removes_the_configmap_and_the_finalizer() {
 async fn pending_row(store: &toolgate_store::Store, ttl: Duration) -> toolgate_store::Approval {
     store
         .approvals()
-        .request(NewApproval {
-            approval_id: Some("01J0APPROVAL".into()),
-            invocation_id: "inv-1".into(),
-            tenant: "team-a".into(),
-            run_id: "run-1".into(),
-            tool: "bash".into(),
-            args_digest: "sha256:abc".into(),
-            call_digest: None,
-            policy_version: "safe-coding@0123456789ab+h01234567".into(),
-            decision_id: "dec-1".into(),
-            requested_by: "sidecar/agent-0".into(),
-            ttl,
-            action: None,
-            preview: None,
-        })
+        .request(
+            NewApproval {
+                approval_id: Some("01J0APPROVAL".into()),
+                invocation_id: "inv-1".into(),
+                tenant: "team-a".into(),
+                run_id: "run-1".into(),
+                tool: "bash".into(),
+                args_digest: "sha256:abc".into(),
+                call_digest: None,
+                policy_version: "safe-coding@0123456789ab+h01234567".into(),
+                decision_id: "dec-1".into(),
+                requested_by: "sidecar/agent-0".into(),
+                ttl,
+                action: None,
+                preview: None,
+            },
+            jiff::Timestamp::now(),
+        )
         .await
         .unwrap()
 }
@@ -670,7 +673,11 @@ async fn mirror_creates_objects_and_a_decision_resolves_the_row() {
         .await
         .unwrap();
     }
-    let db = store.approvals().get("team-a", &row.id).await.unwrap();
+    let db = store
+        .approvals()
+        .get("team-a", &row.id, jiff::Timestamp::now())
+        .await
+        .unwrap();
     assert_eq!(db.status, DbStatus::Approved);
     assert_eq!(db.resolved_by.as_deref(), Some("carol"));
     assert_eq!(db.reason.as_deref(), Some("looks fine"));
@@ -699,7 +706,7 @@ async fn a_denial_after_expiry_is_reported_as_expired() {
     assert_eq!(
         store
             .approvals()
-            .get("team-a", &row.id)
+            .get("team-a", &row.id, jiff::Timestamp::now())
             .await
             .unwrap()
             .status,
@@ -745,7 +752,7 @@ async fn expiry_moves_database_and_object_to_expired() {
     assert_eq!(
         store
             .approvals()
-            .get("team-a", &row.id)
+            .get("team-a", &row.id, jiff::Timestamp::now())
             .await
             .unwrap()
             .status,
@@ -1125,15 +1132,18 @@ async fn fleet_counts_only_pods_in_the_profile_namespace() {
 async fn record_version(store: &toolgate_store::Store, ns: &str, version: &str) {
     store
         .profiles()
-        .record_profile_load(toolgate_store::ProfileLoad {
-            profile: "safe-coding".into(),
-            namespace: ns.into(),
-            policy_version: version.into(),
-            spec_sha256: "0".repeat(64),
-            hardline_sha256: "1".repeat(64),
-            bundle_digest: None,
-            loaded_by: "toolgate-controller".into(),
-        })
+        .record_profile_load(
+            toolgate_store::ProfileLoad {
+                profile: "safe-coding".into(),
+                namespace: ns.into(),
+                policy_version: version.into(),
+                spec_sha256: "0".repeat(64),
+                hardline_sha256: "1".repeat(64),
+                bundle_digest: None,
+                loaded_by: "toolgate-controller".into(),
+            },
+            jiff::Timestamp::now(),
+        )
         .await
         .unwrap();
 }
@@ -1193,7 +1203,11 @@ async fn only_listed_approvers_can_resolve_a_request() {
         .await
         .unwrap();
         assert_ne!(action, kube::runtime::controller::Action::await_change());
-        let db = store.approvals().get("team-a", &row.id).await.unwrap();
+        let db = store
+            .approvals()
+            .get("team-a", &row.id, jiff::Timestamp::now())
+            .await
+            .unwrap();
         assert_eq!(
             db.status,
             DbStatus::Pending,
@@ -1224,7 +1238,11 @@ async fn only_listed_approvers_can_resolve_a_request() {
     )
     .await
     .unwrap();
-    let db = store.approvals().get("team-a", &row.id).await.unwrap();
+    let db = store
+        .approvals()
+        .get("team-a", &row.id, jiff::Timestamp::now())
+        .await
+        .unwrap();
     assert_eq!(
         (db.status, db.resolved_by.as_deref()),
         (DbStatus::Approved, Some("carol"))
@@ -1271,7 +1289,7 @@ async fn approvers_are_enforced_fail_closed() {
     assert_eq!(
         store
             .approvals()
-            .get("team-a", &row.id)
+            .get("team-a", &row.id, jiff::Timestamp::now())
             .await
             .unwrap()
             .status,
@@ -1856,6 +1874,10 @@ async fn request_approvals_outside_the_mirror_namespace_resolve_nothing() {
     })
     .await
     .unwrap();
-    let db = store.approvals().get("team-a", &row.id).await.unwrap();
+    let db = store
+        .approvals()
+        .get("team-a", &row.id, jiff::Timestamp::now())
+        .await
+        .unwrap();
     assert_eq!(db.status, DbStatus::Pending, "the row is untouched");
 }

@@ -98,26 +98,36 @@ async fn each_profile_namespace_gets_its_own_tenant_credential() {
     // controller's.
     let row = tenant
         .approvals()
-        .request(toolgate_store::NewApproval {
-            approval_id: None,
-            invocation_id: format!("inv-{}", std::process::id()),
-            tenant: NS.into(),
-            run_id: "run-1".into(),
-            tool: "bash".into(),
-            args_digest: "sha256:00".into(),
-            call_digest: None,
-            action: None,
-            preview: Some("make deploy".into()),
-            policy_version: "safe-coding@x".into(),
-            decision_id: "dec-1".into(),
-            requested_by: "sidecar/agent-0".into(),
-            ttl: std::time::Duration::from_secs(60),
-        })
+        .request(
+            toolgate_store::NewApproval {
+                approval_id: None,
+                invocation_id: format!("inv-{}", std::process::id()),
+                tenant: NS.into(),
+                run_id: "run-1".into(),
+                tool: "bash".into(),
+                args_digest: "sha256:00".into(),
+                call_digest: None,
+                action: None,
+                preview: Some("make deploy".into()),
+                policy_version: "safe-coding@x".into(),
+                decision_id: "dec-1".into(),
+                requested_by: "sidecar/agent-0".into(),
+                ttl: std::time::Duration::from_secs(60),
+            },
+            jiff::Timestamp::now(),
+        )
         .await
         .unwrap();
     let err = tenant
         .approvals()
-        .resolve(NS, &row.id, ApprovalDecision::Approved, "mallory", None)
+        .resolve(
+            NS,
+            &row.id,
+            ApprovalDecision::Approved,
+            "mallory",
+            None,
+            jiff::Timestamp::now(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "permission_denied", "{err}");

@@ -58,25 +58,54 @@ fn canonical_arguments(arguments: &serde_json::Map<String, serde_json::Value>) -
 }
 
 fn call_digest_from(tool: &str, action: Option<&str>, canonical_args: &[u8]) -> String {
-    // RFC 8785 orders the keys action < arguments < tool.
-    let mut doc = Vec::with_capacity(canonical_args.len() + tool.len() + 48);
-    doc.extend_from_slice(b"{\"action\":");
-    match action {
-        Some(a) => write_canonical_string(a, &mut doc),
-        None => doc.extend_from_slice(b"null"),
+    let action = match action {
+        Some(a) => canonical_string(a),
+        None => b"null".to_vec(),
+    };
+    prefixed_sha256(&canonical_object(&mut [
+        ("action", &action),
+        ("arguments", canonical_args),
+        ("tool", &canonical_string(tool)),
+    ]))
+}
+
+/// RFC 8785 canonical JSON of one string.
+pub fn canonical_string(s: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    write_canonical_string(s, &mut out);
+    out
+}
+
+/// Canonical JSON of an object assembled from parts: each member's value
+/// must already be canonical JSON (from [`canonical_json`],
+/// [`canonical_string`], a decimal integer, `null`, or this function).
+/// RFC 8785 sorts keys by UTF-16 code units and adds no whitespace, so an
+/// object can be built from canonical pieces without re-parsing them; the
+/// keys are sorted here by their UTF-8 bytes, which is the same order for
+/// every key below U+E000 (all of toolgate's keys are ASCII names). The
+/// decision chain uses it so that its PostgreSQL trigger can assemble the
+/// same text member by member.
+pub fn canonical_object(members: &mut [(&str, &[u8])]) -> Vec<u8> {
+    members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let len: usize = members.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+    let mut out = Vec::with_capacity(len + 2);
+    out.push(b'{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_canonical_string(key, &mut out);
+        out.push(b':');
+        out.extend_from_slice(value);
     }
-    doc.extend_from_slice(b",\"arguments\":");
-    doc.extend_from_slice(canonical_args);
-    doc.extend_from_slice(b",\"tool\":");
-    write_canonical_string(tool, &mut doc);
-    doc.push(b'}');
-    prefixed_sha256(&doc)
+    out.push(b'}');
+    out
 }
 
 fn prefixed_sha256(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256:");
-    out.push_str(&hex::encode(Sha256::digest(bytes)));
+    out.push_str(&sha256_hex(bytes));
     out
 }
 
@@ -274,6 +303,23 @@ mod tests {
             String::from_utf8(out).unwrap(),
             r#"{"a":[1,-2,true,null,{"y":"/","z":0}],"b":"tab\there \"q\" \\ \u0001 \u001f é 😀"}"#
         );
+    }
+
+    #[test]
+    fn assembled_objects_are_canonical() {
+        let inner = canonical_json(&serde_json::json!({"z": [1, "\u{e9}"], "a": null}));
+        let built = canonical_object(&mut [
+            ("tenant", &canonical_string("t\"\u{1F600}")),
+            ("seq", b"42"),
+            ("record", &inner),
+            ("v", b"2"),
+        ]);
+        let whole = serde_json::json!({
+            "v": 2, "tenant": "t\"\u{1F600}", "seq": 42,
+            "record": {"z": [1, "\u{e9}"], "a": null},
+        });
+        assert_eq!(built, canonical_json(&whole));
+        assert_eq!(canonical_object(&mut []), b"{}");
     }
 
     #[test]

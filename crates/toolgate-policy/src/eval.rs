@@ -200,7 +200,7 @@ impl CompiledPolicy {
             matched_rule,
             policy_version: self.version.version.clone(),
             risk,
-            intent_required: verdict == Decision::Allow && risk == Risk::High,
+            intent_required: crate::verdict::intent_required(verdict, risk),
             args_digest,
             call_digest,
             enforced: true,

@@ -35,6 +35,7 @@ pub mod load;
 pub mod model;
 pub mod preview;
 mod verdict;
+mod wire;
 
 pub use compile::{ANY_TOOL, CompiledPolicy, MAX_RUN_SECONDS};
 pub use digest::{PolicyVersion, args_digest, call_digest};
@@ -43,7 +44,7 @@ pub use eval::{Call, Context};
 pub use model::{
     Budgets, Enforcement, Grant, Mode, PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect,
 };
-pub use verdict::{Decision, Reason, Verdict};
+pub use verdict::{Decision, Reason, Verdict, intent_required};
 
 /// Parses a manifest and compiles it without standing grants.
 pub fn compile_manifest(text: &str) -> Result<CompiledPolicy, PolicyError> {

@@ -77,29 +77,19 @@ pub struct PolicySpec {
     pub budgets: Option<Budgets>,
 }
 
-/// Whether a profile's verdicts bind. Lets a new or stricter profile run
-/// against real traffic first, as admission policies do (`Audit`, `dryrun`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Enforcement {
-    /// Verdicts bind.
-    #[default]
-    Enforce,
-    /// Every call is allowed; what would have been decided is reported, and
-    /// a non-allow would-verdict carries a warning clients show.
-    Warn,
-    /// Every call is allowed; what would have been decided is only recorded.
-    DryRun,
-}
-
-impl Enforcement {
-    /// The camelCase wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Enforce => "enforce",
-            Self::Warn => "warn",
-            Self::DryRun => "dryRun",
-        }
+crate::wire_enum! {
+    /// Whether a profile's verdicts bind. Lets a new or stricter profile run
+    /// against real traffic first, as admission policies do (`Audit`, `dryrun`).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+    pub enum Enforcement {
+        /// Verdicts bind.
+        #[default]
+        Enforce = "enforce",
+        /// Every call is allowed; what would have been decided is reported, and
+        /// a non-allow would-verdict carries a warning clients show.
+        Warn = "warn",
+        /// Every call is allowed; what would have been decided is only recorded.
+        DryRun = "dryRun",
     }
 }
 
@@ -231,26 +221,16 @@ impl SideEffect {
     }
 }
 
-/// Risk classes. Closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Risk {
-    /// Reads and routine calls: best-effort audit.
-    Low,
-    /// Reversible writes.
-    Write,
-    /// Irreversible or destructive: durable intent before execution.
-    High,
-}
-
-impl Risk {
-    /// The lowercase wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Low => "low",
-            Self::Write => "write",
-            Self::High => "high",
-        }
+crate::wire_enum! {
+    /// Risk classes. Closed.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+    pub enum Risk {
+        /// Reads and routine calls: best-effort audit.
+        Low = "low",
+        /// Reversible writes.
+        Write = "write",
+        /// Irreversible or destructive: durable intent before execution.
+        High = "high",
     }
 }
 

@@ -4,141 +4,76 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Enforcement, Risk};
 
-/// The three possible answers to a tool call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    /// The call may run.
-    Allow,
-    /// The call must not run.
-    Deny,
-    /// The call may run only after a human approves it.
-    Escalate,
-}
-
-impl Decision {
-    /// Lowercase wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allow => "allow",
-            Self::Deny => "deny",
-            Self::Escalate => "escalate",
-        }
+crate::wire_enum! {
+    /// The three possible answers to a tool call.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum Decision {
+        /// The call may run.
+        Allow = "allow",
+        /// The call must not run.
+        Deny = "deny",
+        /// The call may run only after a human approves it.
+        Escalate = "escalate",
     }
 }
 
-/// Why a verdict was reached. Closed: dashboards and tests can rely on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reason {
-    /// No `spec.effects` entry for the tool after alias resolution.
-    UnknownTool,
-    /// A hardline command glob matched.
-    HardlineCommand,
-    /// A hardline path glob matched.
-    HardlinePath,
-    /// A literal-IP network target fell inside a hardline CIDR.
-    HardlineCidr,
-    /// A network target named a hostname outside `egress.allowHosts`.
-    EgressHostNotAllowed,
-    /// A network tool gave no usable `url` or `host` argument.
-    NetworkTargetInvalid,
-    /// The profile allows every remaining call.
-    ModeAllowAll,
-    /// The profile denies every call.
-    ModeDenyAll,
-    /// A command contained shell-control syntax in rules mode.
-    ShellControl,
-    /// A deny-tier glob matched.
-    DenyRule,
-    /// An allow-tier glob matched.
-    AllowRule,
-    /// An escalate-tier glob matched.
-    EscalateRule,
-    /// No glob matched: default deny.
-    NoMatchingRule,
-    /// A standing grant allowed a call that would otherwise escalate.
-    ApprovedByGrant,
-    /// A human approved this exact call (issued by the sidecar).
-    Approved,
-    /// A human denied this exact call (issued by the sidecar).
-    ApprovalDenied,
-    /// No valid bundle is loaded (issued by the sidecar).
-    NoBundle,
-    /// The held bundle is past its `expiresAt` (issued by the sidecar).
-    BundleExpired,
-    /// The decision could not be durably recorded (issued by the sidecar).
-    AuditUnavailable,
-    /// The tool's definition is not the one the profile pinned (issued by
-    /// the sidecar for gateway calls).
-    ToolDefinitionChanged,
-    /// One of the run's budgets is used up (issued by the sidecar).
-    BudgetExhausted,
-    /// The run was cancelled (issued by the sidecar).
-    RunCancelled,
-    /// The profile or tool runs in `warn` or `dryRun` mode: the call is
-    /// allowed and the verdict's `would_*` fields say what enforcement
-    /// would have answered.
-    NotEnforced,
+crate::wire_enum! {
+    /// Why a verdict was reached. Closed: dashboards and tests can rely on it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum Reason {
+        /// No `spec.effects` entry for the tool after alias resolution.
+        UnknownTool = "unknown_tool",
+        /// A hardline command glob matched.
+        HardlineCommand = "hardline_command",
+        /// A hardline path glob matched.
+        HardlinePath = "hardline_path",
+        /// A literal-IP network target fell inside a hardline CIDR.
+        HardlineCidr = "hardline_cidr",
+        /// A network target named a hostname outside `egress.allowHosts`.
+        EgressHostNotAllowed = "egress_host_not_allowed",
+        /// A network tool gave no usable `url` or `host` argument.
+        NetworkTargetInvalid = "network_target_invalid",
+        /// The profile allows every remaining call.
+        ModeAllowAll = "mode_allow_all",
+        /// The profile denies every call.
+        ModeDenyAll = "mode_deny_all",
+        /// A command contained shell-control syntax in rules mode.
+        ShellControl = "shell_control",
+        /// A deny-tier glob matched.
+        DenyRule = "deny_rule",
+        /// An allow-tier glob matched.
+        AllowRule = "allow_rule",
+        /// An escalate-tier glob matched.
+        EscalateRule = "escalate_rule",
+        /// No glob matched: default deny.
+        NoMatchingRule = "no_matching_rule",
+        /// A standing grant allowed a call that would otherwise escalate.
+        ApprovedByGrant = "approved_by_grant",
+        /// A human approved this exact call (issued by the sidecar).
+        Approved = "approved",
+        /// A human denied this exact call (issued by the sidecar).
+        ApprovalDenied = "approval_denied",
+        /// No valid bundle is loaded (issued by the sidecar).
+        NoBundle = "no_bundle",
+        /// The held bundle is past its `expiresAt` (issued by the sidecar).
+        BundleExpired = "bundle_expired",
+        /// The decision could not be durably recorded (issued by the sidecar).
+        AuditUnavailable = "audit_unavailable",
+        /// The tool's definition is not the one the profile pinned (issued by
+        /// the sidecar for gateway calls).
+        ToolDefinitionChanged = "tool_definition_changed",
+        /// One of the run's budgets is used up (issued by the sidecar).
+        BudgetExhausted = "budget_exhausted",
+        /// The run was cancelled (issued by the sidecar).
+        RunCancelled = "run_cancelled",
+        /// The profile or tool runs in `warn` or `dryRun` mode: the call is
+        /// allowed and the verdict's `would_*` fields say what enforcement
+        /// would have answered.
+        NotEnforced = "not_enforced",
+    }
 }
 
 impl Reason {
-    /// snake_case wire name, also used as a metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::UnknownTool => "unknown_tool",
-            Self::HardlineCommand => "hardline_command",
-            Self::HardlinePath => "hardline_path",
-            Self::HardlineCidr => "hardline_cidr",
-            Self::EgressHostNotAllowed => "egress_host_not_allowed",
-            Self::NetworkTargetInvalid => "network_target_invalid",
-            Self::ModeAllowAll => "mode_allow_all",
-            Self::ModeDenyAll => "mode_deny_all",
-            Self::ShellControl => "shell_control",
-            Self::DenyRule => "deny_rule",
-            Self::AllowRule => "allow_rule",
-            Self::EscalateRule => "escalate_rule",
-            Self::NoMatchingRule => "no_matching_rule",
-            Self::ApprovedByGrant => "approved_by_grant",
-            Self::Approved => "approved",
-            Self::ApprovalDenied => "approval_denied",
-            Self::NoBundle => "no_bundle",
-            Self::BundleExpired => "bundle_expired",
-            Self::AuditUnavailable => "audit_unavailable",
-            Self::ToolDefinitionChanged => "tool_definition_changed",
-            Self::BudgetExhausted => "budget_exhausted",
-            Self::RunCancelled => "run_cancelled",
-            Self::NotEnforced => "not_enforced",
-        }
-    }
-
-    /// Every reason, in declaration order (for pre-creating metric series).
-    pub const ALL: [Reason; 23] = [
-        Self::UnknownTool,
-        Self::HardlineCommand,
-        Self::HardlinePath,
-        Self::HardlineCidr,
-        Self::EgressHostNotAllowed,
-        Self::NetworkTargetInvalid,
-        Self::ModeAllowAll,
-        Self::ModeDenyAll,
-        Self::ShellControl,
-        Self::DenyRule,
-        Self::AllowRule,
-        Self::EscalateRule,
-        Self::NoMatchingRule,
-        Self::ApprovedByGrant,
-        Self::Approved,
-        Self::ApprovalDenied,
-        Self::NoBundle,
-        Self::BundleExpired,
-        Self::AuditUnavailable,
-        Self::ToolDefinitionChanged,
-        Self::BudgetExhausted,
-        Self::RunCancelled,
-        Self::NotEnforced,
-    ];
-
     /// The verdict this reason comes with: each reason belongs to exactly one.
     pub fn decision(self) -> Decision {
         match self {
@@ -173,6 +108,14 @@ impl Reason {
                 | Self::AuditUnavailable
         )
     }
+}
+
+/// The one rule for intents: an allowed high-risk call must have its intent
+/// durably recorded before it runs. Every verdict, whoever issues or
+/// changes it (evaluator, enforcement mode, the sidecar's approvals and
+/// refusals), sets `intent_required` through here.
+pub fn intent_required(decision: Decision, risk: Risk) -> bool {
+    decision == Decision::Allow && risk == Risk::High
 }
 
 fn enforced_default() -> bool {
@@ -249,10 +192,17 @@ impl Verdict {
         self.would_verdict = Some(verdict);
         self.would_reason = Some(reason);
         self.would_rule = rule;
-        self.verdict = Decision::Allow;
-        self.reason = Reason::NotEnforced;
-        self.intent_required = self.risk == Risk::High;
+        self.set_reason(Reason::NotEnforced);
         self
+    }
+
+    /// Answers with `reason` and the verdict it belongs to (see
+    /// [`Reason::decision`]), re-deriving `intent_required` from the
+    /// [`intent_required`] rule. Rule, digests and risk are left as they are.
+    pub fn set_reason(&mut self, reason: Reason) {
+        self.verdict = reason.decision();
+        self.reason = reason;
+        self.intent_required = intent_required(self.verdict, self.risk);
     }
 }
 
@@ -270,6 +220,31 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Reason::ALL.len());
+    }
+
+    /// Serde's name of every variant is its `as_str` (both come from one
+    /// table, see [`crate::wire_enum`]); this guards the macro itself.
+    #[test]
+    fn serde_names_are_the_wire_names() {
+        for d in Decision::ALL {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.as_str());
+            assert_eq!(Decision::from_wire(d.as_str()), Some(d));
+        }
+        for r in Reason::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+    }
+
+    #[test]
+    fn intent_is_required_only_for_allowed_high_risk_calls() {
+        for d in Decision::ALL {
+            for r in Risk::ALL {
+                assert_eq!(
+                    intent_required(d, r),
+                    d == Decision::Allow && r == Risk::High
+                );
+            }
+        }
     }
 
     #[test]

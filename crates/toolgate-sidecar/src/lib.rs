@@ -340,7 +340,11 @@ async fn record_profile(store: &Store, config: &SidecarConfig, e: &policy_state:
         bundle_digest: Some(e.digest.clone()),
         loaded_by: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
     };
-    if let Err(err) = store.profiles().record_profile_load(load).await {
+    if let Err(err) = store
+        .profiles()
+        .record_profile_load(load, jiff::Timestamp::now())
+        .await
+    {
         tracing::warn!(error = %err, "could not record the profile load");
     }
 }

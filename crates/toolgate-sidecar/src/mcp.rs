@@ -146,7 +146,7 @@ impl Decider for InProcess {
             tenant: None,
             definition_digest: definition_digest.map(str::to_owned),
         };
-        let answer = api::decide(&app, &request).await.map_err(refused)?;
+        let answer = api::authorize_call(&app, &request).await.map_err(refused)?;
         serde_json::to_value(answer).map_err(|e| McpError::Sidecar(e.to_string()))
     }
 

@@ -10,9 +10,9 @@ use prometheus::{
 const MAX_PRECREATED_TOOLS: usize = 256;
 
 /// `risk` label values of `toolgate_decision_duration_seconds`.
-pub const RISK_LABELS: [&str; 3] = ["low", "write", "high"];
+pub const RISK_LABELS: [&str; 3] = toolgate_policy::Risk::NAMES;
 /// `resume_class` label values of `toolgate_open_intents`.
-pub const RESUME_CLASSES: [&str; 2] = ["safe_to_retry", "uncertain"];
+pub const RESUME_CLASSES: [&str; 2] = toolgate_store::ResumeClass::NAMES;
 /// Codes of `toolgate_workspace_refusals_total` created at 0 (any other
 /// refusal code is still counted, from a fixed set of `&'static str`).
 pub const WORKSPACE_REFUSAL_CODES: [&str; 8] = [

@@ -366,7 +366,13 @@ pub async fn record_high_water(store: &toolgate_store::Store, e: &Enforced) {
     let namespace = e.namespace.clone().unwrap_or_default();
     if let Err(err) = store
         .profiles()
-        .record_bundle_sequence(&namespace, &e.profile, e.sequence, &e.digest)
+        .record_bundle_sequence(
+            &namespace,
+            &e.profile,
+            e.sequence,
+            &e.digest,
+            jiff::Timestamp::now(),
+        )
         .await
     {
         tracing::warn!(error = %err, "bundle high-water mark not recorded");

@@ -116,10 +116,8 @@ pub(crate) fn needs_admission(verdict: &Verdict, limits: &RunLimits) -> bool {
 /// Turns `verdict` into a sidecar refusal with `reason` (keeping its digests
 /// and risk), as `enforce` answers it.
 pub(crate) fn refuse(verdict: &mut Verdict, reason: Reason, rule: Option<String>) {
-    verdict.verdict = reason.decision();
-    verdict.reason = reason;
+    verdict.set_reason(reason);
     verdict.matched_rule = rule;
-    verdict.intent_required = false;
     verdict.enforced = true;
     verdict.would_verdict = None;
     verdict.would_reason = None;
@@ -404,7 +402,7 @@ pub(crate) async fn authorize_batch(
         crate::api::validate_call(&app, call)?;
     }
     for (i, call) in requests.iter().enumerate() {
-        let answer = crate::api::decide(&app, call).await?;
+        let answer = crate::api::authorize_call(&app, call).await?;
         let effect = app
             .policy
             .current()

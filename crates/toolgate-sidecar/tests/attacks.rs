@@ -74,6 +74,7 @@ async fn an_approval_for_one_action_does_not_pass_another() {
                 ApprovalDecision::Approved,
                 "alice",
                 None,
+                jiff::Timestamp::now(),
             )
             .await
             .unwrap();
@@ -95,7 +96,12 @@ async fn an_approval_for_one_action_does_not_pass_another() {
             (Some("allow"), Some("approved")),
             "{status}"
         );
-        let stored = h.store.approvals().get(&h.tenant, &approval).await.unwrap();
+        let stored = h
+            .store
+            .approvals()
+            .get(&h.tenant, &approval, jiff::Timestamp::now())
+            .await
+            .unwrap();
         assert_eq!(stored.call_digest.as_deref(), first["call_digest"].as_str());
     });
 }
@@ -113,7 +119,12 @@ async fn an_escalation_stores_the_action_and_a_masked_preview() {
         let v = call(&h, "bash", None, json!({"command": command}), &run).await;
         assert_eq!(v["verdict"], "escalate", "{v}");
         let id = v["approval_id"].as_str().unwrap();
-        let row = h.store.approvals().get(&h.tenant, id).await.unwrap();
+        let row = h
+            .store
+            .approvals()
+            .get(&h.tenant, id, jiff::Timestamp::now())
+            .await
+            .unwrap();
         let preview = row.preview.expect("a preview is stored");
         assert!(
             preview.starts_with("mysql -h db -u root password=**** -e 'drop table users'"),
@@ -131,7 +142,12 @@ async fn an_escalation_stores_the_action_and_a_masked_preview() {
         )
         .await;
         let id = v["approval_id"].as_str().unwrap();
-        let row = h.store.approvals().get(&h.tenant, id).await.unwrap();
+        let row = h
+            .store
+            .approvals()
+            .get(&h.tenant, id, jiff::Timestamp::now())
+            .await
+            .unwrap();
         assert_eq!(row.action.as_deref(), Some("destroy"));
         assert_eq!(row.preview.as_deref(), Some("destroy api"));
     });
@@ -216,7 +232,7 @@ async fn an_intent_must_name_the_decisions_call() {
             .await;
         assert_eq!(status, 201, "{begun}");
         let id = begun["intent_id"].as_str().unwrap();
-        let stored = h.store.intents().get(id).await.unwrap();
+        let stored = h.store.intents().get(&h.tenant, id).await.unwrap();
         assert_eq!(stored.call_digest.as_deref(), allow["call_digest"].as_str());
         // The resume listing names it `intent_id`, as POST answered.
         let (_, listed) = h
@@ -255,7 +271,7 @@ async fn concurrent_intents_for_one_decision_create_exactly_one() {
                 .filter(|(s, b)| *s == 409 && b["error"]["code"] == "intent_exists")
                 .count();
             assert_eq!((created, refused), (1, 7), "{results:?}");
-            let open = h.store.intents().pending(&run).await.unwrap();
+            let open = h.store.intents().pending(&h.tenant, &run).await.unwrap();
             assert_eq!(open.len(), 1);
         }
     });
@@ -536,7 +552,14 @@ async fn approval_long_polls_do_not_starve_the_high_risk_path() {
         }
         h.store
             .approvals()
-            .resolve(&h.tenant, &id, ApprovalDecision::Approved, "alice", None)
+            .resolve(
+                &h.tenant,
+                &id,
+                ApprovalDecision::Approved,
+                "alice",
+                None,
+                jiff::Timestamp::now(),
+            )
             .await
             .unwrap();
         for w in waiters {

@@ -496,6 +496,7 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
                 ApprovalDecision::Approved,
                 "alice",
                 Some("looks fine"),
+                jiff::Timestamp::now(),
             )
             .await
             .unwrap();
@@ -528,7 +529,14 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
         // A denied approval denies the call.
         h.store
             .approvals()
-            .resolve(&h.tenant, &fresh, ApprovalDecision::Denied, "bob", None)
+            .resolve(
+                &h.tenant,
+                &fresh,
+                ApprovalDecision::Denied,
+                "bob",
+                None,
+                jiff::Timestamp::now(),
+            )
             .await
             .unwrap();
         let denied = h.authorize("deploy", args.clone(), &run).await;
@@ -651,17 +659,20 @@ async fn intents_bind_to_the_allowing_decision() {
         let foreign = h
             .store
             .intents()
-            .begin(toolgate_store::NewIntent {
-                tenant: unique("other"),
-                run_id: run.clone(),
-                step_id: "s1".into(),
-                tool: "bash".into(),
-                args_digest: digest.to_owned(),
-                call_digest: None,
-                decision_id: unique("d-foreign"),
-                risk: "high".into(),
-                verification_probe: None,
-            })
+            .begin(
+                toolgate_store::NewIntent {
+                    tenant: unique("other"),
+                    run_id: run.clone(),
+                    step_id: "s1".into(),
+                    tool: "bash".into(),
+                    args_digest: digest.to_owned(),
+                    call_digest: None,
+                    decision_id: unique("d-foreign"),
+                    risk: "high".into(),
+                    verification_probe: None,
+                },
+                jiff::Timestamp::now(),
+            )
             .await
             .unwrap();
         for (path, body) in [
@@ -677,7 +688,12 @@ async fn intents_bind_to_the_allowing_decision() {
                 "{path}"
             );
         }
-        let untouched = h.store.intents().get(&foreign.id).await.unwrap();
+        let untouched = h
+            .store
+            .intents()
+            .get(&foreign.tenant, &foreign.id)
+            .await
+            .unwrap();
         assert_eq!(
             (untouched.status, untouched.effect_sent_at),
             (toolgate_store::IntentStatus::Pending, None),

@@ -84,12 +84,18 @@ async fn main() {
                 async move {
                     let intent = store
                         .intents()
-                        .begin(new_intent(w, i))
+                        .begin(new_intent(w, i), jiff::Timestamp::now())
                         .await
                         .expect("begin");
                     store
                         .intents()
-                        .complete(&intent.id, IntentOutcome::Completed, None)
+                        .complete(
+                            "bench",
+                            &intent.id,
+                            IntentOutcome::Completed,
+                            None,
+                            jiff::Timestamp::now(),
+                        )
                         .await
                         .expect("complete");
                 }

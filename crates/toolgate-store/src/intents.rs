@@ -11,8 +11,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Result, Store, StoreError, new_id, now_ms, on_pool, opt_ts_from_ms, require, require_opt,
-    ts_from_ms,
+    Result, Store, StoreError, new_id, on_pool, opt_ts_from_ms, require, require_opt, ts_from_ms,
 };
 
 /// What the caller knows before running a high-risk call.
@@ -38,29 +37,18 @@ pub struct NewIntent {
     pub verification_probe: Option<serde_json::Value>,
 }
 
-/// Lifecycle state of an intent row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IntentStatus {
-    /// Recorded before the call; outcome not yet known.
-    Pending,
-    /// The tool reported its effect happened.
-    Completed,
-    /// The tool reported its effect did not happen.
-    NotCompleted,
-    /// The tool failed; whether the effect happened is in `detail`.
-    Error,
-}
-
-impl IntentStatus {
-    /// The stored, wire-stable name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IntentStatus::Pending => "pending",
-            IntentStatus::Completed => "completed",
-            IntentStatus::NotCompleted => "not_completed",
-            IntentStatus::Error => "error",
-        }
+toolgate_policy::wire_enum! {
+    /// Lifecycle state of an intent row.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum IntentStatus {
+        /// Recorded before the call; outcome not yet known.
+        Pending = "pending",
+        /// The tool reported its effect happened.
+        Completed = "completed",
+        /// The tool reported its effect did not happen.
+        NotCompleted = "not_completed",
+        /// The tool failed; whether the effect happened is in `detail`.
+        Error = "error",
     }
 }
 
@@ -73,29 +61,23 @@ impl fmt::Display for IntentStatus {
 impl FromStr for IntentStatus {
     type Err = StoreError;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "pending" => Ok(IntentStatus::Pending),
-            other => IntentOutcome::from_str(other).map(IntentStatus::from),
+        match Self::from_wire(s) {
+            Some(status) => Ok(status),
+            None => IntentOutcome::from_str(s).map(IntentStatus::from),
         }
     }
 }
 
-/// The terminal outcome reported by [`Intents::complete`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IntentOutcome {
-    /// The effect happened.
-    Completed,
-    /// The effect did not happen.
-    NotCompleted,
-    /// The call failed.
-    Error,
-}
-
-impl IntentOutcome {
-    /// The stored, wire-stable name.
-    pub fn as_str(self) -> &'static str {
-        IntentStatus::from(self).as_str()
+toolgate_policy::wire_enum! {
+    /// The terminal outcome reported by [`Intents::complete`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum IntentOutcome {
+        /// The effect happened.
+        Completed = "completed",
+        /// The effect did not happen.
+        NotCompleted = "not_completed",
+        /// The call failed.
+        Error = "error",
     }
 }
 
@@ -114,14 +96,11 @@ impl FromStr for IntentOutcome {
     /// Parses `completed`, `not_completed` or `error`; anything else is
     /// `invalid_input`.
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "completed" => Ok(IntentOutcome::Completed),
-            "not_completed" => Ok(IntentOutcome::NotCompleted),
-            "error" => Ok(IntentOutcome::Error),
-            other => Err(StoreError::InvalidInput(format!(
-                "unknown intent outcome {other:?} (expected completed, not_completed or error)"
-            ))),
-        }
+        Self::from_wire(s).ok_or_else(|| {
+            StoreError::InvalidInput(format!(
+                "unknown intent outcome {s:?} (expected completed, not_completed or error)"
+            ))
+        })
     }
 }
 
@@ -161,15 +140,16 @@ pub struct Intent {
     pub completed_at: Option<Timestamp>,
 }
 
-/// How the resume flow may treat an open intent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ResumeClass {
-    /// The effect was never sent, so running the call again cannot double it.
-    SafeToRetry,
-    /// The effect may have happened; a human or the verification probe must
-    /// decide. Never replay silently.
-    Uncertain,
+toolgate_policy::wire_enum! {
+    /// How the resume flow may treat an open intent.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum ResumeClass {
+        /// The effect was never sent, so running the call again cannot double it.
+        SafeToRetry = "safe_to_retry",
+        /// The effect may have happened; a human or the verification probe must
+        /// decide. Never replay silently.
+        Uncertain = "uncertain",
+    }
 }
 
 /// An open intent plus its resume classification.
@@ -233,15 +213,20 @@ impl IntentRow {
 }
 
 /// Intent ledger operations. Obtain with [`Store::intents`].
+///
+/// Every call names the tenant: an intent of another tenant is `not_found`,
+/// enforced by the SQL itself, so no caller has to re-check ownership. Times
+/// the store writes (`created_at`, `effect_sent_at`, `completed_at`) are the
+/// caller's `now`.
 #[derive(Debug, Clone, Copy)]
 pub struct Intents<'a> {
     pub(crate) store: &'a Store,
 }
 
 impl Intents<'_> {
-    /// Commits a `pending` intent and returns it. The row is durable when this
-    /// returns, so the caller may then run the tool.
-    pub async fn begin(&self, new: NewIntent) -> Result<Intent> {
+    /// Commits a `pending` intent created at `now` and returns it. The row is
+    /// durable when this returns, so the caller may then run the tool.
+    pub async fn begin(&self, new: NewIntent, now: Timestamp) -> Result<Intent> {
         require("tenant", &new.tenant)?;
         require("run_id", &new.run_id)?;
         require("step_id", &new.step_id)?;
@@ -258,7 +243,7 @@ impl Intents<'_> {
             .transpose()
             .map_err(|e| StoreError::InvalidInput(format!("verification_probe: {e}")))?;
         let id = new_id();
-        let now = now_ms();
+        let now = now.as_millisecond();
         // `status` is left to its default, 'pending': on PostgreSQL a tenant
         // role may not write it, so every intent starts pending.
         let sql = "INSERT INTO intents (id, tenant, run_id, step_id, tool, args_digest, \
@@ -310,37 +295,48 @@ impl Intents<'_> {
         })
     }
 
-    /// Records that the side effect is about to be sent. Idempotent (the
-    /// first watermark wins); `conflict` if the intent is already completed,
-    /// because a watermark after the outcome would misclassify it.
-    pub async fn mark_effect_sent(&self, id: &str) -> Result<Intent> {
+    /// Records that the side effect is about to be sent (at `now`).
+    /// Idempotent (the first watermark wins); `conflict` if the intent is
+    /// already completed, because a watermark after the outcome would
+    /// misclassify it.
+    pub async fn mark_effect_sent(&self, tenant: &str, id: &str, now: Timestamp) -> Result<Intent> {
+        require("tenant", tenant)?;
         require("id", id)?;
         self.store.check_file()?;
         let sql = format!(
-            "UPDATE intents SET effect_sent_at = COALESCE(effect_sent_at, $2) \
-             WHERE id = $1 AND status = 'pending' RETURNING {COLUMNS}"
+            "UPDATE intents SET effect_sent_at = COALESCE(effect_sent_at, $3) \
+             WHERE tenant = $1 AND id = $2 AND status = 'pending' RETURNING {COLUMNS}"
         );
         let updated: Option<IntentRow> = on_pool!(self.store, pool => {
-            sqlx::query_as(&sql).bind(id).bind(now_ms()).fetch_optional(pool).await?
+            sqlx::query_as(&sql)
+                .bind(tenant)
+                .bind(id)
+                .bind(now.as_millisecond())
+                .fetch_optional(pool)
+                .await?
         });
         if let Some(row) = updated {
             return row.into_intent();
         }
-        let intent = self.get(id).await?;
+        let intent = self.get(tenant, id).await?;
         Err(StoreError::Conflict(format!(
             "intent {id} is already {}",
             intent.status
         )))
     }
 
-    /// Moves a pending intent to its outcome. Repeating the same outcome is a
-    /// no-op returning the row; a different outcome is `conflict`.
+    /// Moves a pending intent to its outcome, completed at `now`. Repeating
+    /// the same outcome is a no-op returning the row; a different outcome is
+    /// `conflict`.
     pub async fn complete(
         &self,
+        tenant: &str,
         id: &str,
         outcome: IntentOutcome,
         detail: Option<String>,
+        now: Timestamp,
     ) -> Result<Intent> {
+        require("tenant", tenant)?;
         require("id", id)?;
         self.store.check_file()?;
         if let Some(d) = &detail
@@ -349,15 +345,16 @@ impl Intents<'_> {
             return Err(StoreError::InvalidInput("detail exceeds 64 KiB".into()));
         }
         let sql = format!(
-            "UPDATE intents SET status = $2, detail = $3, completed_at = $4 \
-             WHERE id = $1 AND status = 'pending' RETURNING {COLUMNS}"
+            "UPDATE intents SET status = $3, detail = $4, completed_at = $5 \
+             WHERE tenant = $1 AND id = $2 AND status = 'pending' RETURNING {COLUMNS}"
         );
         let updated: Option<IntentRow> = on_pool!(self.store, pool => {
             sqlx::query_as(&sql)
+                .bind(tenant)
                 .bind(id)
                 .bind(outcome.as_str())
                 .bind(&detail)
-                .bind(now_ms())
+                .bind(now.as_millisecond())
                 .fetch_optional(pool)
                 .await?
         });
@@ -365,7 +362,7 @@ impl Intents<'_> {
             return row.into_intent();
         }
         // Not pending (or absent): same outcome is an idempotent repeat.
-        let intent = self.get(id).await?;
+        let intent = self.get(tenant, id).await?;
         if intent.status == IntentStatus::from(outcome) {
             Ok(intent)
         } else {
@@ -377,12 +374,14 @@ impl Intents<'_> {
         }
     }
 
-    /// Fetches one intent; `not_found` if it does not exist.
-    pub async fn get(&self, id: &str) -> Result<Intent> {
+    /// Fetches one intent of `tenant`; `not_found` if it does not exist or
+    /// belongs to another tenant.
+    pub async fn get(&self, tenant: &str, id: &str) -> Result<Intent> {
+        require("tenant", tenant)?;
         require("id", id)?;
-        let sql = format!("SELECT {COLUMNS} FROM intents WHERE id = $1");
+        let sql = format!("SELECT {COLUMNS} FROM intents WHERE tenant = $1 AND id = $2");
         let row: Option<IntentRow> = on_pool!(self.store, pool => {
-            sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?
+            sqlx::query_as(&sql).bind(tenant).bind(id).fetch_optional(pool).await?
         });
         row.ok_or_else(|| StoreError::not_found("intent", id))?
             .into_intent()
@@ -405,15 +404,17 @@ impl Intents<'_> {
         Ok((safe, uncertain))
     }
 
-    /// Lists a run's open intents, oldest first, each classified for resume.
-    pub async fn pending(&self, run_id: &str) -> Result<Vec<PendingIntent>> {
+    /// Lists the open intents of `tenant`'s run, oldest first, each
+    /// classified for resume.
+    pub async fn pending(&self, tenant: &str, run_id: &str) -> Result<Vec<PendingIntent>> {
+        require("tenant", tenant)?;
         require("run_id", run_id)?;
         let sql = format!(
-            "SELECT {COLUMNS} FROM intents WHERE run_id = $1 AND status = 'pending' \
-             ORDER BY created_at, id"
+            "SELECT {COLUMNS} FROM intents WHERE tenant = $1 AND run_id = $2 \
+             AND status = 'pending' ORDER BY created_at, id"
         );
         let rows: Vec<IntentRow> = on_pool!(self.store, pool => {
-            sqlx::query_as(&sql).bind(run_id).fetch_all(pool).await?
+            sqlx::query_as(&sql).bind(tenant).bind(run_id).fetch_all(pool).await?
         });
         rows.into_iter()
             .map(|r| {

@@ -518,10 +518,6 @@ fn connect_error(e: sqlx::Error) -> StoreError {
 
 // ---- small shared helpers -------------------------------------------------
 
-pub(crate) fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
-}
-
 pub(crate) fn ts_from_ms(ms: i64) -> Result<jiff::Timestamp> {
     jiff::Timestamp::from_millisecond(ms)
         .map_err(|e| StoreError::Corrupt(format!("timestamp {ms} out of range: {e}")))
@@ -571,11 +567,6 @@ pub(crate) fn require_opt(field: &str, value: Option<&str>) -> Result<()> {
 
 pub(crate) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
-}
-
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 pub(crate) fn parse_json(text: &str, what: &str) -> Result<serde_json::Value> {

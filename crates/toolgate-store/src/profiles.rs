@@ -9,7 +9,7 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::{BeginWrite, Result, Store, StoreError, now_ms, on_pool, require, ts_from_ms};
+use crate::{BeginWrite, Result, Store, StoreError, on_pool, require, ts_from_ms};
 
 /// Kind of the event written by [`Profiles::record_profile_load`].
 const PROFILE_LOADED: &str = "policy.profile.loaded";
@@ -95,7 +95,7 @@ fn require_sha256(field: &str, value: &str) -> Result<()> {
 
 /// Idempotency key of the profile-loaded event for `policy_version`.
 fn loaded_event_key(policy_version: &str) -> String {
-    crate::sha256_hex(format!("{PROFILE_LOADED}:{policy_version}").as_bytes())
+    toolgate_policy::digest::sha256_hex(format!("{PROFILE_LOADED}:{policy_version}").as_bytes())
 }
 
 /// Profile and process-event operations. Obtain with [`Store::profiles`].
@@ -108,8 +108,9 @@ impl Profiles<'_> {
     /// Records a loaded profile version and, in the same transaction, its
     /// `policy.profile.loaded` event. Idempotent: a repeat by the same loader
     /// changes nothing, and the event exists once per policy version.
-    /// Returns `true` if this call wrote the event.
-    pub async fn record_profile_load(&self, load: ProfileLoad) -> Result<bool> {
+    /// Returns `true` if this call wrote the event. Both rows are stamped
+    /// with the caller's `now`.
+    pub async fn record_profile_load(&self, load: ProfileLoad, now: Timestamp) -> Result<bool> {
         require("profile", &load.profile)?;
         require("namespace", &load.namespace)?;
         require("policy_version", &load.policy_version)?;
@@ -117,7 +118,7 @@ impl Profiles<'_> {
         require_sha256("spec_sha256", &load.spec_sha256)?;
         require_sha256("hardline_sha256", &load.hardline_sha256)?;
         crate::require_opt("bundle_digest", load.bundle_digest.as_deref())?;
-        let now = now_ms();
+        let now = now.as_millisecond();
         let key = loaded_event_key(&load.policy_version);
         let payload = serde_json::json!({
             "profile": load.profile,
@@ -164,12 +165,14 @@ impl Profiles<'_> {
     /// Raises the durable high-water mark of `namespace/profile` to
     /// `sequence` (with the bundle's digest). A lower or equal sequence
     /// leaves the mark as it is, so concurrent sidecars can only move it up.
+    /// A raised mark is stamped with the caller's `now`.
     pub async fn record_bundle_sequence(
         &self,
         namespace: &str,
         profile: &str,
         sequence: u64,
         bundle_digest: &str,
+        now: Timestamp,
     ) -> Result<()> {
         require("profile", profile)?;
         require("bundle_digest", bundle_digest)?;
@@ -192,7 +195,7 @@ impl Profiles<'_> {
                 .bind(profile)
                 .bind(sequence)
                 .bind(bundle_digest)
-                .bind(now_ms())
+                .bind(now.as_millisecond())
                 .execute(pool)
                 .await?;
         });

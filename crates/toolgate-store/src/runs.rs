@@ -27,28 +27,17 @@ pub struct RunLimits {
     pub max_run_seconds: Option<u64>,
 }
 
-/// Which budget refused a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Budget {
-    /// `maxCallsPerRun`.
-    #[serde(rename = "maxCallsPerRun")]
-    Calls,
-    /// `maxHighRiskCallsPerRun`.
-    #[serde(rename = "maxHighRiskCallsPerRun")]
-    HighRiskCalls,
-    /// `maxRunSeconds`.
-    #[serde(rename = "maxRunSeconds")]
-    RunSeconds,
-}
-
-impl Budget {
-    /// The profile field that set the budget.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Calls => "maxCallsPerRun",
-            Self::HighRiskCalls => "maxHighRiskCallsPerRun",
-            Self::RunSeconds => "maxRunSeconds",
-        }
+toolgate_policy::wire_enum! {
+    /// Which budget refused a call; its wire name is the profile field that
+    /// set the budget.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum Budget {
+        /// `maxCallsPerRun`.
+        Calls = "maxCallsPerRun",
+        /// `maxHighRiskCallsPerRun`.
+        HighRiskCalls = "maxHighRiskCallsPerRun",
+        /// `maxRunSeconds`.
+        RunSeconds = "maxRunSeconds",
     }
 }
 

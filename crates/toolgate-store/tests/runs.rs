@@ -231,39 +231,49 @@ both_backends!(
         );
         let pending = store
             .approvals()
-            .request(NewApproval {
-                approval_id: None,
-                invocation_id: unique("inv"),
-                tenant: "acme".into(),
-                run_id: run.clone(),
-                tool: "deploy".into(),
-                args_digest: "sha256:a".into(),
-                call_digest: Some("sha256:c".into()),
-                policy_version: "p@0123456789ab+h01234567".into(),
-                decision_id: unique("dec"),
-                requested_by: "sidecar:acme/pod".into(),
-                ttl: Duration::from_secs(600),
-                action: None,
-                preview: Some("deploy prod".into()),
-            })
+            .request(
+                NewApproval {
+                    approval_id: None,
+                    invocation_id: unique("inv"),
+                    tenant: "acme".into(),
+                    run_id: run.clone(),
+                    tool: "deploy".into(),
+                    args_digest: "sha256:a".into(),
+                    call_digest: Some("sha256:c".into()),
+                    policy_version: "p@0123456789ab+h01234567".into(),
+                    decision_id: unique("dec"),
+                    requested_by: "sidecar:acme/pod".into(),
+                    ttl: Duration::from_secs(600),
+                    action: None,
+                    preview: Some("deploy prod".into()),
+                },
+                Timestamp::now(),
+            )
             .await
             .unwrap();
         let intent = store
             .intents()
-            .begin(NewIntent {
-                tenant: "acme".into(),
-                run_id: run.clone(),
-                step_id: "s1".into(),
-                tool: "deploy".into(),
-                args_digest: "sha256:a".into(),
-                call_digest: Some("sha256:c".into()),
-                decision_id: unique("dec"),
-                risk: "high".into(),
-                verification_probe: None,
-            })
+            .begin(
+                NewIntent {
+                    tenant: "acme".into(),
+                    run_id: run.clone(),
+                    step_id: "s1".into(),
+                    tool: "deploy".into(),
+                    args_digest: "sha256:a".into(),
+                    call_digest: Some("sha256:c".into()),
+                    decision_id: unique("dec"),
+                    risk: "high".into(),
+                    verification_probe: None,
+                },
+                Timestamp::now(),
+            )
             .await
             .unwrap();
-        store.intents().mark_effect_sent(&intent.id).await.unwrap();
+        store
+            .intents()
+            .mark_effect_sent("acme", &intent.id, Timestamp::now())
+            .await
+            .unwrap();
 
         // A waiter on the approval is woken by the cancellation.
         let waiter = {

@@ -8,6 +8,7 @@ const S: &str = "pod-a/0190a000-0000-7000-8000-000000000001";
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use jiff::{SignedDuration, Timestamp};
 use toolgate_store::{
     ApprovalDecision, ApprovalStatus, ApprovedCall, DecisionRecord, GENESIS_HASH, Heartbeat,
     IntentOutcome, IntentStatus, NewApproval, NewIntent, ProfileLoad, ResumeClass, Store,
@@ -127,21 +128,31 @@ async fn stop_failing(db: &common::TestDb, table: &str) {
 both_backends!(intent_lifecycle, |db| {
     let intents = db.store.intents();
     let run = unique("run");
-    let begun = intents.begin(new_intent(&run, "s1")).await.unwrap();
+    let begun = intents
+        .begin(new_intent(&run, "s1"), Timestamp::now())
+        .await
+        .unwrap();
     assert_eq!(begun.status, IntentStatus::Pending);
     assert!(uuid::Uuid::parse_str(&begun.id).is_ok());
     // Committed before begin returned: visible through a different handle.
-    let fetched = intents.get(&begun.id).await.unwrap();
+    let fetched = intents.get("acme", &begun.id).await.unwrap();
     assert_eq!(fetched, begun);
     assert_eq!(
         fetched.verification_probe,
         Some(serde_json::json!({"kind": "imap_sent", "message_id": "m1"}))
     );
 
-    let sent = intents.mark_effect_sent(&begun.id).await.unwrap();
+    let t0 = Timestamp::now();
+    let sent = intents
+        .mark_effect_sent("acme", &begun.id, t0)
+        .await
+        .unwrap();
     let first_mark = sent.effect_sent_at.expect("watermark set");
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    let again = intents.mark_effect_sent(&begun.id).await.unwrap();
+    let later = t0 + SignedDuration::from_millis(5);
+    let again = intents
+        .mark_effect_sent("acme", &begun.id, later)
+        .await
+        .unwrap();
     assert_eq!(
         again.effect_sent_at,
         Some(first_mark),
@@ -149,7 +160,13 @@ both_backends!(intent_lifecycle, |db| {
     );
 
     let done = intents
-        .complete(&begun.id, IntentOutcome::Completed, Some("sent".into()))
+        .complete(
+            "acme",
+            &begun.id,
+            IntentOutcome::Completed,
+            Some("sent".into()),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     assert_eq!(done.status, IntentStatus::Completed);
@@ -158,46 +175,85 @@ both_backends!(intent_lifecycle, |db| {
 
     // Same outcome again: idempotent, row unchanged.
     let repeat = intents
-        .complete(&begun.id, IntentOutcome::Completed, Some("other".into()))
+        .complete(
+            "acme",
+            &begun.id,
+            IntentOutcome::Completed,
+            Some("other".into()),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     assert_eq!(repeat, done);
     // Different outcome: conflict, row unchanged.
     let err = intents
-        .complete(&begun.id, IntentOutcome::Error, None)
+        .complete(
+            "acme",
+            &begun.id,
+            IntentOutcome::Error,
+            None,
+            Timestamp::now(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "conflict", "{err}");
     // Watermark after completion is refused.
-    let err = intents.mark_effect_sent(&begun.id).await.unwrap_err();
+    let err = intents
+        .mark_effect_sent("acme", &begun.id, Timestamp::now())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), "conflict");
-    assert_eq!(intents.get(&begun.id).await.unwrap(), done);
+    assert_eq!(intents.get("acme", &begun.id).await.unwrap(), done);
 
-    let err = intents.get("no-such-intent").await.unwrap_err();
+    let err = intents.get("acme", "no-such-intent").await.unwrap_err();
     assert_eq!(err.code(), "not_found");
     let err = intents
-        .complete("no-such-intent", IntentOutcome::Completed, None)
+        .complete(
+            "acme",
+            "no-such-intent",
+            IntentOutcome::Completed,
+            None,
+            Timestamp::now(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "not_found");
-    assert!(intents.pending(&run).await.unwrap().is_empty());
+    assert!(intents.pending("acme", &run).await.unwrap().is_empty());
 });
 
 both_backends!(intent_pending_classification_survives_restart, |db| {
     let run = unique("run");
     let (fresh, sent, closed) = {
         let intents = db.store.intents();
-        let fresh = intents.begin(new_intent(&run, "s1")).await.unwrap();
-        let sent = intents.begin(new_intent(&run, "s2")).await.unwrap();
-        intents.mark_effect_sent(&sent.id).await.unwrap();
-        let closed = intents.begin(new_intent(&run, "s3")).await.unwrap();
+        let fresh = intents
+            .begin(new_intent(&run, "s1"), Timestamp::now())
+            .await
+            .unwrap();
+        let sent = intents
+            .begin(new_intent(&run, "s2"), Timestamp::now())
+            .await
+            .unwrap();
         intents
-            .complete(&closed.id, IntentOutcome::NotCompleted, None)
+            .mark_effect_sent("acme", &sent.id, Timestamp::now())
+            .await
+            .unwrap();
+        let closed = intents
+            .begin(new_intent(&run, "s3"), Timestamp::now())
+            .await
+            .unwrap();
+        intents
+            .complete(
+                "acme",
+                &closed.id,
+                IntentOutcome::NotCompleted,
+                None,
+                Timestamp::now(),
+            )
             .await
             .unwrap();
         // Another run's intent must not appear.
         intents
-            .begin(new_intent(&unique("run"), "x"))
+            .begin(new_intent(&unique("run"), "x"), Timestamp::now())
             .await
             .unwrap();
         (fresh, sent, closed)
@@ -205,7 +261,7 @@ both_backends!(intent_pending_classification_survives_restart, |db| {
 
     db.reconnect().await;
 
-    let pending = db.store.intents().pending(&run).await.unwrap();
+    let pending = db.store.intents().pending("acme", &run).await.unwrap();
     let summary: Vec<(String, ResumeClass)> = pending
         .iter()
         .map(|p| (p.intent.id.clone(), p.class))
@@ -226,16 +282,29 @@ both_backends!(approval_request_is_idempotent_and_evented, |db| {
     let approvals = db.store.approvals();
     let inv = unique("inv");
     let first = approvals
-        .request(new_approval("acme", &inv, Duration::from_secs(60)))
+        .request(
+            new_approval("acme", &inv, Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     assert_eq!(first.status, ApprovalStatus::Pending);
     let second = approvals
-        .request(new_approval("acme", &inv, Duration::from_secs(60)))
+        .request(
+            new_approval("acme", &inv, Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     assert_eq!(second.id, first.id);
-    assert_eq!(approvals.list("acme", None).await.unwrap().len(), 1);
+    assert_eq!(
+        approvals
+            .list("acme", None, Timestamp::now())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 
     let events = approvals.run_events("acme", "run-1").await.unwrap();
     let requested: Vec<_> = events
@@ -250,7 +319,11 @@ both_backends!(approval_request_is_idempotent_and_evented, |db| {
     let mut other = new_approval("acme", &inv, Duration::from_secs(60));
     other.args_digest = "sha256:different".into();
     assert_eq!(
-        approvals.request(other).await.unwrap_err().code(),
+        approvals
+            .request(other, Timestamp::now())
+            .await
+            .unwrap_err()
+            .code(),
         "conflict"
     );
 
@@ -258,7 +331,11 @@ both_backends!(approval_request_is_idempotent_and_evented, |db| {
     let mut explicit = new_approval("acme", &unique("inv"), Duration::from_secs(60));
     explicit.approval_id = Some("apr-explicit".into());
     assert_eq!(
-        approvals.request(explicit).await.unwrap().id,
+        approvals
+            .request(explicit, Timestamp::now())
+            .await
+            .unwrap()
+            .id,
         "apr-explicit"
     );
 });
@@ -269,18 +346,27 @@ both_backends!(approval_action_and_preview_round_trip, |db| {
     req.action = Some("delete".into());
     // 512 characters, 1024 bytes: the limit counts characters.
     req.preview = Some("\u{e9}".repeat(512));
-    let created = approvals.request(req.clone()).await.unwrap();
+    let created = approvals
+        .request(req.clone(), Timestamp::now())
+        .await
+        .unwrap();
     assert_eq!(created.action.as_deref(), Some("delete"));
     assert_eq!(created.preview, req.preview);
-    let got = approvals.get("acme", &created.id).await.unwrap();
+    let got = approvals
+        .get("acme", &created.id, Timestamp::now())
+        .await
+        .unwrap();
     assert_eq!(
         (got.action.clone(), got.preview.clone()),
         (req.action.clone(), req.preview.clone())
     );
-    let listed = approvals.list("acme", None).await.unwrap();
+    let listed = approvals
+        .list("acme", None, Timestamp::now())
+        .await
+        .unwrap();
     assert_eq!(listed[0].preview, req.preview);
     let all = approvals
-        .list_all(Some(ApprovalStatus::Pending))
+        .list_all(Some(ApprovalStatus::Pending), Timestamp::now())
         .await
         .unwrap();
     assert_eq!(all[0].action.as_deref(), Some("delete"));
@@ -291,6 +377,7 @@ both_backends!(approval_action_and_preview_round_trip, |db| {
             ApprovalDecision::Approved,
             "alice",
             None,
+            Timestamp::now(),
         )
         .await
         .unwrap();
@@ -302,16 +389,19 @@ both_backends!(approval_action_and_preview_round_trip, |db| {
     assert_eq!(waited.action.as_deref(), Some("delete"));
     // A repeat request returns the stored fields.
     assert_eq!(
-        approvals.request(req).await.unwrap().preview,
+        approvals
+            .request(req, Timestamp::now())
+            .await
+            .unwrap()
+            .preview,
         created.preview
     );
     // Both are optional (and default to None when absent from JSON).
     let plain = approvals
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_secs(60),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     assert_eq!((plain.action, plain.preview), (None, None));
@@ -325,13 +415,21 @@ both_backends!(approval_action_and_preview_round_trip, |db| {
     let mut long = new_approval("acme", &unique("inv"), Duration::from_secs(60));
     long.preview = Some("x".repeat(513));
     assert_eq!(
-        approvals.request(long).await.unwrap_err().code(),
+        approvals
+            .request(long, Timestamp::now())
+            .await
+            .unwrap_err()
+            .code(),
         "invalid_input"
     );
     let mut bad = new_approval("acme", &unique("inv"), Duration::from_secs(60));
     bad.action = Some("bad\naction".into());
     assert_eq!(
-        approvals.request(bad).await.unwrap_err().code(),
+        approvals
+            .request(bad, Timestamp::now())
+            .await
+            .unwrap_err()
+            .code(),
         "invalid_input"
     );
 });
@@ -339,35 +437,43 @@ both_backends!(approval_action_and_preview_round_trip, |db| {
 both_backends!(approval_tenant_isolation, |db| {
     let approvals = db.store.approvals();
     let a = approvals
-        .request(new_approval(
-            "tenant-a",
-            &unique("inv"),
-            Duration::from_secs(60),
-        ))
+        .request(
+            new_approval("tenant-a", &unique("inv"), Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     let b = approvals
-        .request(new_approval(
-            "tenant-b",
-            &unique("inv"),
-            Duration::from_secs(60),
-        ))
+        .request(
+            new_approval("tenant-b", &unique("inv"), Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     // Same invocation id in two tenants: two approvals.
     let shared = unique("inv");
     let a2 = approvals
-        .request(new_approval("tenant-a", &shared, Duration::from_secs(60)))
+        .request(
+            new_approval("tenant-a", &shared, Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     let b2 = approvals
-        .request(new_approval("tenant-b", &shared, Duration::from_secs(60)))
+        .request(
+            new_approval("tenant-b", &shared, Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     assert_ne!(a2.id, b2.id);
 
     assert_eq!(
-        approvals.get("tenant-b", &a.id).await.unwrap_err().code(),
+        approvals
+            .get("tenant-b", &a.id, Timestamp::now())
+            .await
+            .unwrap_err()
+            .code(),
         "not_found"
     );
     let err = approvals
@@ -377,12 +483,17 @@ both_backends!(approval_tenant_isolation, |db| {
             ApprovalDecision::Approved,
             "mallory",
             None,
+            Timestamp::now(),
         )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "not_found");
     assert_eq!(
-        approvals.get("tenant-a", &a.id).await.unwrap().status,
+        approvals
+            .get("tenant-a", &a.id, Timestamp::now())
+            .await
+            .unwrap()
+            .status,
         ApprovalStatus::Pending
     );
     let err = approvals
@@ -390,6 +501,7 @@ both_backends!(approval_tenant_isolation, |db| {
             "tenant-b",
             &a.id,
             &call("fs.delete", "sha256:args", &a.policy_version),
+            Timestamp::now(),
         )
         .await
         .unwrap_err();
@@ -397,14 +509,27 @@ both_backends!(approval_tenant_isolation, |db| {
 
     let ids = |v: Vec<toolgate_store::Approval>| v.into_iter().map(|x| x.id).collect::<Vec<_>>();
     assert_eq!(
-        ids(approvals.list("tenant-a", None).await.unwrap()),
+        ids(approvals
+            .list("tenant-a", None, Timestamp::now())
+            .await
+            .unwrap()),
         vec![a.id.clone(), a2.id.clone()]
     );
     assert_eq!(
-        ids(approvals.list("tenant-b", None).await.unwrap()),
+        ids(approvals
+            .list("tenant-b", None, Timestamp::now())
+            .await
+            .unwrap()),
         vec![b.id.clone(), b2.id.clone()]
     );
-    assert_eq!(approvals.list_all(None).await.unwrap().len(), 4);
+    assert_eq!(
+        approvals
+            .list_all(None, Timestamp::now())
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
     assert!(
         approvals
             .run_events("tenant-b", "run-1")
@@ -418,11 +543,10 @@ both_backends!(approval_tenant_isolation, |db| {
 both_backends!(approval_resolve_semantics, |db| {
     let approvals = db.store.approvals();
     let a = approvals
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_secs(60),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     let approved = approvals
@@ -432,6 +556,7 @@ both_backends!(approval_resolve_semantics, |db| {
             ApprovalDecision::Approved,
             "alice",
             Some("looks fine"),
+            Timestamp::now(),
         )
         .await
         .unwrap();
@@ -441,17 +566,37 @@ both_backends!(approval_resolve_semantics, |db| {
 
     // Same decision again (even by someone else): no-op, first answer kept.
     let again = approvals
-        .resolve("acme", &a.id, ApprovalDecision::Approved, "bob", None)
+        .resolve(
+            "acme",
+            &a.id,
+            ApprovalDecision::Approved,
+            "bob",
+            None,
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     assert_eq!(again, approved);
     // Opposite decision: conflict.
     let err = approvals
-        .resolve("acme", &a.id, ApprovalDecision::Denied, "bob", None)
+        .resolve(
+            "acme",
+            &a.id,
+            ApprovalDecision::Denied,
+            "bob",
+            None,
+            Timestamp::now(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "conflict");
-    assert_eq!(approvals.get("acme", &a.id).await.unwrap(), approved);
+    assert_eq!(
+        approvals
+            .get("acme", &a.id, Timestamp::now())
+            .await
+            .unwrap(),
+        approved
+    );
 
     let resolved_events = approvals
         .run_events("acme", "run-1")
@@ -463,38 +608,57 @@ both_backends!(approval_resolve_semantics, |db| {
     assert_eq!(resolved_events, 1);
 
     // Expired without any sweeper: resolve says approval_expired.
+    let t0 = Timestamp::now();
     let short = approvals
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_millis(30),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_millis(30)),
+            t0,
+        )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    // 60 ms later: past the 30 ms time to live.
+    let after = t0 + SignedDuration::from_millis(60);
     assert_eq!(
-        approvals.get("acme", &short.id).await.unwrap().status,
+        approvals
+            .get("acme", &short.id, after)
+            .await
+            .unwrap()
+            .status,
         ApprovalStatus::Expired
     );
     let err = approvals
-        .resolve("acme", &short.id, ApprovalDecision::Approved, "alice", None)
+        .resolve(
+            "acme",
+            &short.id,
+            ApprovalDecision::Approved,
+            "alice",
+            None,
+            after,
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "approval_expired");
     let err = approvals
-        .resolve("acme", &short.id, ApprovalDecision::Denied, "alice", None)
+        .resolve(
+            "acme",
+            &short.id,
+            ApprovalDecision::Denied,
+            "alice",
+            None,
+            after,
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "approval_expired");
     let list = approvals
-        .list("acme", Some(ApprovalStatus::Expired))
+        .list("acme", Some(ApprovalStatus::Expired), after)
         .await
         .unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].id, short.id);
     assert_eq!(
         approvals
-            .list("acme", Some(ApprovalStatus::Pending))
+            .list("acme", Some(ApprovalStatus::Pending), after)
             .await
             .unwrap()
             .len(),
@@ -502,7 +666,7 @@ both_backends!(approval_resolve_semantics, |db| {
     );
     assert_eq!(
         approvals
-            .list("acme", Some(ApprovalStatus::Approved))
+            .list("acme", Some(ApprovalStatus::Approved), after)
             .await
             .unwrap()
             .len(),
@@ -512,36 +676,33 @@ both_backends!(approval_resolve_semantics, |db| {
 
 both_backends!(approval_expire_sweep, |db| {
     let approvals = db.store.approvals();
+    let t0 = Timestamp::now();
     let short1 = approvals
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_millis(20),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_millis(20)),
+            t0,
+        )
         .await
         .unwrap();
     approvals
-        .request(new_approval(
-            "other",
-            &unique("inv"),
-            Duration::from_millis(20),
-        ))
+        .request(
+            new_approval("other", &unique("inv"), Duration::from_millis(20)),
+            t0,
+        )
         .await
         .unwrap();
     let long = approvals
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_secs(3600),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_secs(3600)),
+            t0,
+        )
         .await
         .unwrap();
     let resolved = approvals
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_millis(20),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_millis(20)),
+            t0,
+        )
         .await
         .unwrap();
     approvals
@@ -551,27 +712,37 @@ both_backends!(approval_expire_sweep, |db| {
             ApprovalDecision::Denied,
             "alice",
             None,
+            t0,
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // 50 ms later: past the short ones' 20 ms time to live.
+    let after = t0 + SignedDuration::from_millis(50);
 
-    assert_eq!(approvals.expire(jiff::Timestamp::now()).await.unwrap(), 2);
+    assert_eq!(approvals.expire(after).await.unwrap(), 2);
     assert_eq!(
-        approvals.expire(jiff::Timestamp::now()).await.unwrap(),
+        approvals.expire(after).await.unwrap(),
         0,
         "sweep is idempotent"
     );
     assert_eq!(
-        approvals.get("acme", &short1.id).await.unwrap().status,
+        approvals
+            .get("acme", &short1.id, after)
+            .await
+            .unwrap()
+            .status,
         ApprovalStatus::Expired
     );
     assert_eq!(
-        approvals.get("acme", &long.id).await.unwrap().status,
+        approvals.get("acme", &long.id, after).await.unwrap().status,
         ApprovalStatus::Pending
     );
     assert_eq!(
-        approvals.get("acme", &resolved.id).await.unwrap().status,
+        approvals
+            .get("acme", &resolved.id, after)
+            .await
+            .unwrap()
+            .status,
         ApprovalStatus::Denied
     );
     let expired_events = approvals
@@ -590,41 +761,67 @@ both_backends!(approval_expire_sweep, |db| {
 both_backends!(approval_consume_once, |db| {
     let approvals = db.store.approvals();
     let a = approvals
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_secs(60),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     let pv = a.policy_version.clone();
     // Not yet approved.
     assert!(
         !approvals
-            .consume("acme", &a.id, &call("fs.delete", "sha256:args", &pv))
+            .consume(
+                "acme",
+                &a.id,
+                &call("fs.delete", "sha256:args", &pv),
+                Timestamp::now()
+            )
             .await
             .unwrap()
     );
     approvals
-        .resolve("acme", &a.id, ApprovalDecision::Approved, "alice", None)
+        .resolve(
+            "acme",
+            &a.id,
+            ApprovalDecision::Approved,
+            "alice",
+            None,
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     // Mismatches never consume.
     assert!(
         !approvals
-            .consume("acme", &a.id, &call("fs.write", "sha256:args", &pv))
+            .consume(
+                "acme",
+                &a.id,
+                &call("fs.write", "sha256:args", &pv),
+                Timestamp::now()
+            )
             .await
             .unwrap()
     );
     assert!(
         !approvals
-            .consume("acme", &a.id, &call("fs.delete", "sha256:other", &pv))
+            .consume(
+                "acme",
+                &a.id,
+                &call("fs.delete", "sha256:other", &pv),
+                Timestamp::now()
+            )
             .await
             .unwrap()
     );
     assert!(
         !approvals
-            .consume("acme", &a.id, &call("fs.delete", "sha256:args", "v2"))
+            .consume(
+                "acme",
+                &a.id,
+                &call("fs.delete", "sha256:args", "v2"),
+                Timestamp::now()
+            )
             .await
             .unwrap()
     );
@@ -635,25 +832,35 @@ both_backends!(approval_consume_once, |db| {
     };
     assert!(
         !approvals
-            .consume("acme", &a.id, &other_action)
+            .consume("acme", &a.id, &other_action, Timestamp::now())
             .await
             .unwrap()
     );
     assert!(
         approvals
-            .consume("acme", &a.id, &call("fs.delete", "sha256:args", &pv))
+            .consume(
+                "acme",
+                &a.id,
+                &call("fs.delete", "sha256:args", &pv),
+                Timestamp::now()
+            )
             .await
             .unwrap()
     );
     assert!(
         !approvals
-            .consume("acme", &a.id, &call("fs.delete", "sha256:args", &pv))
+            .consume(
+                "acme",
+                &a.id,
+                &call("fs.delete", "sha256:args", &pv),
+                Timestamp::now()
+            )
             .await
             .unwrap()
     );
     assert!(
         approvals
-            .get("acme", &a.id)
+            .get("acme", &a.id, Timestamp::now())
             .await
             .unwrap()
             .consumed_at
@@ -662,41 +869,57 @@ both_backends!(approval_consume_once, |db| {
 
     // Denied approvals never consume.
     let d = approvals
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_secs(60),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     approvals
-        .resolve("acme", &d.id, ApprovalDecision::Denied, "alice", None)
+        .resolve(
+            "acme",
+            &d.id,
+            ApprovalDecision::Denied,
+            "alice",
+            None,
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     assert!(
         !approvals
-            .consume("acme", &d.id, &call("fs.delete", "sha256:args", &pv))
+            .consume(
+                "acme",
+                &d.id,
+                &call("fs.delete", "sha256:args", &pv),
+                Timestamp::now()
+            )
             .await
             .unwrap()
     );
 
     // Approved but expired before use: not consumable.
+    let t0 = Timestamp::now();
     let e = approvals
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_millis(150),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_millis(150)),
+            t0,
+        )
         .await
         .unwrap();
     approvals
-        .resolve("acme", &e.id, ApprovalDecision::Approved, "alice", None)
+        .resolve("acme", &e.id, ApprovalDecision::Approved, "alice", None, t0)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Used 200 ms later, past its 150 ms time to live.
     assert!(
         !approvals
-            .consume("acme", &e.id, &call("fs.delete", "sha256:args", &pv))
+            .consume(
+                "acme",
+                &e.id,
+                &call("fs.delete", "sha256:args", &pv),
+                t0 + SignedDuration::from_millis(200)
+            )
             .await
             .unwrap()
     );
@@ -706,11 +929,10 @@ both_backends!(approval_concurrent_resolve_and_consume, |db| {
     let a = db
         .store
         .approvals()
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_secs(60),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     let store = Arc::new(db.store.clone());
@@ -728,11 +950,17 @@ both_backends!(approval_concurrent_resolve_and_consume, |db| {
                     ApprovalDecision::Approved,
                     &format!("approver-{i}"),
                     None,
+                    Timestamp::now(),
                 )
                 .await;
             assert!(resolved.is_ok(), "resolve {i}: {resolved:?}");
             approvals
-                .consume("acme", &id, &call("fs.delete", "sha256:args", &pv))
+                .consume(
+                    "acme",
+                    &id,
+                    &call("fs.delete", "sha256:args", &pv),
+                    Timestamp::now(),
+                )
                 .await
                 .unwrap()
         });
@@ -763,11 +991,10 @@ both_backends!(approval_wait_wakes_and_times_out, |db| {
     let a = db
         .store
         .approvals()
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_secs(60),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     // Times out at the deadline while pending.
@@ -793,7 +1020,14 @@ both_backends!(approval_wait_wakes_and_times_out, |db| {
         tokio::time::sleep(Duration::from_millis(200)).await;
         store
             .approvals()
-            .resolve("acme", &id, ApprovalDecision::Denied, "alice", Some("no"))
+            .resolve(
+                "acme",
+                &id,
+                ApprovalDecision::Denied,
+                "alice",
+                Some("no"),
+                Timestamp::now(),
+            )
             .await
             .unwrap();
     });
@@ -821,11 +1055,10 @@ both_backends!(approval_wait_wakes_and_times_out, |db| {
     let short = db
         .store
         .approvals()
-        .request(new_approval(
-            "acme",
-            &unique("inv"),
-            Duration::from_millis(200),
-        ))
+        .request(
+            new_approval("acme", &unique("inv"), Duration::from_millis(200)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     let started = Instant::now();
@@ -1050,14 +1283,17 @@ both_backends!(approval_request_failure_leaves_nothing, |db| {
     let err = db
         .store
         .approvals()
-        .request(new_approval("acme", &inv, Duration::from_secs(60)))
+        .request(
+            new_approval("acme", &inv, Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "database_error", "{err}");
     assert!(
         db.store
             .approvals()
-            .list_all(None)
+            .list_all(None, Timestamp::now())
             .await
             .unwrap()
             .is_empty(),
@@ -1069,7 +1305,10 @@ both_backends!(approval_request_failure_leaves_nothing, |db| {
     let a = db
         .store
         .approvals()
-        .request(new_approval("acme", &inv, Duration::from_secs(60)))
+        .request(
+            new_approval("acme", &inv, Duration::from_secs(60)),
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     let events = db
@@ -1085,14 +1324,21 @@ both_backends!(approval_request_failure_leaves_nothing, |db| {
     fail_inserts(&db, "run_events", None).await;
     db.store
         .approvals()
-        .resolve("acme", &a.id, ApprovalDecision::Approved, "alice", None)
+        .resolve(
+            "acme",
+            &a.id,
+            ApprovalDecision::Approved,
+            "alice",
+            None,
+            Timestamp::now(),
+        )
         .await
         .unwrap_err();
     stop_failing(&db, "run_events").await;
     assert_eq!(
         db.store
             .approvals()
-            .get("acme", &a.id)
+            .get("acme", &a.id, Timestamp::now())
             .await
             .unwrap()
             .status,
@@ -1105,7 +1351,10 @@ both_backends!(profile_load_failure_leaves_nothing, |db| {
     let err = db
         .store
         .profiles()
-        .record_profile_load(profile_load("default@aaaaaaaaaaaa+hbbbbbbbb", "pod-1"))
+        .record_profile_load(
+            profile_load("default@aaaaaaaaaaaa+hbbbbbbbb", "pod-1"),
+            Timestamp::now(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "database_error");
@@ -1127,27 +1376,27 @@ both_backends!(profile_load_records_one_event, |db| {
     let v1 = "default@aaaaaaaaaaaa+hbbbbbbbb";
     assert!(
         profiles
-            .record_profile_load(profile_load(v1, "pod-1"))
+            .record_profile_load(profile_load(v1, "pod-1"), Timestamp::now())
             .await
             .unwrap()
     );
     assert!(
         !profiles
-            .record_profile_load(profile_load(v1, "pod-1"))
+            .record_profile_load(profile_load(v1, "pod-1"), Timestamp::now())
             .await
             .unwrap()
     );
     // Another loader of the same version: its load is recorded, no new event.
     assert!(
         !profiles
-            .record_profile_load(profile_load(v1, "pod-2"))
+            .record_profile_load(profile_load(v1, "pod-2"), Timestamp::now())
             .await
             .unwrap()
     );
     let v2 = "default@cccccccccccc+hdddddddd";
     assert!(
         profiles
-            .record_profile_load(profile_load(v2, "pod-1"))
+            .record_profile_load(profile_load(v2, "pod-1"), Timestamp::now())
             .await
             .unwrap()
     );
@@ -1232,54 +1481,88 @@ both_backends!(bad_input_is_typed, |db| {
     let mut intent = new_intent("run", "s");
     intent.tenant = String::new();
     assert_eq!(
-        db.store.intents().begin(intent).await.unwrap_err().code(),
+        db.store
+            .intents()
+            .begin(intent, Timestamp::now())
+            .await
+            .unwrap_err()
+            .code(),
         "invalid_input"
     );
     let mut intent = new_intent("run", "s");
     intent.run_id = "  ".into();
     assert_eq!(
-        db.store.intents().begin(intent).await.unwrap_err().code(),
+        db.store
+            .intents()
+            .begin(intent, Timestamp::now())
+            .await
+            .unwrap_err()
+            .code(),
         "invalid_input"
     );
     let mut intent = new_intent("run", "s");
     intent.tool = "x\0y".into();
     assert_eq!(
-        db.store.intents().begin(intent).await.unwrap_err().code(),
+        db.store
+            .intents()
+            .begin(intent, Timestamp::now())
+            .await
+            .unwrap_err()
+            .code(),
         "invalid_input"
     );
     assert_eq!(
-        db.store.intents().get("").await.unwrap_err().code(),
+        db.store.intents().get("acme", "").await.unwrap_err().code(),
         "invalid_input"
     );
 
     let a = db.store.approvals();
     assert_eq!(
-        a.request(new_approval("", "inv", Duration::from_secs(1)))
-            .await
-            .unwrap_err()
-            .code(),
+        a.request(
+            new_approval("", "inv", Duration::from_secs(1)),
+            Timestamp::now()
+        )
+        .await
+        .unwrap_err()
+        .code(),
         "invalid_input"
     );
     assert_eq!(
-        a.request(new_approval("acme", "inv", Duration::ZERO))
-            .await
-            .unwrap_err()
-            .code(),
+        a.request(
+            new_approval("acme", "inv", Duration::ZERO),
+            Timestamp::now()
+        )
+        .await
+        .unwrap_err()
+        .code(),
         "invalid_input"
     );
     assert_eq!(
-        a.request(new_approval("acme", "inv", Duration::from_secs(u64::MAX)))
-            .await
-            .unwrap_err()
-            .code(),
+        a.request(
+            new_approval("acme", "inv", Duration::from_secs(u64::MAX)),
+            Timestamp::now()
+        )
+        .await
+        .unwrap_err()
+        .code(),
         "invalid_input"
     );
-    assert_eq!(a.list("", None).await.unwrap_err().code(), "invalid_input");
     assert_eq!(
-        a.resolve("acme", "x", ApprovalDecision::Approved, "", None)
-            .await
-            .unwrap_err()
-            .code(),
+        a.list("", None, Timestamp::now()).await.unwrap_err().code(),
+        "invalid_input"
+    );
+    assert_eq!(
+        a.resolve(
+            "acme",
+            "x",
+            ApprovalDecision::Approved,
+            "",
+            None,
+            Timestamp::now()
+        )
+        .await
+        .unwrap_err()
+        .code(),
         "invalid_input"
     );
 
@@ -1304,7 +1587,7 @@ both_backends!(bad_input_is_typed, |db| {
     assert_eq!(
         db.store
             .profiles()
-            .record_profile_load(p)
+            .record_profile_load(p, Timestamp::now())
             .await
             .unwrap_err()
             .code(),
@@ -1315,7 +1598,7 @@ both_backends!(bad_input_is_typed, |db| {
     assert_eq!(
         db.store
             .profiles()
-            .record_profile_load(p)
+            .record_profile_load(p, Timestamp::now())
             .await
             .unwrap_err()
             .code(),
@@ -1323,7 +1606,7 @@ both_backends!(bad_input_is_typed, |db| {
     );
 
     // Nothing was written by any of the refused calls.
-    assert!(a.list_all(None).await.unwrap().is_empty());
+    assert!(a.list_all(None, Timestamp::now()).await.unwrap().is_empty());
     assert!(d.verify(None).await.unwrap().is_empty());
 });
 
@@ -1378,11 +1661,13 @@ async fn in_memory_sqlite_works() {
     let store = Store::connect("sqlite::memory:").await.unwrap();
     let i = store
         .intents()
-        .begin(new_intent("run-m", "s"))
+        .begin(new_intent("run-m", "s"), Timestamp::now())
         .await
         .unwrap();
     assert_eq!(
-        store.intents().pending("run-m").await.unwrap()[0].intent.id,
+        store.intents().pending("acme", "run-m").await.unwrap()[0]
+            .intent
+            .id,
         i.id
     );
     store.migrate().await.unwrap();

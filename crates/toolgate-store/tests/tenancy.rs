@@ -10,6 +10,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use jiff::Timestamp;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use toolgate_store::{
     ApprovalDecision, ApprovalStatus, ApprovedCall, DecisionRecord, Heartbeat, IntentOutcome,
@@ -270,11 +271,19 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     let pb = b.as_postgres().unwrap().clone();
 
     // ---- the sidecar's operations work as tenant A ----------------------
-    let req = a.approvals().request(approval(&ta, "inv-1")).await.unwrap();
+    let req = a
+        .approvals()
+        .request(approval(&ta, "inv-1"), Timestamp::now())
+        .await
+        .unwrap();
     assert_eq!(req.status, ApprovalStatus::Pending);
     assert_eq!(req.action.as_deref(), Some("delete"));
     assert_eq!(req.preview.as_deref(), Some("rm -rf /tmp/x"));
-    let again = a.approvals().request(approval(&ta, "inv-1")).await.unwrap();
+    let again = a
+        .approvals()
+        .request(approval(&ta, "inv-1"), Timestamp::now())
+        .await
+        .unwrap();
     assert_eq!(again.id, req.id);
     let waiter = {
         let (a, ta, id) = (a.clone(), ta.clone(), req.id.clone());
@@ -284,20 +293,34 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     // A tenant cannot resolve its own approval.
     let err = a
         .approvals()
-        .resolve(&ta, &req.id, ApprovalDecision::Approved, "self", None)
+        .resolve(
+            &ta,
+            &req.id,
+            ApprovalDecision::Approved,
+            "self",
+            None,
+            Timestamp::now(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "permission_denied", "{err}");
     fx.admin
         .approvals()
-        .resolve(&ta, &req.id, ApprovalDecision::Approved, "alice", None)
+        .resolve(
+            &ta,
+            &req.id,
+            ApprovalDecision::Approved,
+            "alice",
+            None,
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     let waited = waiter.await.unwrap().unwrap();
     assert_eq!(waited.status, ApprovalStatus::Approved);
     assert_eq!(
         a.approvals()
-            .list(&ta, Some(ApprovalStatus::Approved))
+            .list(&ta, Some(ApprovalStatus::Approved), Timestamp::now())
             .await
             .unwrap()
             .len(),
@@ -309,22 +332,52 @@ async fn tenant_roles_are_confined_to_their_tenant() {
         call_digest: CALL,
         policy_version: POLICY,
     };
-    assert!(a.approvals().consume(&ta, &req.id, &call).await.unwrap());
-    assert!(!a.approvals().consume(&ta, &req.id, &call).await.unwrap());
+    assert!(
+        a.approvals()
+            .consume(&ta, &req.id, &call, Timestamp::now())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !a.approvals()
+            .consume(&ta, &req.id, &call, Timestamp::now())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         a.approvals().run_events(&ta, "run-1").await.unwrap().len(),
         2
     );
 
-    let done = a.intents().begin(intent(&ta)).await.unwrap();
-    a.intents().mark_effect_sent(&done.id).await.unwrap();
-    a.intents()
-        .complete(&done.id, IntentOutcome::Completed, Some("ok".into()))
+    let done = a
+        .intents()
+        .begin(intent(&ta), Timestamp::now())
         .await
         .unwrap();
-    let open = a.intents().begin(intent(&ta)).await.unwrap();
-    a.intents().mark_effect_sent(&open.id).await.unwrap();
-    let pending = a.intents().pending("run-1").await.unwrap();
+    a.intents()
+        .mark_effect_sent(&ta, &done.id, Timestamp::now())
+        .await
+        .unwrap();
+    a.intents()
+        .complete(
+            &ta,
+            &done.id,
+            IntentOutcome::Completed,
+            Some("ok".into()),
+            Timestamp::now(),
+        )
+        .await
+        .unwrap();
+    let open = a
+        .intents()
+        .begin(intent(&ta), Timestamp::now())
+        .await
+        .unwrap();
+    a.intents()
+        .mark_effect_sent(&ta, &open.id, Timestamp::now())
+        .await
+        .unwrap();
+    let pending = a.intents().pending(&ta, "run-1").await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].intent.id, open.id);
 
@@ -342,20 +395,20 @@ async fn tenant_roles_are_confined_to_their_tenant() {
 
     assert!(
         a.profiles()
-            .record_profile_load(profile_load(&ta, "default@a"))
+            .record_profile_load(profile_load(&ta, "default@a"), Timestamp::now())
             .await
             .unwrap()
     );
     a.profiles()
-        .record_bundle_sequence(&ta, "default", 3, "sha256:b3")
+        .record_bundle_sequence(&ta, "default", 3, "sha256:b3", Timestamp::now())
         .await
         .unwrap();
     a.profiles()
-        .record_bundle_sequence(&ta, "default", 5, "sha256:b5")
+        .record_bundle_sequence(&ta, "default", 5, "sha256:b5", Timestamp::now())
         .await
         .unwrap();
     a.profiles()
-        .record_bundle_sequence(&ta, "default", 4, "sha256:b4")
+        .record_bundle_sequence(&ta, "default", 4, "sha256:b4", Timestamp::now())
         .await
         .unwrap();
     assert_eq!(
@@ -385,7 +438,10 @@ async fn tenant_roles_are_confined_to_their_tenant() {
 
     // B writes a little of its own, so that A's view can be checked too.
     b.decisions().append(&tb, S, record(0)).await.unwrap();
-    b.approvals().request(approval(&tb, "inv-b")).await.unwrap();
+    b.approvals()
+        .request(approval(&tb, "inv-b"), Timestamp::now())
+        .await
+        .unwrap();
     b.heartbeats()
         .record_heartbeat(&heartbeat(&tb, 1))
         .await
@@ -553,17 +609,21 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     }
     assert_eq!(count(&pb, "SELECT count(*) FROM process_events").await, 0);
     assert_eq!(
-        b.approvals().get(&ta, &req.id).await.unwrap_err().code(),
+        b.approvals()
+            .get(&ta, &req.id, Timestamp::now())
+            .await
+            .unwrap_err()
+            .code(),
         "not_found"
     );
     assert_eq!(
-        b.intents().get(&open.id).await.unwrap_err().code(),
+        b.intents().get(&ta, &open.id).await.unwrap_err().code(),
         "not_found"
     );
     assert!(b.decisions().list(&ta, S, 0, 100).await.unwrap().is_empty());
     assert!(
         b.approvals()
-            .list_all(None)
+            .list_all(None, Timestamp::now())
             .await
             .unwrap()
             .iter()
@@ -607,21 +667,24 @@ async fn tenant_roles_are_confined_to_their_tenant() {
     }
     for err in [
         b.approvals()
-            .request(approval(&ta, "inv-b2"))
+            .request(approval(&ta, "inv-b2"), Timestamp::now())
             .await
             .unwrap_err(),
-        b.intents().begin(intent(&ta)).await.unwrap_err(),
+        b.intents()
+            .begin(intent(&ta), Timestamp::now())
+            .await
+            .unwrap_err(),
         b.decisions().append(&ta, S, record(9)).await.unwrap_err(),
         b.heartbeats()
             .record_heartbeat(&heartbeat(&ta, 9))
             .await
             .unwrap_err(),
         b.profiles()
-            .record_bundle_sequence(&ta, "default", 9, "sha256:b9")
+            .record_bundle_sequence(&ta, "default", 9, "sha256:b9", Timestamp::now())
             .await
             .unwrap_err(),
         b.profiles()
-            .record_profile_load(profile_load(&ta, "default@b"))
+            .record_profile_load(profile_load(&ta, "default@b"), Timestamp::now())
             .await
             .unwrap_err(),
     ] {
@@ -842,7 +905,7 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
     // Its own run: cancelled through the function, approvals reaped.
     let pending = a
         .approvals()
-        .request(approval(&ta, "inv-run"))
+        .request(approval(&ta, "inv-run"), Timestamp::now())
         .await
         .unwrap();
     let cancel = a
@@ -861,7 +924,11 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
         (true, 1)
     );
     assert_eq!(
-        a.approvals().get(&ta, &pending.id).await.unwrap().status,
+        a.approvals()
+            .get(&ta, &pending.id, Timestamp::now())
+            .await
+            .unwrap()
+            .status,
         ApprovalStatus::Cancelled
     );
     // Another tenant's run: refused, and B's run stays live.

@@ -51,21 +51,24 @@ async fn approvals_and_audit_from_the_command_line() {
     let store = Store::connect(&url).await.unwrap();
     let approval = store
         .approvals()
-        .request(NewApproval {
-            approval_id: None,
-            invocation_id: "inv-1".into(),
-            tenant: "team-a".into(),
-            run_id: "r".into(),
-            tool: "deploy".into(),
-            args_digest: "sha256:ab".into(),
-            call_digest: None,
-            policy_version: "p@000000000000+h00000000".into(),
-            decision_id: "d0".into(),
-            requested_by: "sidecar:agents/pod-1".into(),
-            ttl: Duration::from_secs(600),
-            action: None,
-            preview: None,
-        })
+        .request(
+            NewApproval {
+                approval_id: None,
+                invocation_id: "inv-1".into(),
+                tenant: "team-a".into(),
+                run_id: "r".into(),
+                tool: "deploy".into(),
+                args_digest: "sha256:ab".into(),
+                call_digest: None,
+                policy_version: "p@000000000000+h00000000".into(),
+                decision_id: "d0".into(),
+                requested_by: "sidecar:agents/pod-1".into(),
+                ttl: Duration::from_secs(600),
+                action: None,
+                preview: None,
+            },
+            jiff::Timestamp::now(),
+        )
         .await
         .unwrap();
 

@@ -100,6 +100,7 @@ async fn tenant_provision_prints_a_working_url() {
                     toolgate_store::ApprovalDecision::Approved,
                     "me",
                     None,
+                    jiff::Timestamp::now(),
                 )
                 .await
                 .unwrap_err();

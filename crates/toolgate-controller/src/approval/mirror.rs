@@ -44,7 +44,7 @@ pub async fn sync_once(
         expired: approvals.expire(now).await?,
         ..Default::default()
     };
-    let pending = approvals.list_all(Some(DbStatus::Pending)).await?;
+    let pending = approvals.list_all(Some(DbStatus::Pending), now).await?;
     let pending_ids: HashSet<(&str, &str)> = pending
         .iter()
         .map(|r| (r.tenant.as_str(), r.id.as_str()))

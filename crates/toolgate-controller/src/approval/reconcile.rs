@@ -60,7 +60,10 @@ pub async fn resolve_request(
     let generation = obj.metadata.generation;
     let result = match obj.spec.decision {
         Some(d) => {
-            match approvals.get(&req.tenant, &req.approval_id).await {
+            match approvals
+                .get(&req.tenant, &req.approval_id, ctx.now())
+                .await
+            {
                 Ok(row) if row.status == DbStatus::Pending => {
                     if let ApproverCheck::Refused(message) = check_approvers(ctx, obj, &row).await?
                     {
@@ -97,10 +100,15 @@ pub async fn resolve_request(
                     to_db(d),
                     by,
                     obj.spec.reason.as_deref(),
+                    ctx.now(),
                 )
                 .await
         }
-        None => approvals.get(&req.tenant, &req.approval_id).await,
+        None => {
+            approvals
+                .get(&req.tenant, &req.approval_id, ctx.now())
+                .await
+        }
     };
     let status = match result {
         Ok(row) => {
@@ -113,7 +121,10 @@ pub async fn resolve_request(
             request_status(req, Some(&row), phase_of(row.status), message, generation)
         }
         Err(StoreError::ApprovalExpired { .. }) => {
-            let row = approvals.get(&req.tenant, &req.approval_id).await.ok();
+            let row = approvals
+                .get(&req.tenant, &req.approval_id, ctx.now())
+                .await
+                .ok();
             request_status(
                 req,
                 row.as_ref(),
@@ -123,7 +134,9 @@ pub async fn resolve_request(
             )
         }
         Err(StoreError::Conflict(message)) => {
-            let row = approvals.get(&req.tenant, &req.approval_id).await?;
+            let row = approvals
+                .get(&req.tenant, &req.approval_id, ctx.now())
+                .await?;
             request_status(
                 req,
                 Some(&row),

@@ -448,15 +448,18 @@ async fn record_load(
 ) -> Result<(), ControllerError> {
     ctx.store
         .profiles()
-        .record_profile_load(ProfileLoad {
-            profile: name.to_owned(),
-            namespace: ns.to_owned(),
-            policy_version: version.version.clone(),
-            spec_sha256: version.spec_sha256.clone(),
-            hardline_sha256: version.hardline_sha256.clone(),
-            bundle_digest: Some(current.digest.clone()),
-            loaded_by: crate::MANAGER.to_owned(),
-        })
+        .record_profile_load(
+            ProfileLoad {
+                profile: name.to_owned(),
+                namespace: ns.to_owned(),
+                policy_version: version.version.clone(),
+                spec_sha256: version.spec_sha256.clone(),
+                hardline_sha256: version.hardline_sha256.clone(),
+                bundle_digest: Some(current.digest.clone()),
+                loaded_by: crate::MANAGER.to_owned(),
+            },
+            ctx.now(),
+        )
         .await?;
     Ok(())
 }

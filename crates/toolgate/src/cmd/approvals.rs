@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use jiff::Timestamp;
 use toolgate_store::{ApprovalDecision, ApprovalStatus, Store};
 
 use crate::cli_error::CliError;
@@ -64,8 +65,8 @@ pub fn run(args: ApprovalsArgs) -> Result<ExitCode, CliError> {
                 let store = Store::connect(&database).await?;
                 let status = status.map(|s| s.parse::<ApprovalStatus>()).transpose()?;
                 let list = match tenant {
-                    Some(t) => store.approvals().list(&t, status).await?,
-                    None => store.approvals().list_all(status).await?,
+                    Some(t) => store.approvals().list(&t, status, Timestamp::now()).await?,
+                    None => store.approvals().list_all(status, Timestamp::now()).await?,
                 };
                 println!(
                     "{}",
@@ -85,7 +86,7 @@ async fn resolve(r: Resolve, decision: ApprovalDecision) -> Result<ExitCode, Cli
         Some(t) => t,
         None => store
             .approvals()
-            .list_all(None)
+            .list_all(None, Timestamp::now())
             .await?
             .into_iter()
             .find(|a| a.id == r.id)
@@ -94,7 +95,14 @@ async fn resolve(r: Resolve, decision: ApprovalDecision) -> Result<ExitCode, Cli
     };
     let approval = store
         .approvals()
-        .resolve(&tenant, &r.id, decision, &r.by, r.reason.as_deref())
+        .resolve(
+            &tenant,
+            &r.id,
+            decision,
+            &r.by,
+            r.reason.as_deref(),
+            Timestamp::now(),
+        )
         .await?;
     println!(
         "{}",

@@ -235,6 +235,7 @@ async fn session() -> Result<bool, CliError> {
             ApprovalDecision::Approved,
             "alice@platform",
             Some("release day"),
+            jiff::Timestamp::now(),
         )
         .await?;
     println!(

@@ -1,0 +1,498 @@
+//! `POST /v1/authorize`: every call is decided, recorded and remembered
+//! exactly once, here. The workspace endpoints, batches and the MCP proxy
+//! authorize through [`authorize_call`] too, so none of them can be more
+//! permissive than `/v1/authorize`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::State;
+use jiff::Timestamp;
+use sha2::{Digest, Sha256};
+use toolgate_policy::{
+    Call, CompiledPolicy, Context, Decision, Enforcement, Reason, Risk, Verdict,
+};
+use toolgate_store::{ApprovalStatus, ApprovedCall, DecisionRecord, NewApproval, RunLimits};
+
+use super::allowed::AllowedCall;
+use super::{
+    AppState, AuthorizeRequest, AuthorizeResponse, MAX_APPROVAL_ROUNDS, MAX_LABEL_CHARS, NO_POLICY,
+    NO_PROFILE, NO_STEP, OTHER_TOOL, StrictJson, truncate, validate_call,
+};
+use crate::error::ApiError;
+use crate::policy_state::Enforced;
+
+pub(super) async fn authorize(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<AuthorizeRequest>,
+) -> Result<Json<AuthorizeResponse>, ApiError> {
+    authorize_call(&app, &req).await.map(Json)
+}
+
+/// One call on its way through [`authorize_call`].
+struct Decided {
+    decision_id: String,
+    /// The request's step, or [`NO_STEP`]: the log needs one.
+    step_id: String,
+    /// When the call was decided; every record of it carries this instant.
+    now: Timestamp,
+    /// The bundle that decided, if one is held.
+    enforced: Option<Arc<Enforced>>,
+    mode: Enforcement,
+    limits: RunLimits,
+    verdict: Verdict,
+    approval_id: Option<String>,
+}
+
+/// Authorizes one call: [`decide`] it under the held bundle, [`record`] it
+/// (durably before answering for a high-risk tool), [`remember`] an allow
+/// for its intent, and count it.
+pub(crate) async fn authorize_call(
+    app: &AppState,
+    req: &AuthorizeRequest,
+) -> Result<AuthorizeResponse, ApiError> {
+    let started = Instant::now();
+    validate_call(app, req)?;
+    let mut decided = decide(app, req, Timestamp::now()).await;
+    record(app, req, &mut decided).await?;
+    remember(app, req, &decided);
+    count(app, req, &decided, started);
+    Ok(AuthorizeResponse {
+        decision_id: decided.decision_id,
+        verdict: decided.verdict,
+        approval_id: decided.approval_id,
+    })
+}
+
+/// Decides the call at `now`: [`evaluate`] it, then resolve an escalation
+/// through its approval.
+async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decided {
+    let step_id = req
+        .step_id
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| NO_STEP.to_owned());
+    let decision_id = uuid::Uuid::now_v7().to_string();
+    let enforced = app.policy.current();
+    let mut verdict = evaluate(app, req, enforced.as_deref(), now);
+    let (mode, limits) = match &enforced {
+        Some(e) => (
+            e.policy.enforcement(&req.tool),
+            crate::runs::limits(&e.policy),
+        ),
+        None => Default::default(),
+    };
+    let mut approval_id = None;
+    if verdict.verdict == Decision::Escalate {
+        // No new approval requests for a run cancelled elsewhere.
+        refuse_if_cancelled(app, &req.run_id, &mut verdict).await;
+    }
+    if verdict.verdict == Decision::Escalate {
+        // An escalation only comes from a live bundle.
+        if let Some(e) = &enforced {
+            match escalate(app, e, req, &step_id, &decision_id, &mut verdict, now).await {
+                Ok(id) => approval_id = id,
+                Err(err) => {
+                    tracing::error!(error = %err, "approval request failed; denying");
+                    deny_audit(&mut verdict);
+                }
+            }
+        }
+    }
+    Decided {
+        decision_id,
+        step_id,
+        now,
+        enforced,
+        mode,
+        limits,
+        verdict,
+        approval_id,
+    }
+}
+
+/// The held bundle's verdict at `now` (fail closed without a live one),
+/// refused when the tool's pinned definition differs or the run is known
+/// to be cancelled.
+fn evaluate(
+    app: &AppState,
+    req: &AuthorizeRequest,
+    enforced: Option<&Enforced>,
+    now: Timestamp,
+) -> Verdict {
+    let call = Call {
+        tool: &req.tool,
+        action: req.action.as_deref(),
+        arguments: &req.arguments,
+    };
+    let mut verdict = match enforced {
+        None => sidecar_verdict(Reason::NoBundle, NO_POLICY, &call),
+        Some(e) if now >= e.expires_at => {
+            sidecar_verdict(Reason::BundleExpired, &e.policy_version, &call)
+        }
+        Some(e) => e.policy.evaluate(
+            &call,
+            &Context {
+                now,
+                subject: Some(&app.tenant),
+            },
+        ),
+    };
+    // A pinned tool is decided only for the definition that was reviewed.
+    if verdict.verdict != Decision::Deny
+        && let Some(e) = enforced
+        && let Some(pinned) = e.policy.pinned_definition(&req.tool)
+        && req.definition_digest.as_deref() != Some(pinned)
+    {
+        crate::runs::refuse(
+            &mut verdict,
+            Reason::ToolDefinitionChanged,
+            Some(format!("definition:{pinned}")),
+        );
+    }
+    // A cancelled run gets nothing more, in every mode.
+    if verdict.verdict != Decision::Deny && app.cancelled.contains(&req.run_id) {
+        crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
+    }
+    verdict
+}
+
+/// The decision log's record of `verdict` for this call.
+fn record_of(req: &AuthorizeRequest, d: &Decided, verdict: &Verdict) -> DecisionRecord {
+    DecisionRecord {
+        decision_id: d.decision_id.clone(),
+        run_id: req.run_id.clone(),
+        step_id: d.step_id.clone(),
+        tool: req.tool.clone(),
+        verdict: verdict.verdict.as_str().to_owned(),
+        reason: verdict.reason.as_str().to_owned(),
+        message: record_message(verdict),
+        // Labels come from the profile; a very long glob must not make the
+        // log refuse the record.
+        matched_rule: verdict
+            .matched_rule
+            .as_deref()
+            .map(|r| truncate(r, toolgate_store::MAX_FIELD_LEN / 4).to_owned()),
+        policy_version: verdict.policy_version.clone(),
+        risk: verdict.risk.as_str().to_owned(),
+        args_digest: verdict.args_digest.clone(),
+        call_digest: Some(verdict.call_digest.clone()),
+        definition_digest: req.definition_digest.clone(),
+        created_at: d.now,
+    }
+}
+
+/// Records the decision: a high-risk one durably before it is answered (in
+/// the transaction that charges its run, when the profile sets budgets),
+/// any other through the background log. A decision that cannot be
+/// recorded, or a run that cannot be charged, turns into a denial
+/// (`audit_unavailable`).
+async fn record(app: &AppState, req: &AuthorizeRequest, d: &mut Decided) -> Result<(), ApiError> {
+    if let Err(e) = record_of(req, d, &d.verdict).validate() {
+        // Every agent field was checked above, so this is a sidecar bug;
+        // refuse rather than answer with a decision the log cannot hold.
+        return Err(ApiError::InvalidRequest(e.to_string()));
+    }
+    let high_risk = d.verdict.risk == Risk::High;
+    let durable = if crate::runs::needs_admission(&d.verdict, &d.limits) {
+        charge(app, req, d, high_risk)
+            .await
+            .map_err(|e| (e, "run not charged or decision not recorded; denying"))
+    } else if high_risk {
+        // Nothing to count without budgets, but a high-risk call still sees
+        // a cancellation made anywhere: one read by key before the append.
+        if d.verdict.verdict == Decision::Allow {
+            refuse_if_cancelled(app, &req.run_id, &mut d.verdict).await;
+        }
+        app.store
+            .decisions()
+            .append(&app.tenant, &app.stream, record_of(req, d, &d.verdict))
+            .await
+            .map(|_| ())
+            .map_err(|e| (e, "high-risk decision not recorded; denying"))
+    } else {
+        Ok(())
+    };
+    if let Err((err, what)) = durable {
+        tracing::error!(error = %err, "{what}");
+        deny_audit(&mut d.verdict);
+        d.approval_id = None;
+    }
+    if !high_risk {
+        app.decision_log
+            .enqueue(&app.tenant, record_of(req, d, &d.verdict));
+    }
+    Ok(())
+}
+
+/// Charges the run (and sees whether it was cancelled) where every sidecar
+/// of the run sees it, and applies the answer; a high-risk call in the
+/// transaction that records its decision.
+async fn charge(
+    app: &AppState,
+    req: &AuthorizeRequest,
+    d: &mut Decided,
+    high_risk: bool,
+) -> Result<(), toolgate_store::StoreError> {
+    let runs = app.store.runs();
+    let admission = if high_risk {
+        let d = &*d;
+        runs.admit_and_record(
+            &app.tenant,
+            &app.stream,
+            &req.run_id,
+            true,
+            &d.limits,
+            d.now,
+            |a| {
+                let mut answered = d.verdict.clone();
+                crate::runs::apply_admission(&mut answered, a, d.mode);
+                record_of(req, d, &answered)
+            },
+        )
+        .await?
+        .0
+    } else {
+        runs.admit(&app.tenant, &req.run_id, false, &d.limits, d.now)
+            .await?
+    };
+    if matches!(admission, toolgate_store::Admission::Cancelled { .. }) {
+        app.cancelled.insert(&req.run_id);
+    }
+    crate::runs::apply_admission(&mut d.verdict, &admission, d.mode);
+    Ok(())
+}
+
+/// Remembers an allowed decision, so that its intent can be checked
+/// against exactly the call it allowed.
+/// Only a decision that needs an intent is remembered for one: the map then
+/// grows with high-risk traffic, not with every allowed read.
+fn remember(app: &AppState, req: &AuthorizeRequest, d: &Decided) {
+    if d.verdict.verdict != Decision::Allow || !d.verdict.intent_required {
+        return;
+    }
+    app.allowed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(
+            d.decision_id.clone(),
+            AllowedCall {
+                run_id: req.run_id.clone(),
+                tool: req.tool.clone(),
+                canonical_tool: d
+                    .enforced
+                    .as_ref()
+                    .map(|e| e.policy.canonical_tool(&req.tool).to_owned())
+                    .unwrap_or_else(|| req.tool.clone()),
+                args_digest: d.verdict.args_digest.clone(),
+                call_digest: d.verdict.call_digest.clone(),
+                risk: d.verdict.risk,
+                used: false,
+            },
+        );
+}
+
+/// Counts the decision and its latency.
+fn count(app: &AppState, req: &AuthorizeRequest, d: &Decided, started: Instant) {
+    let verdict = &d.verdict;
+    let (tool_label, profile_label) = match &d.enforced {
+        Some(e) => (
+            metric_tool_label(&e.policy, &req.tool),
+            truncate(&e.profile, MAX_LABEL_CHARS),
+        ),
+        None => (OTHER_TOOL, NO_PROFILE),
+    };
+    // A decision that only reports is counted by what enforcement would
+    // have answered, so a trial profile's would-denials are visible.
+    let (counted_verdict, counted_reason) = match (verdict.would_verdict, verdict.would_reason) {
+        (Some(v), Some(r)) if !verdict.enforced => (v, r),
+        _ => (verdict.verdict, verdict.reason),
+    };
+    app.metrics
+        .decisions
+        .with_label_values(&[
+            counted_verdict.as_str(),
+            counted_reason.as_str(),
+            tool_label,
+            profile_label,
+            if verdict.enforced { "true" } else { "false" },
+        ])
+        .inc();
+    app.metrics
+        .decision_duration
+        .with_label_values(&[verdict.risk.as_str()])
+        .observe(started.elapsed().as_secs_f64());
+}
+
+/// The `tool` label of a call: the canonical name when the held profile
+/// declares it, else [`OTHER_TOOL`]. Agent text never becomes a label, so
+/// label cardinality is bounded by the profile.
+pub(crate) fn metric_tool_label<'a>(policy: &'a CompiledPolicy, tool: &'a str) -> &'a str {
+    if policy.effect(tool).is_some() {
+        truncate(policy.canonical_tool(tool), MAX_LABEL_CHARS)
+    } else {
+        OTHER_TOOL
+    }
+}
+
+fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Verdict {
+    Verdict {
+        verdict: Decision::Deny,
+        reason,
+        matched_rule: None,
+        policy_version: policy_version.to_owned(),
+        risk: Risk::High,
+        intent_required: false,
+        args_digest: toolgate_policy::args_digest(call.arguments),
+        call_digest: toolgate_policy::call_digest(call.tool, call.action, call.arguments),
+        enforced: true,
+        would_verdict: None,
+        would_reason: None,
+        would_rule: None,
+        warning: None,
+    }
+}
+
+/// Reads the run's cancellation from the database (a cancellation made
+/// anywhere) and refuses `verdict` when there is one; an unreadable run
+/// state denies `audit_unavailable`.
+async fn refuse_if_cancelled(app: &AppState, run_id: &str, verdict: &mut Verdict) {
+    match app.store.runs().cancelled_at(&app.tenant, run_id).await {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            app.cancelled.insert(run_id);
+            crate::runs::refuse(verdict, Reason::RunCancelled, None);
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "run state unreadable; denying");
+            deny_audit(verdict);
+        }
+    }
+}
+
+fn deny_audit(verdict: &mut Verdict) {
+    crate::runs::refuse(verdict, Reason::AuditUnavailable, None);
+}
+
+/// The decision log's `message` for a verdict: what enforcement would have
+/// answered when it only reports, and which budget refused a call.
+fn record_message(verdict: &Verdict) -> Option<String> {
+    if !verdict.enforced {
+        return Some(
+            serde_json::json!({
+                "enforced": false,
+                "would_verdict": verdict.would_verdict,
+                "would_reason": verdict.would_reason,
+                "would_rule": verdict.would_rule.as_deref().map(|r| truncate(r, 512)),
+            })
+            .to_string(),
+        );
+    }
+    (verdict.reason == Reason::BudgetExhausted).then(|| {
+        format!(
+            "run budget used up ({})",
+            verdict.matched_rule.as_deref().unwrap_or("budget")
+        )
+    })
+}
+
+/// Deterministic id of "this call, in this step, under this policy": the
+/// same call asks the same approval until it is used or expires. The call
+/// digest covers tool, action and arguments, so another action is another
+/// invocation.
+fn invocation_base(tenant: &str, run_id: &str, step_id: &str, v: &Verdict) -> String {
+    let mut h = Sha256::new();
+    for part in [tenant, run_id, step_id, &v.call_digest, &v.policy_version] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
+/// Finds or creates the approval for an escalated call. An approved,
+/// unused approval for exactly this call turns the verdict into `approved`.
+async fn escalate(
+    app: &AppState,
+    enforced: &Enforced,
+    req: &AuthorizeRequest,
+    step_id: &str,
+    decision_id: &str,
+    verdict: &mut Verdict,
+    now: Timestamp,
+) -> Result<Option<String>, ApiError> {
+    let tool = enforced.policy.canonical_tool(&req.tool).to_owned();
+    let base = invocation_base(&app.tenant, &req.run_id, step_id, verdict);
+    // What the approver is shown: the text the rules matched, masked.
+    let preview = enforced.policy.preview(&Call {
+        tool: &req.tool,
+        action: req.action.as_deref(),
+        arguments: &req.arguments,
+    });
+    for round in 0..MAX_APPROVAL_ROUNDS {
+        let approval = app
+            .store
+            .approvals()
+            .request(
+                NewApproval {
+                    approval_id: None,
+                    invocation_id: format!("{base}:{round}"),
+                    tenant: app.tenant.clone(),
+                    run_id: req.run_id.clone(),
+                    tool: tool.clone(),
+                    args_digest: verdict.args_digest.clone(),
+                    call_digest: Some(verdict.call_digest.clone()),
+                    policy_version: verdict.policy_version.clone(),
+                    decision_id: decision_id.to_owned(),
+                    requested_by: app.identity.clone(),
+                    ttl: Duration::from_secs(u64::from(enforced.approval_ttl_seconds)),
+                    action: req.action.clone(),
+                    preview: preview.clone(),
+                },
+                now,
+            )
+            .await?;
+        if approval.consumed_at.is_some() || approval.status == ApprovalStatus::Expired {
+            continue; // used or lapsed: this call needs a fresh approval
+        }
+        match approval.status {
+            ApprovalStatus::Pending => return Ok(Some(approval.id)),
+            ApprovalStatus::Denied => {
+                verdict.set_reason(Reason::ApprovalDenied);
+                verdict.matched_rule = Some(format!("approval:{}", approval.id));
+                return Ok(Some(approval.id));
+            }
+            ApprovalStatus::Approved => {
+                let consumed = app
+                    .store
+                    .approvals()
+                    .consume(
+                        &app.tenant,
+                        &approval.id,
+                        &ApprovedCall {
+                            tool: &tool,
+                            args_digest: &verdict.args_digest,
+                            call_digest: &verdict.call_digest,
+                            policy_version: &verdict.policy_version,
+                        },
+                        now,
+                    )
+                    .await?;
+                if consumed {
+                    verdict.set_reason(Reason::Approved);
+                    verdict.matched_rule = Some(format!("approval:{}", approval.id));
+                    return Ok(Some(approval.id));
+                }
+                // Someone else used it first: ask again.
+            }
+            ApprovalStatus::Expired => {}
+            ApprovalStatus::Cancelled => {
+                verdict.set_reason(Reason::RunCancelled);
+                verdict.matched_rule = Some(format!("approval:{}", approval.id));
+                return Ok(Some(approval.id));
+            }
+        }
+    }
+    verdict.set_reason(Reason::ApprovalDenied);
+    Ok(None)
+}

@@ -1,0 +1,226 @@
+//! Verifying chains: recompute every row's hash, compare the last row with
+//! the stream's head, and check the link to the previous stream.
+
+use super::chain::{genesis_hash, row_hash};
+use super::{ChainReport, DecisionRow, Decisions, VERIFY_PAGE};
+use crate::{Result, StoreError, on_pool, require};
+
+impl Decisions<'_> {
+    /// Recomputes every stream's chain of `tenant`, or of every tenant with
+    /// rows or a head when `None`, and reports the first broken seq of each.
+    pub async fn verify(&self, tenant: Option<&str>) -> Result<Vec<ChainReport>> {
+        let chains: Vec<(String, String)> = match tenant {
+            Some(t) => {
+                require("tenant", t)?;
+                on_pool!(self.store, pool => {
+                    sqlx::query_as(
+                        "SELECT tenant, stream FROM decisions WHERE tenant = $1 \
+                         UNION SELECT tenant, stream FROM decision_heads WHERE tenant = $1 \
+                         ORDER BY tenant, stream",
+                    )
+                    .bind(t)
+                    .fetch_all(pool)
+                    .await?
+                })
+            }
+            None => on_pool!(self.store, pool => {
+                sqlx::query_as(
+                    "SELECT tenant, stream FROM decisions \
+                     UNION SELECT tenant, stream FROM decision_heads ORDER BY tenant, stream",
+                )
+                .fetch_all(pool)
+                .await?
+            }),
+        };
+        let mut reports = Vec::with_capacity(chains.len());
+        for (t, s) in chains {
+            reports.push(self.verify_one(t, s).await?);
+        }
+        Ok(reports)
+    }
+
+    /// Verifies one stream's chain.
+    pub async fn verify_stream(&self, tenant: &str, stream: &str) -> Result<ChainReport> {
+        require("tenant", tenant)?;
+        require("stream", stream)?;
+        self.verify_one(tenant.to_owned(), stream.to_owned()).await
+    }
+
+    async fn verify_one(&self, tenant: String, stream: String) -> Result<ChainReport> {
+        // The head first: rows appended while we read are beyond it and
+        // ignored, so verifying a live stream does not race its writer
+        // (on PostgreSQL a row and its head advance commit together).
+        let head = match self.head(&tenant, &stream).await {
+            Ok(h) => h,
+            Err(StoreError::Corrupt(problem)) => {
+                return Ok(broken(tenant, stream, 0, problem));
+            }
+            Err(e) => return Err(e),
+        };
+        let genesis = genesis_hash(
+            &tenant,
+            &stream,
+            head.as_ref().and_then(|h| h.previous.as_ref()),
+        )?;
+        let mut report = ChainReport {
+            tenant,
+            stream,
+            rows: 0,
+            last_seq: 0,
+            last_hash: genesis.clone(),
+            ok: true,
+            first_broken_seq: None,
+            problem: None,
+        };
+        let max_seq = head.as_ref().map_or(i64::MAX, |h| h.seq);
+        let mut expected_seq = 1i64;
+        let mut prev = genesis;
+        let mut last_seen = 0i64;
+        'pages: loop {
+            let rows = self
+                .page(
+                    &report.tenant,
+                    &report.stream,
+                    last_seen,
+                    max_seq,
+                    VERIFY_PAGE,
+                )
+                .await?;
+            let done = (rows.len() as i64) < VERIFY_PAGE;
+            for row in rows {
+                report.rows += 1;
+                last_seen = row.seq;
+                if let Some(problem) =
+                    check_row(&report.tenant, &report.stream, expected_seq, &prev, &row)
+                {
+                    report.ok = false;
+                    report.first_broken_seq = Some(expected_seq.min(row.seq));
+                    report.problem = Some(problem);
+                    break 'pages;
+                }
+                expected_seq += 1;
+                prev = row.hash;
+            }
+            if done {
+                break;
+            }
+        }
+        if !report.ok {
+            return Ok(report);
+        }
+        let last_seq = expected_seq - 1;
+        report.last_seq = last_seq;
+        report.last_hash.clone_from(&prev);
+        // Rows end here; the head must agree, or newest rows were removed
+        // (or the head was tampered with).
+        let problem = match &head {
+            None if last_seq > 0 => Some("chain head is missing".to_owned()),
+            None => None,
+            Some(h) if h.seq > last_seq => Some(format!(
+                "rows end at seq {last_seq} but the chain head is at seq {}",
+                h.seq
+            )),
+            Some(h) if h.seq != last_seq || h.hash != prev => Some(format!(
+                "chain head (seq {}) does not match the last row (seq {last_seq})",
+                h.seq
+            )),
+            Some(_) => None,
+        };
+        if let Some(p) = problem {
+            report.ok = false;
+            report.first_broken_seq = Some(last_seq + 1);
+            report.problem = Some(p);
+            return Ok(report);
+        }
+        // Rows past the head read above are either appends that committed
+        // since (their head moved with them) or rows slipped in behind a
+        // head that was wound back: re-read the head to tell them apart.
+        if let Some(h) = &head
+            && let Some(beyond) = self.max_seq(&report.tenant, &report.stream).await?
+            && beyond > h.seq
+        {
+            let now = self.head(&report.tenant, &report.stream).await?;
+            if now.is_none_or(|n| n.seq < beyond) {
+                report.ok = false;
+                report.first_broken_seq = Some(h.seq + 1);
+                report.problem = Some(format!(
+                    "rows up to seq {beyond} lie beyond the chain head (seq {})",
+                    h.seq
+                ));
+                return Ok(report);
+            }
+        }
+        // The previous stream must still hold the head this stream started
+        // from: truncating or rewriting it below that point is detected.
+        if let Some(link) = head.as_ref().and_then(|h| h.previous.as_ref()) {
+            let p = self
+                .check_position(&report.tenant, &link.stream, link.seq, &link.hash)
+                .await?;
+            if let Some(p) = p {
+                report.ok = false;
+                report.first_broken_seq = Some(0);
+                report.problem = Some(format!("previous-stream link broken: {p}"));
+            }
+        }
+        Ok(report)
+    }
+}
+
+fn broken(tenant: String, stream: String, seq: i64, problem: String) -> ChainReport {
+    ChainReport {
+        tenant,
+        stream,
+        rows: 0,
+        last_seq: 0,
+        last_hash: String::new(),
+        ok: false,
+        first_broken_seq: Some(seq),
+        problem: Some(problem),
+    }
+}
+
+/// Returns what is wrong with `row` when it should be `expected_seq` following
+/// a row hashed `prev`, or `None` if it checks out.
+fn check_row(
+    tenant: &str,
+    stream: &str,
+    expected_seq: i64,
+    prev: &str,
+    row: &DecisionRow,
+) -> Option<String> {
+    if row.seq != expected_seq {
+        return Some(format!(
+            "seq {expected_seq} is missing (next row present is seq {})",
+            row.seq
+        ));
+    }
+    if row.prev_hash != prev {
+        return Some(if row.seq == 1 {
+            "seq 1 prev_hash does not match the stream's genesis hash".to_owned()
+        } else {
+            format!(
+                "seq {} prev_hash does not match the hash of seq {}",
+                row.seq,
+                row.seq - 1
+            )
+        });
+    }
+    let record = match row.record() {
+        Ok(r) => r,
+        Err(e) => return Some(format!("seq {} is unreadable: {e}", row.seq)),
+    };
+    let hash = row_hash(
+        tenant,
+        stream,
+        row.seq,
+        &row.prev_hash,
+        &record,
+        row.created_at,
+    );
+    (hash != row.hash).then(|| {
+        format!(
+            "seq {} content does not match its hash (edited or moved)",
+            row.seq
+        )
+    })
+}
