@@ -263,40 +263,9 @@ impl PolicyProfileStatus {
     }
 }
 
-/// A human's answer to an approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Decision {
-    /// Let the call through once (request) or activate the grant.
-    Approved,
-    /// Refuse the call (request) or keep the grant inactive.
-    Denied,
-}
-
-impl Decision {
-    /// Every decision, in the order messages list them: the closed set the
-    /// CRD enum, the webhook and the controller all read.
-    pub const ALL: [Decision; 2] = [Decision::Approved, Decision::Denied];
-
-    /// Wire name (`approved` / `denied`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Approved => "approved",
-            Decision::Denied => "denied",
-        }
-    }
-
-    /// The decision spelled `name` on the wire, if it is one.
-    pub fn from_wire(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|d| d.as_str() == name)
-    }
-}
-
-impl std::fmt::Display for Decision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// A human's answer to an approval: the policy crate's one set, which the
+/// store, the webhook and the controller share.
+pub use toolgate_policy::ApprovalDecision as Decision;
 
 /// Either the answer to one escalated tool call (`request`) or a standing
 /// grant (`grant`) compiled into a profile's next bundle.

@@ -44,7 +44,7 @@ pub use eval::{Call, Context};
 pub use model::{
     Budgets, Enforcement, Grant, Mode, PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect,
 };
-pub use verdict::{Decision, Reason, Verdict, intent_required};
+pub use verdict::{ApprovalDecision, Decision, Reason, Verdict, intent_required};
 
 /// Parses a manifest and compiles it without standing grants.
 pub fn compile_manifest(text: &str) -> Result<CompiledPolicy, PolicyError> {

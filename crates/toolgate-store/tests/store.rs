@@ -1473,10 +1473,10 @@ both_backends!(bad_input_is_typed, |db| {
         "finished".parse::<IntentOutcome>().unwrap_err().code(),
         "invalid_input"
     );
-    assert_eq!(
-        "maybe".parse::<ApprovalDecision>().unwrap_err().code(),
-        "invalid_input"
-    );
+    // One closed set of decisions: no legacy verbs, nothing else.
+    for unknown in ["maybe", "approve", "deny", "Approved"] {
+        assert_eq!(ApprovalDecision::from_wire(unknown), None, "{unknown}");
+    }
 
     let mut intent = new_intent("run", "s");
     intent.tenant = String::new();

@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use toolgate_k8s::{ApprovalFields, validate_approval};
-use toolgate_store::{ApprovalDecision, ApprovalStatus as DbStatus, StoreError};
+use toolgate_store::{ApprovalStatus as DbStatus, StoreError};
 
 use super::{
     APPROVER_NOT_ALLOWED, ApproverCheck, check_approvers, grant_status, phase_of, request_status,
@@ -19,13 +19,6 @@ use super::{
 use crate::context::Context;
 use crate::crd::{Approval, ApprovalRequest, ApprovalStatus, Decision, Phase, PolicyProfile};
 use crate::error::ControllerError;
-
-fn to_db(d: Decision) -> ApprovalDecision {
-    match d {
-        Decision::Approved => ApprovalDecision::Approved,
-        Decision::Denied => ApprovalDecision::Denied,
-    }
-}
 
 pub(super) async fn patch_status(
     ctx: &Context,
@@ -97,7 +90,7 @@ pub async fn resolve_request(
                 .resolve(
                     &req.tenant,
                     &req.approval_id,
-                    to_db(d),
+                    d,
                     by,
                     obj.spec.reason.as_deref(),
                     ctx.now(),

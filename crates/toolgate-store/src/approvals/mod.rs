@@ -115,38 +115,14 @@ impl FromStr for ApprovalStatus {
     }
 }
 
-toolgate_policy::wire_enum! {
-    /// A human's answer.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-    pub enum ApprovalDecision {
-        /// Let the call through (once).
-        Approved = "approved",
-        /// Refuse the call.
-        Denied = "denied",
-    }
-}
+/// A human's answer: the policy crate's one set, shared with the CRD.
+pub use toolgate_policy::ApprovalDecision;
 
 impl From<ApprovalDecision> for ApprovalStatus {
     fn from(d: ApprovalDecision) -> Self {
         match d {
             ApprovalDecision::Approved => ApprovalStatus::Approved,
             ApprovalDecision::Denied => ApprovalStatus::Denied,
-        }
-    }
-}
-
-impl FromStr for ApprovalDecision {
-    type Err = StoreError;
-    /// The wire name, or the verb (`approve`, `deny`) a human types.
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "approve" => Ok(ApprovalDecision::Approved),
-            "deny" => Ok(ApprovalDecision::Denied),
-            other => Self::from_wire(other).ok_or_else(|| {
-                StoreError::InvalidInput(format!(
-                    "unknown approval decision {other:?} (expected approved or denied)"
-                ))
-            }),
         }
     }
 }
