@@ -2,7 +2,8 @@
 //! resources reconciled into signed policy bundles.
 //!
 //! Entry points for the `toolgate` CLI:
-//! - [`run_controller`] with [`ControllerArgs`] (`toolgate controller …`);
+//! - [`run_controller`] with the [`ControllerConfig`] built from
+//!   [`ControllerArgs`] (`toolgate controller …`);
 //! - [`crdgen`] / [`write_crds`] (`toolgate crdgen`).
 //!
 //! The reconcile logic is split so that bundle planning, status and fleet
@@ -15,6 +16,7 @@
 pub mod approval;
 pub mod cancellation;
 pub mod checkpoint;
+mod config;
 pub mod context;
 pub mod crd;
 mod error;
@@ -28,10 +30,11 @@ mod run;
 pub mod status;
 pub mod tenancy;
 
+pub use config::{ControllerArgs, ControllerConfig};
 pub use context::{Context, Settings};
 pub use crd::{crdgen, write_crds};
 pub use error::ControllerError;
-pub use run::{ControllerArgs, run_controller, run_reconcilers};
+pub use run::{run_controller, run_reconcilers};
 
 /// Field manager and Event reporter name of the controller.
 pub const MANAGER: &str = "toolgate-controller";

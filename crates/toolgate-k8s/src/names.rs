@@ -87,6 +87,10 @@ pub const SIDECAR_LISTEN: &str = "127.0.0.1:15031";
 pub const OPS_LISTEN: &str = "0.0.0.0:15032";
 /// What every app container gets as `TOOLGATE_URL`.
 pub const SIDECAR_URL: &str = "http://127.0.0.1:15031";
+/// Where the sidecar keeps `<tenant>/<run_id>` workspaces: the injected
+/// sidecar's workspace volume is mounted here, and `toolgate sidecar`
+/// defaults `--workspace-base` to it.
+pub const WORKSPACE_BASE: &str = "/var/lib/toolgate/workspaces";
 
 /// Why one `NAME=URL` entry of [`ANNOTATION_MCP_UPSTREAMS`] is unusable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod config;
 mod decision_log;
 mod error;
 mod guard;
@@ -20,10 +21,9 @@ pub mod runs;
 pub mod workspace;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
+pub use config::{SidecarArgs, SidecarConfig};
 pub use error::ApiError;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -34,63 +34,6 @@ use crate::decision_log::DecisionLog;
 use crate::metrics::Metrics;
 use crate::policy_state::{BundleFiles, PolicyState};
 use crate::workspace::Workspaces;
-
-/// Everything needed to run a sidecar.
-#[derive(Debug, Clone)]
-pub struct SidecarConfig {
-    /// Address of the agent API; loopback in production.
-    pub listen: SocketAddr,
-    /// Address of `/healthz`, `/readyz` and `/metrics` for the kubelet and
-    /// Prometheus (the pod IP); `None` serves them on `listen` only.
-    pub ops_listen: Option<SocketAddr>,
-    /// Signed bundle file (DSSE envelope).
-    pub bundle: PathBuf,
-    /// Trusted public keys (PEM).
-    pub trust: PathBuf,
-    /// Database URL (`postgres://…` or `sqlite://…`).
-    pub database_url: String,
-    /// Directory holding `<tenant>/<run_id>` workspaces.
-    pub workspace_base: PathBuf,
-    /// Tenant served.
-    pub tenant: String,
-    /// Pod name (downward API), for heartbeats.
-    pub pod_name: String,
-    /// Pod namespace (downward API), for heartbeats.
-    pub pod_namespace: String,
-    /// How often the bundle files are checked for changes.
-    pub reload_interval: Duration,
-    /// How often a heartbeat is written.
-    pub heartbeat_interval: Duration,
-    /// Capacity of the low-risk decision queue.
-    pub decision_queue: usize,
-    /// Host names or addresses, besides loopback and `localhost`, that the
-    /// agent API accepts in `Host` (the pod name is always added).
-    pub allowed_hosts: Vec<String>,
-    /// MCP upstreams `(NAME, URL)` served at `/mcp/NAME` (the gateway).
-    pub mcp_upstreams: Vec<(String, String)>,
-}
-
-impl SidecarConfig {
-    /// Defaults for everything but the files and the database.
-    pub fn new(bundle: PathBuf, trust: PathBuf, database_url: String) -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 15031)),
-            ops_listen: None,
-            bundle,
-            trust,
-            database_url,
-            workspace_base: std::env::temp_dir().join("toolgate-workspaces"),
-            tenant: "default".into(),
-            pod_name: "local".into(),
-            pod_namespace: "default".into(),
-            reload_interval: Duration::from_secs(2),
-            heartbeat_interval: Duration::from_secs(15),
-            decision_queue: 65_536,
-            allowed_hosts: Vec::new(),
-            mcp_upstreams: Vec::new(),
-        }
-    }
-}
 
 /// Why a sidecar could not start.
 #[derive(Debug, thiserror::Error)]
@@ -104,16 +47,20 @@ pub enum StartError {
     /// The listen address could not be bound.
     #[error("listen on {0}: {1}")]
     Bind(SocketAddr, std::io::Error),
+    /// A flag value is unusable (see [`SidecarConfig`]'s `TryFrom<SidecarArgs>`).
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl StartError {
-    /// Stable code: the store's own code, `workspace_unusable` or
-    /// `listen_failed`.
+    /// Stable code: the store's own code, `workspace_unusable`,
+    /// `listen_failed` or `usage` (what the CLI calls every bad flag).
     pub fn code(&self) -> &'static str {
         match self {
             Self::Store(e) => e.code(),
             Self::Workspace(_) => "workspace_unusable",
             Self::Bind(..) => "listen_failed",
+            Self::Usage(_) => "usage",
         }
     }
 }

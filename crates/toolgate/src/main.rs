@@ -35,7 +35,7 @@ enum Command {
     /// sidecar on a temporary SQLite database driven by a scripted agent.
     Demo(cmd::demo::DemoArgs),
     /// Run the per-pod sidecar (authorize, intents, approvals, workspace).
-    Sidecar(cmd::sidecar::SidecarArgs),
+    Sidecar(toolgate_sidecar::SidecarArgs),
     /// Run the Kubernetes controller (in-cluster or from a kubeconfig).
     Controller(toolgate_controller::ControllerArgs),
     /// Print the CustomResourceDefinitions, or write them into a directory.

@@ -11,14 +11,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use jiff::Timestamp;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toolgate_store::{IntentOutcome, NewIntent};
 
 use super::{AppState, StrictJson, json_with, parse_body, require_id};
 use crate::error::ApiError;
 
 /// Body of `POST /v1/intents`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BeginIntentRequest {
     /// The allowing decision.
@@ -110,7 +110,7 @@ pub(crate) async fn begin_intent(
 }
 
 /// Body of `POST /v1/intents/{id}/effect-sent` (may be empty).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EffectSentRequest {}
 
@@ -136,7 +136,7 @@ fn intent_json(intent: &toolgate_store::Intent) -> serde_json::Value {
 }
 
 /// Body of `POST /v1/intents/{id}/complete`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompleteRequest {
     /// completed | not_completed | error.

@@ -126,7 +126,7 @@ fn ops_routes() -> Router<Arc<AppState>> {
 // ---- authorize ----
 
 /// Body of `POST /v1/authorize`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthorizeRequest {
     /// Tool as the agent calls it.

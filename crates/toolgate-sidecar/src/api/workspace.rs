@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::workspace::{FileRead, FileWritten, Listing, Stat, WorkspaceError, Workspaces};
 
 /// Body of workspace `read`, `list` and `stat`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PathRequest {
     /// Run whose workspace to use.
@@ -33,7 +33,7 @@ pub struct PathRequest {
 }
 
 /// Body of workspace `write`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WriteRequest {
     /// Run whose workspace to use.

@@ -47,7 +47,7 @@ pub const VOLUME_WORKSPACE: &str = "toolgate-workspace";
 
 pub(super) const BUNDLE_DIR: &str = "/etc/toolgate/bundle";
 pub(super) const TRUST_DIR: &str = "/etc/toolgate/trust";
-pub(super) const WORKSPACE_DIR: &str = "/var/lib/toolgate/workspaces";
+pub(super) const WORKSPACE_DIR: &str = toolgate_k8s::names::WORKSPACE_BASE;
 /// Default user and group id of the sidecar.
 pub const RUN_AS: i64 = 65532;
 

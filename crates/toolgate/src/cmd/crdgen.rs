@@ -31,7 +31,8 @@ pub fn controller(
 ) -> Result<ExitCode, CliError> {
     crate::logging::init(log_json);
     crate::runtime()?.block_on(async move {
-        toolgate_controller::run_controller(args, crate::wait_for_signal()).await?;
+        let config = toolgate_controller::ControllerConfig::from(args);
+        toolgate_controller::run_controller(config, crate::wait_for_signal()).await?;
         Ok(ExitCode::SUCCESS)
     })
 }

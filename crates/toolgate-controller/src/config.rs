@@ -1,0 +1,193 @@
+//! Command-line flags of `toolgate controller` and the configuration they
+//! produce, the same `Args → Config` pattern as the webhook and the sidecar.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use jiff::SignedDuration;
+use toolgate_bundle::parse_duration;
+
+use crate::context::Settings;
+
+/// Command-line arguments of `toolgate controller`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerArgs {
+    /// Database URL (`postgres://…` or `sqlite://path?mode=rwc`).
+    #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+    pub database: String,
+    /// Namespace the controller runs in: signing key Secret, trust ConfigMap, leader Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "toolgate-system")]
+    pub namespace: String,
+    /// Namespace for Approval objects mirrored from the database (default: --namespace).
+    #[arg(long, env = "TOOLGATE_APPROVALS_NAMESPACE")]
+    pub approvals_namespace: Option<String>,
+    /// Address of the /metrics, /healthz and /readyz endpoint.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_listen: SocketAddr,
+    /// Validity of signed bundles (e.g. `24h`, `90m`); re-signed when a third remains.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub bundle_validity: SignedDuration,
+    /// How often pending approvals are mirrored from the database.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub approval_sync_interval: SignedDuration,
+    /// Identity in the leader Lease (default: $POD_NAME, else the hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Leader lease duration.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: SignedDuration,
+    /// Secret (key `url`) written into each namespace that has a PolicyProfile,
+    /// holding that namespace's own PostgreSQL tenant role; the injected sidecars
+    /// read it. Needs CREATEROLE for the controller's database user.
+    #[arg(long, env = "TOOLGATE_TENANT_SECRET", default_value = crate::tenancy::DATABASE_SECRET)]
+    pub tenant_secret: String,
+    /// Do not provision tenant roles or write tenant Secrets (manage them yourself
+    /// with `toolgate tenant provision`).
+    #[arg(long)]
+    pub no_tenant_provisioning: bool,
+    /// Base URL for tenant URLs (host, port, database and options the sidecars use);
+    /// default: --database.
+    #[arg(long, env = "TOOLGATE_TENANT_DATABASE_URL")]
+    pub tenant_database_url: Option<String>,
+    /// How often the leader signs each changed decision-stream head and
+    /// publishes every tenant's latest checkpoints (ConfigMap
+    /// `toolgate-checkpoints` in its namespace).
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub checkpoint_interval: SignedDuration,
+    /// Do not sign checkpoints (sign them yourself with `toolgate audit checkpoint`).
+    #[arg(long)]
+    pub no_checkpoints: bool,
+}
+
+/// Everything [`run_controller`](crate::run_controller) needs, resolved from
+/// the flags: durations as `std` durations, the lease identity chosen, the
+/// reconcilers' [`Settings`] built.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Database URL (`postgres://…` or `sqlite://…`).
+    pub database_url: String,
+    /// Address of the /metrics, /healthz and /readyz endpoint.
+    pub metrics_listen: SocketAddr,
+    /// Identity in the leader Lease.
+    pub identity: String,
+    /// Leader lease duration.
+    pub lease_duration: Duration,
+    /// How often pending approvals are mirrored from the database.
+    pub approval_sync_interval: Duration,
+    /// How often checkpoints are signed and published; `None`: never.
+    pub checkpoint_interval: Option<Duration>,
+    /// Tunables of the reconcilers; `settings.namespace` is the namespace
+    /// the controller runs in (signing key, trust set, lease).
+    pub settings: Settings,
+}
+
+/// A flag duration as a `std` one (the flags' parser refuses zero and
+/// negative durations, so the fallback is never reached from flags).
+fn std_duration(d: SignedDuration) -> Duration {
+    Duration::try_from(d).unwrap_or(Duration::from_secs(1))
+}
+
+impl From<ControllerArgs> for ControllerConfig {
+    /// Cannot fail: every flag is checked by its parser. The identity falls
+    /// back to `$HOSTNAME`, then to `toolgate-controller-<pid>`.
+    fn from(args: ControllerArgs) -> Self {
+        let mut settings = Settings::new(&args.namespace);
+        settings.bundle_validity = args.bundle_validity;
+        if let Some(ns) = args.approvals_namespace {
+            settings.approvals_namespace = ns;
+        }
+        settings.tenant_secret = (!args.no_tenant_provisioning).then_some(args.tenant_secret);
+        settings.tenant_base_url = args.tenant_database_url;
+        let identity = args
+            .identity
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("toolgate-controller-{}", std::process::id()));
+        Self {
+            database_url: args.database,
+            metrics_listen: args.metrics_listen,
+            identity,
+            lease_duration: std_duration(args.lease_duration),
+            approval_sync_interval: std_duration(args.approval_sync_interval),
+            checkpoint_interval: (!args.no_checkpoints)
+                .then(|| std_duration(args.checkpoint_interval)),
+            settings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<ControllerArgs, clap::Error> {
+        let base = ["controller", "--database", "sqlite::memory:"];
+        Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.args)
+    }
+
+    #[test]
+    fn duration_flags_take_the_bundle_syntax() {
+        let args = parse(&["--bundle-validity", "7d", "--checkpoint-interval", "1h30m"]).unwrap();
+        assert_eq!(args.bundle_validity, SignedDuration::from_hours(7 * 24));
+        assert_eq!(args.checkpoint_interval, SignedDuration::from_mins(90));
+        assert_eq!(
+            parse(&[]).unwrap().checkpoint_interval,
+            SignedDuration::from_mins(10)
+        );
+        assert!(parse(&["--lease-duration", "0s"]).is_err());
+        assert!(parse(&["--approval-sync-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn flags_build_the_settings() {
+        let config = ControllerConfig::from(parse(&[]).unwrap());
+        assert_eq!(config.database_url, "sqlite::memory:");
+        assert_eq!(config.metrics_listen, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(config.lease_duration, Duration::from_secs(15));
+        assert_eq!(config.approval_sync_interval, Duration::from_secs(5));
+        assert_eq!(config.checkpoint_interval, Some(Duration::from_secs(600)));
+        assert_eq!(
+            config.settings.bundle_validity,
+            SignedDuration::from_hours(24)
+        );
+        assert_eq!(
+            config.settings.approvals_namespace,
+            config.settings.namespace
+        );
+        assert_eq!(
+            config.settings.tenant_secret.as_deref(),
+            Some(crate::tenancy::DATABASE_SECRET)
+        );
+        let config = ControllerConfig::from(
+            parse(&[
+                "--namespace",
+                "ops",
+                "--approvals-namespace",
+                "queue",
+                "--identity",
+                "me",
+                "--no-tenant-provisioning",
+                "--no-checkpoints",
+                "--tenant-database-url",
+                "postgres://db/toolgate",
+            ])
+            .unwrap(),
+        );
+        assert_eq!(config.settings.namespace, "ops");
+        assert_eq!(config.settings.approvals_namespace, "queue");
+        assert_eq!(config.identity, "me");
+        assert_eq!(config.settings.tenant_secret, None);
+        assert_eq!(config.checkpoint_interval, None);
+        assert_eq!(
+            config.settings.tenant_base_url.as_deref(),
+            Some("postgres://db/toolgate")
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! Command-line flags of `toolgate sidecar` and the configuration they
+//! produce: one place for every default, so the flags and an embedded
+//! sidecar cannot drift apart.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toolgate_k8s::names;
+
+use crate::StartError;
+
+/// Default `--workspace-base`: where the webhook mounts the injected
+/// sidecar's workspace volume.
+pub const DEFAULT_WORKSPACE_BASE: &str = names::WORKSPACE_BASE;
+/// Default tenant, for a sidecar outside a multi-tenant cluster.
+pub const DEFAULT_TENANT: &str = "default";
+/// Default pod name for heartbeats when no downward API is present.
+pub const DEFAULT_POD_NAME: &str = "local";
+/// Default pod namespace for heartbeats when no downward API is present.
+pub const DEFAULT_POD_NAMESPACE: &str = "default";
+/// Default seconds between bundle file checks.
+pub const DEFAULT_RELOAD_SECONDS: u64 = 2;
+/// Default seconds between heartbeats.
+pub const DEFAULT_HEARTBEAT_SECONDS: u64 = 15;
+/// Default capacity of the low-risk decision queue.
+pub const DEFAULT_DECISION_QUEUE: usize = 65_536;
+
+/// Flags of `toolgate sidecar`; each also reads a `TOOLGATE_*` variable.
+/// Flatten into a clap command with `#[command(flatten)]` and turn into a
+/// [`SidecarConfig`] with `SidecarConfig::try_from`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct SidecarArgs {
+    /// Signed bundle (DSSE envelope) to enforce; reloaded when it changes.
+    #[arg(long, env = "TOOLGATE_BUNDLE")]
+    pub bundle: PathBuf,
+    /// Trusted public keys (concatenated PEM blocks).
+    #[arg(long, env = "TOOLGATE_TRUST")]
+    pub trust: PathBuf,
+    /// Database URL: `postgres://…` or `sqlite://path?mode=rwc`.
+    #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+    pub database: String,
+    /// Address to serve on (keep it on loopback).
+    #[arg(long, env = "TOOLGATE_LISTEN", default_value = names::SIDECAR_LISTEN)]
+    pub listen: SocketAddr,
+    /// Address for `/healthz`, `/readyz` and `/metrics` (kubelet probes and
+    /// Prometheus reach the pod IP, not loopback); `off` to disable.
+    #[arg(long, env = "TOOLGATE_OPS_LISTEN", default_value = names::OPS_LISTEN)]
+    pub ops_listen: String,
+    /// Directory holding `<tenant>/<run_id>` workspaces.
+    #[arg(long, env = "TOOLGATE_WORKSPACE_BASE", default_value = DEFAULT_WORKSPACE_BASE)]
+    pub workspace_base: PathBuf,
+    /// Tenant this sidecar serves.
+    #[arg(long, env = "TOOLGATE_TENANT", default_value = DEFAULT_TENANT)]
+    pub tenant: String,
+    /// Pod name for heartbeats (downward API).
+    #[arg(long, env = "POD_NAME", default_value = DEFAULT_POD_NAME)]
+    pub pod_name: String,
+    /// Pod namespace for heartbeats (downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = DEFAULT_POD_NAMESPACE)]
+    pub pod_namespace: String,
+    /// Extra `Host` names or addresses the agent API answers to, besides
+    /// loopback, `localhost` and the pod name (repeatable or comma-separated).
+    #[arg(
+        long = "allowed-host",
+        env = "TOOLGATE_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+    /// MCP upstream `NAME=URL` served as a governed MCP endpoint at `/mcp/NAME`
+    /// (repeatable or comma-separated; the webhook fills it from the pod
+    /// annotation `toolgate.dev/mcp-upstreams`).
+    #[arg(
+        long = "mcp-upstream",
+        env = "TOOLGATE_MCP_UPSTREAMS",
+        value_delimiter = ',',
+        value_parser = parse_upstream
+    )]
+    pub mcp_upstreams: Vec<(String, String)>,
+    /// Seconds between bundle file checks.
+    #[arg(long, env = "TOOLGATE_RELOAD_SECONDS", default_value_t = DEFAULT_RELOAD_SECONDS)]
+    pub reload_seconds: u64,
+    /// Seconds between heartbeats (fleet status) and refreshes of the
+    /// `toolgate_open_intents` gauge.
+    #[arg(long, env = "TOOLGATE_HEARTBEAT_SECONDS", default_value_t = DEFAULT_HEARTBEAT_SECONDS)]
+    pub heartbeat_seconds: u64,
+}
+
+/// `NAME=URL`: a server name usable as a path segment and tool prefix, and
+/// an `http(s)` URL (the rule the webhook applies to the pod annotation).
+fn parse_upstream(text: &str) -> Result<(String, String), String> {
+    use names::McpUpstreamFault;
+    match names::parse_mcp_upstream(text) {
+        Ok((name, url)) => Ok((name.to_owned(), url.to_owned())),
+        Err(McpUpstreamFault::NotNameUrl) => Err(format!("`{text}` is not NAME=URL")),
+        Err(McpUpstreamFault::BadName(name)) => Err(format!(
+            "MCP server name `{name}` must be 1-64 characters of A-Z, a-z, 0-9, '-' and '_'"
+        )),
+        Err(McpUpstreamFault::BadUrl(url)) => Err(format!(
+            "MCP upstream `{url}` must be an http:// or https:// URL"
+        )),
+    }
+}
+
+/// Everything needed to run a sidecar.
+#[derive(Debug, Clone)]
+pub struct SidecarConfig {
+    /// Address of the agent API; loopback in production.
+    pub listen: SocketAddr,
+    /// Address of `/healthz`, `/readyz` and `/metrics` for the kubelet and
+    /// Prometheus (the pod IP); `None` serves them on `listen` only.
+    pub ops_listen: Option<SocketAddr>,
+    /// Signed bundle file (DSSE envelope).
+    pub bundle: PathBuf,
+    /// Trusted public keys (PEM).
+    pub trust: PathBuf,
+    /// Database URL (`postgres://…` or `sqlite://…`).
+    pub database_url: String,
+    /// Directory holding `<tenant>/<run_id>` workspaces.
+    pub workspace_base: PathBuf,
+    /// Tenant served.
+    pub tenant: String,
+    /// Pod name (downward API), for heartbeats.
+    pub pod_name: String,
+    /// Pod namespace (downward API), for heartbeats.
+    pub pod_namespace: String,
+    /// How often the bundle files are checked for changes.
+    pub reload_interval: Duration,
+    /// How often a heartbeat is written.
+    pub heartbeat_interval: Duration,
+    /// Capacity of the low-risk decision queue.
+    pub decision_queue: usize,
+    /// Host names or addresses, besides loopback and `localhost`, that the
+    /// agent API accepts in `Host` (the pod name is always added).
+    pub allowed_hosts: Vec<String>,
+    /// MCP upstreams `(NAME, URL)` served at `/mcp/NAME` (the gateway).
+    pub mcp_upstreams: Vec<(String, String)>,
+}
+
+impl SidecarConfig {
+    /// The flags' defaults for everything but the files and the database,
+    /// with no ops listener: for embedding a sidecar (the demo, tests,
+    /// benchmarks), which set their own `listen` and `workspace_base`
+    /// (the default base, [`DEFAULT_WORKSPACE_BASE`], is the pod's volume).
+    pub fn new(bundle: PathBuf, trust: PathBuf, database_url: String) -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], names::SIDECAR_PORT)),
+            ops_listen: None,
+            bundle,
+            trust,
+            database_url,
+            workspace_base: PathBuf::from(DEFAULT_WORKSPACE_BASE),
+            tenant: DEFAULT_TENANT.into(),
+            pod_name: DEFAULT_POD_NAME.into(),
+            pod_namespace: DEFAULT_POD_NAMESPACE.into(),
+            reload_interval: Duration::from_secs(DEFAULT_RELOAD_SECONDS),
+            heartbeat_interval: Duration::from_secs(DEFAULT_HEARTBEAT_SECONDS),
+            decision_queue: DEFAULT_DECISION_QUEUE,
+            allowed_hosts: Vec::new(),
+            mcp_upstreams: Vec::new(),
+        }
+    }
+}
+
+impl TryFrom<SidecarArgs> for SidecarConfig {
+    type Error = StartError;
+
+    /// Fails ([`StartError::Usage`]) when `--ops-listen` is neither `off`
+    /// nor an address; intervals below one second become one second.
+    fn try_from(args: SidecarArgs) -> Result<Self, StartError> {
+        let ops_listen = match args.ops_listen.as_str() {
+            "off" | "" => None,
+            addr => Some(addr.parse().map_err(|e| {
+                StartError::Usage(format!("--ops-listen `{addr}` is not an address: {e}"))
+            })?),
+        };
+        Ok(Self {
+            listen: args.listen,
+            ops_listen,
+            workspace_base: args.workspace_base,
+            tenant: args.tenant,
+            pod_name: args.pod_name,
+            pod_namespace: args.pod_namespace,
+            allowed_hosts: args.allowed_hosts,
+            mcp_upstreams: args.mcp_upstreams,
+            reload_interval: Duration::from_secs(args.reload_seconds.max(1)),
+            heartbeat_interval: Duration::from_secs(args.heartbeat_seconds.max(1)),
+            ..Self::new(args.bundle, args.trust, args.database)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SidecarArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<SidecarArgs, clap::Error> {
+        let base = [
+            "sidecar",
+            "--bundle",
+            "/b",
+            "--trust",
+            "/t",
+            "--database",
+            "sqlite::memory:",
+        ];
+        Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.args)
+    }
+
+    #[test]
+    fn defaults_match_the_embedded_config() {
+        let config = SidecarConfig::try_from(parse(&[]).unwrap()).unwrap();
+        let embedded = SidecarConfig::new("/b".into(), "/t".into(), "sqlite::memory:".into());
+        assert_eq!(config.listen, embedded.listen);
+        assert_eq!(config.workspace_base, embedded.workspace_base);
+        assert_eq!(config.workspace_base, PathBuf::from(names::WORKSPACE_BASE));
+        assert_eq!(config.tenant, embedded.tenant);
+        assert_eq!(config.pod_name, embedded.pod_name);
+        assert_eq!(config.pod_namespace, embedded.pod_namespace);
+        assert_eq!(config.reload_interval, embedded.reload_interval);
+        assert_eq!(config.heartbeat_interval, embedded.heartbeat_interval);
+        assert_eq!(config.decision_queue, embedded.decision_queue);
+        assert_eq!(config.ops_listen, Some(names::OPS_LISTEN.parse().unwrap()));
+    }
+
+    #[test]
+    fn flags_parse_into_a_config() {
+        let args = parse(&[
+            "--ops-listen",
+            "off",
+            "--allowed-host",
+            "a,b",
+            "--mcp-upstream",
+            "tickets=http://localhost:1/mcp",
+            "--reload-seconds",
+            "0",
+        ])
+        .unwrap();
+        let config = SidecarConfig::try_from(args).unwrap();
+        assert_eq!(config.ops_listen, None);
+        assert_eq!(config.allowed_hosts, ["a", "b"]);
+        assert_eq!(
+            config.mcp_upstreams,
+            [("tickets".to_owned(), "http://localhost:1/mcp".to_owned())]
+        );
+        assert_eq!(config.reload_interval, Duration::from_secs(1));
+        assert!(parse(&["--mcp-upstream", "bad name=http://x"]).is_err());
+        assert!(parse(&["--mcp-upstream", "x=ftp://x"]).is_err());
+        let bad = SidecarConfig::try_from(parse(&["--ops-listen", "nowhere"]).unwrap());
+        let err = bad.unwrap_err();
+        assert_eq!(err.code(), "usage");
+        assert!(
+            err.to_string()
+                .starts_with("--ops-listen `nowhere` is not an address: "),
+            "{err}"
+        );
+    }
+}
