@@ -14,6 +14,7 @@
 //! Fails closed: a call the sidecar cannot be asked about is refused, never
 //! forwarded.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod gateway;
 pub mod message;

@@ -14,6 +14,7 @@
 //! All times are UTC and stored as BIGINT Unix milliseconds on both engines,
 //! so sub-millisecond precision of a [`jiff::Timestamp`] is dropped on write.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod approvals;
 mod checkpoints;
