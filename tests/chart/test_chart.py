@@ -593,7 +593,7 @@ def test_controller_container(rendered):
         assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
         assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
         assert {"name": "metrics", "containerPort": 8080, "protocol": "TCP"} in c["ports"]
-        known = clap_flags(ROOT / "crates" / "toolgate-controller" / "src" / "run.rs", "ControllerArgs")
+        known = clap_flags(ROOT / "crates" / "toolgate-controller" / "src" / "config.rs", "ControllerArgs")
         assert {a for a in args if a.startswith("--")} <= known
         sidecar_values = VALUE_SETS[values_name].get("sidecar", {})
         assert flag(args, "--tenant-secret") == sidecar_values.get("databaseSecret", "toolgate-database")
