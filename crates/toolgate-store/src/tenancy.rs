@@ -157,12 +157,20 @@ impl Store {
         let role = tenant_role_name(tenant, &database, &schema);
         let password = random_password();
         let verifier = scram_verifier(&password, &random_bytes::<16>());
+        // GRANT CONNECT ON DATABASE rewrites the database's catalog row, and
+        // two provisions at once fail with "tuple concurrently updated":
+        // one at a time, behind a transaction-scoped advisory lock.
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('toolgate_provision_tenant'))")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("SELECT toolgate_provision_tenant($1, $2, $3)")
             .bind(tenant)
             .bind(&role)
             .bind(&verifier)
-            .execute(pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         url.set_username(&role)
             .and_then(|()| url.set_password(Some(&password)))
             .map_err(|()| StoreError::InvalidInput("database url cannot carry a user".into()))?;
