@@ -170,36 +170,33 @@ pub async fn checkpoint_once(ctx: &Context) -> Result<SigningReport, ControllerE
 pub async fn run_checkpoints(
     ctx: std::sync::Arc<Context>,
     interval: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        match checkpoint_once(&ctx).await {
-            Ok(r) => {
-                for chain in &r.refused {
-                    tracing::error!(tenant = %chain.tenant, stream = %chain.stream, seq = ?chain.first_broken_seq, problem = ?chain.problem, "decision chain broken; not signed");
-                }
-                if !r.signed.is_empty() {
-                    tracing::info!(
-                        signed = r.signed.len(),
-                        unchanged = r.unchanged,
-                        "decision log checkpointed"
-                    );
-                }
-                ctx.metrics
-                    .checkpoint_broken_chains
-                    .set(i64::try_from(r.refused.len()).unwrap_or(i64::MAX));
-                ctx.metrics
-                    .checkpoint_last_success
-                    .set((ctx.clock)().as_millisecond() as f64 / 1000.0);
+    crate::run::every(interval, stop, || record_pass(&ctx)).await;
+}
+
+/// One pass, with its outcome logged and exported as metrics.
+async fn record_pass(ctx: &Context) {
+    match checkpoint_once(ctx).await {
+        Ok(r) => {
+            for chain in &r.refused {
+                tracing::error!(tenant = %chain.tenant, stream = %chain.stream, seq = ?chain.first_broken_seq, problem = ?chain.problem, "decision chain broken; not signed");
             }
-            Err(e) => tracing::warn!(code = e.code(), error = %e, "checkpointing failed"),
+            if !r.signed.is_empty() {
+                tracing::info!(
+                    signed = r.signed.len(),
+                    unchanged = r.unchanged,
+                    "decision log checkpointed"
+                );
+            }
+            ctx.metrics
+                .checkpoint_broken_chains
+                .set(i64::try_from(r.refused.len()).unwrap_or(i64::MAX));
+            ctx.metrics
+                .checkpoint_last_success
+                .set((ctx.clock)().as_millisecond() as f64 / 1000.0);
         }
+        Err(e) => tracing::warn!(code = e.code(), error = %e, "checkpointing failed"),
     }
 }
 

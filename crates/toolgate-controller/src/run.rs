@@ -187,22 +187,12 @@ pub async fn run_reconcilers(
     });
 
     let sync_ctx = ctx.clone();
-    let mut sync_stop = stop_rx.clone();
-    let mirror = async move {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = sync_stop.wait_for(|s| *s) => return,
-            }
-            match crate::approval::sync_once(
-                &sync_ctx,
-                &approval_cache.state(),
-                &profile_cache.state(),
-            )
-            .await
-            {
+    let mirror = every(interval, stop_rx.clone(), move || {
+        let ctx = sync_ctx.clone();
+        let approvals = approval_cache.state();
+        let profiles = profile_cache.state();
+        async move {
+            match crate::approval::sync_once(&ctx, &approvals, &profiles).await {
                 Ok(report) if report != Default::default() => {
                     tracing::info!(?report, "approvals mirrored")
                 }
@@ -210,7 +200,29 @@ pub async fn run_reconcilers(
                 Err(e) => tracing::warn!(code = e.code(), error = %e, "approval sync failed"),
             }
         }
-    };
+    });
 
     tokio::join!(profiles, approvals, cancellations, mirror);
+}
+
+/// Runs `pass` at once and then every `interval` (a late pass delays the
+/// next rather than bunching up) until `stop` turns true: the controller's
+/// periodic jobs (approval mirror, checkpoints).
+pub(crate) async fn every<F, Fut>(
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut pass: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        pass().await;
+    }
 }
