@@ -3,22 +3,19 @@
 //! The CRD manifests under `crds/` are generated from these types
 //! ([`crdgen`](crate::crdgen)); a test fails when the committed files drift.
 //!
-//! `PolicyProfileSpec` has exactly the shape of [`toolgate_policy::PolicySpec`]
-//! (same fields, same sub-types, same serde attributes), so whatever
-//! `toolgate check` accepts from a file the cluster accepts as a resource, and
-//! the conversion between the two is lossless.
+//! `PolicyProfileSpec` is [`toolgate_policy::PolicySpec`] itself (a
+//! transparent newtype, so the CRD schema is generated from the policy
+//! crate's own field docs): whatever `toolgate check` accepts from a file the
+//! cluster accepts as a resource, with one definition of the fields.
 
 // Each `printcolumn(...)` repeats `type_`/`priority`; clippy reads them as
 // duplicates of one attribute.
 #![allow(clippy::duplicated_attributes)]
 
-use std::collections::BTreeMap;
-
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::model::{ApprovalSettings, Budgets, Egress, Enforcement, Hardline, RuleTiers};
-use toolgate_policy::{Grant, Mode, PolicySpec, ToolEffect};
+use toolgate_policy::{Grant, PolicySpec};
 
 /// API group of every toolgate resource.
 pub const GROUP: &str = "toolgate.dev";
@@ -31,7 +28,7 @@ pub const VERSION: &str = "v1alpha1";
 /// The controller validates the spec, compiles in the profile's standing
 /// grants, signs the result and publishes it as ConfigMap
 /// `toolgate-bundle-<name>` (key `bundle.json`, a DSSE envelope).
-#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "toolgate.dev",
     version = "v1alpha1",
@@ -89,69 +86,36 @@ pub const VERSION: &str = "v1alpha1";
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("!has(self.approvals) || self.approvals.ttlSeconds > 0").message("approvals.ttlSeconds must be positive"))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PolicyProfileSpec {
-    /// How calls that pass the hardline and egress checks are decided:
-    /// `allowAll`, `denyAll` or `rules` (deny, allow and escalate tiers; default deny).
-    pub mode: Mode,
-    /// Alternative tool names mapped to their canonical name (e.g. `bash_tool: bash`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub aliases: BTreeMap<String, String>,
-    /// Per-tool rule tiers (`deny`, `allow`, `escalate` glob lists); the key `"*"` applies to every tool.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub rules: BTreeMap<String, RuleTiers>,
-    /// Rules nothing overrides, in every mode: command globs, path globs and literal CIDRs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hardline: Option<Hardline>,
-    /// Hostname globs network tools may name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub egress: Option<Egress>,
-    /// Side-effect class and risk of every tool; every tool the rules or aliases name needs an entry.
-    #[serde(default)]
-    pub effects: BTreeMap<String, ToolEffect>,
-    /// How escalations are answered: time to live and who may approve.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approvals: Option<ApprovalSettings>,
-    /// `enforce` (default), `warn` or `dryRun`: whether verdicts bind or are
-    /// only reported. Hardline rules and unknown tools bind in every mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enforcement: Option<Enforcement>,
-    /// Per-run limits (`maxCallsPerRun`, `maxHighRiskCallsPerRun`,
-    /// `maxRunSeconds`), counted in the shared database.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budgets: Option<Budgets>,
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.approvals) || self.approvals.ttlSeconds > 0",
+    "message": "approvals.ttlSeconds must be positive"
+}]))]
+#[serde(transparent)]
+pub struct PolicyProfileSpec(pub PolicySpec);
+
+impl std::ops::Deref for PolicyProfileSpec {
+    type Target = PolicySpec;
+
+    fn deref(&self) -> &PolicySpec {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PolicyProfileSpec {
+    fn deref_mut(&mut self) -> &mut PolicySpec {
+        &mut self.0
+    }
 }
 
 impl From<PolicyProfileSpec> for PolicySpec {
     fn from(s: PolicyProfileSpec) -> Self {
-        PolicySpec {
-            mode: s.mode,
-            aliases: s.aliases,
-            rules: s.rules,
-            hardline: s.hardline,
-            egress: s.egress,
-            effects: s.effects,
-            approvals: s.approvals,
-            enforcement: s.enforcement,
-            budgets: s.budgets,
-        }
+        s.0
     }
 }
 
 impl From<PolicySpec> for PolicyProfileSpec {
     fn from(s: PolicySpec) -> Self {
-        PolicyProfileSpec {
-            mode: s.mode,
-            aliases: s.aliases,
-            rules: s.rules,
-            hardline: s.hardline,
-            egress: s.egress,
-            effects: s.effects,
-            approvals: s.approvals,
-            enforcement: s.enforcement,
-            budgets: s.budgets,
-        }
+        PolicyProfileSpec(s)
     }
 }
 

@@ -48,31 +48,33 @@ pub struct ManifestMetadata {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicySpec {
-    /// How calls that pass the hardline and egress checks are decided.
+    /// How calls that pass the hardline and egress checks are decided:
+    /// `allowAll`, `denyAll` or `rules` (deny, allow and escalate tiers; default deny).
     pub mode: Mode,
     /// Alternative tool names mapped to their canonical name (e.g. `bash_tool: bash`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub aliases: BTreeMap<String, String>,
-    /// Per-tool rule tiers; the key `"*"` applies to every tool.
+    /// Per-tool rule tiers (`deny`, `allow`, `escalate` glob lists); the key `"*"` applies to every tool.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rules: BTreeMap<String, RuleTiers>,
-    /// Rules nothing overrides, in every mode. Hashed separately.
+    /// Rules nothing overrides, in every mode: command globs, path globs and literal CIDRs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardline: Option<Hardline>,
-    /// Hostnames network tools may name.
+    /// Hostname globs network tools may name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Egress>,
-    /// Side-effect class and risk of every tool; a tool without an entry is unknown and denied.
+    /// Side-effect class and risk of every tool; every tool the rules or aliases name needs an entry.
     #[serde(default)]
     pub effects: BTreeMap<String, ToolEffect>,
-    /// How escalations are answered.
+    /// How escalations are answered: time to live and who may approve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approvals: Option<ApprovalSettings>,
-    /// Whether verdicts are enforced, or only reported (default `enforce`).
-    /// Hardline rules and unknown tools are enforced in every mode.
+    /// `enforce` (default), `warn` or `dryRun`: whether verdicts bind or are
+    /// only reported. Hardline rules and unknown tools bind in every mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement: Option<Enforcement>,
-    /// Per-run limits, counted in the shared database across sidecars.
+    /// Per-run limits (`maxCallsPerRun`, `maxHighRiskCallsPerRun`,
+    /// `maxRunSeconds`), counted in the shared database.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budgets: Option<Budgets>,
 }

@@ -232,7 +232,7 @@ async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, Contro
                     let api: Api<PolicyProfile> = Api::namespaced(ctx.client.clone(), &ns);
                     api.get_opt(&grant.profile)
                         .await?
-                        .map(|p| p.spec.approvals.map(|a| a.approvers).unwrap_or_default())
+                        .map(|p| p.spec.0.approvals.map(|a| a.approvers).unwrap_or_default())
                 }
                 _ => Some(Vec::new()),
             };
