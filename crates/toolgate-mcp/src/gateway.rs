@@ -14,18 +14,37 @@ use serde_json::{Map, Value};
 use crate::McpError;
 use crate::message;
 
+/// One `tools/call` as the decider is asked about it, under its policy
+/// tool name (`<server>__<tool>`).
+#[derive(Debug, Clone, Copy)]
+pub struct ToolCall<'a> {
+    /// Policy tool name.
+    pub tool: &'a str,
+    /// The call's arguments, as the client sent them.
+    pub arguments: &'a Map<String, Value>,
+    /// Run the call belongs to.
+    pub run_id: &'a str,
+    /// Step id; one per server, so a call retried after its approval is
+    /// the same invocation.
+    pub step_id: &'a str,
+    /// Digest of the tool definition the server announced, when it did.
+    pub definition_digest: Option<&'a str>,
+}
+
+/// The `intent_id` of an answer to `POST /v1/intents`.
+pub fn intent_id(answer: &Value) -> Result<String, McpError> {
+    answer["intent_id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| McpError::Sidecar("intent answer without intent_id".into()))
+}
+
 /// Who decides: the sidecar over HTTP ([`crate::sidecar::Sidecar`]) or,
 /// inside the sidecar, its own decision path.
 pub trait Decider: Send + Sync + 'static {
     /// The verdict JSON of `/v1/authorize` (with `decision_id`).
-    fn authorize(
-        &self,
-        tool: &str,
-        arguments: &Map<String, Value>,
-        run_id: &str,
-        step_id: &str,
-        definition_digest: Option<&str>,
-    ) -> impl Future<Output = Result<Value, McpError>> + Send;
+    fn authorize(&self, call: ToolCall<'_>)
+    -> impl Future<Output = Result<Value, McpError>> + Send;
 
     /// Which of `tools` may be offered, given the announced digests.
     fn visible(
@@ -39,9 +58,7 @@ pub trait Decider: Send + Sync + 'static {
     fn begin_intent(
         &self,
         verdict: &Value,
-        tool: &str,
-        run_id: &str,
-        step_id: &str,
+        call: ToolCall<'_>,
     ) -> impl Future<Output = Result<String, McpError>> + Send;
 
     /// Closes an intent `completed` or `error`.
@@ -184,10 +201,14 @@ impl<D: Decider> Gateway<D> {
         // One step per server: a call retried after its approval is the
         // same invocation, so the approval lets it through (once).
         let step = format!("mcp:{}", self.server);
-        let ask = || {
-            self.decider
-                .authorize(&tool, arguments, run_id, &step, digest)
+        let call = ToolCall {
+            tool: &tool,
+            arguments,
+            run_id,
+            step_id: &step,
+            definition_digest: digest,
         };
+        let ask = || self.decider.authorize(call);
         let mut verdict = match ask().await {
             Ok(v) => v,
             Err(e) => return unavailable(e),
@@ -239,11 +260,7 @@ impl<D: Decider> Gateway<D> {
         if verdict["intent_required"].as_bool() != Some(true) {
             return CallOutcome::Forward { intent: None };
         }
-        match self
-            .decider
-            .begin_intent(&verdict, &tool, run_id, &step)
-            .await
-        {
+        match self.decider.begin_intent(&verdict, call).await {
             Ok(intent) => CallOutcome::Forward {
                 intent: Some(intent),
             },

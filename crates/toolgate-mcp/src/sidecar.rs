@@ -1,10 +1,13 @@
-//! The sidecar's agent API as the gateway uses it.
+//! The sidecar's agent API as the gateway uses it: the [`Decider`] of
+//! `toolgate mcp wrap`, over HTTP.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::McpError;
+use crate::gateway::{Decider, ToolCall, intent_id};
 
 /// Longest approval long-poll the sidecar accepts, in seconds.
 const MAX_POLL_SECONDS: u64 = 60;
@@ -63,30 +66,26 @@ impl Sidecar {
         self.send(self.http.post(format!("{}{path}", self.base)).json(body))
             .await
     }
+}
 
-    /// `POST /v1/authorize`: the verdict with its `decision_id`.
-    pub async fn authorize(
-        &self,
-        tool: &str,
-        arguments: &serde_json::Map<String, Value>,
-        run_id: &str,
-        step_id: &str,
-        definition_digest: Option<&str>,
-    ) -> Result<Value, McpError> {
-        let mut body =
-            json!({"tool": tool, "arguments": arguments, "run_id": run_id, "step_id": step_id});
-        if let Some(d) = definition_digest {
+impl Decider for Sidecar {
+    async fn authorize(&self, call: ToolCall<'_>) -> Result<Value, McpError> {
+        let mut body = json!({
+            "tool": call.tool,
+            "arguments": call.arguments,
+            "run_id": call.run_id,
+            "step_id": call.step_id,
+        });
+        if let Some(d) = call.definition_digest {
             body["definition_digest"] = json!(d);
         }
         self.post("/v1/authorize", &body).await
     }
 
-    /// `POST /v1/tools/visible`: which of `tools` may be offered, given the
-    /// definition digests the server announced (by policy tool name).
-    pub async fn visible(
+    async fn visible(
         &self,
         tools: &[String],
-        definitions: &std::collections::HashMap<String, String>,
+        definitions: &HashMap<String, String>,
     ) -> Result<Vec<String>, McpError> {
         let body = self
             .post(
@@ -104,39 +103,27 @@ impl Sidecar {
             .unwrap_or_default())
     }
 
-    /// Records the intent of an allowed high-risk call and marks its effect
-    /// as about to be sent; returns the intent id.
-    pub async fn begin_intent(
-        &self,
-        verdict: &Value,
-        tool: &str,
-        run_id: &str,
-        step_id: &str,
-    ) -> Result<String, McpError> {
+    async fn begin_intent(&self, verdict: &Value, call: ToolCall<'_>) -> Result<String, McpError> {
         let intent = self
             .post(
                 "/v1/intents",
                 &json!({
                     "decision_id": verdict["decision_id"],
-                    "run_id": run_id,
-                    "step_id": step_id,
-                    "tool": tool,
+                    "run_id": call.run_id,
+                    "step_id": call.step_id,
+                    "tool": call.tool,
                     "args_digest": verdict["args_digest"],
                     "call_digest": verdict["call_digest"],
                 }),
             )
             .await?;
-        let id = intent["intent_id"]
-            .as_str()
-            .ok_or_else(|| McpError::Sidecar("intent answer without intent_id".into()))?
-            .to_owned();
+        let id = intent_id(&intent)?;
         self.post(&format!("/v1/intents/{id}/effect-sent"), &json!({}))
             .await?;
         Ok(id)
     }
 
-    /// Closes an intent: `completed` or `error`.
-    pub async fn complete_intent(
+    async fn complete_intent(
         &self,
         id: &str,
         failed: bool,
@@ -152,9 +139,7 @@ impl Sidecar {
             .map(|_| ())
     }
 
-    /// Waits up to `wait` for an approval to be decided; returns its status
-    /// (`pending` when nobody answered in time).
-    pub async fn wait_for_approval(&self, id: &str, wait: Duration) -> Result<String, McpError> {
+    async fn wait_for_approval(&self, id: &str, wait: Duration) -> Result<String, McpError> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -171,49 +156,5 @@ impl Sidecar {
                 return Ok(status);
             }
         }
-    }
-}
-
-impl crate::gateway::Decider for Sidecar {
-    async fn authorize(
-        &self,
-        tool: &str,
-        arguments: &serde_json::Map<String, Value>,
-        run_id: &str,
-        step_id: &str,
-        definition_digest: Option<&str>,
-    ) -> Result<Value, McpError> {
-        Sidecar::authorize(self, tool, arguments, run_id, step_id, definition_digest).await
-    }
-
-    async fn visible(
-        &self,
-        tools: &[String],
-        definitions: &std::collections::HashMap<String, String>,
-    ) -> Result<Vec<String>, McpError> {
-        Sidecar::visible(self, tools, definitions).await
-    }
-
-    async fn begin_intent(
-        &self,
-        verdict: &Value,
-        tool: &str,
-        run_id: &str,
-        step_id: &str,
-    ) -> Result<String, McpError> {
-        Sidecar::begin_intent(self, verdict, tool, run_id, step_id).await
-    }
-
-    async fn complete_intent(
-        &self,
-        id: &str,
-        failed: bool,
-        detail: Option<&str>,
-    ) -> Result<(), McpError> {
-        Sidecar::complete_intent(self, id, failed, detail).await
-    }
-
-    async fn wait_for_approval(&self, id: &str, wait: Duration) -> Result<String, McpError> {
-        Sidecar::wait_for_approval(self, id, wait).await
     }
 }

@@ -23,9 +23,9 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use toolgate_mcp::McpError;
-use toolgate_mcp::gateway::{CallOutcome, Decider, Gateway};
+use toolgate_mcp::gateway::{CallOutcome, Decider, Gateway, ToolCall, intent_id};
 use toolgate_mcp::message::{self, FromClient};
 
 use crate::api::{self, AppState, AuthorizeRequest};
@@ -128,23 +128,16 @@ async fn json_of(response: Response) -> Result<Value, McpError> {
 }
 
 impl Decider for InProcess {
-    async fn authorize(
-        &self,
-        tool: &str,
-        arguments: &Map<String, Value>,
-        run_id: &str,
-        step_id: &str,
-        definition_digest: Option<&str>,
-    ) -> Result<Value, McpError> {
+    async fn authorize(&self, call: ToolCall<'_>) -> Result<Value, McpError> {
         let app = self.app()?;
         let request = AuthorizeRequest {
-            tool: tool.to_owned(),
+            tool: call.tool.to_owned(),
             action: None,
-            arguments: arguments.clone(),
-            run_id: run_id.to_owned(),
-            step_id: Some(step_id.to_owned()),
+            arguments: call.arguments.clone(),
+            run_id: call.run_id.to_owned(),
+            step_id: Some(call.step_id.to_owned()),
             tenant: None,
-            definition_digest: definition_digest.map(str::to_owned),
+            definition_digest: call.definition_digest.map(str::to_owned),
         };
         let answer = api::authorize_call(&app, &request).await.map_err(refused)?;
         serde_json::to_value(answer).map_err(|e| McpError::Sidecar(e.to_string()))
@@ -159,20 +152,14 @@ impl Decider for InProcess {
         Ok(api::visible_of(&app, tools, definitions))
     }
 
-    async fn begin_intent(
-        &self,
-        verdict: &Value,
-        tool: &str,
-        run_id: &str,
-        step_id: &str,
-    ) -> Result<String, McpError> {
+    async fn begin_intent(&self, verdict: &Value, call: ToolCall<'_>) -> Result<String, McpError> {
         let app = self.app()?;
         let text = |k: &str| verdict[k].as_str().unwrap_or_default().to_owned();
         let request = api::BeginIntentRequest {
             decision_id: text("decision_id"),
-            run_id: run_id.to_owned(),
-            step_id: step_id.to_owned(),
-            tool: tool.to_owned(),
+            run_id: call.run_id.to_owned(),
+            step_id: call.step_id.to_owned(),
+            tool: call.tool.to_owned(),
             args_digest: text("args_digest"),
             call_digest: verdict["call_digest"].as_str().map(str::to_owned),
             verification_probe: None,
@@ -180,11 +167,7 @@ impl Decider for InProcess {
         let response = api::begin_intent(State(app.clone()), api::StrictJson(request))
             .await
             .map_err(refused)?;
-        let intent = json_of(response).await?;
-        let id = intent["intent_id"]
-            .as_str()
-            .ok_or_else(|| McpError::Sidecar("intent answer without intent_id".into()))?
-            .to_owned();
+        let id = intent_id(&json_of(response).await?)?;
         let _sent = api::effect_sent(State(app), Path(id.clone()), Bytes::new())
             .await
             .map_err(refused)?;
