@@ -151,24 +151,12 @@ impl Metrics {
             "When the last checkpoint pass completed (Unix seconds).",
         )
         .expect("valid metric");
-        let build_info = IntGaugeVec::new(
-            Opts::new(
-                "toolgate_build_info",
-                "The running toolgate build (value 1).",
-            ),
-            &["version", "component"],
-        )
-        .expect("valid metric");
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), "controller"])
-            .set(1);
         for c in [
             Box::new(profile_valid.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(approvals_overdue.clone()),
             Box::new(profile_ready.clone()),
             Box::new(profile_expiry.clone()),
             Box::new(profile_pods.clone()),
-            Box::new(build_info),
             Box::new(checkpoint_broken_chains.clone()),
             Box::new(checkpoint_last_success.clone()),
             Box::new(reconcile_total.clone()),
@@ -179,10 +167,7 @@ impl Metrics {
         ] {
             registry.register(c).expect("metric registered once");
         }
-        #[cfg(target_os = "linux")]
-        let _ = registry.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ));
+        toolgate_k8s::telemetry::register_common(&registry, "controller");
         for controller in CONTROLLERS {
             for result in ["ok", "error"] {
                 reconcile_total.with_label_values(&[controller, result]);

@@ -7,7 +7,9 @@
 //! - [`names`]: every annotation, label, ConfigMap name and port that two
 //!   components must agree on;
 //! - [`validate`]: the one validation of profiles and approvals, called by
-//!   the webhook at admission and by the controller when it reconciles.
+//!   the webhook at admission and by the controller when it reconciles;
+//! - [`telemetry`]: the build-info and process metrics every component
+//!   exports alike.
 //!
 //! This crate knows nothing of the database or the sidecar; it depends on
 //! `kube`'s types only, never on a client.
@@ -19,6 +21,7 @@ pub mod crd;
 mod error;
 mod generate;
 pub mod names;
+pub mod telemetry;
 pub mod validate;
 
 pub use error::K8sError;

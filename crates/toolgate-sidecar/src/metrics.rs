@@ -26,19 +26,6 @@ pub const WORKSPACE_REFUSAL_CODES: [&str; 8] = [
     "workspace_timeout",
 ];
 
-/// Registers the standard `process_*` collector (CPU seconds, resident
-/// memory, open file descriptors, start time) where the platform has one.
-fn register_process_metrics(registry: &Registry) {
-    #[cfg(target_os = "linux")]
-    {
-        let _ = registry.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ));
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = registry;
-}
-
 /// Every metric the sidecar exports. Names are part of the dashboard contract.
 #[derive(Clone)]
 pub struct Metrics {
@@ -148,17 +135,6 @@ impl Metrics {
             &["code"],
         )
         .expect("static metric definition");
-        let build_info = IntGaugeVec::new(
-            Opts::new(
-                "toolgate_build_info",
-                "The running toolgate build (value 1).",
-            ),
-            &["version", "component"],
-        )
-        .expect("static metric definition");
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), "sidecar"])
-            .set(1);
         let bundle_reload_failures = IntCounterVec::new(
             Opts::new(
                 "toolgate_bundle_reload_failures_total",
@@ -235,7 +211,6 @@ impl Metrics {
             Box::new(bundle_expiry.clone()),
             Box::new(open_intents.clone()),
             Box::new(workspace_refusals.clone()),
-            Box::new(build_info),
             Box::new(bundle_reload_failures.clone()),
             Box::new(intents.clone()),
             Box::new(decision_log_dropped.clone()),
@@ -245,7 +220,7 @@ impl Metrics {
         ] {
             registry.register(collector).expect("unique metric names");
         }
-        register_process_metrics(&registry);
+        toolgate_k8s::telemetry::register_common(&registry, "sidecar");
         Self {
             registry,
             decisions,

@@ -12,8 +12,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::routing::get;
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
 use crate::tls::ReloadingCert;
@@ -84,17 +83,6 @@ impl Metrics {
             "When the webhook's serving certificate expires (Unix seconds).",
         )
         .expect("static metric definition");
-        let build_info = IntGaugeVec::new(
-            Opts::new(
-                "toolgate_build_info",
-                "The running toolgate build (value 1).",
-            ),
-            &["version", "component"],
-        )
-        .expect("static metric definition");
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), "webhook"])
-            .set(1);
         for webhook in WEBHOOKS {
             for allowed in ["true", "false", "error"] {
                 requests.with_label_values(&[webhook, allowed]);
@@ -107,15 +95,11 @@ impl Metrics {
             Box::new(requests.clone()),
             Box::new(duration.clone()),
             Box::new(cert_expiry.clone()),
-            Box::new(build_info),
         ];
         for c in collectors {
             registry.register(c).expect("unique metric names");
         }
-        #[cfg(target_os = "linux")]
-        let _ = registry.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ));
+        toolgate_k8s::telemetry::register_common(&registry, "webhook");
         Self {
             registry,
             requests,
