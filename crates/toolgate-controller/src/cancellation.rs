@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+
 use kube::runtime::controller::Action;
 pub use toolgate_k8s::cancellation::{
     PHASE_APPLIED, PHASE_FAILED, RunCancellation, RunCancellationSpec, RunCancellationStatus,
@@ -70,12 +70,6 @@ pub async fn reconcile(
             Action::requeue(Duration::from_secs(10)),
         ),
     };
-    let api: Api<RunCancellation> = Api::namespaced(ctx.client.clone(), &ns);
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&serde_json::json!({ "status": status })),
-    )
-    .await?;
+    ctx.apply_status(obj.as_ref(), &status).await?;
     Ok(action)
 }

@@ -4,10 +4,16 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::NamespaceResourceScope;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use toolgate_bundle::SigningKey;
 use toolgate_store::Store;
 
+use crate::error::ControllerError;
 use crate::metrics::Metrics;
 
 /// The source of "now"; tests pin it.
@@ -162,5 +168,38 @@ impl Context {
         if let Err(e) = self.recorder.publish(&event, regarding).await {
             tracing::warn!(error = %e, reason = %event.reason, "could not publish event");
         }
+    }
+
+    /// Writes `status` onto `obj` by server-side apply, as the controller's
+    /// field manager with force: the controller owns every status field it
+    /// sets, and a field it no longer sets (a cleared message, say) is
+    /// removed rather than left behind as a merge patch would.
+    pub(crate) async fn apply_status<K>(
+        &self,
+        obj: &K,
+        status: &impl Serialize,
+    ) -> Result<(), ControllerError>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let ns = obj.namespace().ok_or_else(|| {
+            ControllerError::InvalidObject(format!("{} without namespace", K::kind(&())))
+        })?;
+        let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
+        let patch = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": status,
+        });
+        api.patch_status(
+            &obj.name_any(),
+            &PatchParams::apply(crate::MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        Ok(())
     }
 }

@@ -42,10 +42,16 @@ fn cond<'a>(status: &'a Value, t: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {t} condition in {status}"))
 }
 
-/// The profile's status, written by server-side apply: field manager
-/// `toolgate-controller`, forced, the whole status in the body.
+/// The profile's status, written by server-side apply.
 async fn expect_status(server: &mut ApiServer) -> Received {
-    let st = server.expect(Method::PATCH, STATUS).await;
+    expect_applied_status(server, STATUS, "PolicyProfile").await
+}
+
+/// A status written by server-side apply: field manager
+/// `toolgate-controller`, forced, the whole status in the body (so a field
+/// the controller stops setting is removed, not left behind).
+async fn expect_applied_status(server: &mut ApiServer, path: &str, kind: &str) -> Received {
+    let st = server.expect(Method::PATCH, path).await;
     assert_eq!(st.content_type, "application/apply-patch+yaml");
     assert!(
         st.query.contains("fieldManager=toolgate-controller") && st.query.contains("force=true"),
@@ -54,7 +60,7 @@ async fn expect_status(server: &mut ApiServer) -> Received {
     );
     assert_eq!(
         (st.body["apiVersion"].as_str(), st.body["kind"].as_str()),
-        (Some("toolgate.dev/v1alpha1"), Some("PolicyProfile"))
+        (Some("toolgate.dev/v1alpha1"), Some(kind))
     );
     st
 }
@@ -628,9 +634,9 @@ async fn mirror_creates_objects_and_a_decision_resolves_the_row() {
         obj["metadata"]["uid"] = json!("uid-apr");
         obj["metadata"]["generation"] = json!(1);
         create.respond(201, obj);
-        let st = server
-            .expect(Method::PATCH, &format!("{APPROVALS}/{n2}/status"))
-            .await;
+        let st =
+            expect_applied_status(&mut server, &format!("{APPROVALS}/{n2}/status"), "Approval")
+                .await;
         assert_eq!(st.body["status"]["phase"], "Pending");
         assert_eq!(st.body["status"]["requestedBy"], "sidecar/agent-0");
         st.echo_status(approval_json(&n2));
@@ -663,9 +669,9 @@ async fn mirror_creates_objects_and_a_decision_resolves_the_row() {
                     .await
                     .respond(200, profile_json());
             }
-            let st = server
-                .expect(Method::PATCH, &format!("{APPROVALS}/{n2}/status"))
-                .await;
+            let st =
+                expect_applied_status(&mut server, &format!("{APPROVALS}/{n2}/status"), "Approval")
+                    .await;
             assert_eq!(st.body["status"]["phase"], "Approved");
             assert_eq!(st.body["status"]["message"], "approved by carol");
             st.echo_status(approval_json(&n2));
@@ -695,9 +701,12 @@ async fn a_denial_after_expiry_is_reported_as_expired() {
     let ctx = context(client, store.clone(), jiff::Timestamp::now());
     let name = obj.metadata.name.clone().unwrap();
     run(approval::reconcile(Arc::new(obj), ctx), async move {
-        let st = server
-            .expect(Method::PATCH, &format!("{APPROVALS}/{name}/status"))
-            .await;
+        let st = expect_applied_status(
+            &mut server,
+            &format!("{APPROVALS}/{name}/status"),
+            "Approval",
+        )
+        .await;
         assert_eq!(st.body["status"]["phase"], "Expired");
         st.echo_status(approval_json(&name));
     })
@@ -739,9 +748,12 @@ async fn expiry_moves_database_and_object_to_expired() {
     let report = run(
         approval::sync_once(&ctx, &[Arc::new(obj)], &[]),
         async move {
-            let st = server
-                .expect(Method::PATCH, &format!("{APPROVALS}/{name}/status"))
-                .await;
+            let st = expect_applied_status(
+                &mut server,
+                &format!("{APPROVALS}/{name}/status"),
+                "Approval",
+            )
+            .await;
             assert_eq!(st.body["status"]["phase"], "Expired");
             st.echo_status(approval_json(&name));
         },
@@ -782,9 +794,8 @@ async fn grant_objects_map_to_their_profile() {
             .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
             .await
             .respond(200, profile_json());
-        let st = server
-            .expect(Method::PATCH, &format!("{APPROVALS}/g/status"))
-            .await;
+        let st =
+            expect_applied_status(&mut server, &format!("{APPROVALS}/g/status"), "Approval").await;
         assert_eq!(st.body["status"]["phase"], "Approved");
         assert_eq!(st.body["status"]["profile"], "safe-coding");
         assert!(st.body["status"]["finishedAt"].is_string());
@@ -810,9 +821,8 @@ async fn grant_objects_map_to_their_profile() {
             .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
             .await
             .respond(200, profile_json());
-        let st = server
-            .expect(Method::PATCH, &format!("{APPROVALS}/g/status"))
-            .await;
+        let st =
+            expect_applied_status(&mut server, &format!("{APPROVALS}/g/status"), "Approval").await;
         assert_eq!(st.body["status"]["phase"], "Pending");
         let message = st.body["status"]["message"].as_str().unwrap();
         assert!(
@@ -1190,9 +1200,12 @@ async fn only_listed_approvers_can_resolve_a_request() {
                     (ev["type"].as_str(), ev["reason"].as_str()),
                     (Some("Warning"), Some("ApproverNotAllowed"))
                 );
-                let st = server
-                    .expect(Method::PATCH, &format!("{APPROVALS}/{n2}/status"))
-                    .await;
+                let st = expect_applied_status(
+                    &mut server,
+                    &format!("{APPROVALS}/{n2}/status"),
+                    "Approval",
+                )
+                .await;
                 assert_eq!(st.body["status"]["phase"], "Pending");
                 let msg = st.body["status"]["message"].as_str().unwrap();
                 assert!(msg.starts_with("ApproverNotAllowed: "), "{msg}");
@@ -1229,9 +1242,9 @@ async fn only_listed_approvers_can_resolve_a_request() {
                 .expect(Method::GET, team_b_profile)
                 .await
                 .respond(200, profile_json());
-            let st = server
-                .expect(Method::PATCH, &format!("{APPROVALS}/{n2}/status"))
-                .await;
+            let st =
+                expect_applied_status(&mut server, &format!("{APPROVALS}/{n2}/status"), "Approval")
+                    .await;
             assert_eq!(st.body["status"]["phase"], "Approved");
             st.echo_status(approval_json(&n2));
         },
@@ -1271,9 +1284,9 @@ async fn approvers_are_enforced_fail_closed() {
                 .await
                 .not_found();
             assert_eq!(server.event().await["reason"], "ApproverNotAllowed");
-            let st = server
-                .expect(Method::PATCH, &format!("{APPROVALS}/{n2}/status"))
-                .await;
+            let st =
+                expect_applied_status(&mut server, &format!("{APPROVALS}/{n2}/status"), "Approval")
+                    .await;
             assert_eq!(st.body["status"]["phase"], "Pending");
             assert!(
                 st.body["status"]["message"]
@@ -1307,9 +1320,9 @@ async fn approvers_are_enforced_fail_closed() {
                 .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
                 .await
                 .respond(200, open);
-            let st = server
-                .expect(Method::PATCH, &format!("{APPROVALS}/{n2}/status"))
-                .await;
+            let st =
+                expect_applied_status(&mut server, &format!("{APPROVALS}/{n2}/status"), "Approval")
+                    .await;
             assert_eq!(st.body["status"]["phase"], "Approved");
             st.echo_status(approval_json(&n2));
         },
@@ -1797,6 +1810,8 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     .unwrap();
     let patched = patched.expect("status patched");
     assert_eq!(patched["status"]["phase"], "Applied", "{patched}");
+    // Server-side apply (not a merge patch): the body names its kind.
+    assert_eq!(patched["kind"], "RunCancellation", "{patched}");
     let state = store.runs().state("agents", "run-7").await.unwrap();
     assert_eq!(state.cancel_reason.as_deref(), Some("runaway"));
     assert_eq!(

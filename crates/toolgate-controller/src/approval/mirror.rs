@@ -9,7 +9,6 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use toolgate_store::ApprovalStatus as DbStatus;
 
-use super::reconcile::patch_status;
 use super::{
     object_for, overdue_pending, past_retention, request_status, resolve_request, stamp_finished,
 };
@@ -76,7 +75,7 @@ pub async fn sync_once(
                     None,
                     created.metadata.generation,
                 );
-                patch_status(ctx, &created, &status).await?;
+                ctx.apply_status(&created, &status).await?;
                 tracing::info!(approval = %row.id, tenant = %row.tenant, tool = %row.tool, "mirrored pending approval");
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -101,7 +100,7 @@ pub async fn sync_once(
         let previous = obj.status.as_ref().and_then(|s| s.finished_at.as_deref());
         stamp_finished(&mut status, previous, now);
         if obj.status.as_ref() != Some(&status) {
-            patch_status(ctx, obj, &status).await?;
+            ctx.apply_status(obj.as_ref(), &status).await?;
             report.updated += 1;
         }
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -19,25 +19,6 @@ use super::{
 use crate::context::Context;
 use crate::crd::{Approval, ApprovalRequest, ApprovalStatus, Decision, Phase, PolicyProfile};
 use crate::error::ControllerError;
-
-pub(super) async fn patch_status(
-    ctx: &Context,
-    obj: &Approval,
-    status: &ApprovalStatus,
-) -> Result<(), ControllerError> {
-    let ns = obj
-        .namespace()
-        .ok_or_else(|| ControllerError::InvalidObject("Approval without namespace".into()))?;
-    let api: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = serde_json::json!({"status": status});
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
 
 /// Resolves (decision set) or reads (no decision) the database row of a
 /// request and returns the status the object should show. A decision on a
@@ -203,7 +184,7 @@ async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, Contro
                     ..previous.clone()
                 };
                 if status != previous {
-                    patch_status(ctx, obj, &status).await?;
+                    ctx.apply_status(obj, &status).await?;
                 }
                 return Ok(Action::await_change());
             }
@@ -266,7 +247,7 @@ async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, Contro
     let mut status = status;
     stamp_finished(&mut status, previous.finished_at.as_deref(), now);
     if status != previous {
-        patch_status(ctx, obj, &status).await?;
+        ctx.apply_status(obj, &status).await?;
     }
     Ok(action)
 }

@@ -22,7 +22,7 @@ use super::{
     plan_bundle, ready_status, rejection_message, usable_grants,
 };
 use crate::context::Context;
-use crate::crd::{Approval, ConditionType, PolicyProfile, PolicyProfileStatus};
+use crate::crd::{Approval, ConditionType, PolicyProfile};
 use crate::error::ControllerError;
 
 fn to_std(d: SignedDuration) -> Duration {
@@ -74,29 +74,6 @@ pub fn error_policy(
 ) -> Action {
     tracing::warn!(profile = %profile.name_any(), code = error.code(), %error, "reconcile failed");
     Action::requeue(Duration::from_secs(15))
-}
-
-/// Writes the status by server-side apply: the controller owns every
-/// status field it sets, and a field it no longer sets is removed.
-async fn apply_status(
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    status: &PolicyProfileStatus,
-) -> Result<(), ControllerError> {
-    let api: Api<PolicyProfile> = Api::namespaced(ctx.client.clone(), ns);
-    let patch = serde_json::json!({
-        "apiVersion": PolicyProfile::api_version(&()),
-        "kind": PolicyProfile::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(crate::MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
 }
 
 /// An Event about `profile`.
@@ -239,7 +216,7 @@ async fn reject(
     }
     ctx.metrics.observe_profile(&ns, &name, &status);
     if status != previous {
-        apply_status(ctx, &ns, &name, &status).await?;
+        ctx.apply_status(profile, &status).await?;
     }
     match &served {
         // Come back when the served bundle needs re-signing, spec change or not.
@@ -426,7 +403,7 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
     );
     ctx.metrics.observe_profile(&ns, &name, &status);
     if status != previous {
-        apply_status(ctx, &ns, &name, &status).await?;
+        ctx.apply_status(profile, &status).await?;
     }
 
     let mut wake = current
