@@ -16,8 +16,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use serde::Serialize;
-use toolgate_bundle::{CheckpointPayload, SigningKey};
-use toolgate_store::{ChainReport, Checkpoint, Store};
+use toolgate_bundle::{CheckpointPayload, SigningKey, TrustSet};
+use toolgate_store::{ChainReport, Checkpoint, Position, Store};
 
 use crate::context::Context;
 use crate::error::ControllerError;
@@ -31,6 +31,23 @@ pub const CHECKPOINT_FIELD: &str = "checkpoints.json";
 /// 1 MiB. Older checkpoints stay in the database.
 pub const MAX_PUBLISHED_STREAMS: usize = 500;
 
+/// How much of each chain a signing pass reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verification {
+    /// Every row of every stream.
+    Full,
+    /// Each stream from its latest checkpoint signed by the key (the row
+    /// there must still carry the signed hash); streams without one in full.
+    /// An edit below a checkpoint is left to the next full pass.
+    SinceCheckpoint,
+}
+
+/// Every how many controller passes one verifies in full (the first pass
+/// after start-up always does): with the default 10-minute interval, an
+/// edit below the latest checkpoint is found within the hour, while the
+/// passes between read only what was appended since the last one.
+pub const FULL_VERIFICATION_EVERY: u64 = 6;
+
 /// What one signing pass did.
 #[derive(Debug, Default, Serialize)]
 pub struct SigningReport {
@@ -41,18 +58,33 @@ pub struct SigningReport {
     /// Chains that did not verify: never signed, since a checkpoint would
     /// vouch for them.
     pub refused: Vec<ChainReport>,
+    /// Decision rows read to verify (rows up to a stream's latest signed
+    /// checkpoint are not read again).
+    pub rows_read: u64,
 }
 
 /// Verifies every stream of `tenant` (every tenant when `None`) and signs
 /// and stores each intact head not signed yet, stamped `at`.
+///
+/// With [`Verification::SinceCheckpoint`] a stream is read from its latest
+/// checkpoint that `key` signed (the signature is checked, so a row planted
+/// in the checkpoints table moves nothing) rather than from its first row:
+/// the row there must still hold the signed hash, and the rows since must
+/// chain on from it, so a pass reads what was appended since the last one.
 pub async fn sign_heads(
     store: &Store,
     key: &SigningKey,
     tenant: Option<&str>,
     at: Timestamp,
+    verification: Verification,
 ) -> Result<SigningReport, toolgate_store::StoreError> {
     let mut report = SigningReport::default();
-    for chain in store.decisions().verify(tenant).await? {
+    let trusted = match verification {
+        Verification::Full => BTreeMap::new(),
+        Verification::SinceCheckpoint => trusted_positions(store, key, tenant).await?,
+    };
+    for chain in store.decisions().verify_from(tenant, &trusted).await? {
+        report.rows_read += chain.rows;
         if !chain.ok {
             report.refused.push(chain);
             continue;
@@ -81,6 +113,45 @@ pub async fn sign_heads(
         }
     }
     Ok(report)
+}
+
+/// The latest position per stream that `key` has signed, read from the
+/// stored checkpoints whose envelopes verify with it. The plain columns of
+/// a stored checkpoint are never used: only its signed payload.
+async fn trusted_positions(
+    store: &Store,
+    key: &SigningKey,
+    tenant: Option<&str>,
+) -> Result<BTreeMap<(String, String), Position>, toolgate_store::StoreError> {
+    let trust = match TrustSet::from_keys([key.public_key()]) {
+        Ok(t) => t,
+        Err(_) => return Ok(BTreeMap::new()),
+    };
+    let mut latest: BTreeMap<(String, String), Position> = BTreeMap::new();
+    for stored in store.checkpoints().list(tenant, None).await? {
+        let Ok((payload, _)) = CheckpointPayload::verify(stored.envelope.as_bytes(), &trust) else {
+            tracing::warn!(
+                tenant = %stored.tenant,
+                stream = %stored.stream,
+                seq = stored.seq,
+                "stored checkpoint does not verify with the signing key; not used"
+            );
+            continue;
+        };
+        let slot = latest
+            .entry((payload.tenant, payload.stream))
+            .or_insert(Position {
+                seq: -1,
+                hash: String::new(),
+            });
+        if payload.seq > slot.seq {
+            *slot = Position {
+                seq: payload.seq,
+                hash: payload.hash,
+            };
+        }
+    }
+    Ok(latest)
 }
 
 /// One entry of the published list: the position in the clear (to read at
@@ -140,8 +211,11 @@ pub fn tenant_config_map(tenant: &str, checkpoints: &[Checkpoint]) -> ConfigMap 
 /// One pass of the controller: signs changed heads, then republishes the
 /// ConfigMap of every tenant that got a new checkpoint. A tenant without a
 /// namespace of its name (one provisioned by hand) is skipped.
-pub async fn checkpoint_once(ctx: &Context) -> Result<SigningReport, ControllerError> {
-    let report = sign_heads(&ctx.store, &ctx.key, None, (ctx.clock)()).await?;
+pub async fn checkpoint_once(
+    ctx: &Context,
+    verification: Verification,
+) -> Result<SigningReport, ControllerError> {
+    let report = sign_heads(&ctx.store, &ctx.key, None, (ctx.clock)(), verification).await?;
     let tenants: std::collections::BTreeSet<&str> =
         report.signed.iter().map(|p| p.tenant.as_str()).collect();
     for tenant in tenants {
@@ -172,12 +246,23 @@ pub async fn run_checkpoints(
     interval: Duration,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    crate::run::every(interval, stop, || record_pass(&ctx)).await;
+    let mut passes = 0u64;
+    crate::run::every(interval, stop, || {
+        let n = passes;
+        passes += 1;
+        let verification = if n.is_multiple_of(FULL_VERIFICATION_EVERY) {
+            Verification::Full
+        } else {
+            Verification::SinceCheckpoint
+        };
+        record_pass(&ctx, verification)
+    })
+    .await;
 }
 
 /// One pass, with its outcome logged and exported as metrics.
-async fn record_pass(ctx: &Context) {
-    match checkpoint_once(ctx).await {
+async fn record_pass(ctx: &Context, verification: Verification) {
+    match checkpoint_once(ctx, verification).await {
         Ok(r) => {
             for chain in &r.refused {
                 tracing::error!(tenant = %chain.tenant, stream = %chain.stream, seq = ?chain.first_broken_seq, problem = ?chain.problem, "decision chain broken; not signed");
@@ -186,6 +271,8 @@ async fn record_pass(ctx: &Context) {
                 tracing::info!(
                     signed = r.signed.len(),
                     unchanged = r.unchanged,
+                    rows_read = r.rows_read,
+                    ?verification,
                     "decision log checkpointed"
                 );
             }

@@ -42,7 +42,7 @@ pub use approvals::{
 };
 pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decisions::{
-    ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, LEGACY_STREAM,
+    ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, LEGACY_STREAM, Position,
     StreamHead, StreamLink, genesis_hash,
 };
 pub use heartbeats::{Heartbeat, Heartbeats};

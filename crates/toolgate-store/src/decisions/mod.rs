@@ -129,6 +129,16 @@ pub struct ChainReport {
     pub problem: Option<String>,
 }
 
+/// A position in one stream: its seq and the hash of the row there (the
+/// stream's genesis hash at seq 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    /// Seq of the row.
+    pub seq: i64,
+    /// Its hash.
+    pub hash: String,
+}
+
 /// The previous stream's head a stream started from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamLink {

@@ -2,13 +2,31 @@
 //! the stream's head, and check the link to the previous stream.
 
 use super::chain::{genesis_hash, row_hash};
-use super::{ChainReport, DecisionRow, Decisions, VERIFY_PAGE};
+use std::collections::BTreeMap;
+
+use super::{ChainReport, DecisionRow, Decisions, Position, VERIFY_PAGE};
 use crate::{Result, StoreError, on_pool, require};
 
 impl Decisions<'_> {
     /// Recomputes every stream's chain of `tenant`, or of every tenant with
     /// rows or a head when `None`, and reports the first broken seq of each.
     pub async fn verify(&self, tenant: Option<&str>) -> Result<Vec<ChainReport>> {
+        self.verify_from(tenant, &BTreeMap::new()).await
+    }
+
+    /// Like [`Decisions::verify`], but a stream with a position in `trusted`
+    /// (keyed by tenant and stream) is read only beyond it: the row at that
+    /// position must still carry its hash, and the rows after it must chain
+    /// on from there. A trusted position is one the caller verified before
+    /// and can prove, such as a checkpoint whose signature it checked; rows
+    /// before it are not read again, so a periodic pass costs the rows
+    /// appended since, not the whole log. The report's `rows` counts the
+    /// rows read.
+    pub async fn verify_from(
+        &self,
+        tenant: Option<&str>,
+        trusted: &BTreeMap<(String, String), Position>,
+    ) -> Result<Vec<ChainReport>> {
         let chains: Vec<(String, String)> = match tenant {
             Some(t) => {
                 require("tenant", t)?;
@@ -34,7 +52,8 @@ impl Decisions<'_> {
         };
         let mut reports = Vec::with_capacity(chains.len());
         for (t, s) in chains {
-            reports.push(self.verify_one(t, s).await?);
+            let start = trusted.get(&(t.clone(), s.clone())).cloned();
+            reports.push(self.verify_one(t, s, start).await?);
         }
         Ok(reports)
     }
@@ -43,10 +62,16 @@ impl Decisions<'_> {
     pub async fn verify_stream(&self, tenant: &str, stream: &str) -> Result<ChainReport> {
         require("tenant", tenant)?;
         require("stream", stream)?;
-        self.verify_one(tenant.to_owned(), stream.to_owned()).await
+        self.verify_one(tenant.to_owned(), stream.to_owned(), None)
+            .await
     }
 
-    async fn verify_one(&self, tenant: String, stream: String) -> Result<ChainReport> {
+    async fn verify_one(
+        &self,
+        tenant: String,
+        stream: String,
+        start: Option<Position>,
+    ) -> Result<ChainReport> {
         // The head first: rows appended while we read are beyond it and
         // ignored, so verifying a live stream does not race its writer
         // (on PostgreSQL a row and its head advance commit together).
@@ -76,6 +101,20 @@ impl Decisions<'_> {
         let mut expected_seq = 1i64;
         let mut prev = genesis;
         let mut last_seen = 0i64;
+        if let Some(start) = start.filter(|p| p.seq > 0) {
+            if let Some(problem) = self
+                .check_position(&report.tenant, &report.stream, start.seq, &start.hash)
+                .await?
+            {
+                report.ok = false;
+                report.first_broken_seq = Some(start.seq);
+                report.problem = Some(format!("trusted position broken: {problem}"));
+                return Ok(report);
+            }
+            expected_seq = start.seq + 1;
+            last_seen = start.seq;
+            prev = start.hash;
+        }
         'pages: loop {
             let rows = self
                 .page(
