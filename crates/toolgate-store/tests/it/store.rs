@@ -1,7 +1,5 @@
 //! One integration suite, run against SQLite and PostgreSQL (see `common`).
 
-mod common;
-
 /// The decision stream most tests append to.
 const S: &str = "pod-a/0190a000-0000-7000-8000-000000000001";
 
@@ -97,7 +95,7 @@ fn profile_load(version: &str, by: &str) -> ProfileLoad {
 
 /// Installs a trigger that makes every INSERT into `table` fail (optionally
 /// only when `when` holds), to inject a failure midway through a transaction.
-async fn fail_inserts(db: &common::TestDb, table: &str, when: Option<&str>) {
+async fn fail_inserts(db: &crate::common::TestDb, table: &str, when: Option<&str>) {
     let pg_when = when.map(|w| format!("WHEN ({w})")).unwrap_or_default();
     let sqlite_when = when.map(|w| format!("WHEN {w}")).unwrap_or_default();
     db.raw(
@@ -115,7 +113,7 @@ async fn fail_inserts(db: &common::TestDb, table: &str, when: Option<&str>) {
     .await;
 }
 
-async fn stop_failing(db: &common::TestDb, table: &str) {
+async fn stop_failing(db: &crate::common::TestDb, table: &str) {
     db.raw(
         &format!("DROP TRIGGER fail_{table} ON {table}"),
         &format!("DROP TRIGGER fail_{table}"),
@@ -1169,7 +1167,7 @@ both_backends!(decision_concurrent_appenders, |db| {
     assert_eq!(report.rows, n);
 });
 
-async fn chain_of(db: &common::TestDb, tenant: &str, n: usize) {
+async fn chain_of(db: &crate::common::TestDb, tenant: &str, n: usize) {
     db.store
         .decisions()
         .append_batch(tenant, S, (1..=n).map(record).collect())

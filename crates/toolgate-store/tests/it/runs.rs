@@ -1,7 +1,5 @@
 //! Run budgets and cancellation, on SQLite and PostgreSQL (see `common`).
 
-mod common;
-
 /// The decision stream admissions are recorded in.
 const S: &str = "pod-a/0001";
 
@@ -373,7 +371,9 @@ both_backends!(
     }
 );
 
-#[allow(dead_code)]
-fn _store_is_shareable(s: Store) -> impl Send + Sync {
-    s
-}
+/// A `Store` can be shared between tasks and threads (checked at compile
+/// time).
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Store>();
+};

@@ -1,8 +1,6 @@
 //! Decision chains per (tenant, stream), the legacy stream, stream links
 //! and checkpoint positions, on both engines.
 
-mod common;
-
 use std::sync::Arc;
 
 use toolgate_store::{DecisionRecord, GENESIS_HASH, LEGACY_STREAM, Store, genesis_hash};
@@ -331,7 +329,7 @@ fn before_streams(mut m: sqlx::migrate::Migrator) -> sqlx::migrate::Migrator {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_rows_from_before_streams_keep_verifying() {
     use std::str::FromStr;
-    let Some(db) = common::TestDb::postgres().await else {
+    let Some(db) = crate::common::TestDb::postgres().await else {
         return;
     };
     let url = std::env::var("TOOLGATE_TEST_DATABASE_URL").unwrap();
@@ -409,7 +407,7 @@ async fn postgres_rows_from_before_streams_keep_verifying() {
 /// is rebuilt by 0006 with rows, hashes and head intact, and verifies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_rows_from_before_streams_keep_verifying() {
-    let source = common::TestDb::sqlite().await;
+    let source = crate::common::TestDb::sqlite().await;
     let chained = source
         .store
         .decisions()

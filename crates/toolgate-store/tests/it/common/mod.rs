@@ -6,8 +6,6 @@
 //! which case it fails: CI must prove both backends. A set but unreachable
 //! URL always fails.
 
-#![allow(dead_code)]
-
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -16,19 +14,13 @@ use toolgate_store::{Store, StoreOptions};
 
 pub struct TestDb {
     pub store: Store,
-    pub kind: Kind,
     cleanup: Cleanup,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Sqlite,
-    Postgres,
 }
 
 enum Cleanup {
     Sqlite {
-        dir: tempfile::TempDir,
+        /// Held so the database file lives as long as the store.
+        _dir: tempfile::TempDir,
         url: String,
     },
     Postgres {
@@ -56,8 +48,7 @@ impl TestDb {
         .expect("connect sqlite");
         TestDb {
             store,
-            kind: Kind::Sqlite,
-            cleanup: Cleanup::Sqlite { dir, url },
+            cleanup: Cleanup::Sqlite { _dir: dir, url },
         }
     }
 
@@ -93,7 +84,6 @@ impl TestDb {
         store.migrate().await.expect("migrate postgres");
         Some(TestDb {
             store,
-            kind: Kind::Postgres,
             cleanup: Cleanup::Postgres {
                 admin,
                 schema,
@@ -195,7 +185,6 @@ async fn pg_store(options: &PgConnectOptions, schema: &str, max: u32) -> Store {
 
 /// Defines `mod $name { sqlite(), postgres() }`, each running `$body` with
 /// `$db: TestDb` bound.
-#[macro_export]
 macro_rules! both_backends {
     ($name:ident, |$db:ident| $body:block) => {
         mod $name {
