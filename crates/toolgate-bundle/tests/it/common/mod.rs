@@ -1,5 +1,4 @@
 //! Shared fixtures: the example profile, fixed keys and a fixed clock.
-#![allow(dead_code)]
 
 use jiff::{SignedDuration, Timestamp};
 use toolgate_bundle::{BundleDocument, BundleInput, Envelope, ProfileRef, SigningKey, TrustSet};

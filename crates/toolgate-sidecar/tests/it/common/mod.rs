@@ -1,6 +1,5 @@
 //! Fixtures: signed bundles, database backends and a running sidecar on
 //! loopback, spoken to over real HTTP.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

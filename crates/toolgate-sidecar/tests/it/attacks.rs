@@ -2,12 +2,11 @@
 //! it: any request to loopback, anything written into its workspace. Each
 //! test performs one attack and asserts the refusal.
 
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolgate_store::ApprovalDecision;

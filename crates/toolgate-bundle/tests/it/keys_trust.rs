@@ -1,10 +1,8 @@
 //! Key files, trust files, and OpenSSL interoperability of both.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use toolgate_bundle::{PublicKey, SigningKey, TrustSet, VerifyOptions, verify};
 
 const RSA_PUB: &str = "-----BEGIN PUBLIC KEY-----

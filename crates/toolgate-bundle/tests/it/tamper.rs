@@ -1,11 +1,9 @@
 //! Properties: no single-byte change to a payload verifies, and no input
 //! makes `verify` panic.
 
-mod common;
-
+use crate::common::*;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use common::*;
 use proptest::prelude::*;
 use toolgate_bundle::{Envelope, VerifyOptions, verify};
 

@@ -2,11 +2,10 @@
 //! database, durable cancellation, parallel admission and the enforcement
 //! modes, against SQLite and PostgreSQL.
 
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn budgeted() -> String {

@@ -8,9 +8,8 @@
 //! Cases per property: `TOOLGATE_FUZZ_CASES` (default 64 per endpoint);
 //! `scripts/fuzz.sh` runs the long version.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};

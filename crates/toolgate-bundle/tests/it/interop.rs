@@ -2,11 +2,9 @@
 //! sign: PAE recomputed from the spec, SPKI PEM loaded by OpenSSL's
 //! bindings, key id and canonical form recomputed.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 const VERIFIER: &str = r#"
 import base64, hashlib, json, sys

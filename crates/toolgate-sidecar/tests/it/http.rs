@@ -1,11 +1,10 @@
 //! The sidecar over real HTTP on loopback, against SQLite and PostgreSQL.
 
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use jiff::SignedDuration;
 use serde_json::{Value, json};
 use toolgate_store::ApprovalDecision;

@@ -1,11 +1,10 @@
 //! Workspace isolation over HTTP: relative paths only, no escape through
 //! symlinks, provenance labels, and host paths never leaked.
 
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 async fn harness(dir: &std::path::Path) -> Harness {

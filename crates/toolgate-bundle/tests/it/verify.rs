@@ -1,9 +1,7 @@
 //! Every rejection `verify` makes, in order, plus rotation, determinism and
 //! grants.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use jiff::SignedDuration;
 use toolgate_bundle::{
     BundleDocument, BundleError, Envelope, MAX_ENVELOPE_BYTES, PAYLOAD_TYPE, TrustSet,
