@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 export TOOLGATE_FUZZ_CASES="${1:-5000}"
 export PROPTEST_CASES="$TOOLGATE_FUZZ_CASES"
 echo "==> ${TOOLGATE_FUZZ_CASES} cases per property"
-cargo test --release -p toolgate-policy --test fuzz
+cargo test --release -p toolgate-policy --test it fuzz::
 cargo test --release -p toolgate-bundle --test it tamper::
 cargo test --release -p toolgate-mcp --test fuzz
 cargo test --release -p toolgate-mcp --lib schema_fuzz

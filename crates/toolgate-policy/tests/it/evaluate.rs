@@ -568,7 +568,7 @@ proptest! {
 
     #[test]
     fn evaluation_never_panics_on_arbitrary_arguments(tool in "[a-z_*]{0,8}", key in "[a-z_]{0,6}", value in any::<String>()) {
-        let policy = toolgate_policy::compile_manifest(include_str!("../../../examples/profiles/safe-coding.yaml")).unwrap();
+        let policy = toolgate_policy::compile_manifest(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/profiles/safe-coding.yaml"))).unwrap();
         let mut arguments = Map::new();
         arguments.insert(key, Value::String(value));
         let v = policy.evaluate(&Call { tool: &tool, action: None, arguments: &arguments }, &Context::at(jiff::Timestamp::UNIX_EPOCH));
