@@ -1,12 +1,10 @@
 //! Reconcile tests against a `tower-test` mock API server: each scenario
 //! asserts the method, path and body of every request the reconciler makes.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use http::Method;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
@@ -1328,7 +1326,7 @@ async fn approvers_are_enforced_fail_closed() {
 
 // ------------------------------------------------------------------ RBAC coverage
 
-use common::rbac::{self, Access};
+use crate::common::rbac::{self, Access};
 
 fn triple(group: &str, resource: &str, verb: &str) -> Access {
     Access {

@@ -2,11 +2,9 @@
 //! database credential, against the real PostgreSQL (the mock API server
 //! stands in for Kubernetes). Fails when `CI=true` and no database is set.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use http::Method;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use serde_json::json;

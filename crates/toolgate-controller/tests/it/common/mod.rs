@@ -1,5 +1,4 @@
 //! A `tower-test` mock API server (kube-rs `controller-rs` style) and fixtures.
-#![allow(dead_code)]
 
 pub mod rbac;
 
@@ -11,7 +10,7 @@ use jiff::Timestamp;
 use kube::client::Body;
 use serde_json::{Value, json};
 use toolgate_bundle::SigningKey;
-use toolgate_controller::crd::{PolicyProfile, PolicyProfileSpec};
+use toolgate_controller::crd::PolicyProfile;
 use toolgate_controller::metrics::Metrics;
 use toolgate_controller::{Context, Settings};
 use toolgate_store::Store;
@@ -163,7 +162,10 @@ pub fn context(client: kube::Client, store: Store, at: Timestamp) -> Arc<Context
     )
 }
 
-pub const SAFE_CODING: &str = include_str!("../../../../examples/profiles/safe-coding.yaml");
+pub const SAFE_CODING: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/profiles/safe-coding.yaml"
+));
 
 /// The safe-coding example as the API server would return it.
 pub fn profile(generation: i64, finalizer: bool) -> PolicyProfile {
@@ -175,10 +177,6 @@ pub fn profile(generation: i64, finalizer: bool) -> PolicyProfile {
         p.metadata.finalizers = Some(vec!["toolgate.dev/cleanup".into()]);
     }
     p
-}
-
-pub fn spec_of(p: &PolicyProfile) -> PolicyProfileSpec {
-    p.spec.clone()
 }
 
 pub fn list(items: Vec<Value>) -> Value {

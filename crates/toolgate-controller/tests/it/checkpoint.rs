@@ -2,9 +2,7 @@
 //! changed heads, publishes each tenant's latest checkpoints by server-side
 //! apply, skips tenants without a namespace, and never signs a broken chain.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use http::Method;
 use toolgate_bundle::{CheckpointPayload, TrustSet};
 use toolgate_controller::checkpoint::{CHECKPOINT_CONFIGMAP, CHECKPOINT_FIELD, checkpoint_once};

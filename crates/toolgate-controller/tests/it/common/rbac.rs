@@ -7,13 +7,13 @@
 //! [`Access`] (API group, resource[/subresource], verb), records it and fails
 //! the scenario when no rule covers it.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use http::Method;
 use serde::Deserialize;
 
 /// `crates/toolgate-controller/rbac.yaml`, read at compile time.
-pub const RBAC_YAML: &str = include_str!("../../rbac.yaml");
+pub const RBAC_YAML: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/rbac.yaml"));
 
 /// One rule of `rbac.yaml`. Exactly these three keys (the chart test
 /// requires the same), so `resourceNames` or `nonResourceURLs` fail to parse.
@@ -143,21 +143,12 @@ pub fn uncovered<'a>(
     out
 }
 
-/// Every access seen by any mock API server of this test binary.
-static SEEN: Mutex<Vec<Access>> = Mutex::new(Vec::new());
-
-/// Records the request and panics when `rbac.yaml` does not cover it.
+/// The request's access; panics when `rbac.yaml` does not cover it.
 pub fn check_request(method: &Method, path: &str, query: &str) -> Access {
     let a = access(method, path, query).unwrap_or_else(|e| panic!("{e}"));
-    SEEN.lock().unwrap().push(a.clone());
     assert!(
         covered(rules(), &a),
         "request {method} {path}?{query} needs RBAC `{a}`, which crates/toolgate-controller/rbac.yaml does not grant"
     );
     a
-}
-
-/// Everything recorded so far in this test binary.
-pub fn seen() -> Vec<Access> {
-    SEEN.lock().unwrap().clone()
 }
