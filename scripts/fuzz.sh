@@ -16,4 +16,4 @@ cargo test --release -p toolgate-mcp --test fuzz
 cargo test --release -p toolgate-mcp --lib schema_fuzz
 cargo test --release -p toolgate-webhook --test fuzz
 # Each sidecar case is a few HTTP requests: a tenth of the cases.
-TOOLGATE_FUZZ_CASES=$(( TOOLGATE_FUZZ_CASES / 10 )) cargo test --release -p toolgate-sidecar --test fuzz
+TOOLGATE_FUZZ_CASES=$(( TOOLGATE_FUZZ_CASES / 10 )) cargo test --release -p toolgate-sidecar --test it fuzz::

@@ -2,7 +2,6 @@
 //! it: any request to loopback, anything written into its workspace. Each
 //! test performs one attack and asserts the refusal.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -8,7 +8,6 @@
 //! Cases per property: `TOOLGATE_FUZZ_CASES` (default 64 per endpoint);
 //! `scripts/fuzz.sh` runs the long version.
 
-
 use crate::common::*;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;

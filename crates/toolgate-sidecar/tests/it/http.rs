@@ -1,6 +1,5 @@
 //! The sidecar over real HTTP on loopback, against SQLite and PostgreSQL.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 

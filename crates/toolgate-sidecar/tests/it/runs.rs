@@ -2,7 +2,6 @@
 //! database, durable cancellation, parallel admission and the enforcement
 //! modes, against SQLite and PostgreSQL.
 
-
 use std::time::Duration;
 
 use crate::common::*;

@@ -1,7 +1,6 @@
 //! Workspace isolation over HTTP: relative paths only, no escape through
 //! symlinks, provenance labels, and host paths never leaked.
 
-
 use std::time::Duration;
 
 use crate::common::*;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
-use toolgate_bundle::{BundleInput, ProfileRef, SigningKey, TrustSet};
+use toolgate_bundle::{BundleInput, ProfileRef, SigningKey};
 use toolgate_sidecar::{Sidecar, SidecarConfig};
 use toolgate_store::Store;
 
@@ -119,7 +119,6 @@ pub fn backends(dir: &Path) -> Vec<(String, String)> {
 pub struct Harness {
     pub dir: PathBuf,
     pub bundle_path: PathBuf,
-    pub trust_path: PathBuf,
     pub sidecar: Option<Sidecar>,
     pub base: String,
     pub client: reqwest::Client,
@@ -162,8 +161,7 @@ impl Harness {
         std::fs::write(&trust_path, trust_pem(&[&key()])).unwrap();
         let tenant = tenant.to_owned();
         let store = Store::connect(url).await.expect("connect test database");
-        let mut config =
-            SidecarConfig::new(bundle_path.clone(), trust_path.clone(), url.to_owned());
+        let mut config = SidecarConfig::new(bundle_path.clone(), trust_path, url.to_owned());
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.workspace_base = dir.join("workspaces");
         config.tenant = tenant.clone();
@@ -176,7 +174,6 @@ impl Harness {
         Self {
             dir: dir.to_owned(),
             bundle_path,
-            trust_path,
             sidecar: Some(sidecar),
             base,
             client: reqwest::Client::new(),
@@ -269,8 +266,4 @@ impl Harness {
             s.shutdown().await;
         }
     }
-}
-
-pub fn trust_of(keys: &[&SigningKey]) -> TrustSet {
-    TrustSet::from_keys(keys.iter().map(|k| k.public_key())).unwrap()
 }
