@@ -10,11 +10,9 @@
 //! Cases: `TOOLGATE_FUZZ_CASES` (default 64 per fixture); `scripts/fuzz.sh`
 //! runs the long version.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};

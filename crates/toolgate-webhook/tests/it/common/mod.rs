@@ -1,7 +1,6 @@
 //! Test support shared by the HTTPS tests and the benchmark: a throwaway CA,
 //! a webhook server on loopback, and a keep-alive HTTPS client that trusts
 //! the CA and records the certificate the server presented.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

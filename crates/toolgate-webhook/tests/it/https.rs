@@ -3,12 +3,10 @@
 //! `json-patch` crate and the resulting pod is checked as Kubernetes would
 //! see it.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{Client, TestServer, fixture, fixture_json, inject_config, write_pair};
 use base64::Engine as _;
-use common::{Client, TestServer, fixture, fixture_json, inject_config, write_pair};
 use serde_json::{Value, json};
 use toolgate_webhook::SidecarMode;
 use toolgate_webhook::tls::ReloadingCert;
@@ -1135,7 +1133,7 @@ async fn rotated_certificates_are_served_and_bad_pairs_are_ignored() {
 
 #[test]
 fn reload_reports_what_happened() {
-    let pki = common::Pki::new();
+    let pki = crate::common::Pki::new();
     let dir = tempfile::tempdir().unwrap();
     let first = pki.issue("one", 1);
     let (cert, key) = write_pair(dir.path(), &first.cert_pem, &first.key_pem);
