@@ -2,14 +2,12 @@
 //! hook JSON in, a hook decision out, and exit 2 for everything that is not
 //! a clear allow — including a sidecar that cannot be reached.
 
-mod common;
-
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, spawn_sidecar, toolgate};
+use crate::common::{free_port, spawn_sidecar, toolgate};
 use serde_json::{Value, json};
 
 const PROFILE: &str = r#"

@@ -1,5 +1,4 @@
 //! Helpers shared by the tests that run the real `toolgate` binary.
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

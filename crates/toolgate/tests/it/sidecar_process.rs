@@ -1,13 +1,11 @@
 //! The real `toolgate sidecar` process: killed with SIGKILL between an
 //! intent and its completion, restarted, and asked what is still open.
 
-mod common;
-
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{free_port, spawn_sidecar, toolgate};
+use crate::common::{free_port, spawn_sidecar, toolgate};
 use serde_json::{Value, json};
 
 async fn wait_ready(client: &reqwest::Client, base: &str, child: &mut Child) {
