@@ -10,10 +10,10 @@ cd "$(dirname "$0")/.."
 export TOOLGATE_FUZZ_CASES="${1:-5000}"
 export PROPTEST_CASES="$TOOLGATE_FUZZ_CASES"
 echo "==> ${TOOLGATE_FUZZ_CASES} cases per property"
-cargo test --release -p toolgate-policy --test fuzz
-cargo test --release -p toolgate-bundle --test tamper
+cargo test --release -p toolgate-policy --test it fuzz::
+cargo test --release -p toolgate-bundle --test it tamper::
 cargo test --release -p toolgate-mcp --test fuzz
 cargo test --release -p toolgate-mcp --lib schema_fuzz
-cargo test --release -p toolgate-webhook --test fuzz
+cargo test --release -p toolgate-webhook --test it fuzz::
 # Each sidecar case is a few HTTP requests: a tenth of the cases.
-TOOLGATE_FUZZ_CASES=$(( TOOLGATE_FUZZ_CASES / 10 )) cargo test --release -p toolgate-sidecar --test fuzz
+TOOLGATE_FUZZ_CASES=$(( TOOLGATE_FUZZ_CASES / 10 )) cargo test --release -p toolgate-sidecar --test it fuzz::

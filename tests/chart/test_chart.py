@@ -734,7 +734,7 @@ def test_dashboard_configmap(rendered):
 
 
 def test_dashboard_queries_use_known_metrics():
-    """Quick guard (the authority is crates/toolgate/tests/dashboard.rs,
+    """Quick guard (the authority is crates/toolgate/tests/it/dashboard.rs,
     which checks against the real registries)."""
     text = (CHART / "dashboards" / "toolgate.json").read_text()
     names = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"toolgate_[a-z_]+", text)}

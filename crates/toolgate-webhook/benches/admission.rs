@@ -5,7 +5,11 @@
 //! `cargo bench -p toolgate-webhook --bench admission` runs the full load;
 //! without `--bench` (e.g. `cargo test --benches`) it runs a short smoke.
 
-#[path = "../tests/common/mod.rs"]
+// The integration tests' harness, of which the benchmark needs only the
+// server, client and fixtures. Unused helpers are caught where the harness
+// lives: the tests/it binary, which has no such allow.
+#[path = "../tests/it/common/mod.rs"]
+#[allow(dead_code)]
 mod common;
 
 use std::time::{Duration, Instant};

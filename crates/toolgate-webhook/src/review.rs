@@ -218,7 +218,7 @@ mod salvage_tests {
             AdmissionReview::salvage_uid(br#"{"request":{"uid":"u-1","kind":7}}"#).as_deref(),
             Some("u-1")
         );
-        // Found by tests/fuzz.rs: a derived struct also reads arrays.
+        // Found by tests/it/fuzz.rs: a derived struct also reads arrays.
         for body in [
             &br#"{"request":["toolgate-sidecar"]}"#[..],
             br#"{"request":{"uid":7}}"#,

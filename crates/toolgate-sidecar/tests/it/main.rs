@@ -1,0 +1,9 @@
+//! The integration tests of `toolgate-sidecar`, built as one binary: one
+//! module per area, each against a real sidecar on loopback (see `common`).
+
+mod attacks;
+mod common;
+mod fuzz;
+mod http;
+mod runs;
+mod workspace;

@@ -1,0 +1,9 @@
+//! The integration tests of `toolgate-store`, built as one binary: one
+//! module per area, sharing the harness in `common`.
+
+#[macro_use]
+mod common;
+mod runs;
+mod store;
+mod streams;
+mod tenancy;

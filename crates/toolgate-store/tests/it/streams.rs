@@ -1,0 +1,480 @@
+//! Decision chains per (tenant, stream), the legacy stream, stream links
+//! and checkpoint positions, on both engines.
+
+use std::sync::Arc;
+
+use toolgate_store::{DecisionRecord, GENESIS_HASH, LEGACY_STREAM, Store, genesis_hash};
+
+fn record(i: usize) -> DecisionRecord {
+    DecisionRecord {
+        decision_id: format!("dec-{i}"),
+        run_id: "run-1".into(),
+        step_id: format!("step-{i}"),
+        tool: "shell.exec".into(),
+        verdict: "allow".into(),
+        reason: "rule_matched".into(),
+        message: None,
+        matched_rule: Some("r1".into()),
+        policy_version: "default@0123456789ab+h01234567".into(),
+        risk: "low".into(),
+        args_digest: format!("sha256:{i}"),
+        call_digest: Some(format!("sha256:call-{i}")),
+        definition_digest: None,
+        created_at: jiff::Timestamp::now(),
+    }
+}
+
+async fn report(store: &Store, tenant: &str, stream: &str) -> toolgate_store::ChainReport {
+    store
+        .decisions()
+        .verify_stream(tenant, stream)
+        .await
+        .unwrap()
+}
+
+both_backends!(streams_verify_independently, |db| {
+    let d = db.store.decisions();
+    d.append_batch("acme", "pod-a/1", (0..5).map(record).collect())
+        .await
+        .unwrap();
+    d.append_batch("acme", "pod-b/1", (0..4).map(record).collect())
+        .await
+        .unwrap();
+    d.append("acme", LEGACY_STREAM, record(0)).await.unwrap();
+    // Same records, different streams: different hashes (the stream is hashed).
+    let a = d.list("acme", "pod-a/1", 0, 10).await.unwrap();
+    let b = d.list("acme", "pod-b/1", 0, 10).await.unwrap();
+    assert_ne!(a[0].hash, b[0].hash);
+    assert_eq!(d.streams("acme").await.unwrap().len(), 3);
+    let all = d.verify(Some("acme")).await.unwrap();
+    assert_eq!(
+        all.iter()
+            .map(|r| (r.stream.as_str(), r.rows))
+            .collect::<Vec<_>>(),
+        vec![(LEGACY_STREAM, 1), ("pod-a/1", 5), ("pod-b/1", 4)]
+    );
+    assert!(all.iter().all(|r| r.ok), "{all:?}");
+
+    // Editing one stream breaks only that stream.
+    db.raw_both(
+        "UPDATE decisions SET verdict = 'deny' WHERE tenant = 'acme' AND stream = 'pod-a/1' \
+         AND seq = 3",
+    )
+    .await;
+    let broken = report(&db.store, "acme", "pod-a/1").await;
+    assert_eq!(broken.first_broken_seq, Some(3), "{broken:?}");
+    assert!(report(&db.store, "acme", "pod-b/1").await.ok);
+    assert!(report(&db.store, "acme", LEGACY_STREAM).await.ok);
+
+    // Moving a row to another stream is detected (the stream is hashed).
+    db.raw_both(
+        "UPDATE decisions SET stream = 'pod-c/1' WHERE tenant = 'acme' AND stream = 'pod-b/1' \
+         AND seq = 1",
+    )
+    .await;
+    assert_eq!(
+        report(&db.store, "acme", "pod-b/1").await.first_broken_seq,
+        Some(1)
+    );
+    assert_eq!(
+        report(&db.store, "acme", "pod-c/1").await.first_broken_seq,
+        Some(1)
+    );
+});
+
+both_backends!(legacy_stream_keeps_v1_hashes, |db| {
+    let d = db.store.decisions();
+    let first = d.append("acme", LEGACY_STREAM, record(1)).await.unwrap();
+    assert_eq!(first.prev_hash, GENESIS_HASH);
+    // The legacy chain is the pre-stream chain: the same row in a named
+    // stream hashes differently.
+    let named = d.append("acme", "pod/1", record(1)).await.unwrap();
+    assert_ne!(named.hash, first.hash);
+    assert!(d.verify(None).await.unwrap().iter().all(|r| r.ok));
+});
+
+both_backends!(concurrent_streams_are_all_chained, |db| {
+    let store = Arc::new(db.store.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    const STREAMS: usize = 16;
+    const EACH: usize = 12;
+    for w in 0..STREAMS {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let stream = format!("pod-{w}/x");
+            let mut seqs = Vec::new();
+            for i in 0..EACH {
+                let d = if i % 4 == 0 {
+                    store
+                        .decisions()
+                        .append_batch("acme", &stream, vec![record(i), record(i + 100)])
+                        .await
+                        .unwrap()
+                } else {
+                    vec![
+                        store
+                            .decisions()
+                            .append("acme", &stream, record(i))
+                            .await
+                            .unwrap(),
+                    ]
+                };
+                seqs.extend(d.into_iter().map(|d| d.seq));
+            }
+            (stream, seqs)
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        let (stream, seqs) = r.unwrap();
+        let n = EACH + EACH / 4;
+        assert_eq!(seqs, (1..=n as i64).collect::<Vec<_>>(), "{stream}");
+    }
+    let reports = store.decisions().verify(Some("acme")).await.unwrap();
+    assert_eq!(reports.len(), STREAMS);
+    for r in &reports {
+        assert!(r.ok, "{r:?}");
+        assert_eq!(r.rows, (EACH + EACH / 4) as u64);
+    }
+});
+
+both_backends!(restart_links_to_the_previous_stream, |db| {
+    let d = db.store.decisions();
+    let s1 = d.open_stream("acme", "pod/1", None).await.unwrap();
+    assert_eq!(s1.seq, 0);
+    assert_eq!(s1.hash, genesis_hash("acme", "pod/1", None).unwrap());
+    let rows = d
+        .append_batch("acme", "pod/1", (0..4).map(record).collect())
+        .await
+        .unwrap();
+    assert_eq!(rows[0].prev_hash, s1.hash);
+    assert_eq!(
+        d.latest_stream("acme", "pod/").await.unwrap().as_deref(),
+        Some("pod/1")
+    );
+    assert_eq!(d.latest_stream("acme", "other/").await.unwrap(), None);
+
+    let s2 = d.open_stream("acme", "pod/2", Some("pod/1")).await.unwrap();
+    let link = s2.previous.clone().unwrap();
+    assert_eq!((link.stream.as_str(), link.seq), ("pod/1", 4));
+    assert_eq!(link.hash, rows[3].hash);
+    assert_eq!(s2.hash, genesis_hash("acme", "pod/2", Some(&link)).unwrap());
+    let first = d.append("acme", "pod/2", record(9)).await.unwrap();
+    assert_eq!(first.prev_hash, s2.hash);
+    assert_eq!(
+        d.latest_stream("acme", "pod/").await.unwrap().as_deref(),
+        Some("pod/2")
+    );
+    // pod/1 may keep growing (an in-flight batch of the old instance).
+    d.append("acme", "pod/1", record(5)).await.unwrap();
+    assert!(d.verify(Some("acme")).await.unwrap().iter().all(|r| r.ok));
+
+    // Reopening, the legacy name and an unknown previous are refused.
+    assert_eq!(
+        d.open_stream("acme", "pod/1", None)
+            .await
+            .unwrap_err()
+            .code(),
+        "conflict"
+    );
+    assert_eq!(
+        d.open_stream("acme", LEGACY_STREAM, None)
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_input"
+    );
+    assert_eq!(
+        d.open_stream("acme", "pod/3", Some("pod/9"))
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_input"
+    );
+
+    // Editing the link breaks the new stream's first row.
+    db.raw_both(
+        "UPDATE decision_heads SET previous_seq = 3 WHERE tenant = 'acme' AND stream = 'pod/2'",
+    )
+    .await;
+    let r = report(&db.store, "acme", "pod/2").await;
+    assert_eq!(r.first_broken_seq, Some(1), "{r:?}");
+    db.raw_both(
+        "UPDATE decision_heads SET previous_seq = 4 WHERE tenant = 'acme' AND stream = 'pod/2'",
+    )
+    .await;
+    assert!(report(&db.store, "acme", "pod/2").await.ok);
+
+    // Truncating the previous stream below the link, with its head rewritten
+    // to match, verifies for pod/1 alone but breaks pod/2's link.
+    db.raw(
+        "DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 3; \
+         UPDATE decision_heads SET seq = d.seq, prev_hash = d.prev_hash, hash = d.hash \
+           FROM decisions d WHERE d.tenant = 'acme' AND d.stream = 'pod/1' AND d.seq = 2 \
+           AND decision_heads.tenant = 'acme' AND decision_heads.stream = 'pod/1';",
+        "DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 3; \
+         UPDATE decision_heads SET (seq, prev_hash, hash) = (SELECT seq, prev_hash, hash \
+           FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq = 2) \
+           WHERE tenant = 'acme' AND stream = 'pod/1';",
+    )
+    .await;
+    assert!(report(&db.store, "acme", "pod/1").await.ok);
+    let r = report(&db.store, "acme", "pod/2").await;
+    assert!(!r.ok);
+    assert_eq!(r.first_broken_seq, Some(0), "{r:?}");
+    assert!(r.problem.unwrap().contains("previous-stream link"));
+});
+
+// Truncating a stream's tail and rewriting its head to match is invisible
+// to the chain alone; a recorded position (what a signed checkpoint
+// holds) exposes it. The CLI test signs and checks real checkpoints.
+both_backends!(truncation_with_head_rewrite_needs_a_checkpoint, |db| {
+    let d = db.store.decisions();
+    let rows = d
+        .append_batch("acme", "pod/1", (0..6).map(record).collect())
+        .await
+        .unwrap();
+    let verified = report(&db.store, "acme", "pod/1").await;
+    assert!(verified.ok);
+    assert_eq!((verified.last_seq, &verified.last_hash), (6, &rows[5].hash));
+    let (seq, hash) = (verified.last_seq, verified.last_hash.clone());
+    assert_eq!(
+        d.check_position("acme", "pod/1", seq, &hash).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        d.check_position("acme", "pod/1", 0, &rows[0].prev_hash)
+            .await
+            .unwrap(),
+        None
+    );
+
+    db.raw(
+        "DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 5; \
+         UPDATE decision_heads SET seq = d.seq, prev_hash = d.prev_hash, hash = d.hash \
+           FROM decisions d WHERE d.tenant = 'acme' AND d.stream = 'pod/1' AND d.seq = 4 \
+           AND decision_heads.tenant = 'acme' AND decision_heads.stream = 'pod/1';",
+        "DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 5; \
+         UPDATE decision_heads SET (seq, prev_hash, hash) = (SELECT seq, prev_hash, hash \
+           FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq = 4) \
+           WHERE tenant = 'acme' AND stream = 'pod/1';",
+    )
+    .await;
+    // The chain alone: ok.
+    let after = report(&db.store, "acme", "pod/1").await;
+    assert!(after.ok, "{after:?}");
+    assert_eq!(after.last_seq, 4);
+    // The recorded position: gone.
+    let problem = d.check_position("acme", "pod/1", seq, &hash).await.unwrap();
+    assert!(problem.unwrap().contains("truncated"));
+    // A rewrite (new rows at the same seqs) is caught too.
+    d.append_batch("acme", "pod/1", (50..52).map(record).collect())
+        .await
+        .unwrap();
+    assert!(report(&db.store, "acme", "pod/1").await.ok);
+    let problem = d.check_position("acme", "pod/1", seq, &hash).await.unwrap();
+    assert!(problem.unwrap().contains("rewritten"));
+});
+
+both_backends!(rows_behind_a_wound_back_head_are_detected, |db| {
+    let d = db.store.decisions();
+    d.append_batch("acme", "pod/1", (0..3).map(record).collect())
+        .await
+        .unwrap();
+    db.raw(
+        "UPDATE decision_heads SET seq = d.seq, prev_hash = d.prev_hash, hash = d.hash \
+           FROM decisions d WHERE d.tenant = 'acme' AND d.stream = 'pod/1' AND d.seq = 2 \
+           AND decision_heads.tenant = 'acme' AND decision_heads.stream = 'pod/1';",
+        "UPDATE decision_heads SET (seq, prev_hash, hash) = (SELECT seq, prev_hash, hash \
+           FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq = 2) \
+           WHERE tenant = 'acme' AND stream = 'pod/1';",
+    )
+    .await;
+    let r = report(&db.store, "acme", "pod/1").await;
+    assert_eq!(r.first_broken_seq, Some(3), "{r:?}");
+    assert!(r.problem.unwrap().contains("beyond the chain head"));
+});
+
+both_backends!(stream_names_are_checked, |db| {
+    let d = db.store.decisions();
+    for bad in ["", " ", "a\nb"] {
+        assert_eq!(
+            d.append("acme", bad, record(1)).await.unwrap_err().code(),
+            "invalid_input"
+        );
+    }
+    assert_eq!(
+        d.append("acme", &"x".repeat(2000), record(1))
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_input"
+    );
+});
+
+/// The migrations up to 0005: the schema before streams existed.
+fn before_streams(mut m: sqlx::migrate::Migrator) -> sqlx::migrate::Migrator {
+    m.migrations = m
+        .migrations
+        .iter()
+        .filter(|x| x.version <= 5)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    m
+}
+
+/// Rows chained by the 0004 trigger, before migration 0006, migrate into
+/// the legacy stream with their hashes and keep verifying; the legacy
+/// chain and new streams then grow side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_rows_from_before_streams_keep_verifying() {
+    use std::str::FromStr;
+    let Some(db) = crate::common::TestDb::postgres().await else {
+        return;
+    };
+    let url = std::env::var("TOOLGATE_TEST_DATABASE_URL").unwrap();
+    let schema = format!("old_{}", uuid::Uuid::new_v4().simple());
+    let admin = db.store.as_postgres().unwrap().clone();
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let options = sqlx::postgres::PgConnectOptions::from_str(&url)
+        .unwrap()
+        .options([("search_path", schema.as_str())]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    before_streams(sqlx::migrate!("../../migrations/postgres"))
+        .run(&pool)
+        .await
+        .unwrap();
+    for i in 0..3 {
+        sqlx::query(
+            "INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, reason, \
+             policy_version, risk, args_digest, created_at) \
+             VALUES ('acme', $1, 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', $2)",
+        )
+        .bind(format!("old-{i}"))
+        .bind(1_700_000_000_000i64 + i)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let old: Vec<(i64, String)> = sqlx::query_as("SELECT seq, hash FROM decisions ORDER BY seq")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    let store = Store::from_postgres_pool(pool);
+    store.migrate().await.unwrap();
+    let d = store.decisions();
+    let reports = d.verify(Some("acme")).await.unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(
+        (reports[0].stream.as_str(), reports[0].rows),
+        (LEGACY_STREAM, 3)
+    );
+    assert!(reports[0].ok, "{reports:?}");
+    let migrated = d.list("acme", LEGACY_STREAM, 0, 10).await.unwrap();
+    assert_eq!(
+        migrated
+            .iter()
+            .map(|r| (r.seq, r.hash.clone()))
+            .collect::<Vec<_>>(),
+        old
+    );
+    assert_eq!(
+        d.append("acme", LEGACY_STREAM, record(1))
+            .await
+            .unwrap()
+            .seq,
+        4
+    );
+    assert_eq!(d.append("acme", "pod/1", record(1)).await.unwrap().seq, 1);
+    assert!(d.verify(None).await.unwrap().iter().all(|r| r.ok));
+    store.close().await;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    db.finish().await;
+}
+
+/// SQLite: a database at migration 0005 holding a v1 chain (written here
+/// as the store writes the legacy stream, whose hashes are the v1 hashes)
+/// is rebuilt by 0006 with rows, hashes and head intact, and verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_rows_from_before_streams_keep_verifying() {
+    let source = crate::common::TestDb::sqlite().await;
+    let chained = source
+        .store
+        .decisions()
+        .append_batch("acme", LEGACY_STREAM, (0..4).map(record).collect())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    before_streams(sqlx::migrate!("../../migrations/sqlite"))
+        .run(&pool)
+        .await
+        .unwrap();
+    for c in &chained {
+        let r = &c.record;
+        sqlx::query(
+            "INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
+             reason, message, matched_rule, policy_version, risk, args_digest, call_digest, \
+             definition_digest, created_at, prev_hash, hash) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+        )
+        .bind(&c.tenant)
+        .bind(c.seq)
+        .bind(&r.decision_id)
+        .bind(&r.run_id)
+        .bind(&r.step_id)
+        .bind(&r.tool)
+        .bind(&r.verdict)
+        .bind(&r.reason)
+        .bind(&r.message)
+        .bind(&r.matched_rule)
+        .bind(&r.policy_version)
+        .bind(&r.risk)
+        .bind(&r.args_digest)
+        .bind(&r.call_digest)
+        .bind(&r.definition_digest)
+        .bind(r.created_at.as_millisecond())
+        .bind(&c.prev_hash)
+        .bind(&c.hash)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let store = Store::from_sqlite_pool(pool);
+    store.migrate().await.unwrap();
+    let d = store.decisions();
+    let reports = d.verify(None).await.unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(
+        (reports[0].stream.as_str(), reports[0].rows),
+        (LEGACY_STREAM, 4)
+    );
+    assert!(reports[0].ok, "{reports:?}");
+    assert_eq!(reports[0].last_hash, chained[3].hash);
+    assert_eq!(d.list("acme", LEGACY_STREAM, 0, 10).await.unwrap(), chained);
+    assert_eq!(
+        d.append("acme", LEGACY_STREAM, record(7))
+            .await
+            .unwrap()
+            .seq,
+        5
+    );
+    assert!(d.verify(None).await.unwrap().iter().all(|r| r.ok));
+    store.close().await;
+    source.finish().await;
+}

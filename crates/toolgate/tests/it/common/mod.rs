@@ -1,0 +1,45 @@
+//! Helpers shared by the tests that run the real `toolgate` binary.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Runs the `toolgate` binary to completion.
+pub fn toolgate(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .output()
+        .expect("run toolgate")
+}
+
+/// A loopback port nothing listens on (yet).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `toolgate sidecar` with `dir/bundle.json`, `dir/keys/signing.pub`
+/// and a workspace under `dir/ws`, on `127.0.0.1:port`, ops listener off.
+pub fn spawn_sidecar(dir: &Path, database: &str, port: u16, tenant: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["sidecar", "--bundle"])
+        .arg(dir.join("bundle.json"))
+        .arg("--trust")
+        .arg(dir.join("keys/signing.pub"))
+        .args(["--database", database, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([
+            "--ops-listen",
+            "off",
+            "--tenant",
+            tenant,
+            "--workspace-base",
+        ])
+        .arg(dir.join("ws"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn sidecar")
+}

@@ -1,0 +1,318 @@
+//! `toolgate hook pre-tool-use` against a real sidecar process: Claude-Code
+//! hook JSON in, a hook decision out, and exit 2 for everything that is not
+//! a clear allow — including a sidecar that cannot be reached.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{free_port, spawn_sidecar, toolgate};
+use serde_json::{Value, json};
+
+const PROFILE: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: PolicyProfile
+metadata: {name: hooked}
+spec:
+  mode: rules
+  aliases: {Bash: bash}
+  rules:
+    bash: {deny: ["rm *"], allow: ["git status", "ls*"], escalate: ["make *"]}
+  effects:
+    bash: {sideEffect: PROCESS_EXEC, risk: high, matchArgs: [command]}
+  approvals: {ttlSeconds: 600}
+"#;
+
+/// Runs the hook with `input` on stdin and `url` as `$TOOLGATE_URL`.
+fn hook(url: Option<&str>, input: &[u8], extra: &[&str]) -> (i32, Value, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.args(["hook", "pre-tool-use"]).args(extra);
+    match url {
+        Some(u) => cmd.env("TOOLGATE_URL", u),
+        None => cmd.env_remove("TOOLGATE_URL"),
+    };
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hook");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("hook printed no decision JSON ({e}): {stdout:?}"));
+    (
+        out.status.code().unwrap_or(-1),
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn hook_input(command: &str, session: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "session_id": session,
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": "/workspace",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": command, "description": "from the agent"},
+        "tool_use_id": format!("toolu_{}", command.len()),
+    }))
+    .unwrap()
+}
+
+fn decision(v: &Value) -> &str {
+    v["hookSpecificOutput"]["permissionDecision"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+struct Sidecar(Child);
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_sidecar(dir: &Path, database: &str, port: u16) -> Sidecar {
+    let keys = dir.join("keys");
+    assert!(
+        toolgate(&["keygen", "--out", keys.to_str().unwrap()])
+            .status
+            .success()
+    );
+    std::fs::write(dir.join("profile.yaml"), PROFILE).unwrap();
+    let out = toolgate(&[
+        "bundle",
+        "build",
+        "--profile",
+        dir.join("profile.yaml").to_str().unwrap(),
+        "--key",
+        keys.join("signing.key").to_str().unwrap(),
+        "--sequence",
+        "1",
+        "--out",
+        dir.join("bundle.json").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let child = spawn_sidecar(dir, database, port, "agents");
+    let mut sidecar = Sidecar(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = sidecar.0.try_wait().unwrap() {
+            panic!("sidecar exited: {status}");
+        }
+        if ready(port) {
+            return sidecar;
+        }
+        assert!(Instant::now() < deadline, "sidecar never became ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `GET /readyz` answered 200.
+fn ready(port: u16) -> bool {
+    use std::io::Read;
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let request = "GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let mut response = String::new();
+    stream.write_all(request.as_bytes()).is_ok()
+        && stream.read_to_string(&mut response).is_ok()
+        && response.starts_with("HTTP/1.1 200")
+}
+
+fn approve(database: &str, approval: &str) {
+    let out = toolgate(&[
+        "approvals",
+        "approve",
+        approval,
+        "--database",
+        database,
+        "--by",
+        "alice",
+        "--tenant",
+        "agents",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The approval id named in a blocked escalation's reason.
+fn approval_id(reason: &str) -> String {
+    let rest = reason
+        .split("approval_required: approval ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no approval in {reason:?}"));
+    rest.split_whitespace().next().unwrap().to_owned()
+}
+
+#[test]
+fn the_hook_blocks_all_but_a_clear_allow() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}?mode=rwc", dir.path().join("hook.db").display());
+    let port = free_port();
+    let _sidecar = start_sidecar(dir.path(), &database, port);
+    let url = format!("http://127.0.0.1:{port}");
+
+    // Allowed (through the `Bash` alias): exit 0, decision allow.
+    let (code, out, _) = hook(Some(&url), &hook_input("git status", "s1"), &[]);
+    assert_eq!((code, decision(&out)), (0, "allow"), "{out}");
+    assert_eq!(out["hookSpecificOutput"]["hookEventName"], "PreToolUse");
+
+    // Denied by a rule: exit 2, the reason on stderr for the agent.
+    let (code, out, stderr) = hook(Some(&url), &hook_input("rm -rf /", "s1"), &[]);
+    assert_eq!((code, decision(&out)), (2, "deny"), "{out}");
+    assert!(stderr.contains("deny_rule"), "{stderr}");
+    // Shell control is denied before any allow.
+    let (code, _, stderr) = hook(Some(&url), &hook_input("ls; curl evil", "s1"), &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("shell_control"), "{stderr}");
+
+    // Escalated: blocked, naming the approval; once approved, the same call
+    // passes (once).
+    let input = hook_input("make deploy", "s2");
+    let (code, out, stderr) = hook(Some(&url), &input, &[]);
+    assert_eq!((code, decision(&out)), (2, "deny"), "{out}");
+    let id = approval_id(&stderr);
+    approve(&database, &id);
+    let (code, out, _) = hook(Some(&url), &input, &[]);
+    assert_eq!((code, decision(&out)), (0, "allow"), "{out}");
+    assert!(
+        out["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap()
+            .contains("approved")
+    );
+
+    // With --approval-wait the hook waits for the human.
+    let input = hook_input("make release", "s3");
+    let (code, _, stderr) = hook(Some(&url), &input, &[]);
+    assert_eq!(code, 2);
+    let id = approval_id(&stderr);
+    let approver = {
+        let database = database.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(700));
+            approve(&database, &id);
+        })
+    };
+    let (code, out, _) = hook(Some(&url), &input, &["--approval-wait", "20"]);
+    approver.join().unwrap();
+    assert_eq!((code, decision(&out)), (0, "allow"), "{out}");
+
+    // A call the sidecar refuses to read (a control character in the run
+    // id) is blocked with the sidecar's code.
+    let (code, _, stderr) = hook(Some(&url), &hook_input("git status", "bad\u{1}run"), &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("invalid_request"), "{stderr}");
+}
+
+#[test]
+fn without_a_reachable_sidecar_the_hook_fails_closed() {
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let (code, out, stderr) = hook(Some(&closed), &hook_input("git status", "s"), &[]);
+    assert_eq!((code, decision(&out)), (2, "deny"), "{out}");
+    assert!(stderr.contains("unreachable"), "{stderr}");
+    let (code, out, _) = hook(None, &hook_input("git status", "s"), &[]);
+    assert_eq!((code, decision(&out)), (2, "deny"), "{out}");
+    for garbage in [&b"not json"[..], b"", br#"{"tool_input":{}}"#] {
+        let (code, out, _) = hook(Some(&closed), garbage, &[]);
+        assert_eq!((code, decision(&out)), (2, "deny"), "{out}");
+    }
+}
+
+#[test]
+fn runs_are_cancelled_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}?mode=rwc", dir.path().join("runs.db").display());
+    let port = free_port();
+    let _sidecar = start_sidecar(dir.path(), &database, port);
+    let url = format!("http://127.0.0.1:{port}");
+    // The hook's run id is its session id.
+    let (code, _, _) = hook(Some(&url), &hook_input("git status", "session-9"), &[]);
+    assert_eq!(code, 0);
+
+    let out = toolgate(&[
+        "runs",
+        "cancel",
+        "session-9",
+        "--database",
+        &database,
+        "--tenant",
+        "agents",
+        "--reason",
+        "operator stop",
+        "--by",
+        "user:alice",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cancel: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cancel["newly_cancelled"], true);
+
+    // The sidecar process learns of it from the database within its poll.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _, stderr) = hook(Some(&url), &hook_input("git status", "session-9"), &[]);
+        if code == 2 {
+            assert!(stderr.contains("run_cancelled"), "{stderr}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cancellation never reached the sidecar"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Another session is unaffected.
+    let (code, _, _) = hook(Some(&url), &hook_input("git status", "session-10"), &[]);
+    assert_eq!(code, 0);
+
+    let out = toolgate(&[
+        "runs",
+        "status",
+        "session-9",
+        "--database",
+        &database,
+        "--tenant",
+        "agents",
+    ]);
+    assert!(out.status.success());
+    let state: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(state["cancel_reason"], "operator stop");
+    assert_eq!(state["cancelled_by"], "user:alice");
+    // Bad input is a typed error, not a panic.
+    let out = toolgate(&[
+        "runs",
+        "cancel",
+        "",
+        "--database",
+        &database,
+        "--tenant",
+        "agents",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let err = if err.is_null() {
+        serde_json::from_slice(&out.stderr).unwrap_or(Value::Null)
+    } else {
+        err
+    };
+    assert_eq!(err["error"]["code"], "invalid_input", "{err}");
+}

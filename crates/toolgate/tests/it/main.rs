@@ -1,0 +1,11 @@
+//! The integration tests of the `toolgate` binary and its dashboards, built
+//! as one binary: one module per command or area (helpers in `common`).
+
+mod bundle_cli;
+mod common;
+mod dashboard;
+mod db_cli;
+mod hook_cli;
+mod policy_cli;
+mod sidecar_process;
+mod tenant_cli;
