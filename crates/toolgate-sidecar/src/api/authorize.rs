@@ -288,8 +288,8 @@ fn remember(app: &AppState, req: &AuthorizeRequest, d: &Decided) {
                 args_digest: d.verdict.args_digest.clone(),
                 call_digest: d.verdict.call_digest.clone(),
                 risk: d.verdict.risk,
-                used: false,
             },
+            Instant::now(),
         );
 }
 

@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use toolgate_store::{IntentOutcome, NewIntent};
 
+use super::allowed::{REMEMBER_FOR, Remembered};
 use super::{AppState, StrictJson, json_with, parse_body, require_id};
 use crate::error::ApiError;
 
@@ -50,18 +51,23 @@ pub(crate) async fn begin_intent(
     require_id("args_digest", &req.args_digest)?;
     let (risk, call_digest) = {
         let allowed = app.allowed.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(call) = allowed.map.get(&req.decision_id) else {
-            return Err(ApiError::DecisionNotAllowed(format!(
-                "decision {} did not allow a call that needs an intent (unknown, denied, escalated or not high-risk)",
-                req.decision_id
-            )));
+        let call = match allowed.get(&req.decision_id) {
+            Some(Remembered::Open(call)) => call,
+            Some(Remembered::Used) => {
+                return Err(ApiError::IntentExists(format!(
+                    "decision {} already has an intent",
+                    req.decision_id
+                )));
+            }
+            None => {
+                return Err(ApiError::DecisionNotAllowed(format!(
+                    "decision {} did not allow a call that needs an intent (unknown, denied, \
+                     escalated, not high-risk, or allowed more than {} s ago)",
+                    req.decision_id,
+                    REMEMBER_FOR.as_secs()
+                )));
+            }
         };
-        if call.used {
-            return Err(ApiError::IntentExists(format!(
-                "decision {} already has an intent",
-                req.decision_id
-            )));
-        }
         if call.args_digest != req.args_digest
             || req
                 .call_digest
@@ -95,15 +101,10 @@ pub(crate) async fn begin_intent(
             Timestamp::now(),
         )
         .await?;
-    if let Some(call) = app
-        .allowed
+    app.allowed
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .map
-        .get_mut(&req.decision_id)
-    {
-        call.used = true;
-    }
+        .mark_used(&req.decision_id);
     app.metrics.intents.with_label_values(&["pending"]).inc();
     let body = serde_json::json!({"intent_id": intent.id, "status": intent.status});
     Ok((StatusCode::CREATED, Json(body)).into_response())
