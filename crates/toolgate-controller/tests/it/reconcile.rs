@@ -1530,8 +1530,11 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     let store = store().await;
 
     // 1. The controllers' list + watch of every watched kind, all namespaces.
+    // Their own database: they are aborted below, possibly inside a query of
+    // the approvals mirror, and the in-memory database lives in its one
+    // connection, which the later steps must find intact.
     let (client, mut server) = mock_client();
-    let ctx = context(client, store.clone(), now());
+    let ctx = context(client, crate::common::store().await, now());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let reconcilers = tokio::spawn(toolgate_controller::run_reconcilers(
         ctx,
