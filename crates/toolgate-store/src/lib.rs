@@ -587,32 +587,3 @@ pub(crate) fn new_id() -> String {
 pub(crate) fn parse_json(text: &str, what: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A file database pools at most four connections, each with a 1 MiB
-    /// page cache, however large a pool the caller asks for: the sidecar's
-    /// memory stays bounded as the database grows.
-    #[tokio::test]
-    async fn sqlite_pool_and_page_cache_are_bounded() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("tg.db").display());
-        let options = StoreOptions {
-            max_connections: 64,
-            ..StoreOptions::default()
-        };
-        let store = Store::connect_with(&url, options).await.unwrap();
-        let Backend::Sqlite(pool) = &store.backend else {
-            panic!("a sqlite url opens a sqlite store");
-        };
-        assert_eq!(pool.options().get_max_connections(), SQLITE_MAX_CONNECTIONS);
-        let cache: i64 = sqlx::query_scalar("PRAGMA cache_size")
-            .fetch_one(pool)
-            .await
-            .unwrap();
-        assert_eq!(cache, -i64::from(SQLITE_CACHE_KIB));
-        store.close().await;
-    }
-}

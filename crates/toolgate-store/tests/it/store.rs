@@ -1670,3 +1670,32 @@ async fn in_memory_sqlite_works() {
     );
     store.migrate().await.unwrap();
 }
+
+/// A file database pools at most four connections, each with a 1 MiB page
+/// cache, however large a pool the caller asks for: the sidecar's memory
+/// stays bounded as the database grows.
+#[tokio::test]
+async fn sqlite_pool_and_page_cache_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tg.db").display());
+    let options = toolgate_store::StoreOptions {
+        max_connections: 64,
+        ..Default::default()
+    };
+    let store = toolgate_store::Store::connect_with(&url, options)
+        .await
+        .unwrap();
+    let pool = store
+        .as_sqlite()
+        .expect("a sqlite url opens a sqlite store");
+    assert_eq!(
+        pool.options().get_max_connections(),
+        toolgate_store::SQLITE_MAX_CONNECTIONS
+    );
+    let cache: i64 = sqlx::query_scalar("PRAGMA cache_size")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(cache, -i64::from(toolgate_store::SQLITE_CACHE_KIB));
+    store.close().await;
+}
