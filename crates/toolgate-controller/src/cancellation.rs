@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-
 use kube::runtime::controller::Action;
 pub use toolgate_k8s::cancellation::{
     PHASE_APPLIED, PHASE_FAILED, RunCancellation, RunCancellationSpec, RunCancellationStatus,

@@ -10,6 +10,7 @@
 //! namespace can keep a copy the database cannot take back.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -138,17 +139,18 @@ async fn trusted_positions(
             );
             continue;
         };
-        let slot = latest
-            .entry((payload.tenant, payload.stream))
-            .or_insert(Position {
-                seq: -1,
-                hash: String::new(),
-            });
-        if payload.seq > slot.seq {
-            *slot = Position {
-                seq: payload.seq,
-                hash: payload.hash,
-            };
+        let position = Position {
+            seq: payload.seq,
+            hash: payload.hash,
+        };
+        match latest.entry((payload.tenant, payload.stream)) {
+            Entry::Vacant(slot) => {
+                slot.insert(position);
+            }
+            Entry::Occupied(mut slot) if position.seq > slot.get().seq => {
+                slot.insert(position);
+            }
+            Entry::Occupied(_) => {}
         }
     }
     Ok(latest)

@@ -8,8 +8,10 @@ use prometheus::{IntGaugeVec, Opts, Registry};
 /// Linux, the standard `process_*` collector (CPU seconds, resident memory,
 /// open file descriptors, start time).
 ///
-/// A registry that already holds them keeps its own: registering twice is
-/// not an error here, because tests build several components in one process.
+/// # Panics
+///
+/// When `registry` already holds `toolgate_build_info`: each component
+/// registers it once, on its own registry.
 pub fn register_common(registry: &Registry, component: &str) {
     let build_info = IntGaugeVec::new(
         Opts::new(
@@ -22,7 +24,9 @@ pub fn register_common(registry: &Registry, component: &str) {
     build_info
         .with_label_values(&[env!("CARGO_PKG_VERSION"), component])
         .set(1);
-    let _ = registry.register(Box::new(build_info));
+    registry
+        .register(Box::new(build_info))
+        .expect("toolgate_build_info registered once");
     #[cfg(target_os = "linux")]
     let _ = registry.register(Box::new(
         prometheus::process_collector::ProcessCollector::for_self(),

@@ -189,8 +189,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// Most connections a SQLite file database pools. SQLite writes one at a
 /// time whatever the pool, and each connection keeps its own page cache, so
 /// more connections buy no throughput and only grow memory as their caches
-/// fill (seen in the sidecar soak as RSS rising for minutes, then falling as
-/// idle connections closed).
+/// fill.
 pub const SQLITE_MAX_CONNECTIONS: u32 = 4;
 
 /// Page cache of each SQLite connection, in KiB (SQLite's default is 2,000
