@@ -9,8 +9,8 @@
 //! ConfigMap [`CHECKPOINT_CONFIGMAP`], where anyone allowed to read the
 //! namespace can keep a copy the database cannot take back.
 
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -118,7 +118,10 @@ pub async fn sign_heads(
 
 /// The latest position per stream that `key` has signed, read from the
 /// stored checkpoints whose envelopes verify with it. The plain columns of
-/// a stored checkpoint are never used: only its signed payload.
+/// a stored checkpoint only order the rows; the position is its signed
+/// payload. Rows are tried newest first and a stream is settled by its
+/// first that verifies, so a pass checks about one signature per stream,
+/// not one per checkpoint ever stored.
 async fn trusted_positions(
     store: &Store,
     key: &SigningKey,
@@ -129,7 +132,14 @@ async fn trusted_positions(
         Err(_) => return Ok(BTreeMap::new()),
     };
     let mut latest: BTreeMap<(String, String), Position> = BTreeMap::new();
-    for stored in store.checkpoints().list(tenant, None).await? {
+    let rows = store.checkpoints().list(tenant, None).await?;
+    let mut settled: BTreeSet<(&str, &str)> = BTreeSet::new();
+    // `list` orders by tenant, stream and seq: reversed, newest first.
+    for stored in rows.iter().rev() {
+        let stream = (stored.tenant.as_str(), stored.stream.as_str());
+        if settled.contains(&stream) {
+            continue;
+        }
         let Ok((payload, _)) = CheckpointPayload::verify(stored.envelope.as_bytes(), &trust) else {
             tracing::warn!(
                 tenant = %stored.tenant,
@@ -139,6 +149,7 @@ async fn trusted_positions(
             );
             continue;
         };
+        settled.insert(stream);
         let position = Position {
             seq: payload.seq,
             hash: payload.hash,
