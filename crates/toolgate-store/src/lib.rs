@@ -173,6 +173,10 @@ impl From<sqlx::Error> for StoreError {
             {
                 StoreError::Conflict(db.message().to_owned())
             }
+            // A decision row that does not continue its stream's head (0007).
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("TG006") => {
+                StoreError::Conflict(db.message().to_owned())
+            }
             // Opening a decision stream with a reserved name or an unknown
             // previous stream (0006).
             sqlx::Error::Database(db) if db.code().as_deref() == Some("TG005") => {
@@ -263,6 +267,8 @@ impl BeginWrite for SqlitePool {
 pub struct Store {
     pub(crate) backend: Backend,
     pub(crate) wakeups: Arc<wakeups::Wakeups>,
+    /// Heads of the streams this process appends to (PostgreSQL).
+    pub(crate) heads: Arc<decisions::HeadCache>,
     /// The SQLite database file as it was when the store connected.
     sqlite_file: Option<Arc<FileIdentity>>,
     /// The URL the store connected with (for provisioning tenant URLs).
@@ -395,6 +401,7 @@ impl Store {
         Store {
             backend: Backend::Postgres(pool),
             wakeups: wakeups::Wakeups::new(),
+            heads: Arc::default(),
             sqlite_file: None,
             url: None,
         }
@@ -406,6 +413,7 @@ impl Store {
         Store {
             backend: Backend::Sqlite(pool),
             wakeups: wakeups::Wakeups::new(),
+            heads: Arc::default(),
             sqlite_file: None,
             url: None,
         }

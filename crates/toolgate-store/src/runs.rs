@@ -262,12 +262,18 @@ impl Runs<'_> {
         let now_ms = now.as_millisecond();
         match &self.store.backend {
             crate::Backend::Postgres(pool) => {
+                require("stream", stream)?;
+                // The stream's turn, held until the transaction ends; the
+                // head is known again only if it commits.
+                let mut head = self.store.heads.lock(tenant, stream).await;
+                head.take();
                 let mut tx = pool.begin_write().await?;
                 let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now_ms);
                 let record = crate::decisions::prepared(decide(&admission))?;
                 let chained =
                     crate::decisions::append_pg_in(&mut tx, tenant, stream, record).await?;
                 tx.commit().await?;
+                *head = Some((chained.seq, chained.hash.clone()));
                 Ok((admission, chained))
             }
             crate::Backend::Sqlite(pool) => {

@@ -1,28 +1,22 @@
-//! Appending to a chain: on PostgreSQL the `decisions_chain` trigger
-//! chains each row; on SQLite the store computes the same hashes under the
-//! database write lock.
+//! Appending to a chain: the store computes each row's seq and hashes (on
+//! PostgreSQL from the head it last wrote, under the stream's turn in
+//! [`HeadCache`](super::heads::HeadCache); on SQLite under the database
+//! write lock) and the database checks that the row continues the head.
 
 use jiff::Timestamp;
 
 use super::chain::{genesis_hash, row_hash};
+use super::heads::KnownHead;
 use super::{
     ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, INSERT, LEGACY_STREAM, MAX_BATCH,
     StreamHead, StreamLink, validate,
 };
 use crate::{BeginWrite, Result, StoreError, require, require_opt, ts_from_ms};
 
-/// PostgreSQL: append one row. The `decisions_chain` trigger (migration
-/// 0006) assigns seq, prev_hash and hash from the stream's head row, which
-/// it locks and advances in the same statement, over the same canonical
-/// document as [`hashed_document`]; it seeds the head on the stream's first
-/// append. A concurrent appender of the same stream waits for the head row,
-/// so the chain stays linear; other streams are not affected. A tenant role
-/// that may only INSERT cannot choose its chain position or hashes.
-pub(super) const PG_APPEND: &str = "INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, \
-        verdict, reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
-        call_digest, definition_digest, stream) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
-    RETURNING seq, prev_hash, hash";
+/// Appends tried when the head this process knew turns out stale (another
+/// writer appended to the stream). A stream has one writer, so one retry is
+/// the most a healthy deployment needs.
+const STALE_HEAD_ATTEMPTS: usize = 3;
 
 impl Decisions<'_> {
     /// Appends one record to the chain of (`tenant`, `stream`) and returns
@@ -67,7 +61,10 @@ impl Decisions<'_> {
             r.created_at = ts_from_ms(r.created_at.as_millisecond())?;
         }
         match &self.store.backend {
-            crate::Backend::Postgres(pool) => append_pg(pool, tenant, stream, records).await,
+            crate::Backend::Postgres(pool) => {
+                let mut head = self.store.heads.lock(tenant, stream).await;
+                append_pg(pool, &mut head, tenant, stream, records).await
+            }
             // `BEGIN IMMEDIATE` holds the database write lock, so reading
             // the head and inserting after it cannot interleave with
             // another appender.
@@ -162,29 +159,102 @@ impl Decisions<'_> {
     }
 }
 
+/// PostgreSQL: chains `records` after the known head (read when unknown)
+/// and inserts them, retrying from a fresh head when the database says the
+/// known one is stale. `head` is left unknown unless the append commits.
 async fn append_pg(
     pool: &sqlx::PgPool,
+    head: &mut KnownHead,
     tenant: &str,
     stream: &str,
     records: Vec<DecisionRecord>,
 ) -> Result<Vec<ChainedDecision>> {
-    let rows = if records.len() == 1 {
-        // One statement in autocommit: one round trip per decision.
-        vec![pg_append_one(&mut *pool.acquire().await?, tenant, stream, &records[0]).await?]
-    } else {
-        let mut tx = pool.begin().await?;
-        let mut out = Vec::with_capacity(records.len());
-        for r in &records {
-            out.push(pg_append_one(&mut tx, tenant, stream, r).await?);
+    let mut attempt = 1;
+    loop {
+        let from = match head.take() {
+            Some(known) => known,
+            None => pg_head(&mut *pool.acquire().await?, tenant, stream, false).await?,
+        };
+        let rows = chain(tenant, stream, from, &records);
+        let inserted = if let [row] = rows.as_slice() {
+            // One statement in autocommit: one round trip per decision.
+            pg_insert(&mut *pool.acquire().await?, row).await
+        } else {
+            pg_insert_all(pool, &rows).await
+        };
+        match inserted {
+            Ok(()) => {
+                *head = rows.last().map(|r| (r.seq, r.hash.clone()));
+                return Ok(rows);
+            }
+            Err(e) if is_stale_head(&e) && attempt < STALE_HEAD_ATTEMPTS => attempt += 1,
+            Err(e) => return Err(e.into()),
         }
-        tx.commit().await?;
-        out
+    }
+}
+
+async fn pg_insert_all(pool: &sqlx::PgPool, rows: &[ChainedDecision]) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    for row in rows {
+        pg_insert(&mut tx, row).await?;
+    }
+    tx.commit().await
+}
+
+/// Whether PostgreSQL refused a row for not continuing its stream's head
+/// (SQLSTATE TG006, migration 0007).
+fn is_stale_head(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("TG006"))
+}
+
+/// PostgreSQL: a stream's head seq and hash, or its unlinked genesis when
+/// nobody opened or appended to it yet. `lock` holds the head row until the
+/// caller's transaction ends.
+async fn pg_head(
+    conn: &mut sqlx::PgConnection,
+    tenant: &str,
+    stream: &str,
+    lock: bool,
+) -> Result<(i64, String)> {
+    let sql = if lock {
+        "SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2 FOR UPDATE"
+    } else {
+        "SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2"
     };
-    Ok(rows
-        .into_iter()
-        .zip(records)
-        .map(|(position, record)| chained(tenant, stream, position, record))
-        .collect())
+    let head: Option<(i64, String)> = sqlx::query_as(sql)
+        .bind(tenant)
+        .bind(stream)
+        .fetch_optional(conn)
+        .await?;
+    match head {
+        Some(head) => Ok(head),
+        None => Ok((0, genesis_hash(tenant, stream, None)?)),
+    }
+}
+
+/// `records` chained one after another from `(seq, hash)`.
+fn chain(
+    tenant: &str,
+    stream: &str,
+    (mut seq, mut prev): (i64, String),
+    records: &[DecisionRecord],
+) -> Vec<ChainedDecision> {
+    records
+        .iter()
+        .map(|record| {
+            seq += 1;
+            let hash = row_hash(
+                tenant,
+                stream,
+                seq,
+                &prev,
+                record,
+                record.created_at.as_millisecond(),
+            );
+            let prev_hash = std::mem::replace(&mut prev, hash.clone());
+            chained(tenant, stream, (seq, prev_hash, hash), record.clone())
+        })
+        .collect()
 }
 
 /// `record` as chained at `(seq, prev_hash, hash)` of (`tenant`, `stream`).
@@ -204,7 +274,10 @@ fn chained(
     }
 }
 
-/// Appends one record on PostgreSQL inside the caller's transaction.
+/// Appends one record on PostgreSQL inside the caller's transaction, after
+/// the stream's head as the database has it (read and locked here, so the
+/// transaction cannot fail on a stale head however long it ran). The caller
+/// holds the stream's turn and records the new head once it commits.
 pub(crate) async fn append_pg_in(
     conn: &mut sqlx::PgConnection,
     tenant: &str,
@@ -212,8 +285,13 @@ pub(crate) async fn append_pg_in(
     record: DecisionRecord,
 ) -> Result<ChainedDecision> {
     require("stream", stream)?;
-    let position = pg_append_one(conn, tenant, stream, &record).await?;
-    Ok(chained(tenant, stream, position, record))
+    let from = pg_head(conn, tenant, stream, true).await?;
+    let mut rows = chain(tenant, stream, from, std::slice::from_ref(&record));
+    let row = rows
+        .pop()
+        .ok_or_else(|| StoreError::Corrupt("append produced no row".into()))?;
+    pg_insert(conn, &row).await?;
+    Ok(row)
 }
 
 /// Checks a record and normalises its time to the stored precision, as
@@ -224,8 +302,8 @@ pub(crate) fn prepared(mut record: DecisionRecord) -> Result<DecisionRecord> {
     Ok(record)
 }
 
-/// Binds a record's columns in the order [`PG_APPEND`] and the SQLite
-/// `INSERT` share: `$1` tenant through `$16` stream.
+/// Binds a record's columns in [`INSERT`]'s order: `$1` tenant through
+/// `$16` stream (the chain columns follow).
 macro_rules! bind_record {
     ($query:expr, $tenant:expr, $stream:expr, $r:expr) => {
         $query
@@ -248,16 +326,16 @@ macro_rules! bind_record {
     };
 }
 
-/// Runs [`PG_APPEND`] for one record and returns its seq and hashes.
-async fn pg_append_one(
-    conn: &mut sqlx::PgConnection,
-    tenant: &str,
-    stream: &str,
-    r: &DecisionRecord,
-) -> Result<(i64, String, String)> {
-    Ok(bind_record!(sqlx::query_as(PG_APPEND), tenant, stream, r)
-        .fetch_one(conn)
-        .await?)
+/// PostgreSQL: inserts one chained row; the trigger checks that it
+/// continues the head and advances the head to it.
+async fn pg_insert(conn: &mut sqlx::PgConnection, row: &ChainedDecision) -> sqlx::Result<()> {
+    bind_record!(sqlx::query(INSERT), &row.tenant, &row.stream, row.record)
+        .bind(row.seq)
+        .bind(&row.prev_hash)
+        .bind(&row.hash)
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 /// SQLite: a stream's head seq and hash, read inside the caller's write
@@ -285,26 +363,20 @@ pub(crate) async fn append_sqlite_in(
     records: Vec<DecisionRecord>,
 ) -> Result<Vec<ChainedDecision>> {
     require("stream", stream)?;
-    let head = sqlite_head(tx, tenant, stream).await?;
     // A stream nobody opened starts unlinked; the trigger creates its head
     // with the first row, as PostgreSQL's trigger does.
-    let (mut seq, mut prev) = match head {
-        Some(h) => h,
+    let from = match sqlite_head(tx, tenant, stream).await? {
+        Some(head) => head,
         None => (0, genesis_hash(tenant, stream, None)?),
     };
-    let mut out = Vec::with_capacity(records.len());
-    for record in records {
-        seq += 1;
-        let created_ms = record.created_at.as_millisecond();
-        let hash = row_hash(tenant, stream, seq, &prev, &record, created_ms);
-        bind_record!(sqlx::query(INSERT), tenant, stream, record)
-            .bind(seq)
-            .bind(&prev)
-            .bind(&hash)
+    let rows = chain(tenant, stream, from, &records);
+    for row in &rows {
+        bind_record!(sqlx::query(INSERT), tenant, stream, row.record)
+            .bind(row.seq)
+            .bind(&row.prev_hash)
+            .bind(&row.hash)
             .execute(&mut *tx)
             .await?;
-        let prev_hash = std::mem::replace(&mut prev, hash.clone());
-        out.push(chained(tenant, stream, (seq, prev_hash, hash), record));
     }
-    Ok(out)
+    Ok(rows)
 }

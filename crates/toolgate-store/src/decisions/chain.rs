@@ -192,9 +192,8 @@ mod tests {
                 assert_eq!(built, canonical_json(&streamed));
             }
         }
-        let trigger = include_str!(
-            "../../../../migrations/postgres/0006_decision_streams_and_checkpoints.sql"
-        );
+        let trigger =
+            include_str!("../../../../migrations/postgres/0007_writer_chained_decisions.sql");
         assert!(trigger.contains(&format!("\"v\":{HASH_FORMAT}}}")));
         assert!(trigger.contains(&format!("\"v\":{HASH_FORMAT_LEGACY}}}")));
     }

@@ -9,11 +9,13 @@
 //! Row `seq` (1-based per stream) stores `prev_hash`, the previous row's hash
 //! (for seq 1 the stream's genesis, see [`genesis_hash`]), and `hash`, the
 //! SHA-256 of the RFC 8785 canonical JSON of the record together with
-//! tenant, stream, seq and prev_hash. A head row per stream (advanced by
-//! every append) holds the last seq and hash: appenders lock it so the chain
-//! stays linear under concurrency, and [`Decisions::verify`] compares it with
-//! the last row so that truncating the newest rows is detected as well as
-//! edits, gaps and reordering in the middle.
+//! tenant, stream, seq and prev_hash. The writer computes all three; a head
+//! row per stream holds the last seq and hash, and the database advances it
+//! only with a row that continues it (seq + 1, prev_hash = its hash), so a
+//! chain cannot fork, skip or rewind whoever inserts. [`Decisions::verify`]
+//! recomputes every hash and compares the head with the last row, so that
+//! truncating the newest rows is detected as well as edits, gaps and
+//! reordering in the middle.
 //!
 //! A stream opened with [`Decisions::open_stream`] starts from the head of
 //! the previous stream its writer knew (a restarted sidecar names its pod's
@@ -32,10 +34,12 @@ use crate::{Result, Store, StoreError, on_pool, require, require_opt, ts_from_ms
 
 mod append;
 mod chain;
+mod heads;
 mod verify;
 
 pub(crate) use append::{append_pg_in, append_sqlite_in, prepared};
 pub use chain::genesis_hash;
+pub(crate) use heads::HeadCache;
 
 /// `prev_hash` of the first row of a tenant's [`LEGACY_STREAM`] chain.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -232,9 +236,8 @@ const COLUMNS: &str = "tenant, stream, seq, decision_id, run_id, step_id, tool, 
     message, matched_rule, policy_version, risk, args_digest, call_digest, definition_digest, \
     created_at, prev_hash, hash";
 
-/// SQLite: one chained row. The first sixteen columns are
-/// [`append::PG_APPEND`]'s, in its order, so both bind a record the same
-/// way; SQLite adds the chain columns the PostgreSQL trigger fills in.
+/// One chained row, on either backend: the record's sixteen columns, then
+/// the chain columns the store computed.
 const INSERT: &str = "INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, \
     verdict, reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
     call_digest, definition_digest, stream, seq, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, \

@@ -478,3 +478,75 @@ async fn sqlite_rows_from_before_streams_keep_verifying() {
     store.close().await;
     source.finish().await;
 }
+
+/// Two writers of one stream (two processes sharing a stream name by
+/// mistake, or a restarted writer reusing one) each know a head that the
+/// other makes stale: the database refuses the stale append (it does not
+/// continue the head), the writer re-reads the head and appends after it,
+/// and the chain stays one line with no seq lost or repeated. A run-charged
+/// append reads the head in its own transaction and never goes stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_writers_of_one_stream_recover_from_a_stale_head() {
+    let Some(db) = crate::common::TestDb::postgres().await else {
+        return;
+    };
+    let first = db.store.clone();
+    // Same database, its own memory of heads: another process.
+    let second = Store::from_postgres_pool(db.store.as_postgres().unwrap().clone());
+    let (tenant, stream) = ("acme", "pod-a/shared");
+    let mut seqs = Vec::new();
+    for i in 0..3 {
+        let writer = if i % 2 == 0 { &first } else { &second };
+        seqs.push(
+            writer
+                .decisions()
+                .append(tenant, stream, record(i))
+                .await
+                .unwrap()
+                .seq,
+        );
+    }
+    let batch = first
+        .decisions()
+        .append_batch(tenant, stream, vec![record(10), record(11)])
+        .await
+        .unwrap();
+    seqs.extend(batch.iter().map(|d| d.seq));
+    let limits = toolgate_store::RunLimits::default();
+    let (_, charged) = second
+        .runs()
+        .admit_and_record(
+            tenant,
+            stream,
+            "run-9",
+            true,
+            &limits,
+            jiff::Timestamp::now(),
+            |_| record(20),
+        )
+        .await
+        .unwrap();
+    seqs.push(charged.seq);
+    seqs.push(
+        first
+            .decisions()
+            .append(tenant, stream, record(21))
+            .await
+            .unwrap()
+            .seq,
+    );
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5, 6, 7]);
+    let rows = first
+        .decisions()
+        .list(tenant, stream, 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 7);
+    for pair in rows.windows(2) {
+        assert_eq!(pair[1].prev_hash, pair[0].hash);
+    }
+    let verified = report(&first, tenant, stream).await;
+    assert!(verified.ok, "{verified:?}");
+    assert_eq!(verified.rows, 7);
+    db.finish().await;
+}

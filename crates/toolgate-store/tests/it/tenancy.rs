@@ -555,13 +555,25 @@ async fn tenant_roles_are_confined_to_their_tenant() {
         .await,
         "TG003"
     );
-    // Direct inserts are chained by the database, whatever seq and hashes
-    // the tenant claims.
+    // A direct insert claiming a chain position that does not continue the
+    // head is refused; one claiming none is chained by the database.
+    assert_eq!(
+        sqlstate(
+            &pa,
+            &format!(
+                "INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
+                 reason, policy_version, risk, args_digest, created_at, prev_hash, hash) \
+                 VALUES ('{ta}', 1, 'forged', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', 0, \
+                 'bogus', 'bogus')"
+            )
+        )
+        .await,
+        "TG006"
+    );
     sqlx::raw_sql(&format!(
-        "INSERT INTO decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
-         reason, policy_version, risk, args_digest, created_at, prev_hash, hash) \
-         VALUES ('{ta}', 1, 'forged', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', 0, \
-         'bogus', 'bogus')"
+        "INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, \
+         reason, policy_version, risk, args_digest, created_at) \
+         VALUES ('{ta}', 'unchained', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', 0)"
     ))
     .execute(&pa)
     .await
@@ -1076,13 +1088,34 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         .await,
         "42501"
     );
-    // A direct insert naming a stream, a seq and hashes is chained by the
-    // trigger at the stream's next position anyway.
+    // A direct insert must continue its stream's head: a made-up seq, a
+    // rewind to a taken seq, and the next seq with a made-up prev_hash are
+    // all refused, and the chain is unchanged.
+    let s1_rows = a.decisions().list(&ta, s1, 0, 100).await.unwrap();
+    let head = s1_rows.last().unwrap();
+    let forged = |seq: i64, prev: &str| {
+        format!(
+            "INSERT INTO decisions (tenant, stream, seq, decision_id, run_id, step_id, tool, \
+             verdict, reason, policy_version, risk, args_digest, created_at, prev_hash, hash) \
+             VALUES ('{ta}', '{s1}', {seq}, 'forged', 'r', 's', 't', 'allow', 'x', 'p', 'low', \
+             'd', 0, '{prev}', '{}')",
+            "f".repeat(64)
+        )
+    };
+    for sql in [
+        forged(1000, "bogus"),
+        forged(head.seq + 1, "bogus"),
+        forged(head.seq, &s1_rows[s1_rows.len() - 2].hash),
+        forged(1, &s1_rows[0].prev_hash),
+    ] {
+        assert_eq!(sqlstate(&pa, &sql).await, "TG006", "{sql}");
+    }
+    // Naming no seq (a sidecar of an earlier release), the row is chained
+    // by the trigger at the stream's next position.
     sqlx::raw_sql(&format!(
-        "INSERT INTO decisions (tenant, stream, seq, decision_id, run_id, step_id, tool, \
-         verdict, reason, policy_version, risk, args_digest, created_at, prev_hash, hash) \
-         VALUES ('{ta}', '{s1}', 1000, 'forged', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', \
-         0, 'bogus', 'bogus')"
+        "INSERT INTO decisions (tenant, stream, decision_id, run_id, step_id, tool, \
+         verdict, reason, policy_version, risk, args_digest, created_at) \
+         VALUES ('{ta}', '{s1}', 'old-release', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', 0)"
     ))
     .execute(&pa)
     .await
@@ -1093,6 +1126,7 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         vec![1, 2, 3, 4]
     );
     assert_eq!(s1_rows[3].prev_hash, rows[2].hash);
+    assert_eq!(s1_rows[3].record.decision_id, "old-release");
 
     // Every stream verifies, on its own and together; the link of s2 still
     // holds (s1 grew past it, which is fine).
@@ -1107,6 +1141,30 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         (b_reports[0].tenant.as_str(), b_reports[0].stream.as_str()),
         (tb.as_str(), s1)
     );
+
+    // A row that continues the head but whose hash does not match its
+    // content is accepted (the writer computes hashes) and is what verify
+    // reports: here the first row of a stream nobody opened.
+    let genesis = toolgate_store::genesis_hash(&ta, "pod-a/forged", None).unwrap();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO decisions (tenant, stream, seq, decision_id, run_id, step_id, tool, \
+         verdict, reason, policy_version, risk, args_digest, created_at, prev_hash, hash) \
+         VALUES ('{ta}', 'pod-a/forged', 1, 'forged', 'r', 's', 't', 'allow', 'x', 'p', \
+         'low', 'd', 0, '{genesis}', '{}')",
+        "f".repeat(64)
+    ))
+    .execute(&pa)
+    .await
+    .unwrap();
+    let forged = a
+        .decisions()
+        .verify_stream(&ta, "pod-a/forged")
+        .await
+        .unwrap();
+    assert!(!forged.ok, "{forged:?}");
+    assert_eq!(forged.first_broken_seq, Some(1), "{forged:?}");
+    // The sidecar's stream next to it still verifies.
+    assert!(a.decisions().verify_stream(&ta, s1).await.unwrap().ok);
 
     a.close().await;
     b.close().await;

@@ -1,0 +1,77 @@
+//! The heads of the streams this process appends to on PostgreSQL, kept in
+//! memory so that an append is one INSERT carrying its own seq and hashes.
+//!
+//! A stream has one writer (a sidecar instance), so the head it last wrote
+//! is still the head when it next appends; the database checks that anyway
+//! (migration 0007 refuses a row that does not continue the head, SQLSTATE
+//! TG006). A head that may be stale (after any failed append, or when a
+//! second writer appended) is forgotten and read again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+/// A stream's last seq and hash as this process last saw them.
+pub(crate) type KnownHead = Option<(i64, String)>;
+
+/// Streams held before unused ones are dropped. A sidecar appends to one
+/// stream; the bound only matters to processes that write many.
+const MAX_STREAMS: usize = 4096;
+
+/// One stream's known head behind its turn.
+type Slot = Arc<AsyncMutex<KnownHead>>;
+
+/// The known heads, one lock per stream: appends to one stream from one
+/// process take turns (they would wait for the head row anyway), appends to
+/// different streams do not.
+#[derive(Debug, Default)]
+pub(crate) struct HeadCache {
+    streams: Mutex<HashMap<(String, String), Slot>>,
+}
+
+impl HeadCache {
+    /// Waits for the turn to append to (`tenant`, `stream`) and returns the
+    /// head as last known (`None`: read it from the database).
+    pub(crate) async fn lock(&self, tenant: &str, stream: &str) -> OwnedMutexGuard<KnownHead> {
+        let slot = {
+            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+            let key = (tenant.to_owned(), stream.to_owned());
+            if !streams.contains_key(&key) && streams.len() >= MAX_STREAMS {
+                // Nobody is appending to a slot only the map holds.
+                streams.retain(|_, slot| Arc::strong_count(slot) > 1);
+            }
+            streams.entry(key).or_default().clone()
+        };
+        slot.lock_owned().await
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.streams.lock().unwrap().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn unused_streams_are_dropped_beyond_the_bound() {
+        let cache = HeadCache::default();
+        let held = cache.lock("t", "held").await;
+        for i in 0..MAX_STREAMS + 10 {
+            *cache.lock("t", &format!("s{i}")).await = Some((1, "h".into()));
+        }
+        assert!(cache.len() <= MAX_STREAMS, "{}", cache.len());
+        // The slot in use survived the sweep: a second lock waits for it.
+        let waiting = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            cache.lock("t", "held"),
+        )
+        .await;
+        assert!(waiting.is_err(), "a held stream's turn was given twice");
+        drop(held);
+        assert!(cache.lock("t", "held").await.is_none());
+    }
+}
