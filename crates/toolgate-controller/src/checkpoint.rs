@@ -9,8 +9,7 @@
 //! ConfigMap [`CHECKPOINT_CONFIGMAP`], where anyone allowed to read the
 //! namespace can keep a copy the database cannot take back.
 
-use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -116,12 +115,12 @@ pub async fn sign_heads(
     Ok(report)
 }
 
-/// The latest position per stream that `key` has signed, read from the
-/// stored checkpoints whose envelopes verify with it. The plain columns of
-/// a stored checkpoint only order the rows; the position is its signed
-/// payload. Rows are tried newest first and a stream is settled by its
-/// first that verifies, so a pass checks about one signature per stream,
-/// not one per checkpoint ever stored.
+/// The latest position per stream that `key` has signed. Each stream's
+/// newest checkpoint stored under the key's id is read (one row per
+/// stream, however many checkpoints it has collected) and must verify with
+/// the key; the plain columns only find the row, the position is the
+/// signed payload. Only for a stream whose newest row does not verify (a
+/// forged or damaged row) are its older checkpoints tried, newest first.
 async fn trusted_positions(
     store: &Store,
     key: &SigningKey,
@@ -131,40 +130,57 @@ async fn trusted_positions(
         Ok(t) => t,
         Err(_) => return Ok(BTreeMap::new()),
     };
-    let mut latest: BTreeMap<(String, String), Position> = BTreeMap::new();
-    let rows = store.checkpoints().list(tenant, None).await?;
-    let mut settled: BTreeSet<(&str, &str)> = BTreeSet::new();
-    // `list` orders by tenant, stream and seq: reversed, newest first.
-    for stored in rows.iter().rev() {
-        let stream = (stored.tenant.as_str(), stored.stream.as_str());
-        if settled.contains(&stream) {
-            continue;
-        }
-        let Ok((payload, _)) = CheckpointPayload::verify(stored.envelope.as_bytes(), &trust) else {
-            tracing::warn!(
-                tenant = %stored.tenant,
-                stream = %stored.stream,
-                seq = stored.seq,
-                "stored checkpoint does not verify with the signing key; not used"
-            );
-            continue;
+    let mut trusted = BTreeMap::new();
+    for newest in store
+        .checkpoints()
+        .latest(tenant, Some(&key.key_id()))
+        .await?
+    {
+        let position = match signed_position(&newest, &trust) {
+            Some(p) => Some(p),
+            None => store
+                .checkpoints()
+                .list(Some(&newest.tenant), Some(&newest.stream))
+                .await?
+                .iter()
+                .rev()
+                .find_map(|older| signed_position(older, &trust)),
         };
-        settled.insert(stream);
-        let position = Position {
-            seq: payload.seq,
-            hash: payload.hash,
-        };
-        match latest.entry((payload.tenant, payload.stream)) {
-            Entry::Vacant(slot) => {
-                slot.insert(position);
-            }
-            Entry::Occupied(mut slot) if position.seq > slot.get().seq => {
-                slot.insert(position);
-            }
-            Entry::Occupied(_) => {}
+        if let Some(position) = position {
+            trusted.insert((newest.tenant, newest.stream), position);
         }
     }
-    Ok(latest)
+    Ok(trusted)
+}
+
+/// The position a stored checkpoint's envelope proves for its own stream,
+/// if it verifies with `trust` and is signed for the stream it is stored
+/// under.
+fn signed_position(stored: &Checkpoint, trust: &TrustSet) -> Option<Position> {
+    let Ok((payload, _)) = CheckpointPayload::verify(stored.envelope.as_bytes(), trust) else {
+        tracing::warn!(
+            tenant = %stored.tenant,
+            stream = %stored.stream,
+            seq = stored.seq,
+            "stored checkpoint does not verify with the signing key; not used"
+        );
+        return None;
+    };
+    if (payload.tenant.as_str(), payload.stream.as_str())
+        != (stored.tenant.as_str(), stored.stream.as_str())
+    {
+        tracing::warn!(
+            tenant = %stored.tenant,
+            stream = %stored.stream,
+            seq = stored.seq,
+            "stored checkpoint is signed for another stream; not used"
+        );
+        return None;
+    }
+    Some(Position {
+        seq: payload.seq,
+        hash: payload.hash,
+    })
 }
 
 /// One entry of the published list: the position in the clear (to read at
@@ -232,7 +248,7 @@ pub async fn checkpoint_once(
     let tenants: std::collections::BTreeSet<&str> =
         report.signed.iter().map(|p| p.tenant.as_str()).collect();
     for tenant in tenants {
-        let stored = ctx.store.checkpoints().list(Some(tenant), None).await?;
+        let stored = ctx.store.checkpoints().latest(Some(tenant), None).await?;
         let cm = tenant_config_map(tenant, &stored);
         let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), tenant);
         let params = PatchParams::apply(crate::MANAGER).force();

@@ -118,17 +118,57 @@ impl Checkpoints<'_> {
             .await?
         });
         rows.into_iter()
-            .map(|r| {
-                Ok(Checkpoint {
-                    at: ts_from_ms(r.at)?,
-                    tenant: r.tenant,
-                    stream: r.stream,
-                    seq: r.seq,
-                    hash: r.hash,
-                    keyid: r.keyid,
-                    envelope: r.envelope,
-                })
-            })
+            .map(CheckpointRow::into_checkpoint)
             .collect()
+    }
+
+    /// The newest checkpoint (highest seq) of each stream of `tenant`
+    /// (every tenant when `None`), among those stored under `keyid` when
+    /// given, ordered by tenant and stream. One row per stream however many
+    /// checkpoints a stream has collected: what a periodic pass and the
+    /// published copy need, at a cost that does not grow with the log's age.
+    pub async fn latest(
+        &self,
+        tenant: Option<&str>,
+        keyid: Option<&str>,
+    ) -> Result<Vec<Checkpoint>> {
+        if let Some(t) = tenant {
+            require("tenant", t)?;
+        }
+        if let Some(k) = keyid {
+            require("keyid", k)?;
+        }
+        let rows: Vec<CheckpointRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(
+                "SELECT c.tenant, c.stream, c.seq, c.hash, c.at, c.keyid, c.envelope \
+                 FROM checkpoints c \
+                 WHERE ($1 IS NULL OR c.tenant = $1) AND ($2 IS NULL OR c.keyid = $2) \
+                 AND c.seq = (SELECT max(m.seq) FROM checkpoints m \
+                     WHERE m.tenant = c.tenant AND m.stream = c.stream \
+                     AND ($2 IS NULL OR m.keyid = $2)) \
+                 ORDER BY c.tenant, c.stream",
+            )
+            .bind(tenant)
+            .bind(keyid)
+            .fetch_all(pool)
+            .await?
+        });
+        rows.into_iter()
+            .map(CheckpointRow::into_checkpoint)
+            .collect()
+    }
+}
+
+impl CheckpointRow {
+    fn into_checkpoint(self) -> Result<Checkpoint> {
+        Ok(Checkpoint {
+            at: ts_from_ms(self.at)?,
+            tenant: self.tenant,
+            stream: self.stream,
+            seq: self.seq,
+            hash: self.hash,
+            keyid: self.keyid,
+            envelope: self.envelope,
+        })
     }
 }

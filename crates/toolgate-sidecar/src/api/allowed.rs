@@ -35,8 +35,9 @@ pub(crate) struct AllowedCall {
 /// A remembered decision: still open for its intent, or already used.
 #[derive(Debug)]
 pub(crate) enum Remembered {
-    /// No intent yet; one matching the call may be recorded.
-    Open(AllowedCall),
+    /// No intent yet; one matching the call may be recorded. Boxed so that
+    /// a tombstone costs a pointer's width in the map, not a whole call's.
+    Open(Box<AllowedCall>),
     /// Its one intent is recorded.
     Used,
 }
@@ -63,7 +64,7 @@ impl AllowedDecisions {
         }
         let id: Arc<str> = id.into();
         self.order.push_back((now, Arc::clone(&id)));
-        self.map.insert(id, Remembered::Open(call));
+        self.map.insert(id, Remembered::Open(Box::new(call)));
     }
 
     /// The decision `id`, if it is still remembered.
@@ -110,6 +111,11 @@ mod tests {
         assert!(matches!(allowed.get("d1"), Some(Remembered::Used)));
         allowed.mark_used("unknown");
         assert!(allowed.get("unknown").is_none());
+        // A tombstone is one pointer wide: the call itself was freed.
+        assert_eq!(
+            std::mem::size_of::<Remembered>(),
+            std::mem::size_of::<usize>()
+        );
     }
 
     #[test]

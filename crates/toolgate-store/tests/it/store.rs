@@ -98,27 +98,51 @@ fn profile_load(version: &str, by: &str) -> ProfileLoad {
 async fn fail_inserts(db: &crate::common::TestDb, table: &str, when: Option<&str>) {
     let pg_when = when.map(|w| format!("WHEN ({w})")).unwrap_or_default();
     let sqlite_when = when.map(|w| format!("WHEN {w}")).unwrap_or_default();
-    db.raw(
-        &format!(
-            "CREATE OR REPLACE FUNCTION injected_failure() RETURNS trigger LANGUAGE plpgsql AS \
-             $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$; \
-             CREATE TRIGGER fail_{table} BEFORE INSERT ON {table} FOR EACH ROW {pg_when} \
-             EXECUTE FUNCTION injected_failure();"
-        ),
-        &format!(
-            "CREATE TRIGGER fail_{table} BEFORE INSERT ON {table} {sqlite_when} \
-             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
-        ),
-    )
+    if db.store.as_sqlite().is_some() {
+        sqlite_ddl(
+            db,
+            &format!(
+                "CREATE TRIGGER fail_{table} BEFORE INSERT ON {table} {sqlite_when} \
+                 BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+            ),
+        )
+        .await;
+        return;
+    }
+    db.raw_both(&format!(
+        "CREATE OR REPLACE FUNCTION injected_failure() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$; \
+         CREATE TRIGGER fail_{table} BEFORE INSERT ON {table} FOR EACH ROW {pg_when} \
+         EXECUTE FUNCTION injected_failure();"
+    ))
     .await;
 }
 
 async fn stop_failing(db: &crate::common::TestDb, table: &str) {
-    db.raw(
-        &format!("DROP TRIGGER fail_{table} ON {table}"),
-        &format!("DROP TRIGGER fail_{table}"),
-    )
-    .await;
+    if db.store.as_sqlite().is_some() {
+        sqlite_ddl(db, &format!("DROP TRIGGER fail_{table}")).await;
+        return;
+    }
+    db.raw_both(&format!("DROP TRIGGER fail_{table} ON {table}"))
+        .await;
+}
+
+/// Runs one DDL statement on a pooled SQLite connection inside a write
+/// transaction begun by a statement of its own. A pooled connection checks
+/// its cached schema when a transaction begins; a DDL statement parsed
+/// before that (as the second statement of one multi-statement string can
+/// be) may be judged against a schema another connection has changed since:
+/// "trigger already exists" for one dropped a moment ago (seen in about
+/// one run of this module in twelve).
+async fn sqlite_ddl(db: &crate::common::TestDb, ddl: &str) {
+    let pool = db.store.as_sqlite().expect("sqlite store");
+    let mut conn = pool.acquire().await.expect("acquire");
+    for sql in ["BEGIN IMMEDIATE", ddl, "COMMIT"] {
+        sqlx::raw_sql(sql)
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
 }
 
 // ---------------------------------------------------------------- intents

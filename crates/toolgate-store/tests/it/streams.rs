@@ -550,3 +550,57 @@ async fn postgres_writers_of_one_stream_recover_from_a_stale_head() {
     assert_eq!(verified.rows, 7);
     db.finish().await;
 }
+
+both_backends!(latest_checkpoints_are_one_per_stream, |db| {
+    let cps = db.store.checkpoints();
+    let at = jiff::Timestamp::now();
+    let cp = |tenant: &str, stream: &str, seq: i64, keyid: &str| toolgate_store::Checkpoint {
+        tenant: tenant.into(),
+        stream: stream.into(),
+        seq,
+        hash: format!("h{seq}"),
+        at,
+        keyid: keyid.into(),
+        envelope: format!("{{\"seq\":{seq}}}"),
+    };
+    for c in [
+        cp("acme", "pod-a/1", 1, "k1"),
+        cp("acme", "pod-a/1", 5, "k1"),
+        cp("acme", "pod-a/1", 3, "k1"),
+        cp("acme", "pod-a/1", 7, "k2"),
+        cp("acme", "pod-b/1", 2, "k1"),
+        cp("other", "pod-a/1", 9, "k1"),
+    ] {
+        assert!(cps.record(&c).await.unwrap());
+    }
+    let positions = |list: Vec<toolgate_store::Checkpoint>| {
+        list.into_iter()
+            .map(|c| (c.tenant, c.stream, c.seq, c.keyid))
+            .collect::<Vec<_>>()
+    };
+    let s = |t: &str, st: &str, seq: i64, k: &str| (t.to_owned(), st.to_owned(), seq, k.to_owned());
+    // Newest per stream, any signer.
+    assert_eq!(
+        positions(cps.latest(None, None).await.unwrap()),
+        vec![
+            s("acme", "pod-a/1", 7, "k2"),
+            s("acme", "pod-b/1", 2, "k1"),
+            s("other", "pod-a/1", 9, "k1"),
+        ]
+    );
+    // Newest per stream of one signer, one tenant.
+    assert_eq!(
+        positions(cps.latest(Some("acme"), Some("k1")).await.unwrap()),
+        vec![s("acme", "pod-a/1", 5, "k1"), s("acme", "pod-b/1", 2, "k1")]
+    );
+    assert!(
+        cps.latest(Some("acme"), Some("k3"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        cps.latest(Some(""), None).await.unwrap_err().code(),
+        "invalid_input"
+    );
+});
