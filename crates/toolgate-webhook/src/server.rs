@@ -195,17 +195,35 @@ fn mutate(
     }
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, WebhookError> {
-    use http_body_util::{BodyExt as _, LengthLimitError, Limited};
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(WebhookError::BodyTooLarge { limit })
+/// How much of an oversized body is still read, and dropped, before the
+/// 413 goes out. A client is usually still sending when the limit is
+/// crossed; closing a connection with its bytes unread resets it, and the
+/// client then sees a broken pipe instead of the answer. Beyond this much
+/// the connection is cut anyway.
+const DRAIN_PAST_LIMIT: usize = 8 * 1024 * 1024;
+
+/// The request body, at most `limit` bytes.
+async fn read_body(mut body: Body, limit: usize) -> Result<Bytes, WebhookError> {
+    use http_body_util::BodyExt as _;
+    let mut kept = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| WebhookError::MalformedReview(format!("could not read the body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len());
+        if seen <= limit {
+            kept.extend_from_slice(&data);
+        } else if seen > limit.saturating_add(DRAIN_PAST_LIMIT) {
+            break;
         }
-        Err(e) => Err(WebhookError::MalformedReview(format!(
-            "could not read the body: {e}"
-        ))),
     }
+    if seen > limit {
+        return Err(WebhookError::BodyTooLarge { limit });
+    }
+    Ok(Bytes::from(kept))
 }
 
 fn review_response(response: &AdmissionResponse) -> Response {

@@ -173,7 +173,7 @@ async fn append_pg(
     loop {
         let from = match head.take() {
             Some(known) => known,
-            None => pg_head(&mut *pool.acquire().await?, tenant, stream, false).await?,
+            None => pg_head(&mut *pool.acquire().await?, tenant, stream).await?,
         };
         let rows = chain(tenant, stream, from, &records);
         let inserted = if let [row] = rows.as_slice() {
@@ -208,24 +208,20 @@ fn is_stale_head(e: &sqlx::Error) -> bool {
 }
 
 /// PostgreSQL: a stream's head seq and hash, or its unlinked genesis when
-/// nobody opened or appended to it yet. `lock` holds the head row until the
-/// caller's transaction ends.
+/// nobody opened or appended to it yet. Not locked: a tenant role may only
+/// read heads, and the insert that follows is refused if another writer
+/// moved the head meanwhile.
 async fn pg_head(
     conn: &mut sqlx::PgConnection,
     tenant: &str,
     stream: &str,
-    lock: bool,
 ) -> Result<(i64, String)> {
-    let sql = if lock {
-        "SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2 FOR UPDATE"
-    } else {
-        "SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2"
-    };
-    let head: Option<(i64, String)> = sqlx::query_as(sql)
-        .bind(tenant)
-        .bind(stream)
-        .fetch_optional(conn)
-        .await?;
+    let head: Option<(i64, String)> =
+        sqlx::query_as("SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2")
+            .bind(tenant)
+            .bind(stream)
+            .fetch_optional(conn)
+            .await?;
     match head {
         Some(head) => Ok(head),
         None => Ok((0, genesis_hash(tenant, stream, None)?)),
@@ -275,9 +271,10 @@ fn chained(
 }
 
 /// Appends one record on PostgreSQL inside the caller's transaction, after
-/// the stream's head as the database has it (read and locked here, so the
-/// transaction cannot fail on a stale head however long it ran). The caller
-/// holds the stream's turn and records the new head once it commits.
+/// the stream's head as the database has it (read here, so a head this
+/// process holds in memory is never trusted for it). The caller holds the
+/// stream's turn and records the new head once it commits; only another
+/// process appending to the same stream meanwhile makes it fail (TG006).
 pub(crate) async fn append_pg_in(
     conn: &mut sqlx::PgConnection,
     tenant: &str,
@@ -285,7 +282,7 @@ pub(crate) async fn append_pg_in(
     record: DecisionRecord,
 ) -> Result<ChainedDecision> {
     require("stream", stream)?;
-    let from = pg_head(conn, tenant, stream, true).await?;
+    let from = pg_head(conn, tenant, stream).await?;
     let mut rows = chain(tenant, stream, from, std::slice::from_ref(&record));
     let row = rows
         .pop()

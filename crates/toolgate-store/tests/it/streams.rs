@@ -484,7 +484,7 @@ async fn sqlite_rows_from_before_streams_keep_verifying() {
 /// other makes stale: the database refuses the stale append (it does not
 /// continue the head), the writer re-reads the head and appends after it,
 /// and the chain stays one line with no seq lost or repeated. A run-charged
-/// append reads the head in its own transaction and never goes stale.
+/// append reads the head in its own transaction, not from memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_writers_of_one_stream_recover_from_a_stale_head() {
     let Some(db) = crate::common::TestDb::postgres().await else {

@@ -1166,6 +1166,31 @@ async fn tenant_streams_are_confined_and_unforgeable() {
     // The sidecar's stream next to it still verifies.
     assert!(a.decisions().verify_stream(&ta, s1).await.unwrap().ok);
 
+    // A high-risk call's run charge and decision, as a tenant role: the
+    // head is read in the transaction (a tenant may not lock heads) and the
+    // row continues it.
+    let (_, charged) = a
+        .runs()
+        .admit_and_record(
+            &ta,
+            s1,
+            "run-t",
+            true,
+            &toolgate_store::RunLimits::default(),
+            Timestamp::now(),
+            |_| record(40),
+        )
+        .await
+        .unwrap();
+    assert_eq!(charged.seq, 5);
+    assert_eq!(charged.prev_hash, s1_rows[3].hash);
+    let next = a.decisions().append(&ta, s1, record(41)).await.unwrap();
+    assert_eq!(
+        (next.seq, next.prev_hash.as_str()),
+        (6, charged.hash.as_str())
+    );
+    assert!(a.decisions().verify_stream(&ta, s1).await.unwrap().ok);
+
     a.close().await;
     b.close().await;
 }
