@@ -9,8 +9,10 @@ Traffic (open loop, fixed schedule): 70 % low-risk allows (batched records),
 10 % low-risk denies, 10 % high-risk allows with their intent (begin,
 effect-sent, complete), 5 % high-risk denies, 5 % unknown tools. Every
 window (30 s) prints requests, errors, p50/p99 and the sidecar's RSS; the
-end prints RSS growth after warm-up (goal < 10 %), the p99 range and
-`toolgate_decision_log_dropped_total` (goal 0). Exits 1 when a goal is missed.
+end prints RSS growth after warm-up (the first minute; goal < 10 %), the p99
+range and `toolgate_decision_log_dropped_total` (goal 0), and, for reading
+only, the growth once the sidecar's longest window (allowed decisions are
+remembered 300 s) is full. Exits 1 when a goal is missed.
 """
 import argparse
 import asyncio
@@ -47,6 +49,11 @@ def free_port():
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
+
+
+# The sidecar remembers allowed decisions this long (api/allowed.rs,
+# REMEMBER_FOR): its memory is expected to grow until then.
+SETTLED_AFTER_S = 300
 
 
 def rss_kib(pid):
@@ -195,6 +202,11 @@ def main():
     errors = sum(w['errors'] for w in windows)
     print(f"RSS start {rss_start / 1024:.1f} MiB, after warm-up {warm / 1024:.1f} MiB, end {end / 1024:.1f} MiB "
           f"(growth after warm-up {growth:+.1f} %)")
+    settled = next((w for w in windows if w['t'] >= SETTLED_AFTER_S), None)
+    if settled is not None and settled is not windows[-1]:
+        print(f"RSS once the {SETTLED_AFTER_S} s window of allowed decisions is full: "
+              f"{settled['rss_kib'] / 1024:.1f} MiB at {settled['t']} s, end {end / 1024:.1f} MiB "
+              f"({(end - settled['rss_kib']) / settled['rss_kib'] * 100:+.1f} %, not a goal)")
     print(f"p99 per window {min(p99s):.2f}-{max(p99s):.2f} ms; errors {errors}; "
           f"toolgate_decision_log_dropped_total {dropped}")
     ok = growth < 10 and dropped == 0 and errors == 0
