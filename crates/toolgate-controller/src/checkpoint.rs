@@ -1,7 +1,7 @@
 //! Signed checkpoints of the decision log, made by the controller.
 //!
-//! A hash chain shows edits, but not a cut of its newest rows together with
-//! a rewritten head. A checkpoint — one stream head signed with the bundle
+//! A hash chain shows edits, but not a cut of its newest rows (a stream's
+//! head is its last row). A checkpoint — one stream head signed with the bundle
 //! key, outside the database's control — does. The leading controller signs
 //! every changed, intact stream head each `--checkpoint-interval` (and
 //! `toolgate audit checkpoint` does it on demand, through [`sign_heads`]);

@@ -8,8 +8,8 @@ use jiff::Timestamp;
 use super::chain::{genesis_hash, row_hash};
 use super::heads::KnownHead;
 use super::{
-    ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, INSERT, LEGACY_STREAM, MAX_BATCH,
-    StreamHead, StreamLink, validate,
+    CURRENT_HEAD, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, INSERT, LEGACY_STREAM,
+    MAX_BATCH, StreamHead, StreamLink, validate,
 };
 use crate::{BeginWrite, Result, StoreError, require, require_opt, ts_from_ms};
 
@@ -136,7 +136,7 @@ impl Decisions<'_> {
                 };
                 let genesis = genesis_hash(tenant, stream, link.as_ref())?;
                 sqlx::query(
-                    "INSERT INTO decision_heads (tenant, stream, seq, prev_hash, hash, \
+                    "INSERT INTO decision_streams (tenant, stream, seq, prev_hash, hash, \
                      previous_stream, previous_seq, previous_hash, started_at) \
                      VALUES ($1, $2, 0, $3, $4, $5, $6, $7, $8)",
                 )
@@ -201,27 +201,33 @@ async fn pg_insert_all(pool: &sqlx::PgPool, rows: &[ChainedDecision]) -> sqlx::R
     tx.commit().await
 }
 
-/// Whether PostgreSQL refused a row for not continuing its stream's head
-/// (SQLSTATE TG006, migration 0007).
+/// Whether PostgreSQL refused a row because its stream moved on: the row
+/// does not continue the stream's last row (SQLSTATE TG006, migration
+/// 0008), or another writer took its seq first (the primary key).
 fn is_stale_head(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("TG006"))
+    match e {
+        sqlx::Error::Database(db) => match db.code().as_deref() {
+            Some("TG006") => true,
+            Some("23505") => db.constraint() == Some("decisions_pkey"),
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// PostgreSQL: a stream's head seq and hash, or its unlinked genesis when
-/// nobody opened or appended to it yet. Not locked: a tenant role may only
-/// read heads, and the insert that follows is refused if another writer
-/// moved the head meanwhile.
+/// nobody opened or appended to it yet. Not locked: the insert that follows
+/// is refused if another writer moved the head meanwhile.
 async fn pg_head(
     conn: &mut sqlx::PgConnection,
     tenant: &str,
     stream: &str,
 ) -> Result<(i64, String)> {
-    let head: Option<(i64, String)> =
-        sqlx::query_as("SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2")
-            .bind(tenant)
-            .bind(stream)
-            .fetch_optional(conn)
-            .await?;
+    let head: Option<(i64, String)> = sqlx::query_as(CURRENT_HEAD)
+        .bind(tenant)
+        .bind(stream)
+        .fetch_optional(conn)
+        .await?;
     match head {
         Some(head) => Ok(head),
         None => Ok((0, genesis_hash(tenant, stream, None)?)),
@@ -324,7 +330,7 @@ macro_rules! bind_record {
 }
 
 /// PostgreSQL: inserts one chained row; the trigger checks that it
-/// continues the head and advances the head to it.
+/// continues the stream's last row.
 async fn pg_insert(conn: &mut sqlx::PgConnection, row: &ChainedDecision) -> sqlx::Result<()> {
     bind_record!(sqlx::query(INSERT), &row.tenant, &row.stream, row.record)
         .bind(row.seq)
@@ -342,13 +348,11 @@ async fn sqlite_head(
     tenant: &str,
     stream: &str,
 ) -> Result<Option<(i64, String)>> {
-    Ok(
-        sqlx::query_as("SELECT seq, hash FROM decision_heads WHERE tenant = $1 AND stream = $2")
-            .bind(tenant)
-            .bind(stream)
-            .fetch_optional(&mut *tx)
-            .await?,
-    )
+    Ok(sqlx::query_as(CURRENT_HEAD)
+        .bind(tenant)
+        .bind(stream)
+        .fetch_optional(&mut *tx)
+        .await?)
 }
 
 /// SQLite: appends `records` inside the caller's write transaction (which
@@ -360,8 +364,8 @@ pub(crate) async fn append_sqlite_in(
     records: Vec<DecisionRecord>,
 ) -> Result<Vec<ChainedDecision>> {
     require("stream", stream)?;
-    // A stream nobody opened starts unlinked; the trigger creates its head
-    // with the first row, as PostgreSQL's trigger does.
+    // A stream nobody opened starts unlinked; the trigger registers it with
+    // its first row, as PostgreSQL's trigger does.
     let from = match sqlite_head(tx, tenant, stream).await? {
         Some(head) => head,
         None => (0, genesis_hash(tenant, stream, None)?),

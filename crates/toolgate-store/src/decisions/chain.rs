@@ -193,7 +193,7 @@ mod tests {
             }
         }
         let trigger =
-            include_str!("../../../../migrations/postgres/0007_writer_chained_decisions.sql");
+            include_str!("../../../../migrations/postgres/0008_stream_head_is_last_row.sql");
         assert!(trigger.contains(&format!("\"v\":{HASH_FORMAT}}}")));
         assert!(trigger.contains(&format!("\"v\":{HASH_FORMAT_LEGACY}}}")));
     }

@@ -2,8 +2,9 @@
 //! memory so that an append is one INSERT carrying its own seq and hashes.
 //!
 //! A stream has one writer (a sidecar instance), so the head it last wrote
-//! is still the head when it next appends; the database checks that anyway
-//! (migration 0007 refuses a row that does not continue the head, SQLSTATE
+//! is still the head when it next appends. A stale one is refused: its next
+//! seq is taken (the primary key), or, for roles other than the tables'
+//! owner, the row does not continue the last row (migration 0008, SQLSTATE
 //! TG006). A head that may be stale (after any failed append, or when a
 //! second writer appended) is forgotten and read again.
 
@@ -23,7 +24,7 @@ const MAX_STREAMS: usize = 4096;
 type Slot = Arc<AsyncMutex<KnownHead>>;
 
 /// The known heads, one lock per stream: appends to one stream from one
-/// process take turns (they would wait for the head row anyway), appends to
+/// process take turns (their rows would race for the same seq), appends to
 /// different streams do not.
 #[derive(Debug, Default)]
 pub(crate) struct HeadCache {

@@ -2,20 +2,25 @@
 //!
 //! A stream is one writer: a sidecar instance names its stream
 //! `{pod}/{uuidv7}` once at start, so sidecars of one tenant never wait for
-//! each other's head row (one chain per tenant serialised every append of
-//! the tenant). Rows written before streams existed form the stream
+//! each other (one chain per tenant serialised every append of the
+//! tenant). Rows written before streams existed form the stream
 //! [`LEGACY_STREAM`] of their tenant.
 //!
 //! Row `seq` (1-based per stream) stores `prev_hash`, the previous row's hash
 //! (for seq 1 the stream's genesis, see [`genesis_hash`]), and `hash`, the
 //! SHA-256 of the RFC 8785 canonical JSON of the record together with
-//! tenant, stream, seq and prev_hash. The writer computes all three; a head
-//! row per stream holds the last seq and hash, and the database advances it
-//! only with a row that continues it (seq + 1, prev_hash = its hash), so a
-//! chain cannot fork, skip or rewind whoever inserts. [`Decisions::verify`]
-//! recomputes every hash and compares the head with the last row, so that
-//! truncating the newest rows is detected as well as edits, gaps and
-//! reordering in the middle.
+//! tenant, stream, seq and prev_hash. The writer computes all three. The
+//! database keeps one row per seq, so a chain cannot fork or rewind, and
+//! accepts a row from any role but the tables' owner only if it continues
+//! the row before it (its prev_hash is the hash of the previous seq), so a
+//! tenant role cannot skip or relink either (migration 0008). A stream's head is
+//! its last row: appending writes nothing but the row. `decision_streams`
+//! (the head table `decision_heads` until migration 0008; on PostgreSQL
+//! that name is now a view computing heads for earlier releases) registers
+//! each stream (its previous-stream link, when it started, and the
+//! position recorded then), and [`Decisions::verify`] recomputes every hash
+//! and requires the chain to reach that recorded position, so edits, gaps
+//! and reordering are detected anywhere.
 //!
 //! A stream opened with [`Decisions::open_stream`] starts from the head of
 //! the previous stream its writer knew (a restarted sidecar names its pod's
@@ -23,9 +28,10 @@
 //! that the previous chain still contains it.
 //!
 //! The chain alone proves integrity against edits that do not rewrite every
-//! later row and the head; signed checkpoints of the heads
-//! ([`crate::Checkpoints`]) are what make a truncation with a rewritten head,
-//! or a full rewrite, detectable.
+//! later row; removing the newest rows, or rewriting a stream from some row
+//! on, leaves a shorter or different chain that is consistent in itself.
+//! Signed checkpoints of the heads ([`crate::Checkpoints`]) are what make
+//! those detectable.
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -154,7 +160,8 @@ pub struct StreamLink {
     pub hash: String,
 }
 
-/// A stream's head as the database holds it.
+/// A stream's head: its last row (or, before it has rows beyond it, the
+/// position recorded when it was registered) and how it started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamHead {
     /// Tenant.
@@ -182,6 +189,19 @@ struct HeadRow {
     previous_hash: Option<String>,
     started_at: Option<i64>,
 }
+
+/// Seq and hash of a stream's last row (`$1` tenant, `$2` stream).
+pub(crate) const LAST_ROW: &str = "SELECT seq, hash FROM decisions WHERE tenant = $1 AND stream = $2 \
+     ORDER BY seq DESC LIMIT 1";
+
+/// A stream's current head (`$1` tenant, `$2` stream): its last row or its
+/// recorded position, whichever is further; no row when the stream is
+/// neither registered nor written.
+pub(crate) const CURRENT_HEAD: &str = "SELECT seq, hash FROM (\
+     SELECT seq, hash FROM decision_streams WHERE tenant = $1 AND stream = $2 \
+     UNION ALL SELECT seq, hash FROM (SELECT seq, hash FROM decisions \
+     WHERE tenant = $1 AND stream = $2 ORDER BY seq DESC LIMIT 1) AS last_row\
+     ) AS positions ORDER BY seq DESC LIMIT 1";
 
 const HEAD_COLUMNS: &str =
     "tenant, stream, seq, hash, previous_stream, previous_seq, previous_hash, started_at";
@@ -311,16 +331,41 @@ pub struct Decisions<'a> {
 }
 
 impl Decisions<'_> {
-    /// The head of one stream, if the stream exists.
+    /// The head of one stream, if the stream exists: its last row when
+    /// that lies beyond the position recorded in its register row.
     pub async fn head(&self, tenant: &str, stream: &str) -> Result<Option<StreamHead>> {
         require("tenant", tenant)?;
         require("stream", stream)?;
-        let sql =
-            format!("SELECT {HEAD_COLUMNS} FROM decision_heads WHERE tenant = $1 AND stream = $2");
+        let Some(mut head) = self.registered(tenant, stream).await? else {
+            return Ok(None);
+        };
+        if let Some((seq, hash)) = self.last_row(tenant, stream).await?
+            && seq > head.seq
+        {
+            head.seq = seq;
+            head.hash = hash;
+        }
+        Ok(Some(head))
+    }
+
+    /// A stream's register row as written when the stream was opened (or
+    /// seeded by its first row): seq 0 and the genesis hash, or for a stream
+    /// from before migration 0008 its head as of then.
+    async fn registered(&self, tenant: &str, stream: &str) -> Result<Option<StreamHead>> {
+        let sql = format!(
+            "SELECT {HEAD_COLUMNS} FROM decision_streams WHERE tenant = $1 AND stream = $2"
+        );
         let row: Option<HeadRow> = on_pool!(self.store, pool => {
             sqlx::query_as(&sql).bind(tenant).bind(stream).fetch_optional(pool).await?
         });
         row.map(HeadRow::into_head).transpose()
+    }
+
+    /// Seq and hash of the stream's last row, if it has any.
+    async fn last_row(&self, tenant: &str, stream: &str) -> Result<Option<(i64, String)>> {
+        Ok(on_pool!(self.store, pool => {
+            sqlx::query_as(LAST_ROW).bind(tenant).bind(stream).fetch_optional(pool).await?
+        }))
     }
 
     /// The most recently opened stream of `tenant` whose name starts with
@@ -333,7 +378,7 @@ impl Decisions<'_> {
             .map_err(|_| StoreError::InvalidInput("stream prefix is too long".into()))?;
         Ok(on_pool!(self.store, pool => {
             sqlx::query_scalar(
-                "SELECT stream FROM decision_heads WHERE tenant = $1 \
+                "SELECT stream FROM decision_streams WHERE tenant = $1 \
                  AND substr(stream, 1, $2) = $3 \
                  ORDER BY started_at DESC NULLS LAST, stream DESC LIMIT 1",
             )
@@ -351,7 +396,7 @@ impl Decisions<'_> {
         Ok(on_pool!(self.store, pool => {
             sqlx::query_scalar(
                 "SELECT stream FROM decisions WHERE tenant = $1 \
-                 UNION SELECT stream FROM decision_heads WHERE tenant = $1 ORDER BY stream",
+                 UNION SELECT stream FROM decision_streams WHERE tenant = $1 ORDER BY stream",
             )
             .bind(tenant)
             .fetch_all(pool)
@@ -404,18 +449,6 @@ impl Decisions<'_> {
                 .bind(limit)
                 .fetch_all(pool)
                 .await?
-        }))
-    }
-
-    async fn max_seq(&self, tenant: &str, stream: &str) -> Result<Option<i64>> {
-        Ok(on_pool!(self.store, pool => {
-            sqlx::query_scalar(
-                "SELECT max(seq) FROM decisions WHERE tenant = $1 AND stream = $2",
-            )
-            .bind(tenant)
-            .bind(stream)
-            .fetch_one(pool)
-            .await?
         }))
     }
 

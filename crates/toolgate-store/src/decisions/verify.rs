@@ -1,5 +1,6 @@
-//! Verifying chains: recompute every row's hash, compare the last row with
-//! the stream's head, and check the link to the previous stream.
+//! Verifying chains: recompute every row's hash, check that the chain
+//! reaches the position its stream recorded, and check the link to the
+//! previous stream.
 
 use super::chain::{genesis_hash, row_hash};
 use std::collections::BTreeMap;
@@ -33,7 +34,7 @@ impl Decisions<'_> {
                 on_pool!(self.store, pool => {
                     sqlx::query_as(
                         "SELECT tenant, stream FROM decisions WHERE tenant = $1 \
-                         UNION SELECT tenant, stream FROM decision_heads WHERE tenant = $1 \
+                         UNION SELECT tenant, stream FROM decision_streams WHERE tenant = $1 \
                          ORDER BY tenant, stream",
                     )
                     .bind(t)
@@ -44,7 +45,7 @@ impl Decisions<'_> {
             None => on_pool!(self.store, pool => {
                 sqlx::query_as(
                     "SELECT tenant, stream FROM decisions \
-                     UNION SELECT tenant, stream FROM decision_heads ORDER BY tenant, stream",
+                     UNION SELECT tenant, stream FROM decision_streams ORDER BY tenant, stream",
                 )
                 .fetch_all(pool)
                 .await?
@@ -72,20 +73,20 @@ impl Decisions<'_> {
         stream: String,
         start: Option<Position>,
     ) -> Result<ChainReport> {
-        // The head first: rows appended while we read are beyond it and
-        // ignored, so verifying a live stream does not race its writer
-        // (on PostgreSQL a row and its head advance commit together).
-        let head = match self.head(&tenant, &stream).await {
-            Ok(h) => h,
+        let registered = match self.registered(&tenant, &stream).await {
+            Ok(r) => r,
             Err(StoreError::Corrupt(problem)) => {
                 return Ok(broken(tenant, stream, 0, problem));
             }
             Err(e) => return Err(e),
         };
+        // The last row first: rows appended while we read are beyond it and
+        // ignored, so verifying a live stream does not race its writer.
+        let last = self.last_row(&tenant, &stream).await?;
         let genesis = genesis_hash(
             &tenant,
             &stream,
-            head.as_ref().and_then(|h| h.previous.as_ref()),
+            registered.as_ref().and_then(|h| h.previous.as_ref()),
         )?;
         let mut report = ChainReport {
             tenant,
@@ -97,7 +98,7 @@ impl Decisions<'_> {
             first_broken_seq: None,
             problem: None,
         };
-        let max_seq = head.as_ref().map_or(i64::MAX, |h| h.seq);
+        let max_seq = last.as_ref().map_or(0, |(seq, _)| *seq);
         let mut expected_seq = 1i64;
         let mut prev = genesis;
         let mut last_seen = 0i64;
@@ -150,48 +151,42 @@ impl Decisions<'_> {
         let last_seq = expected_seq - 1;
         report.last_seq = last_seq;
         report.last_hash.clone_from(&prev);
-        // Rows end here; the head must agree, or newest rows were removed
-        // (or the head was tampered with).
-        let problem = match &head {
-            None if last_seq > 0 => Some("chain head is missing".to_owned()),
+        // The chain must reach the position recorded when the stream was
+        // registered (beyond seq 0 only for streams older than migration
+        // 0008), and hold it.
+        let problem = match &registered {
+            None if last_seq > 0 => Some((
+                1,
+                "the stream is not registered (its decision_streams row is missing)".to_owned(),
+            )),
             None => None,
-            Some(h) if h.seq > last_seq => Some(format!(
-                "rows end at seq {last_seq} but the chain head is at seq {}",
-                h.seq
+            Some(r) if r.seq > last_seq => Some((
+                last_seq + 1,
+                format!(
+                    "rows end at seq {last_seq} but the stream's recorded head is at seq {}",
+                    r.seq
+                ),
             )),
-            Some(h) if h.seq != last_seq || h.hash != prev => Some(format!(
-                "chain head (seq {}) does not match the last row (seq {last_seq})",
-                h.seq
-            )),
+            Some(r) if r.seq > 0 => self
+                .check_position(&report.tenant, &report.stream, r.seq, &r.hash)
+                .await?
+                .map(|p| {
+                    (
+                        r.seq,
+                        format!("the stream's recorded head does not match its row: {p}"),
+                    )
+                }),
             Some(_) => None,
         };
-        if let Some(p) = problem {
+        if let Some((seq, p)) = problem {
             report.ok = false;
-            report.first_broken_seq = Some(last_seq + 1);
+            report.first_broken_seq = Some(seq);
             report.problem = Some(p);
             return Ok(report);
         }
-        // Rows past the head read above are either appends that committed
-        // since (their head moved with them) or rows slipped in behind a
-        // head that was wound back: re-read the head to tell them apart.
-        if let Some(h) = &head
-            && let Some(beyond) = self.max_seq(&report.tenant, &report.stream).await?
-            && beyond > h.seq
-        {
-            let now = self.head(&report.tenant, &report.stream).await?;
-            if now.is_none_or(|n| n.seq < beyond) {
-                report.ok = false;
-                report.first_broken_seq = Some(h.seq + 1);
-                report.problem = Some(format!(
-                    "rows up to seq {beyond} lie beyond the chain head (seq {})",
-                    h.seq
-                ));
-                return Ok(report);
-            }
-        }
         // The previous stream must still hold the head this stream started
         // from: truncating or rewriting it below that point is detected.
-        if let Some(link) = head.as_ref().and_then(|h| h.previous.as_ref()) {
+        if let Some(link) = registered.as_ref().and_then(|h| h.previous.as_ref()) {
             let p = self
                 .check_position(&report.tenant, &link.stream, link.seq, &link.hash)
                 .await?;

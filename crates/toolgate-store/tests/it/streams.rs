@@ -193,30 +193,21 @@ both_backends!(restart_links_to_the_previous_stream, |db| {
 
     // Editing the link breaks the new stream's first row.
     db.raw_both(
-        "UPDATE decision_heads SET previous_seq = 3 WHERE tenant = 'acme' AND stream = 'pod/2'",
+        "UPDATE decision_streams SET previous_seq = 3 WHERE tenant = 'acme' AND stream = 'pod/2'",
     )
     .await;
     let r = report(&db.store, "acme", "pod/2").await;
     assert_eq!(r.first_broken_seq, Some(1), "{r:?}");
     db.raw_both(
-        "UPDATE decision_heads SET previous_seq = 4 WHERE tenant = 'acme' AND stream = 'pod/2'",
+        "UPDATE decision_streams SET previous_seq = 4 WHERE tenant = 'acme' AND stream = 'pod/2'",
     )
     .await;
     assert!(report(&db.store, "acme", "pod/2").await.ok);
 
-    // Truncating the previous stream below the link, with its head rewritten
-    // to match, verifies for pod/1 alone but breaks pod/2's link.
-    db.raw(
-        "DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 3; \
-         UPDATE decision_heads SET seq = d.seq, prev_hash = d.prev_hash, hash = d.hash \
-           FROM decisions d WHERE d.tenant = 'acme' AND d.stream = 'pod/1' AND d.seq = 2 \
-           AND decision_heads.tenant = 'acme' AND decision_heads.stream = 'pod/1';",
-        "DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 3; \
-         UPDATE decision_heads SET (seq, prev_hash, hash) = (SELECT seq, prev_hash, hash \
-           FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq = 2) \
-           WHERE tenant = 'acme' AND stream = 'pod/1';",
-    )
-    .await;
+    // Truncating the previous stream below the link verifies for pod/1
+    // alone but breaks pod/2's link.
+    db.raw_both("DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 3")
+        .await;
     assert!(report(&db.store, "acme", "pod/1").await.ok);
     let r = report(&db.store, "acme", "pod/2").await;
     assert!(!r.ok);
@@ -224,10 +215,10 @@ both_backends!(restart_links_to_the_previous_stream, |db| {
     assert!(r.problem.unwrap().contains("previous-stream link"));
 });
 
-// Truncating a stream's tail and rewriting its head to match is invisible
-// to the chain alone; a recorded position (what a signed checkpoint
-// holds) exposes it. The CLI test signs and checks real checkpoints.
-both_backends!(truncation_with_head_rewrite_needs_a_checkpoint, |db| {
+// Truncating a stream's tail is invisible to the chain alone (its head is
+// its last row); a recorded position (what a signed checkpoint holds)
+// exposes it. The CLI test signs and checks real checkpoints.
+both_backends!(truncation_needs_a_checkpoint, |db| {
     let d = db.store.decisions();
     let rows = d
         .append_batch("acme", "pod/1", (0..6).map(record).collect())
@@ -248,17 +239,8 @@ both_backends!(truncation_with_head_rewrite_needs_a_checkpoint, |db| {
         None
     );
 
-    db.raw(
-        "DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 5; \
-         UPDATE decision_heads SET seq = d.seq, prev_hash = d.prev_hash, hash = d.hash \
-           FROM decisions d WHERE d.tenant = 'acme' AND d.stream = 'pod/1' AND d.seq = 4 \
-           AND decision_heads.tenant = 'acme' AND decision_heads.stream = 'pod/1';",
-        "DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 5; \
-         UPDATE decision_heads SET (seq, prev_hash, hash) = (SELECT seq, prev_hash, hash \
-           FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq = 4) \
-           WHERE tenant = 'acme' AND stream = 'pod/1';",
-    )
-    .await;
+    db.raw_both("DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 5")
+        .await;
     // The chain alone: ok.
     let after = report(&db.store, "acme", "pod/1").await;
     assert!(after.ok, "{after:?}");
@@ -266,32 +248,69 @@ both_backends!(truncation_with_head_rewrite_needs_a_checkpoint, |db| {
     // The recorded position: gone.
     let problem = d.check_position("acme", "pod/1", seq, &hash).await.unwrap();
     assert!(problem.unwrap().contains("truncated"));
-    // A rewrite (new rows at the same seqs) is caught too.
-    d.append_batch("acme", "pod/1", (50..52).map(record).collect())
+    // A rewrite (new rows at the same seqs, by a writer that reads the head
+    // from the database: on PostgreSQL another process) is caught too.
+    let writer = match db.store.as_postgres() {
+        Some(pool) => Store::from_postgres_pool(pool.clone()),
+        None => db.store.clone(),
+    };
+    let rewritten = writer
+        .decisions()
+        .append_batch("acme", "pod/1", (50..52).map(record).collect())
         .await
         .unwrap();
+    assert_eq!(rewritten[0].seq, 5);
     assert!(report(&db.store, "acme", "pod/1").await.ok);
     let problem = d.check_position("acme", "pod/1", seq, &hash).await.unwrap();
     assert!(problem.unwrap().contains("rewritten"));
 });
 
-both_backends!(rows_behind_a_wound_back_head_are_detected, |db| {
+// A stream's register row keeps the position recorded when it was
+// registered: seq 0 for new streams, the head as of migration 0008 for
+// older ones. Rows beyond it are appends; the chain must still reach it and
+// hold its hash there.
+both_backends!(the_recorded_head_must_be_reached_and_held, |db| {
     let d = db.store.decisions();
     d.append_batch("acme", "pod/1", (0..3).map(record).collect())
         .await
         .unwrap();
+    // Recorded at seq 2 (as a stream from before 0008 would be): rows 3.. are
+    // appends since, and the head is the last row.
     db.raw(
-        "UPDATE decision_heads SET seq = d.seq, prev_hash = d.prev_hash, hash = d.hash \
+        "UPDATE decision_streams SET seq = d.seq, prev_hash = d.prev_hash, hash = d.hash \
            FROM decisions d WHERE d.tenant = 'acme' AND d.stream = 'pod/1' AND d.seq = 2 \
-           AND decision_heads.tenant = 'acme' AND decision_heads.stream = 'pod/1';",
-        "UPDATE decision_heads SET (seq, prev_hash, hash) = (SELECT seq, prev_hash, hash \
+           AND decision_streams.tenant = 'acme' AND decision_streams.stream = 'pod/1';",
+        "UPDATE decision_streams SET (seq, prev_hash, hash) = (SELECT seq, prev_hash, hash \
            FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq = 2) \
            WHERE tenant = 'acme' AND stream = 'pod/1';",
     )
     .await;
     let r = report(&db.store, "acme", "pod/1").await;
-    assert_eq!(r.first_broken_seq, Some(3), "{r:?}");
-    assert!(r.problem.unwrap().contains("beyond the chain head"));
+    assert!(r.ok, "{r:?}");
+    assert_eq!(r.last_seq, 3);
+    assert_eq!(d.head("acme", "pod/1").await.unwrap().unwrap().seq, 3);
+    let appended = d.append("acme", "pod/1", record(9)).await.unwrap();
+    assert_eq!(appended.seq, 4);
+
+    // Truncated below the recorded position: detected.
+    db.raw_both("DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 2")
+        .await;
+    let r = report(&db.store, "acme", "pod/1").await;
+    assert_eq!(r.first_broken_seq, Some(2), "{r:?}");
+    assert!(r.problem.unwrap().contains("recorded head is at seq 2"));
+
+    // A recorded hash the row does not carry: detected at that row.
+    d.append_batch("acme", "pod/2", (0..3).map(record).collect())
+        .await
+        .unwrap();
+    db.raw_both(&format!(
+        "UPDATE decision_streams SET seq = 2, hash = '{}' WHERE tenant = 'acme' AND stream = 'pod/2'",
+        "e".repeat(64)
+    ))
+    .await;
+    let r = report(&db.store, "acme", "pod/2").await;
+    assert_eq!(r.first_broken_seq, Some(2), "{r:?}");
+    assert!(r.problem.unwrap().contains("recorded head does not match"));
 });
 
 both_backends!(stream_names_are_checked, |db| {
@@ -479,10 +498,33 @@ async fn sqlite_rows_from_before_streams_keep_verifying() {
     source.finish().await;
 }
 
+/// A cut the owner's writer did not see shows as a gap.
+#[tokio::test]
+async fn postgres_a_writer_that_missed_a_cut_leaves_a_gap() {
+    let Some(db) = crate::common::TestDb::postgres().await else {
+        return;
+    };
+    let d = db.store.decisions();
+    d.append_batch("acme", "pod/1", (0..6).map(record).collect())
+        .await
+        .unwrap();
+    db.raw_both("DELETE FROM decisions WHERE tenant = 'acme' AND stream = 'pod/1' AND seq >= 5")
+        .await;
+    // The owner's writer keeps its head in memory and skips the link check
+    // (migration 0008): it goes on after the seq it wrote, and the cut shows
+    // as missing rows rather than a silently shorter chain.
+    let next = d.append("acme", "pod/1", record(7)).await.unwrap();
+    assert_eq!(next.seq, 7);
+    let r = report(&db.store, "acme", "pod/1").await;
+    assert_eq!(r.first_broken_seq, Some(5), "{r:?}");
+    assert!(r.problem.unwrap().contains("seq 5 is missing"));
+    db.finish().await;
+}
+
 /// Two writers of one stream (two processes sharing a stream name by
 /// mistake, or a restarted writer reusing one) each know a head that the
-/// other makes stale: the database refuses the stale append (it does not
-/// continue the head), the writer re-reads the head and appends after it,
+/// other makes stale: the database refuses the stale append (its seq is
+/// taken), the writer re-reads the head and appends after it,
 /// and the chain stays one line with no seq lost or repeated. A run-charged
 /// append reads the head in its own transaction, not from memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

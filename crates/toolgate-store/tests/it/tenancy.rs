@@ -452,11 +452,11 @@ async fn tenant_roles_are_confined_to_their_tenant() {
         format!("UPDATE decisions SET verdict = 'deny' WHERE tenant = '{ta}'"),
         format!("DELETE FROM decisions WHERE tenant = '{ta}'"),
         "TRUNCATE decisions".to_owned(),
-        format!("UPDATE decision_heads SET seq = 0 WHERE tenant = '{ta}'"),
-        format!("DELETE FROM decision_heads WHERE tenant = '{ta}'"),
-        "TRUNCATE decision_heads".to_owned(),
+        format!("UPDATE decision_streams SET seq = 0 WHERE tenant = '{ta}'"),
+        format!("DELETE FROM decision_streams WHERE tenant = '{ta}'"),
+        "TRUNCATE decision_streams".to_owned(),
         format!(
-            "INSERT INTO decision_heads (tenant, seq, prev_hash, hash) VALUES ('{ta}x', 0, '', '')"
+            "INSERT INTO decision_streams (tenant, seq, prev_hash, hash) VALUES ('{ta}x', 0, '', '')"
         ),
         // Resolving or expiring an approval.
         format!("UPDATE approvals SET status = 'approved' WHERE tenant = '{ta}'"),
@@ -608,7 +608,7 @@ async fn tenant_roles_are_confined_to_their_tenant() {
         ("intents", "tenant"),
         ("run_events", "tenant"),
         ("decisions", "tenant"),
-        ("decision_heads", "tenant"),
+        ("decision_streams", "tenant"),
         ("checkpoints", "tenant"),
         ("policy_profiles", "namespace"),
         ("process_events", "tenant"),
@@ -1060,10 +1060,10 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         "invalid_input"
     );
     for sql in [
-        format!("UPDATE decision_heads SET seq = 0 WHERE tenant = '{ta}' AND stream = '{s1}'"),
-        format!("DELETE FROM decision_heads WHERE tenant = '{ta}' AND stream = '{s1}'"),
+        format!("UPDATE decision_streams SET seq = 0 WHERE tenant = '{ta}' AND stream = '{s1}'"),
+        format!("DELETE FROM decision_streams WHERE tenant = '{ta}' AND stream = '{s1}'"),
         format!(
-            "INSERT INTO decision_heads (tenant, stream, seq, prev_hash, hash) \
+            "INSERT INTO decision_streams (tenant, stream, seq, prev_hash, hash) \
              VALUES ('{ta}', 'pod-a/9', 5, '', '')"
         ),
         format!("DELETE FROM decisions WHERE tenant = '{ta}' AND stream = '{s1}'"),
@@ -1088,9 +1088,39 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         .await,
         "42501"
     );
-    // A direct insert must continue its stream's head: a made-up seq, a
-    // rewind to a taken seq, and the next seq with a made-up prev_hash are
-    // all refused, and the chain is unchanged.
+    // The heads view of earlier releases reads with the caller's rights: A
+    // sees its own heads (at the last row), never B's.
+    let (seq, hash): (i64, String) = sqlx::query_as(&format!(
+        "SELECT seq, hash FROM decision_heads WHERE tenant = '{ta}' AND stream = '{s1}'"
+    ))
+    .fetch_one(&pa)
+    .await
+    .unwrap();
+    let last = a.decisions().head(&ta, s1).await.unwrap().unwrap();
+    assert_eq!((seq, hash), (last.seq, last.hash));
+    assert!(last.seq > 0);
+    assert_eq!(
+        count(
+            &pa,
+            &format!("SELECT count(*) FROM decision_heads WHERE tenant = '{tb}'")
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            &pb,
+            &format!(
+                "SELECT count(*) FROM decision_heads WHERE tenant = '{tb}' AND stream = '{s1}'"
+            )
+        )
+        .await,
+        1
+    );
+    // A direct insert must continue its stream's last row: a made-up seq and
+    // the next seq with a made-up prev_hash are refused (TG006), a rewind to
+    // a taken seq with the right prev_hash by the primary key (23505), and
+    // the chain is unchanged.
     let s1_rows = a.decisions().list(&ta, s1, 0, 100).await.unwrap();
     let head = s1_rows.last().unwrap();
     let forged = |seq: i64, prev: &str| {
@@ -1105,10 +1135,15 @@ async fn tenant_streams_are_confined_and_unforgeable() {
     for sql in [
         forged(1000, "bogus"),
         forged(head.seq + 1, "bogus"),
+        forged(1, &"0".repeat(64)),
+    ] {
+        assert_eq!(sqlstate(&pa, &sql).await, "TG006", "{sql}");
+    }
+    for sql in [
         forged(head.seq, &s1_rows[s1_rows.len() - 2].hash),
         forged(1, &s1_rows[0].prev_hash),
     ] {
-        assert_eq!(sqlstate(&pa, &sql).await, "TG006", "{sql}");
+        assert_eq!(sqlstate(&pa, &sql).await, "23505", "{sql}");
     }
     // Naming no seq (a sidecar of an earlier release), the row is chained
     // by the trigger at the stream's next position.
