@@ -11,8 +11,10 @@ effect-sent, complete), 5 % high-risk denies, 5 % unknown tools. Every
 window (30 s) prints requests, errors, p50/p99 and the sidecar's RSS; the
 end prints RSS growth after warm-up (the first minute; goal < 10 %), the p99
 range and `toolgate_decision_log_dropped_total` (goal 0), and, for reading
-only, the growth once the sidecar's longest window (allowed decisions are
-remembered 300 s) is full. Exits 1 when a goal is missed.
+only, the growth from 300 s on (the sidecar's longest in-memory window:
+allowed high-risk decisions are remembered 300 s). Exits 1 when a goal is
+missed. Run it on a quiet machine: a sidecar starved of CPU (a cargo build
+beside it) times out, whatever the code.
 """
 import argparse
 import asyncio
@@ -51,8 +53,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-# The sidecar remembers allowed decisions this long (api/allowed.rs,
-# REMEMBER_FOR): its memory is expected to grow until then.
+# The sidecar remembers allowed high-risk decisions this long
+# (api/allowed.rs, REMEMBER_FOR), its longest in-memory window.
 SETTLED_AFTER_S = 300
 
 
@@ -204,7 +206,7 @@ def main():
           f"(growth after warm-up {growth:+.1f} %)")
     settled = next((w for w in windows if w['t'] >= SETTLED_AFTER_S), None)
     if settled is not None and settled is not windows[-1]:
-        print(f"RSS once the {SETTLED_AFTER_S} s window of allowed decisions is full: "
+        print(f"RSS from {SETTLED_AFTER_S} s (the longest in-memory window): "
               f"{settled['rss_kib'] / 1024:.1f} MiB at {settled['t']} s, end {end / 1024:.1f} MiB "
               f"({(end - settled['rss_kib']) / settled['rss_kib'] * 100:+.1f} %, not a goal)")
     print(f"p99 per window {min(p99s):.2f}-{max(p99s):.2f} ms; errors {errors}; "
