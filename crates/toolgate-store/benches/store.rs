@@ -12,6 +12,12 @@
 //!   production has); and all workers on one shared stream of one tenant
 //!   (what one chain per tenant was: every append waits for one head row).
 //!
+//! The connection is the tables' owner, as a deployment with one database
+//! credential has it. A last pair of lines (concurrency 16 and 64) runs the
+//! stream-per-worker shape as a tenant's own role (`provision_tenant_at`),
+//! whose appends also pay row-level security and the link check of
+//! migration 0008; its bare INSERTs are made by the same role.
+//!
 //! and prints store/bare ratios. Store and bare runs alternate in short
 //! slices so background load affects both alike. `TOOLGATE_BENCH_SECONDS` (default 2) sets the
 //! measuring time per line. Runs in a fresh schema that is dropped afterwards.
@@ -159,10 +165,84 @@ async fn main() {
     );
     println!("verified {} chains, {rows} rows: ok", verified.len());
 
+    // The same stream-per-worker shape through a tenant's own role: its
+    // appends pay row-level security and the link check (migration 0008),
+    // its bare INSERTs neither. The owner's pool closes first: the two
+    // would not fit PostgreSQL's default 100 connections together.
+    let id = &schema["bench_".len()..];
+    let tenant = format!("bench-{}", &id[..12]);
+    let creds = store
+        .provision_tenant_at(&tenant, &url)
+        .await
+        .expect("provision tenant role");
+    sqlx::query(&format!("GRANT INSERT ON bare_decisions TO {}", creds.role))
+        .execute(&pool)
+        .await
+        .expect("grant bare insert");
     store.close().await;
+    let tenant_options = PgConnectOptions::from_str(&creds.database_url)
+        .expect("tenant url")
+        .options([("search_path", schema.as_str())]);
+    let tenant_pool = PgPoolOptions::new()
+        .max_connections(*CONCURRENCY.iter().max().unwrap() as u32)
+        .connect_with(tenant_options)
+        .await
+        .expect("connect as the tenant role");
+    let tenant_store = Store::from_postgres_pool(tenant_pool.clone());
+    for &c in &CONCURRENCY[1..] {
+        let s = tenant_store.clone();
+        let p = tenant_pool.clone();
+        let (t1, t2) = (tenant.clone(), tenant.clone());
+        let seqs = Arc::new(AtomicU64::new(1_000_000_000));
+        let (store_rate, bare_rate) = compare(
+            c,
+            window,
+            move |w, i| {
+                let store = s.clone();
+                let tenant = t1.clone();
+                async move {
+                    store
+                        .decisions()
+                        .append(&tenant, &format!("pod-{w}/c{c}"), record(w, i))
+                        .await
+                        .expect("append as the tenant role");
+                }
+            },
+            move |w, i| {
+                let pool = p.clone();
+                let tenant = t2.clone();
+                let seq = seqs.fetch_add(1, Ordering::Relaxed) as i64 + 1;
+                async move {
+                    bare_decision(&pool, &tenant, &format!("pod-{w}/c{c}"), seq, record(w, i)).await
+                }
+            },
+        )
+        .await;
+        report(
+            "decisions append (tenant role, stream/worker)",
+            c,
+            store_rate,
+            bare_rate,
+        );
+    }
+    let verified = tenant_store
+        .decisions()
+        .verify(Some(&tenant))
+        .await
+        .expect("verify as the tenant role");
+    assert!(verified.iter().all(|r| r.ok), "tenant chains broken");
+    tenant_store.close().await;
+
     let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
         .execute(&admin)
         .await;
+    // Roles are cluster-wide: take the tenant role's grants and the role away.
+    let _ = sqlx::raw_sql(&format!(
+        "DROP OWNED BY {role}; DROP ROLE {role}",
+        role = creds.role
+    ))
+    .execute(&admin)
+    .await;
 }
 
 /// How decision appends are spread over chains.
