@@ -127,32 +127,7 @@ async fn main() {
                     Shape::SharedStream => (format!("{tag}-t"), "pod/1".to_owned()),
                 }
             };
-            let c2 = chain.clone();
-            let s = store.clone();
-            let p = pool.clone();
-            let seqs = Arc::new(AtomicU64::new(0));
-            let (store_rate, bare_rate) = compare(
-                c,
-                window,
-                move |w, i| {
-                    let store = s.clone();
-                    let (tenant, stream) = c2(w);
-                    async move {
-                        store
-                            .decisions()
-                            .append(&tenant, &stream, record(w, i))
-                            .await
-                            .expect("append");
-                    }
-                },
-                move |w, i| {
-                    let pool = p.clone();
-                    let (tenant, stream) = chain(w);
-                    let seq = seqs.fetch_add(1, Ordering::Relaxed) as i64 + 1;
-                    async move { bare_decision(&pool, &tenant, &stream, seq, record(w, i)).await }
-                },
-            )
-            .await;
+            let (store_rate, bare_rate) = compare_appends(&store, &pool, c, window, chain).await;
             report(shape.label(), c, store_rate, bare_rate);
         }
     }
@@ -190,34 +165,10 @@ async fn main() {
         .expect("connect as the tenant role");
     let tenant_store = Store::from_postgres_pool(tenant_pool.clone());
     for &c in &CONCURRENCY[1..] {
-        let s = tenant_store.clone();
-        let p = tenant_pool.clone();
-        let (t1, t2) = (tenant.clone(), tenant.clone());
-        let seqs = Arc::new(AtomicU64::new(1_000_000_000));
-        let (store_rate, bare_rate) = compare(
-            c,
-            window,
-            move |w, i| {
-                let store = s.clone();
-                let tenant = t1.clone();
-                async move {
-                    store
-                        .decisions()
-                        .append(&tenant, &format!("pod-{w}/c{c}"), record(w, i))
-                        .await
-                        .expect("append as the tenant role");
-                }
-            },
-            move |w, i| {
-                let pool = p.clone();
-                let tenant = t2.clone();
-                let seq = seqs.fetch_add(1, Ordering::Relaxed) as i64 + 1;
-                async move {
-                    bare_decision(&pool, &tenant, &format!("pod-{w}/c{c}"), seq, record(w, i)).await
-                }
-            },
-        )
-        .await;
+        let t = tenant.clone();
+        let chain = move |w: usize| (t.clone(), format!("pod-{w}/c{c}"));
+        let (store_rate, bare_rate) =
+            compare_appends(&tenant_store, &tenant_pool, c, window, chain).await;
         report(
             "decisions append (tenant role, stream/worker)",
             c,
@@ -243,6 +194,45 @@ async fn main() {
     ))
     .execute(&admin)
     .await;
+}
+
+/// Decision appends through `store` beside bare INSERTs of the same rows
+/// through `pool`, worker `w` appending to the chain `chain(w)` (tenant,
+/// stream).
+async fn compare_appends<C>(
+    store: &Store,
+    pool: &PgPool,
+    concurrency: usize,
+    window: Duration,
+    chain: C,
+) -> (f64, f64)
+where
+    C: Fn(usize) -> (String, String) + Clone + Send + 'static,
+{
+    let (s, c2, p) = (store.clone(), chain.clone(), pool.clone());
+    let seqs = Arc::new(AtomicU64::new(0));
+    compare(
+        concurrency,
+        window,
+        move |w, i| {
+            let store = s.clone();
+            let (tenant, stream) = c2(w);
+            async move {
+                store
+                    .decisions()
+                    .append(&tenant, &stream, record(w, i))
+                    .await
+                    .expect("append");
+            }
+        },
+        move |w, i| {
+            let pool = p.clone();
+            let (tenant, stream) = chain(w);
+            let seq = seqs.fetch_add(1, Ordering::Relaxed) as i64 + 1;
+            async move { bare_decision(&pool, &tenant, &stream, seq, record(w, i)).await }
+        },
+    )
+    .await
 }
 
 /// How decision appends are spread over chains.

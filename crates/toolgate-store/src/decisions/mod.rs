@@ -191,13 +191,13 @@ struct HeadRow {
 }
 
 /// Seq and hash of a stream's last row (`$1` tenant, `$2` stream).
-pub(crate) const LAST_ROW: &str = "SELECT seq, hash FROM decisions WHERE tenant = $1 AND stream = $2 \
+const LAST_ROW: &str = "SELECT seq, hash FROM decisions WHERE tenant = $1 AND stream = $2 \
      ORDER BY seq DESC LIMIT 1";
 
 /// A stream's current head (`$1` tenant, `$2` stream): its last row or its
 /// recorded position, whichever is further; no row when the stream is
 /// neither registered nor written.
-pub(crate) const CURRENT_HEAD: &str = "SELECT seq, hash FROM (\
+const CURRENT_HEAD: &str = "SELECT seq, hash FROM (\
      SELECT seq, hash FROM decision_streams WHERE tenant = $1 AND stream = $2 \
      UNION ALL SELECT seq, hash FROM (SELECT seq, hash FROM decisions \
      WHERE tenant = $1 AND stream = $2 ORDER BY seq DESC LIMIT 1) AS last_row\
