@@ -13,10 +13,12 @@
 //!   (what one chain per tenant was: every append waits for one head row).
 //!
 //! The connection is the tables' owner, as a deployment with one database
-//! credential has it. A last pair of lines (concurrency 16 and 64) runs the
+//! credential has it. The last lines (concurrency 16 and 64) run the
 //! stream-per-worker shape as a tenant's own role (`provision_tenant_at`),
-//! whose appends also pay row-level security and the link check of
-//! migration 0008; its bare INSERTs are made by the same role.
+//! which appends through `toolgate_append_decision` (migration 0010). Its
+//! bare INSERTs are made by the same role, once into a copy of decisions
+//! under the same row-level security (the chain's cost) and once into a
+//! copy without it (the chain's and tenancy's cost together).
 //!
 //! and prints store/bare ratios. Store and bare runs alternate in short
 //! slices so background load affects both alike. `TOOLGATE_BENCH_SECONDS` (default 2) sets the
@@ -127,7 +129,8 @@ async fn main() {
                     Shape::SharedStream => (format!("{tag}-t"), "pod/1".to_owned()),
                 }
             };
-            let (store_rate, bare_rate) = compare_appends(&store, &pool, c, window, chain).await;
+            let (store_rate, bare_rate) =
+                compare_appends(&store, &pool, "bare_decisions", c, window, chain).await;
             report(shape.label(), c, store_rate, bare_rate);
         }
     }
@@ -140,20 +143,33 @@ async fn main() {
     );
     println!("verified {} chains, {rows} rows: ok", verified.len());
 
-    // The same stream-per-worker shape through a tenant's own role: its
-    // appends pay row-level security and the link check (migration 0008),
-    // its bare INSERTs neither. The owner's pool closes first: the two
-    // would not fit PostgreSQL's default 100 connections together.
+    // The same stream-per-worker shape through a tenant's own role. The
+    // owner's pool closes first: the two would not fit PostgreSQL's default
+    // 100 connections together.
     let id = &schema["bench_".len()..];
     let tenant = format!("bench-{}", &id[..12]);
     let creds = store
         .provision_tenant_at(&tenant, &url)
         .await
         .expect("provision tenant role");
-    sqlx::query(&format!("GRANT INSERT ON bare_decisions TO {}", creds.role))
-        .execute(&pool)
-        .await
-        .expect("grant bare insert");
+    // A second bare table under the same row-level security as decisions,
+    // so that the chain's cost and the cost of tenancy are measured apart.
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE bare_rls_decisions (LIKE decisions INCLUDING ALL); \
+         ALTER TABLE bare_rls_decisions ENABLE ROW LEVEL SECURITY; \
+         DO $$ DECLARE p record; BEGIN \
+           FOR p IN SELECT policyname, cmd, qual, with_check FROM pg_catalog.pg_policies \
+                    WHERE schemaname = current_schema() AND tablename = 'decisions' LOOP \
+             EXECUTE format('CREATE POLICY %I ON bare_rls_decisions FOR %s%s%s', \
+               p.policyname, p.cmd, coalesce(' USING (' || p.qual || ')', ''), \
+               coalesce(' WITH CHECK (' || p.with_check || ')', '')); \
+           END LOOP; END $$; \
+         GRANT INSERT ON bare_decisions, bare_rls_decisions TO {}",
+        creds.role
+    ))
+    .execute(&pool)
+    .await
+    .expect("bare tables for the tenant role");
     store.close().await;
     let tenant_options = PgConnectOptions::from_str(&creds.database_url)
         .expect("tenant url")
@@ -165,16 +181,19 @@ async fn main() {
         .expect("connect as the tenant role");
     let tenant_store = Store::from_postgres_pool(tenant_pool.clone());
     for &c in &CONCURRENCY[1..] {
-        let t = tenant.clone();
-        let chain = move |w: usize| (t.clone(), format!("pod-{w}/c{c}"));
-        let (store_rate, bare_rate) =
-            compare_appends(&tenant_store, &tenant_pool, c, window, chain).await;
-        report(
-            "decisions append (tenant role, stream/worker)",
-            c,
-            store_rate,
-            bare_rate,
-        );
+        for (bare_table, label) in [
+            (
+                "bare_rls_decisions",
+                "decisions append (tenant role, stream/worker)",
+            ),
+            ("bare_decisions", "  the same, bare INSERT without RLS"),
+        ] {
+            let t = tenant.clone();
+            let chain = move |w: usize| (t.clone(), format!("pod-{w}/c{c}-{bare_table}"));
+            let (store_rate, bare_rate) =
+                compare_appends(&tenant_store, &tenant_pool, bare_table, c, window, chain).await;
+            report(label, c, store_rate, bare_rate);
+        }
     }
     let verified = tenant_store
         .decisions()
@@ -202,6 +221,7 @@ async fn main() {
 async fn compare_appends<C>(
     store: &Store,
     pool: &PgPool,
+    bare_table: &'static str,
     concurrency: usize,
     window: Duration,
     chain: C,
@@ -229,7 +249,7 @@ where
             let pool = p.clone();
             let (tenant, stream) = chain(w);
             let seq = seqs.fetch_add(1, Ordering::Relaxed) as i64 + 1;
-            async move { bare_decision(&pool, &tenant, &stream, seq, record(w, i)).await }
+            async move { bare_decision(&pool, bare_table, &tenant, &stream, seq, record(w, i)).await }
         },
     )
     .await
@@ -403,14 +423,21 @@ fn record(w: usize, i: u64) -> DecisionRecord {
     }
 }
 
-async fn bare_decision(pool: &PgPool, tenant: &str, stream: &str, seq: i64, r: DecisionRecord) {
+async fn bare_decision(
+    pool: &PgPool,
+    table: &str,
+    tenant: &str,
+    stream: &str,
+    seq: i64,
+    r: DecisionRecord,
+) {
     const HASH: &str = "1111111111111111111111111111111111111111111111111111111111111111";
-    sqlx::query(
-        "INSERT INTO bare_decisions (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
+    sqlx::query(&format!(
+        "INSERT INTO {table} (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
          reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
          prev_hash, hash, stream) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-         $13, $14, $15, $16, $17)",
-    )
+         $13, $14, $15, $16, $17)"
+    ))
     .bind(tenant)
     .bind(seq)
     .bind(&r.decision_id)

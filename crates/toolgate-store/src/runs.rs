@@ -263,6 +263,7 @@ impl Runs<'_> {
         match &self.store.backend {
             crate::Backend::Postgres(pool) => {
                 require("stream", stream)?;
+                let path = self.store.heads.append_path(pool).await?;
                 // The stream's turn, held until the transaction ends; the
                 // head is known again only if it commits.
                 let mut head = self.store.heads.lock(tenant, stream).await;
@@ -271,7 +272,7 @@ impl Runs<'_> {
                 let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now_ms);
                 let record = crate::decisions::prepared(decide(&admission))?;
                 let chained =
-                    crate::decisions::append_pg_in(&mut tx, tenant, stream, record).await?;
+                    crate::decisions::append_pg_in(&mut tx, path, tenant, stream, record).await?;
                 tx.commit().await?;
                 *head = Some((chained.seq, chained.hash.clone()));
                 Ok((admission, chained))

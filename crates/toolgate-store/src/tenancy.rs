@@ -206,6 +206,19 @@ async fn has_tenancy(pool: &PgPool) -> Result<bool> {
     )
 }
 
+/// Whether this session's login role is mapped to a tenant (and so appends
+/// decisions through `toolgate_append_decision`).
+pub(crate) async fn is_mapped_tenant_session(pool: &PgPool) -> Result<bool> {
+    if !has_tenancy(pool).await? {
+        return Ok(false);
+    }
+    Ok(
+        sqlx::query_scalar("SELECT toolgate_current_tenant() IS NOT NULL")
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
 /// Whether this session is a tenant role (which may not migrate).
 pub(crate) async fn is_tenant_session(pool: &PgPool) -> Result<bool> {
     if !has_tenancy(pool).await? {

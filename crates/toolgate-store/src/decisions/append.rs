@@ -6,10 +6,10 @@
 use jiff::Timestamp;
 
 use super::chain::{genesis_hash, row_hash};
-use super::heads::KnownHead;
+use super::heads::{AppendPath, KnownHead};
 use super::{
     CURRENT_HEAD, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, INSERT, LEGACY_STREAM,
-    MAX_BATCH, StreamHead, StreamLink, validate,
+    MAX_BATCH, StreamHead, StreamLink, TENANT_APPEND, validate,
 };
 use crate::{BeginWrite, Result, StoreError, require, require_opt, ts_from_ms};
 
@@ -62,8 +62,9 @@ impl Decisions<'_> {
         }
         match &self.store.backend {
             crate::Backend::Postgres(pool) => {
+                let path = self.store.heads.append_path(pool).await?;
                 let mut head = self.store.heads.lock(tenant, stream).await;
-                append_pg(pool, &mut head, tenant, stream, records).await
+                append_pg(pool, path, &mut head, tenant, stream, records).await
             }
             // `BEGIN IMMEDIATE` holds the database write lock, so reading
             // the head and inserting after it cannot interleave with
@@ -164,6 +165,7 @@ impl Decisions<'_> {
 /// known one is stale. `head` is left unknown unless the append commits.
 async fn append_pg(
     pool: &sqlx::PgPool,
+    path: AppendPath,
     head: &mut KnownHead,
     tenant: &str,
     stream: &str,
@@ -178,9 +180,9 @@ async fn append_pg(
         let rows = chain(tenant, stream, from, &records);
         let inserted = if let [row] = rows.as_slice() {
             // One statement in autocommit: one round trip per decision.
-            pg_insert(&mut *pool.acquire().await?, row).await
+            pg_insert(&mut *pool.acquire().await?, path, row).await
         } else {
-            pg_insert_all(pool, &rows).await
+            pg_insert_all(pool, path, &rows).await
         };
         match inserted {
             Ok(()) => {
@@ -193,10 +195,14 @@ async fn append_pg(
     }
 }
 
-async fn pg_insert_all(pool: &sqlx::PgPool, rows: &[ChainedDecision]) -> sqlx::Result<()> {
+async fn pg_insert_all(
+    pool: &sqlx::PgPool,
+    path: AppendPath,
+    rows: &[ChainedDecision],
+) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     for row in rows {
-        pg_insert(&mut tx, row).await?;
+        pg_insert(&mut tx, path, row).await?;
     }
     tx.commit().await
 }
@@ -283,6 +289,7 @@ fn chained(
 /// process appending to the same stream meanwhile makes it fail (TG006).
 pub(crate) async fn append_pg_in(
     conn: &mut sqlx::PgConnection,
+    path: AppendPath,
     tenant: &str,
     stream: &str,
     record: DecisionRecord,
@@ -293,7 +300,7 @@ pub(crate) async fn append_pg_in(
     let row = rows
         .pop()
         .ok_or_else(|| StoreError::Corrupt("append produced no row".into()))?;
-    pg_insert(conn, &row).await?;
+    pg_insert(conn, path, &row).await?;
     Ok(row)
 }
 
@@ -329,10 +336,19 @@ macro_rules! bind_record {
     };
 }
 
-/// PostgreSQL: inserts one chained row; the trigger checks that it
-/// continues the stream's last row.
-async fn pg_insert(conn: &mut sqlx::PgConnection, row: &ChainedDecision) -> sqlx::Result<()> {
-    bind_record!(sqlx::query(INSERT), &row.tenant, &row.stream, row.record)
+/// PostgreSQL: inserts one chained row, which the database refuses unless
+/// it continues the stream's last row (the chain trigger, or the tenant
+/// append function, checks the link).
+async fn pg_insert(
+    conn: &mut sqlx::PgConnection,
+    path: AppendPath,
+    row: &ChainedDecision,
+) -> sqlx::Result<()> {
+    let sql = match path {
+        AppendPath::Insert => INSERT,
+        AppendPath::TenantFunction => TENANT_APPEND,
+    };
+    bind_record!(sqlx::query(sql), &row.tenant, &row.stream, row.record)
         .bind(row.seq)
         .bind(&row.prev_hash)
         .bind(&row.hash)

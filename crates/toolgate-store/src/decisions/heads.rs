@@ -7,11 +7,30 @@
 //! owner, the row does not continue the last row (migration 0008, SQLSTATE
 //! TG006). A head that may be stale (after any failed append, or when a
 //! second writer appended) is forgotten and read again.
+//!
+//! It also keeps how this store's session appends ([`AppendPath`]), found
+//! out on the first append.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::sync::{Mutex as AsyncMutex, OnceCell, OwnedMutexGuard};
+
+use crate::Result;
+
+/// How a PostgreSQL session appends a chained row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AppendPath {
+    /// A plain INSERT: the owner of the tables (no link check), an admin
+    /// role (the chain trigger checks the link), or a schema without
+    /// tenancy.
+    Insert,
+    /// `toolgate_append_decision` (migration 0010): a session whose login
+    /// role is mapped to a tenant. One owner-rights call does what row-level
+    /// security and the chain trigger would do to its INSERT, at a fraction
+    /// of their cost.
+    TenantFunction,
+}
 
 /// A stream's last seq and hash as this process last saw them.
 pub(crate) type KnownHead = Option<(i64, String)>;
@@ -29,6 +48,7 @@ type Slot = Arc<AsyncMutex<KnownHead>>;
 #[derive(Debug, Default)]
 pub(crate) struct HeadCache {
     streams: Mutex<HashMap<(String, String), Slot>>,
+    path: OnceCell<AppendPath>,
 }
 
 impl HeadCache {
@@ -45,6 +65,21 @@ impl HeadCache {
             streams.entry(key).or_default().clone()
         };
         slot.lock_owned().await
+    }
+
+    /// How this store's session appends, asked of the database once: the
+    /// login role of a pool does not change.
+    pub(crate) async fn append_path(&self, pool: &sqlx::PgPool) -> Result<AppendPath> {
+        self.path
+            .get_or_try_init(|| async {
+                Ok(if crate::tenancy::is_mapped_tenant_session(pool).await? {
+                    AppendPath::TenantFunction
+                } else {
+                    AppendPath::Insert
+                })
+            })
+            .await
+            .copied()
     }
 
     #[cfg(test)]

@@ -263,6 +263,11 @@ const INSERT: &str = "INSERT INTO decisions (tenant, decision_id, run_id, step_i
     call_digest, definition_digest, stream, seq, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, \
     $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)";
 
+/// A tenant session's append (PostgreSQL, migration 0010): the parameters
+/// of [`INSERT`] in the same order.
+const TENANT_APPEND: &str = "SELECT toolgate_append_decision($1, $2, $3, $4, $5, $6, $7, $8, \
+    $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)";
+
 impl DecisionRow {
     /// The record this row holds (created_at as stored).
     fn record(&self) -> Result<DecisionRecord> {

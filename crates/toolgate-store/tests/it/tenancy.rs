@@ -1145,6 +1145,55 @@ async fn tenant_streams_are_confined_and_unforgeable() {
     ] {
         assert_eq!(sqlstate(&pa, &sql).await, "23505", "{sql}");
     }
+    // The same through the append function a tenant's store calls
+    // (migration 0010), which inserts with the owner's rights: it checks
+    // the link and the tenant itself, and the primary key still holds.
+    let forged_call = |tenant: &str, seq: &str, prev: &str| {
+        format!(
+            "SELECT toolgate_append_decision('{tenant}', 'forged', 'r', 's', 't', 'allow', 'x', \
+             NULL, NULL, 'p', 'low', 'd', 0, NULL, NULL, '{s1}', {seq}, '{prev}', '{}')",
+            "f".repeat(64)
+        )
+    };
+    for sql in [
+        forged_call(&ta, "1000", "bogus"),
+        forged_call(&ta, &(head.seq + 1).to_string(), "bogus"),
+        forged_call(&ta, "1", &"0".repeat(64)),
+    ] {
+        assert_eq!(sqlstate(&pa, &sql).await, "TG006", "{sql}");
+    }
+    for sql in [
+        forged_call(&ta, &head.seq.to_string(), &s1_rows[s1_rows.len() - 2].hash),
+        forged_call(&ta, "1", &s1_rows[0].prev_hash),
+    ] {
+        assert_eq!(sqlstate(&pa, &sql).await, "23505", "{sql}");
+    }
+    assert_eq!(
+        sqlstate(&pa, &forged_call(&ta, "NULL", &head.hash)).await,
+        "22004"
+    );
+    assert_eq!(
+        sqlstate(&pa, &forged_call(&ta, "0", &head.hash)).await,
+        "23514"
+    );
+    // B appending to A's stream, even with the right link: refused before
+    // the link is looked at, so B learns nothing of A's chain.
+    for sql in [
+        forged_call(&ta, &(head.seq + 1).to_string(), &head.hash),
+        forged_call(&ta, &(head.seq + 1).to_string(), "bogus"),
+    ] {
+        assert_eq!(sqlstate(&pb, &sql).await, "42501", "{sql}");
+    }
+    // The owner's session is no tenant: it inserts directly, and the
+    // function refuses it too.
+    assert_eq!(
+        sqlstate(
+            fx.admin_pool(),
+            &forged_call(&ta, &(head.seq + 1).to_string(), &head.hash)
+        )
+        .await,
+        "42501"
+    );
     // Naming no seq (a sidecar of an earlier release), the row is chained
     // by the trigger at the stream's next position.
     sqlx::raw_sql(&format!(
@@ -1228,4 +1277,136 @@ async fn tenant_streams_are_confined_and_unforgeable() {
 
     a.close().await;
     b.close().await;
+}
+
+/// The tenant of a session is its login role's mapping, nothing else: a
+/// role given the tenant group's rights by hand without a mapping, and a
+/// tenant role whose mapping was removed, see and write no tenant's rows;
+/// and every function that runs with the owner's rights pins its search
+/// path, so no schema a session can write to is consulted inside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_identity_follows_the_login_role_mapping() {
+    let Some(mut fx) = Fixture::new().await else {
+        return;
+    };
+    let ta = format!("ti-{}", suffix());
+    let creds = fx.provision(&ta).await;
+    // A tenant's store appends through toolgate_append_decision (migration
+    // 0010), not by INSERT: it still appends with INSERT taken away.
+    sqlx::query("REVOKE INSERT ON decisions FROM toolgate_tenant")
+        .execute(fx.admin_pool())
+        .await
+        .unwrap();
+    let a = Store::connect(&creds.database_url).await.unwrap();
+    a.decisions().append(&ta, S, record(0)).await.unwrap();
+    let head = a.decisions().append(&ta, S, record(1)).await.unwrap();
+    assert_eq!(head.seq, 2);
+    a.intents()
+        .begin(intent(&ta), Timestamp::now())
+        .await
+        .unwrap();
+    let pa = a.as_postgres().unwrap().clone();
+    assert_eq!(count(&pa, "SELECT count(*) FROM decisions").await, 2);
+
+    // Owner-rights functions: each pins this schema, then pg_temp.
+    let pinned: Vec<(String, Option<Vec<String>>)> = sqlx::query_as(
+        "SELECT p.proname::text, p.proconfig FROM pg_catalog.pg_proc p \
+         WHERE p.pronamespace = $1::regnamespace AND p.prosecdef ORDER BY 1",
+    )
+    .bind(&fx.schema)
+    .fetch_all(fx.admin_pool())
+    .await
+    .unwrap();
+    let names: Vec<&str> = pinned.iter().map(|(n, _)| n.as_str()).collect();
+    for required in ["toolgate_current_tenant", "toolgate_tenant_session"] {
+        assert!(
+            names.contains(&required),
+            "{required} not DEFINER: {names:?}"
+        );
+    }
+    let expected = format!("search_path={}, pg_temp", fx.schema);
+    for (name, config) in &pinned {
+        assert!(
+            config.iter().flatten().any(|c| *c == expected),
+            "{name} runs with the owner's rights but its search path is {config:?}"
+        );
+    }
+
+    // A login role made a member of the tenant group by hand.
+    let rogue = format!("tg_rogue_{}", suffix());
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {rogue} LOGIN PASSWORD 'pencil'; GRANT toolgate_tenant TO {rogue}"
+    ))
+    .execute(fx.admin_pool())
+    .await
+    .unwrap();
+    fx.roles.push(rogue.clone());
+    let rogue_url = {
+        // A's URL (host, database, search path) with the rogue's credentials.
+        let (scheme, rest) = creds.database_url.split_once("//").unwrap();
+        let (_, host) = rest.split_once('@').unwrap();
+        format!("{scheme}//{rogue}:pencil@{host}")
+    };
+    let rogue_pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&rogue_url)
+        .await
+        .expect("connect as the hand-made member");
+    let is_tenant: bool = sqlx::query_scalar("SELECT toolgate_tenant_session()")
+        .fetch_one(&rogue_pool)
+        .await
+        .unwrap();
+    assert!(is_tenant, "a member of toolgate_tenant is a tenant session");
+    for table in ["decisions", "intents", "decision_streams"] {
+        let sql = format!("SELECT count(*) FROM {table}");
+        assert_eq!(count(&rogue_pool, &sql).await, 0, "{table}");
+    }
+    for sql in [
+        format!(
+            "INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, \
+             reason, policy_version, risk, args_digest, created_at) \
+             VALUES ('{ta}', 'x', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'd', 0)"
+        ),
+        // It may execute the tenant append function, which finds no
+        // mapping for it.
+        format!(
+            "SELECT toolgate_append_decision('{ta}', 'x', 'r', 's', 't', 'allow', 'x', NULL, \
+             NULL, 'p', 'low', 'd', 0, NULL, NULL, '{S}', 3, '{}', '{}')",
+            head.hash,
+            "f".repeat(64)
+        ),
+    ] {
+        assert_eq!(sqlstate(&rogue_pool, &sql).await, "42501", "{sql}");
+    }
+    rogue_pool.close().await;
+
+    // A's mapping removed: A's role is still in the group, so its session is
+    // still a tenant session, of no tenant.
+    sqlx::query("DELETE FROM tenant_roles WHERE role = $1")
+        .bind(&creds.role)
+        .execute(fx.admin_pool())
+        .await
+        .unwrap();
+    let unmapped = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&creds.database_url)
+        .await
+        .unwrap();
+    for table in ["decisions", "intents", "decision_streams"] {
+        let sql = format!("SELECT count(*) FROM {table}");
+        assert_eq!(count(&unmapped, &sql).await, 0, "{table}");
+    }
+    let err = a.decisions().append(&ta, S, record(2)).await.unwrap_err();
+    assert_eq!(err.code(), "permission_denied", "{err}");
+    unmapped.close().await;
+    a.close().await;
+    // The admin still sees A's rows: nothing was lost, only hidden.
+    assert_eq!(
+        count(
+            fx.admin_pool(),
+            &format!("SELECT count(*) FROM decisions WHERE tenant = '{ta}'")
+        )
+        .await,
+        2
+    );
 }
