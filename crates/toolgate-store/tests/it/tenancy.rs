@@ -1380,6 +1380,20 @@ async fn tenant_identity_follows_the_login_role_mapping() {
     }
     rogue_pool.close().await;
 
+    // Two stores of A on one stream: the first one's known head goes stale
+    // when the second appends; the function refuses its next row (23505 or
+    // TG006) and the store re-reads the head and appends after it.
+    let second = Store::connect(&creds.database_url).await.unwrap();
+    let third = second.decisions().append(&ta, S, record(2)).await.unwrap();
+    assert_eq!(third.seq, 3);
+    let fourth = a.decisions().append(&ta, S, record(3)).await.unwrap();
+    assert_eq!(
+        (fourth.seq, fourth.prev_hash.as_str()),
+        (4, third.hash.as_str())
+    );
+    second.close().await;
+    assert!(fx.admin.decisions().verify_stream(&ta, S).await.unwrap().ok);
+
     // A's mapping removed: A's role is still in the group, so its session is
     // still a tenant session, of no tenant.
     sqlx::query("DELETE FROM tenant_roles WHERE role = $1")
@@ -1396,7 +1410,7 @@ async fn tenant_identity_follows_the_login_role_mapping() {
         let sql = format!("SELECT count(*) FROM {table}");
         assert_eq!(count(&unmapped, &sql).await, 0, "{table}");
     }
-    let err = a.decisions().append(&ta, S, record(2)).await.unwrap_err();
+    let err = a.decisions().append(&ta, S, record(4)).await.unwrap_err();
     assert_eq!(err.code(), "permission_denied", "{err}");
     unmapped.close().await;
     a.close().await;
@@ -1407,6 +1421,6 @@ async fn tenant_identity_follows_the_login_role_mapping() {
             &format!("SELECT count(*) FROM decisions WHERE tenant = '{ta}'")
         )
         .await,
-        2
+        4
     );
 }
