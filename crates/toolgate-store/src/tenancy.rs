@@ -186,34 +186,25 @@ impl Store {
     pub async fn session_tenant(&self) -> Result<Option<String>> {
         match &self.backend {
             Backend::Sqlite(_) => Ok(None),
-            Backend::Postgres(pool) => {
-                if !has_tenancy(pool).await? {
-                    return Ok(None);
-                }
-                Ok(sqlx::query_scalar("SELECT toolgate_current_tenant()")
-                    .fetch_one(pool)
-                    .await?)
-            }
+            Backend::Postgres(pool) => pg_session_tenant(pool).await,
         }
     }
+}
+
+/// The tenant a PostgreSQL session's login role is mapped to, if any. A
+/// mapped session appends decisions through `toolgate_append_decision`.
+pub(crate) async fn pg_session_tenant(pool: &PgPool) -> Result<Option<String>> {
+    if !has_tenancy(pool).await? {
+        return Ok(None);
+    }
+    Ok(sqlx::query_scalar("SELECT toolgate_current_tenant()")
+        .fetch_one(pool)
+        .await?)
 }
 
 async fn has_tenancy(pool: &PgPool) -> Result<bool> {
     Ok(
         sqlx::query_scalar("SELECT to_regprocedure('toolgate_tenant_session()') IS NOT NULL")
-            .fetch_one(pool)
-            .await?,
-    )
-}
-
-/// Whether this session's login role is mapped to a tenant (and so appends
-/// decisions through `toolgate_append_decision`).
-pub(crate) async fn is_mapped_tenant_session(pool: &PgPool) -> Result<bool> {
-    if !has_tenancy(pool).await? {
-        return Ok(false);
-    }
-    Ok(
-        sqlx::query_scalar("SELECT toolgate_current_tenant() IS NOT NULL")
             .fetch_one(pool)
             .await?,
     )

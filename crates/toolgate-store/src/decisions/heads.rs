@@ -72,11 +72,13 @@ impl HeadCache {
     pub(crate) async fn append_path(&self, pool: &sqlx::PgPool) -> Result<AppendPath> {
         self.path
             .get_or_try_init(|| async {
-                Ok(if crate::tenancy::is_mapped_tenant_session(pool).await? {
-                    AppendPath::TenantFunction
-                } else {
-                    AppendPath::Insert
-                })
+                Ok(
+                    if crate::tenancy::pg_session_tenant(pool).await?.is_some() {
+                        AppendPath::TenantFunction
+                    } else {
+                        AppendPath::Insert
+                    },
+                )
             })
             .await
             .copied()
