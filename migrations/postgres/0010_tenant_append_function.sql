@@ -35,31 +35,20 @@ BEGIN
     END IF;
     -- One statement: the row is inserted only if the session's role is
     -- mapped to p_tenant and, beyond seq 1, row seq - 1 carries p_prev_hash.
-    IF p_seq > 1 THEN
-        INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, reason,
-                               message, matched_rule, policy_version, risk, args_digest,
-                               created_at, call_digest, definition_digest, stream, seq,
-                               prev_hash, hash)
-        SELECT p_tenant, p_decision_id, p_run_id, p_step_id, p_tool, p_verdict, p_reason,
-               p_message, p_matched_rule, p_policy_version, p_risk, p_args_digest,
-               p_created_at, p_call_digest, p_definition_digest, p_stream, p_seq,
-               p_prev_hash, p_hash
-        FROM tenant_roles r, decisions d
-        WHERE r.role = session_user AND r.tenant = p_tenant
-          AND d.tenant = p_tenant AND d.stream = p_stream AND d.seq = p_seq - 1
-          AND d.hash = p_prev_hash;
-    ELSE
-        INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, reason,
-                               message, matched_rule, policy_version, risk, args_digest,
-                               created_at, call_digest, definition_digest, stream, seq,
-                               prev_hash, hash)
-        SELECT p_tenant, p_decision_id, p_run_id, p_step_id, p_tool, p_verdict, p_reason,
-               p_message, p_matched_rule, p_policy_version, p_risk, p_args_digest,
-               p_created_at, p_call_digest, p_definition_digest, p_stream, p_seq,
-               p_prev_hash, p_hash
-        FROM tenant_roles r
-        WHERE r.role = session_user AND r.tenant = p_tenant;
-    END IF;
+    INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, reason,
+                           message, matched_rule, policy_version, risk, args_digest,
+                           created_at, call_digest, definition_digest, stream, seq,
+                           prev_hash, hash)
+    SELECT p_tenant, p_decision_id, p_run_id, p_step_id, p_tool, p_verdict, p_reason,
+           p_message, p_matched_rule, p_policy_version, p_risk, p_args_digest,
+           p_created_at, p_call_digest, p_definition_digest, p_stream, p_seq,
+           p_prev_hash, p_hash
+    FROM tenant_roles r
+    WHERE r.role = session_user AND r.tenant = p_tenant
+      AND (p_seq <= 1 OR EXISTS (
+            SELECT FROM decisions d
+            WHERE d.tenant = p_tenant AND d.stream = p_stream AND d.seq = p_seq - 1
+              AND d.hash = p_prev_hash));
     IF FOUND THEN
         RETURN;
     END IF;
