@@ -18,7 +18,10 @@
 //! which appends through `toolgate_append_decision` (migration 0010). Its
 //! bare INSERTs are made by the same role, once into a copy of decisions
 //! under the same row-level security (the chain's cost) and once into a
-//! copy without it (the chain's and tenancy's cost together).
+//! copy without it (the chain's and tenancy's cost together). A last pair
+//! of lines appends batches of 16 as that role (`toolgate_append_decisions`,
+//! migration 0011) beside one multi-row INSERT of the same rows under the
+//! same row-level security.
 //!
 //! and prints store/bare ratios. Store and bare runs alternate in short
 //! slices so background load affects both alike. `TOOLGATE_BENCH_SECONDS` (default 2) sets the
@@ -195,6 +198,21 @@ async fn main() {
             report(label, c, store_rate, bare_rate);
         }
     }
+    // Batches, as the sidecar writes its low-risk decisions: one call of
+    // `toolgate_append_decisions` (migration 0011) beside one multi-row
+    // INSERT of the same rows under the same row-level security.
+    for &c in &CONCURRENCY[1..] {
+        let t = tenant.clone();
+        let chain = move |w: usize| (t.clone(), format!("pod-{w}/c{c}-batch"));
+        let (store_rate, bare_rate) =
+            compare_batches(&tenant_store, &tenant_pool, c, window, chain).await;
+        report(
+            &format!("  the same, batches of {BATCH} (rows/s)"),
+            c,
+            store_rate * BATCH as f64,
+            bare_rate * BATCH as f64,
+        );
+    }
     let verified = tenant_store
         .decisions()
         .verify(Some(&tenant))
@@ -250,6 +268,83 @@ where
             let (tenant, stream) = chain(w);
             let seq = seqs.fetch_add(1, Ordering::Relaxed) as i64 + 1;
             async move { bare_decision(&pool, bare_table, &tenant, &stream, seq, record(w, i)).await }
+        },
+    )
+    .await
+}
+
+/// Rows per batch in the batch lines: the sidecar's decision log flushes
+/// what gathered since its last write, a few to a few dozen rows under load.
+const BATCH: usize = 16;
+
+/// `append_batch` of [`BATCH`] records through `store` beside one
+/// multi-row INSERT of as many rows into `bare_rls_decisions` through
+/// `pool`. Rates are batches per second.
+async fn compare_batches<C>(
+    store: &Store,
+    pool: &PgPool,
+    concurrency: usize,
+    window: Duration,
+    chain: C,
+) -> (f64, f64)
+where
+    C: Fn(usize) -> (String, String) + Clone + Send + 'static,
+{
+    let (s, c2, p) = (store.clone(), chain.clone(), pool.clone());
+    let seqs = Arc::new(AtomicU64::new(0));
+    compare(
+        concurrency,
+        window,
+        move |w, i| {
+            let store = s.clone();
+            let (tenant, stream) = c2(w);
+            async move {
+                let records = (0..BATCH as u64).map(|k| record(w, i * 100 + k)).collect();
+                store
+                    .decisions()
+                    .append_batch(&tenant, &stream, records)
+                    .await
+                    .expect("append batch");
+            }
+        },
+        move |w, i| {
+            let pool = p.clone();
+            let (tenant, stream) = chain(w);
+            let first = seqs.fetch_add(BATCH as u64, Ordering::Relaxed) as i64 + 1;
+            async move {
+                const HASH: &str =
+                    "1111111111111111111111111111111111111111111111111111111111111111";
+                let mut insert = sqlx::QueryBuilder::new(
+                    "INSERT INTO bare_rls_decisions (tenant, seq, decision_id, run_id, step_id, \
+                     tool, verdict, reason, message, matched_rule, policy_version, risk, \
+                     args_digest, created_at, prev_hash, hash, stream) ",
+                );
+                insert.push_values(0..BATCH as u64, |mut row, k| {
+                    let r = record(w, i * 100 + k);
+                    row.push_bind(tenant.clone())
+                        .push_bind(first + k as i64)
+                        .push_bind(r.decision_id)
+                        .push_bind(r.run_id)
+                        .push_bind(r.step_id)
+                        .push_bind(r.tool)
+                        .push_bind(r.verdict)
+                        .push_bind(r.reason)
+                        .push_bind(r.message)
+                        .push_bind(r.matched_rule)
+                        .push_bind(r.policy_version)
+                        .push_bind(r.risk)
+                        .push_bind(r.args_digest)
+                        .push_bind(r.created_at.as_millisecond())
+                        .push_bind(HASH)
+                        .push_bind(HASH)
+                        .push_bind(stream.clone());
+                });
+                insert
+                    .build()
+                    .execute(&pool)
+                    .await
+                    .expect("bare batch insert");
+            }
         },
     )
     .await

@@ -9,7 +9,7 @@ use super::chain::{genesis_hash, row_hash};
 use super::heads::{AppendPath, KnownHead};
 use super::{
     CURRENT_HEAD, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, INSERT, LEGACY_STREAM,
-    MAX_BATCH, StreamHead, StreamLink, TENANT_APPEND, validate,
+    MAX_BATCH, StreamHead, StreamLink, TENANT_APPEND, TENANT_APPEND_BATCH, validate,
 };
 use crate::{BeginWrite, Result, StoreError, require, require_opt, ts_from_ms};
 
@@ -178,11 +178,14 @@ async fn append_pg(
             None => pg_head(&mut *pool.acquire().await?, tenant, stream).await?,
         };
         let rows = chain(tenant, stream, from, &records);
-        let inserted = if let [row] = rows.as_slice() {
+        let inserted = match (rows.as_slice(), path) {
             // One statement in autocommit: one round trip per decision.
-            pg_insert(&mut *pool.acquire().await?, path, row).await
-        } else {
-            pg_insert_all(pool, path, &rows).await
+            ([row], _) => pg_insert(&mut *pool.acquire().await?, path, row).await,
+            // A tenant session's batch is one call, atomic as a statement.
+            (_, AppendPath::TenantFunction) => {
+                pg_tenant_batch(&mut *pool.acquire().await?, &rows).await
+            }
+            (_, AppendPath::Insert) => pg_insert_all(pool, path, &rows).await,
         };
         match inserted {
             Ok(()) => {
@@ -205,6 +208,51 @@ async fn pg_insert_all(
         pg_insert(&mut tx, path, row).await?;
     }
     tx.commit().await
+}
+
+/// PostgreSQL: a tenant session's batch (`rows` chained one after another)
+/// in one call of `toolgate_append_decisions`, which derives every link
+/// after the first from the rows themselves.
+async fn pg_tenant_batch(
+    conn: &mut sqlx::PgConnection,
+    rows: &[ChainedDecision],
+) -> sqlx::Result<()> {
+    let Some(first) = rows.first() else {
+        return Ok(());
+    };
+    let column = |f: fn(&ChainedDecision) -> &String| -> Vec<&str> {
+        rows.iter().map(|r| f(r).as_str()).collect()
+    };
+    let optional = |f: fn(&ChainedDecision) -> &Option<String>| -> Vec<Option<&str>> {
+        rows.iter().map(|r| f(r).as_deref()).collect()
+    };
+    sqlx::query(TENANT_APPEND_BATCH)
+        .bind(&first.tenant)
+        .bind(&first.stream)
+        .bind(first.seq)
+        .bind(&first.prev_hash)
+        .bind(column(|r| &r.record.decision_id))
+        .bind(column(|r| &r.record.run_id))
+        .bind(column(|r| &r.record.step_id))
+        .bind(column(|r| &r.record.tool))
+        .bind(column(|r| &r.record.verdict))
+        .bind(column(|r| &r.record.reason))
+        .bind(optional(|r| &r.record.message))
+        .bind(optional(|r| &r.record.matched_rule))
+        .bind(column(|r| &r.record.policy_version))
+        .bind(column(|r| &r.record.risk))
+        .bind(column(|r| &r.record.args_digest))
+        .bind(
+            rows.iter()
+                .map(|r| r.record.created_at.as_millisecond())
+                .collect::<Vec<i64>>(),
+        )
+        .bind(optional(|r| &r.record.call_digest))
+        .bind(optional(|r| &r.record.definition_digest))
+        .bind(column(|r| &r.hash))
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 /// Whether PostgreSQL refused a row because its stream moved on: the row

@@ -28,7 +28,8 @@ pub(crate) enum AppendPath {
     /// `toolgate_append_decision` (migration 0010): a session whose login
     /// role is mapped to a tenant. One owner-rights call does what row-level
     /// security and the chain trigger would do to its INSERT, at a fraction
-    /// of their cost.
+    /// of their cost; a batch is one call of `toolgate_append_decisions`
+    /// (migration 0011).
     TenantFunction,
 }
 

@@ -268,6 +268,12 @@ const INSERT: &str = "INSERT INTO decisions (tenant, decision_id, run_id, step_i
 const TENANT_APPEND: &str = "SELECT toolgate_append_decision($1, $2, $3, $4, $5, $6, $7, $8, \
     $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)";
 
+/// A tenant session's batch append (PostgreSQL, migration 0011): tenant,
+/// stream, the first row's seq and prev_hash, then one array per column of
+/// [`INSERT`] from decision_id to definition_digest, then the hashes.
+const TENANT_APPEND_BATCH: &str = "SELECT toolgate_append_decisions($1, $2, $3, $4, $5, $6, \
+    $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)";
+
 impl DecisionRow {
     /// The record this row holds (created_at as stored).
     fn record(&self) -> Result<DecisionRecord> {

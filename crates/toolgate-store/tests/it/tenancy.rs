@@ -1194,6 +1194,89 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         .await,
         "42501"
     );
+    // The batch function (migration 0011) checks the same, once for the
+    // batch: its first row's link, the tenant before the link, the taken
+    // seqs; and refuses arrays that do not line up.
+    let batch = |tenant: &str, seq: &str, prev: &str, rows: usize, short: bool| {
+        let texts = |value: &str| {
+            let n = if short { rows - 1 } else { rows };
+            format!(
+                "ARRAY[{}]::text[]",
+                vec![format!("'{value}'"); n].join(", ")
+            )
+        };
+        let all = |value: &str| format!("ARRAY[{}]::text[]", vec![value; rows].join(", "));
+        let hashes: Vec<String> = (0..rows)
+            .map(|i| format!("'{}'", char::from(b'a' + i as u8).to_string().repeat(64)))
+            .collect();
+        format!(
+            "SELECT toolgate_append_decisions('{tenant}', '{s1}', {seq}, '{prev}', \
+             {ids}, {r}, {r}, {r}, {allow}, {r}, {null}, {null}, {r}, {low}, {r}, \
+             ARRAY[{zeros}]::bigint[], {null}, {null}, ARRAY[{hashes}]::text[])",
+            ids = texts("forged"),
+            r = all("'r'"),
+            allow = all("'allow'"),
+            low = all("'low'"),
+            null = all("NULL"),
+            zeros = vec!["0"; rows].join(", "),
+            hashes = hashes.join(", "),
+        )
+    };
+    let next = (head.seq + 1).to_string();
+    for sql in [
+        batch(&ta, "1000", &head.hash, 2, false),
+        batch(&ta, &next, "bogus", 2, false),
+        batch(&ta, "1", &"0".repeat(64), 3, false),
+    ] {
+        assert_eq!(sqlstate(&pa, &sql).await, "TG006", "{sql}");
+    }
+    // Overlapping the chain from a taken seq, with that seq's true link.
+    let taken = (head.seq - 1).to_string();
+    assert_eq!(
+        sqlstate(
+            &pa,
+            &batch(&ta, &taken, &s1_rows[s1_rows.len() - 3].hash, 3, false)
+        )
+        .await,
+        "23505"
+    );
+    for sql in [
+        batch(&ta, &next, &head.hash, 3, true),
+        batch(&ta, &next, &head.hash, 0, false),
+    ] {
+        assert_eq!(sqlstate(&pa, &sql).await, "22023", "{sql}");
+    }
+    // Row i's link is the hash array's element i - 1: an array indexed
+    // from 0, or one of two dimensions, would shift or blank the links, so
+    // it is refused rather than read.
+    let (ha, hb) = ("a".repeat(64), "b".repeat(64));
+    let listed = format!("ARRAY['{ha}', '{hb}']::text[]");
+    let two_rows = batch(&ta, &next, &head.hash, 2, false);
+    assert!(two_rows.contains(&listed), "{two_rows}");
+    for hashes in [
+        format!("'[0:1]={{{ha},{hb}}}'::text[]"),
+        format!("ARRAY[['{ha}'], ['{hb}']]::text[]"),
+    ] {
+        let sql = two_rows.replace(&listed, &hashes);
+        assert_eq!(sqlstate(&pa, &sql).await, "22023", "{sql}");
+    }
+    assert_eq!(
+        sqlstate(&pa, &batch(&ta, "NULL", &head.hash, 2, false)).await,
+        "22004"
+    );
+    for pool in [&pb, fx.admin_pool()] {
+        for sql in [
+            batch(&ta, &next, &head.hash, 2, false),
+            batch(&ta, &next, "bogus", 2, false),
+        ] {
+            assert_eq!(sqlstate(pool, &sql).await, "42501", "{sql}");
+        }
+    }
+    assert_eq!(
+        a.decisions().list(&ta, s1, 0, 100).await.unwrap().len(),
+        s1_rows.len(),
+        "a refused batch left rows behind"
+    );
     // Naming no seq (a sidecar of an earlier release), the row is chained
     // by the trigger at the stream's next position.
     sqlx::raw_sql(&format!(
@@ -1274,6 +1357,47 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         (6, charged.hash.as_str())
     );
     assert!(a.decisions().verify_stream(&ta, s1).await.unwrap().ok);
+
+    // A batch is chained by the function, not by the caller: each row after
+    // the first takes the row before it as its link and the next seq, and
+    // the count inserted is returned.
+    let raw = "pod-a/raw-batch";
+    let genesis = toolgate_store::genesis_hash(&ta, raw, None).unwrap();
+    let hashes: Vec<String> = ["1", "2", "3"].iter().map(|d| d.repeat(64)).collect();
+    let inserted: i64 = sqlx::query_scalar(
+        "SELECT toolgate_append_decisions($1, $2, 1, $3, $4, $4, $4, $4, $5, $4, $6, $6, $4, \
+         $7, $4, $8, $6, $6, $9)",
+    )
+    .bind(&ta)
+    .bind(raw)
+    .bind(&genesis)
+    .bind(vec!["x"; 3])
+    .bind(vec!["allow"; 3])
+    .bind(vec![None::<String>; 3])
+    .bind(vec!["low"; 3])
+    .bind(vec![0_i64; 3])
+    .bind(&hashes)
+    .fetch_one(&pa)
+    .await
+    .unwrap();
+    assert_eq!(inserted, 3);
+    let chained: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT seq, prev_hash, hash FROM decisions WHERE tenant = $1 AND stream = $2 \
+         ORDER BY seq",
+    )
+    .bind(&ta)
+    .bind(raw)
+    .fetch_all(&pa)
+    .await
+    .unwrap();
+    assert_eq!(
+        chained,
+        vec![
+            (1, genesis.clone(), hashes[0].clone()),
+            (2, hashes[0].clone(), hashes[1].clone()),
+            (3, hashes[1].clone(), hashes[2].clone()),
+        ]
+    );
 
     a.close().await;
     b.close().await;
@@ -1375,6 +1499,14 @@ async fn tenant_identity_follows_the_login_role_mapping() {
             head.hash,
             "f".repeat(64)
         ),
+        format!(
+            "SELECT toolgate_append_decisions('{ta}', '{S}', 3, '{}', ARRAY['x'], ARRAY['r'], \
+             ARRAY['s'], ARRAY['t'], ARRAY['allow'], ARRAY['x'], ARRAY[NULL], ARRAY[NULL], \
+             ARRAY['p'], ARRAY['low'], ARRAY['d'], ARRAY[0::bigint], ARRAY[NULL], \
+             ARRAY[NULL], ARRAY['{}'])",
+            head.hash,
+            "f".repeat(64)
+        ),
     ] {
         assert_eq!(sqlstate(&rogue_pool, &sql).await, "42501", "{sql}");
     }
@@ -1391,6 +1523,21 @@ async fn tenant_identity_follows_the_login_role_mapping() {
         (fourth.seq, fourth.prev_hash.as_str()),
         (4, third.hash.as_str())
     );
+    // The same for a batch (one call of toolgate_append_decisions): the
+    // first store's head is stale again, its batch is refused whole and
+    // retried after the second store's row.
+    let fifth = second.decisions().append(&ta, S, record(4)).await.unwrap();
+    let batch = a
+        .decisions()
+        .append_batch(&ta, S, (5..8).map(record).collect())
+        .await
+        .unwrap();
+    assert_eq!(
+        batch.iter().map(|d| d.seq).collect::<Vec<_>>(),
+        vec![6, 7, 8]
+    );
+    assert_eq!(batch[0].prev_hash, fifth.hash);
+    assert_eq!(batch[2].prev_hash, batch[1].hash);
     second.close().await;
     assert!(fx.admin.decisions().verify_stream(&ta, S).await.unwrap().ok);
 
@@ -1410,7 +1557,7 @@ async fn tenant_identity_follows_the_login_role_mapping() {
         let sql = format!("SELECT count(*) FROM {table}");
         assert_eq!(count(&unmapped, &sql).await, 0, "{table}");
     }
-    let err = a.decisions().append(&ta, S, record(4)).await.unwrap_err();
+    let err = a.decisions().append(&ta, S, record(8)).await.unwrap_err();
     assert_eq!(err.code(), "permission_denied", "{err}");
     unmapped.close().await;
     a.close().await;
@@ -1421,6 +1568,6 @@ async fn tenant_identity_follows_the_login_role_mapping() {
             &format!("SELECT count(*) FROM decisions WHERE tenant = '{ta}'")
         )
         .await,
-        4
+        8
     );
 }
