@@ -1431,6 +1431,41 @@ async fn tenant_identity_follows_the_login_role_mapping() {
         .unwrap();
     let pa = a.as_postgres().unwrap().clone();
     assert_eq!(count(&pa, "SELECT count(*) FROM decisions").await, 2);
+    // A batch is one call of toolgate_append_decisions (migration 0011), not
+    // a call of the single-row function per row: with the latter taken away
+    // a batch still lands, whole, while a single row is refused.
+    const SINGLE: &str = "FUNCTION toolgate_append_decision(text, text, text, text, text, text, \
+         text, text, text, text, text, text, bigint, text, text, text, bigint, text, text)";
+    sqlx::raw_sql(&format!("REVOKE EXECUTE ON {SINGLE} FROM toolgate_tenant"))
+        .execute(fx.admin_pool())
+        .await
+        .unwrap();
+    let batched = a
+        .decisions()
+        .append_batch(&ta, "pod-a/batched", (0..3).map(record).collect())
+        .await
+        .unwrap();
+    assert_eq!(
+        batched.iter().map(|d| d.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    let err = a
+        .decisions()
+        .append(&ta, "pod-a/batched", record(3))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "permission_denied", "{err}");
+    sqlx::raw_sql(&format!("GRANT EXECUTE ON {SINGLE} TO toolgate_tenant"))
+        .execute(fx.admin_pool())
+        .await
+        .unwrap();
+    assert!(
+        a.decisions()
+            .verify_stream(&ta, "pod-a/batched")
+            .await
+            .unwrap()
+            .ok
+    );
 
     // Owner-rights functions: each pins this schema, then pg_temp.
     let pinned: Vec<(String, Option<Vec<String>>)> = sqlx::query_as(
@@ -1568,6 +1603,6 @@ async fn tenant_identity_follows_the_login_role_mapping() {
             &format!("SELECT count(*) FROM decisions WHERE tenant = '{ta}'")
         )
         .await,
-        8
+        11
     );
 }
