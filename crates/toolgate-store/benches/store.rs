@@ -133,7 +133,7 @@ async fn main() {
                 }
             };
             let (store_rate, bare_rate) =
-                compare_appends(&store, &pool, "bare_decisions", c, window, chain).await;
+                compare_appends(&store, &pool, "bare_decisions", 1, c, window, chain).await;
             report(shape.label(), c, store_rate, bare_rate);
         }
     }
@@ -194,7 +194,7 @@ async fn main() {
             let t = tenant.clone();
             let chain = move |w: usize| (t.clone(), format!("pod-{w}/c{c}-{bare_table}"));
             let (store_rate, bare_rate) =
-                compare_appends(&tenant_store, &tenant_pool, bare_table, c, window, chain).await;
+                compare_appends(&tenant_store, &tenant_pool, bare_table, 1, c, window, chain).await;
             report(label, c, store_rate, bare_rate);
         }
     }
@@ -204,13 +204,21 @@ async fn main() {
     for &c in &CONCURRENCY[1..] {
         let t = tenant.clone();
         let chain = move |w: usize| (t.clone(), format!("pod-{w}/c{c}-batch"));
-        let (store_rate, bare_rate) =
-            compare_batches(&tenant_store, &tenant_pool, c, window, chain).await;
+        let (store_rate, bare_rate) = compare_appends(
+            &tenant_store,
+            &tenant_pool,
+            "bare_rls_decisions",
+            BATCH,
+            c,
+            window,
+            chain,
+        )
+        .await;
         report(
             &format!("  the same, batches of {BATCH} (rows/s)"),
             c,
-            store_rate * BATCH as f64,
-            bare_rate * BATCH as f64,
+            store_rate,
+            bare_rate,
         );
     }
     let verified = tenant_store
@@ -235,11 +243,14 @@ async fn main() {
 
 /// Decision appends through `store` beside bare INSERTs of the same rows
 /// through `pool`, worker `w` appending to the chain `chain(w)` (tenant,
-/// stream).
+/// stream), `rows` records at a time: one `append_batch` (what `append`
+/// is for one row) beside one INSERT of as many rows into `bare_table`.
+/// Rates are rows per second.
 async fn compare_appends<C>(
     store: &Store,
     pool: &PgPool,
     bare_table: &'static str,
+    rows: usize,
     concurrency: usize,
     window: Duration,
     chain: C,
@@ -249,106 +260,42 @@ where
 {
     let (s, c2, p) = (store.clone(), chain.clone(), pool.clone());
     let seqs = Arc::new(AtomicU64::new(0));
-    compare(
-        concurrency,
-        window,
-        move |w, i| {
-            let store = s.clone();
-            let (tenant, stream) = c2(w);
-            async move {
-                store
-                    .decisions()
-                    .append(&tenant, &stream, record(w, i))
-                    .await
-                    .expect("append");
-            }
-        },
-        move |w, i| {
-            let pool = p.clone();
-            let (tenant, stream) = chain(w);
-            let seq = seqs.fetch_add(1, Ordering::Relaxed) as i64 + 1;
-            async move { bare_decision(&pool, bare_table, &tenant, &stream, seq, record(w, i)).await }
-        },
-    )
-    .await
+    let records = move |w: usize, i: u64| -> Vec<DecisionRecord> {
+        (0..rows as u64)
+            .map(|k| record(w, i * rows as u64 + k))
+            .collect()
+    };
+    let (store_rate, bare_rate) =
+        compare(
+            concurrency,
+            window,
+            move |w, i| {
+                let store = s.clone();
+                let (tenant, stream) = c2(w);
+                async move {
+                    store
+                        .decisions()
+                        .append_batch(&tenant, &stream, records(w, i))
+                        .await
+                        .expect("append");
+                }
+            },
+            move |w, i| {
+                let pool = p.clone();
+                let (tenant, stream) = chain(w);
+                let seq = seqs.fetch_add(rows as u64, Ordering::Relaxed) as i64 + 1;
+                async move {
+                    bare_decisions(&pool, bare_table, &tenant, &stream, seq, records(w, i)).await
+                }
+            },
+        )
+        .await;
+    (store_rate * rows as f64, bare_rate * rows as f64)
 }
 
 /// Rows per batch in the batch lines: the sidecar's decision log flushes
 /// what gathered since its last write, a few to a few dozen rows under load.
 const BATCH: usize = 16;
-
-/// `append_batch` of [`BATCH`] records through `store` beside one
-/// multi-row INSERT of as many rows into `bare_rls_decisions` through
-/// `pool`. Rates are batches per second.
-async fn compare_batches<C>(
-    store: &Store,
-    pool: &PgPool,
-    concurrency: usize,
-    window: Duration,
-    chain: C,
-) -> (f64, f64)
-where
-    C: Fn(usize) -> (String, String) + Clone + Send + 'static,
-{
-    let (s, c2, p) = (store.clone(), chain.clone(), pool.clone());
-    let seqs = Arc::new(AtomicU64::new(0));
-    compare(
-        concurrency,
-        window,
-        move |w, i| {
-            let store = s.clone();
-            let (tenant, stream) = c2(w);
-            async move {
-                let records = (0..BATCH as u64).map(|k| record(w, i * 100 + k)).collect();
-                store
-                    .decisions()
-                    .append_batch(&tenant, &stream, records)
-                    .await
-                    .expect("append batch");
-            }
-        },
-        move |w, i| {
-            let pool = p.clone();
-            let (tenant, stream) = chain(w);
-            let first = seqs.fetch_add(BATCH as u64, Ordering::Relaxed) as i64 + 1;
-            async move {
-                const HASH: &str =
-                    "1111111111111111111111111111111111111111111111111111111111111111";
-                let mut insert = sqlx::QueryBuilder::new(
-                    "INSERT INTO bare_rls_decisions (tenant, seq, decision_id, run_id, step_id, \
-                     tool, verdict, reason, message, matched_rule, policy_version, risk, \
-                     args_digest, created_at, prev_hash, hash, stream) ",
-                );
-                insert.push_values(0..BATCH as u64, |mut row, k| {
-                    let r = record(w, i * 100 + k);
-                    row.push_bind(tenant.clone())
-                        .push_bind(first + k as i64)
-                        .push_bind(r.decision_id)
-                        .push_bind(r.run_id)
-                        .push_bind(r.step_id)
-                        .push_bind(r.tool)
-                        .push_bind(r.verdict)
-                        .push_bind(r.reason)
-                        .push_bind(r.message)
-                        .push_bind(r.matched_rule)
-                        .push_bind(r.policy_version)
-                        .push_bind(r.risk)
-                        .push_bind(r.args_digest)
-                        .push_bind(r.created_at.as_millisecond())
-                        .push_bind(HASH)
-                        .push_bind(HASH)
-                        .push_bind(stream.clone());
-                });
-                insert
-                    .build()
-                    .execute(&pool)
-                    .await
-                    .expect("bare batch insert");
-            }
-        },
-    )
-    .await
-}
 
 /// How decision appends are spread over chains.
 #[derive(Debug, Clone, Copy)]
@@ -518,39 +465,44 @@ fn record(w: usize, i: u64) -> DecisionRecord {
     }
 }
 
-async fn bare_decision(
+/// One INSERT of `records` into `table` (a bare copy of decisions) at seqs
+/// from `first_seq` on, with a constant hash: the peer of an append.
+async fn bare_decisions(
     pool: &PgPool,
     table: &str,
     tenant: &str,
     stream: &str,
-    seq: i64,
-    r: DecisionRecord,
+    first_seq: i64,
+    records: Vec<DecisionRecord>,
 ) {
     const HASH: &str = "1111111111111111111111111111111111111111111111111111111111111111";
-    sqlx::query(&format!(
+    let mut insert = sqlx::QueryBuilder::new(format!(
         "INSERT INTO {table} (tenant, seq, decision_id, run_id, step_id, tool, verdict, \
          reason, message, matched_rule, policy_version, risk, args_digest, created_at, \
-         prev_hash, hash, stream) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-         $13, $14, $15, $16, $17)"
-    ))
-    .bind(tenant)
-    .bind(seq)
-    .bind(&r.decision_id)
-    .bind(&r.run_id)
-    .bind(&r.step_id)
-    .bind(&r.tool)
-    .bind(&r.verdict)
-    .bind(&r.reason)
-    .bind(&r.message)
-    .bind(&r.matched_rule)
-    .bind(&r.policy_version)
-    .bind(&r.risk)
-    .bind(&r.args_digest)
-    .bind(r.created_at.as_millisecond())
-    .bind(HASH)
-    .bind(HASH)
-    .bind(stream)
-    .execute(pool)
-    .await
-    .expect("bare decision insert");
+         prev_hash, hash, stream) "
+    ));
+    insert.push_values(records.into_iter().zip(first_seq..), |mut row, (r, seq)| {
+        row.push_bind(tenant.to_owned())
+            .push_bind(seq)
+            .push_bind(r.decision_id)
+            .push_bind(r.run_id)
+            .push_bind(r.step_id)
+            .push_bind(r.tool)
+            .push_bind(r.verdict)
+            .push_bind(r.reason)
+            .push_bind(r.message)
+            .push_bind(r.matched_rule)
+            .push_bind(r.policy_version)
+            .push_bind(r.risk)
+            .push_bind(r.args_digest)
+            .push_bind(r.created_at.as_millisecond())
+            .push_bind(HASH)
+            .push_bind(HASH)
+            .push_bind(stream.to_owned());
+    });
+    insert
+        .build()
+        .execute(pool)
+        .await
+        .expect("bare decision insert");
 }
