@@ -50,6 +50,14 @@ spec:
     demo.pay: {allow: ["*"]}
     demo.wipe: {deny: ["*prod*"], allow: ["*"]}
     shout: {allow: ["hello *"]}
+    # The malicious MCP server of test_mcp_attacks.py (`evil`, and `evil2`,
+    # which no test lists before calling).
+    evil.note: {allow: ["*"]}
+    evil.pay: {allow: ["*"]}
+    evil.resources/read: {allow: ["file:///public/*"]}
+    evil.prompts/get: {allow: ["greeting"]}
+    evil.roots/list: {allow: ["*"]}
+    evil2.note: {allow: ["*"]}
   hardline:
     paths: ["**/.env"]
     cidrs: ["169.254.0.0/16"]
@@ -77,6 +85,12 @@ spec:
     # On trial: allowed whatever the rules say, with a warning when they
     # would not have allowed it.
     shout: {sideEffect: NONE, risk: low, matchArgs: [text], enforcement: warn}
+    evil.note: {sideEffect: NONE, risk: low, matchArgs: [text]}
+    evil.pay:  {sideEffect: EXTERNAL_WRITE, risk: high}
+    evil.resources/read: {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, matchArgs: [uri]}
+    evil.prompts/get: {sideEffect: NONE, risk: low, matchArgs: [name]}
+    evil.roots/list: {sideEffect: NONE, risk: low}
+    evil2.note: {sideEffect: NONE, risk: low, matchArgs: [text]}
   approvals: {ttlSeconds: 300}
 """
 
@@ -132,7 +146,32 @@ def mcp_upstream(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
-def sidecar(tmp_path_factory, mcp_upstream):
+def evil_upstream(tmp_path_factory):
+    """The malicious MCP server over streamable HTTP: {url, log, control};
+    write a scenario name into `control` to choose how it attacks."""
+    d = tmp_path_factory.mktemp('evil-upstream')
+    port, log, control = free_port(), d / 'evil.log', d / 'scenario'
+    log.write_text('')
+    control.write_text('honest')
+    proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).parent / 'evil_mcp_server.py'),
+                             'http', str(port), str(log), str(control)],
+                            stdout=subprocess.DEVNULL, stderr=open(d / 'server.err', 'w'))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(('127.0.0.1', port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        pytest.fail(f"evil MCP upstream did not start: {(d / 'server.err').read_text()[-3000:]}")
+    yield {'url': f"http://127.0.0.1:{port}/mcp", 'log': log, 'control': control}
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope='session')
+def sidecar(tmp_path_factory, mcp_upstream, evil_upstream):
     """A running sidecar: {url, ops_url, db, database, bin, dir, log}, with
     MCP upstreams `demo` (the test server) and `blocked` (a hardline CIDR)."""
     toolgate = _toolgate_bin()
@@ -156,6 +195,8 @@ def sidecar(tmp_path_factory, mcp_upstream):
             '--pod-name', 'pytest-agent', '--pod-namespace', 'agents',
             '--mcp-upstream', f"demo={mcp_upstream['url']}",
             '--mcp-upstream', 'blocked=http://169.254.169.254/mcp',
+            '--mcp-upstream', f"evil={evil_upstream['url']}",
+            '--mcp-upstream', f"evil2={evil_upstream['url']}",
         ], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG='warn'))
         ops_url = f"http://127.0.0.1:{ops_port}"
         deadline = time.monotonic() + 30
@@ -170,6 +211,7 @@ def sidecar(tmp_path_factory, mcp_upstream):
     info = {
         'url': f"http://127.0.0.1:{port}", 'ops_url': ops_url, 'db': db, 'database': database,
         'bin': toolgate, 'dir': d, 'log': log_path, 'workspaces': d / 'workspaces' / TENANT,
+        'pid': proc.pid,
     }
     yield info
     proc.terminate()

@@ -120,6 +120,7 @@ async def test_escalation_waits_for_a_human_then_passes_once(sidecar, server_js,
     root.mkdir()
     (root / 'a.txt').write_text('a')
     async with Client(wrapped(sidecar, server_js, root, run_id), mode='legacy') as client:
+        await client.list_tools()  # a tool is called as it was listed
         move = {'source': str(root / 'a.txt'), 'destination': str(root / 'b.txt')}
         result = await client.call_tool('move_file', move)
         assert result.is_error and 'approval_required' in text(result), text(result)

@@ -89,6 +89,18 @@ pub enum CallOutcome {
     Respond(Value),
 }
 
+/// Why a governed request was not let through.
+enum Refusal {
+    /// The profile does not declare the tool.
+    UnknownTool,
+    /// Denied, escalated, or not decidable: the text the client reads and
+    /// the verdict, when there is one.
+    Policy {
+        text: String,
+        verdict: Option<Value>,
+    },
+}
+
 /// One announced tool: its pinnable digest and its argument validator.
 #[derive(Clone)]
 struct Definition {
@@ -102,8 +114,8 @@ impl Definition {
         let validator = match tool.get("inputSchema") {
             Some(schema) => jsonschema::validator_for(schema)
                 .map(Arc::new)
-                .map_err(|e| format!("its inputSchema cannot be used: {e}")),
-            None => Err("it announced no inputSchema".to_owned()),
+                .map_err(|e| format!("invalid_arguments: its inputSchema cannot be used: {e}")),
+            None => Err("invalid_arguments: it announced no inputSchema".to_owned()),
         };
         Self {
             digest: message::definition_digest(tool),
@@ -111,7 +123,21 @@ impl Definition {
         }
     }
 
-    /// `Err` with the first problem when `arguments` do not fit the schema.
+    /// A name announced more than once in one list: which definition the
+    /// client would act on is unknown, so it is treated as changed.
+    fn ambiguous() -> Self {
+        Self {
+            digest: "sha256:ambiguous".to_owned(),
+            validator: Err(
+                "tool_definition_changed: the server announced this tool more than \
+                            once in one list"
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// `Err` with the refusal (`code: problem`) when `arguments` do not fit
+    /// the schema or the definition is unusable.
     fn check(&self, arguments: &Map<String, Value>) -> Result<(), String> {
         let validator = self.validator.as_ref().map_err(Clone::clone)?;
         validator
@@ -119,9 +145,9 @@ impl Definition {
             .map_err(|e| {
                 let at = e.instance_path().to_string();
                 if at.is_empty() {
-                    e.to_string()
+                    format!("invalid_arguments: {e}")
                 } else {
-                    format!("{at}: {e}")
+                    format!("invalid_arguments: {at}: {e}")
                 }
             })
     }
@@ -134,6 +160,11 @@ pub struct Gateway<D> {
     decider: D,
     /// What the last `tools/list` announced, by MCP tool name.
     definitions: Mutex<HashMap<String, Definition>>,
+    /// Requests forwarded under the gateway's own ids, awaiting answers
+    /// (see [`crate::relay`]).
+    pub(crate) in_flight: Mutex<HashMap<String, crate::relay::InFlight>>,
+    /// The server answered `server/discover` (protocol 2026-07-28).
+    pub(crate) modern_server: std::sync::atomic::AtomicBool,
 }
 
 impl<D: Decider> Gateway<D> {
@@ -145,6 +176,8 @@ impl<D: Decider> Gateway<D> {
             approval_wait,
             decider,
             definitions: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+            modern_server: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -179,117 +212,186 @@ impl<D: Decider> Gateway<D> {
         let refuse = |text: String, verdict: Option<&Value>| {
             CallOutcome::Respond(message::refusal(id, &text, verdict, modern))
         };
-        let unavailable = |e: McpError| {
-            refuse(
-                format!("toolgate: {} ({e}); the call was not made", e.code()),
-                None,
-            )
+        // A tool is called as the server last announced it: its arguments
+        // must fit that schema before the policy is asked, and a tool never
+        // announced (or announced twice) has no schema to fit.
+        let definition = match self.definition(name) {
+            Some(def) => def,
+            None => {
+                return refuse(
+                    format!(
+                        "toolgate: tool_not_listed: `{name}` was not in a tools/list answer of \
+                         this server that the gateway read; list the tools first. The call was \
+                         not made"
+                    ),
+                    None,
+                );
+            }
         };
-        let tool = message::policy_tool(&self.server, name);
-        // Arguments must fit the schema the server announced, before the
-        // policy is asked (and the call is never forwarded when they do not).
-        let definition = self.definition(name);
-        if let Some(def) = &definition
-            && let Err(problem) = def.check(arguments)
-        {
-            return refuse(
-                format!("toolgate: invalid_arguments: {problem}; the call was not made"),
-                None,
-            );
+        if let Err(problem) = definition.check(arguments) {
+            return refuse(format!("toolgate: {problem}; the call was not made"), None);
         }
-        let digest = definition.as_ref().map(|d| d.digest.as_str());
+        let tool = message::policy_tool(&self.server, name);
+        match self
+            .decide(
+                &tool,
+                arguments,
+                run_id,
+                Some(&definition.digest),
+                self.approval_wait,
+            )
+            .await
+        {
+            Ok(intent) => CallOutcome::Forward { intent },
+            Err(Refusal::UnknownTool) => CallOutcome::Respond(message::error(
+                id,
+                message::INVALID_PARAMS,
+                &format!("Unknown tool: {name}"),
+            )),
+            Err(Refusal::Policy { text, verdict }) => refuse(text, verdict.as_ref()),
+        }
+    }
+
+    /// Decides a request that is not a `tools/call` (`resources/read` from
+    /// the client, `sampling/createMessage` from the server, …) as the tool
+    /// `SERVER.METHOD`: `None` to let it through, else the JSON-RPC error
+    /// that answers it. Undeclared means refused; an escalation is refused
+    /// with its approval id (nothing waits on a human here).
+    pub async fn decide_request(
+        &self,
+        id: &Value,
+        method: &str,
+        arguments: &Map<String, Value>,
+        run_id: &str,
+    ) -> Option<Value> {
+        let tool = message::policy_tool(&self.server, method);
+        match self
+            .decide(&tool, arguments, run_id, None, Duration::ZERO)
+            .await
+        {
+            Ok(_) => None,
+            Err(Refusal::UnknownTool) => Some(message::policy_error(
+                id,
+                &format!(
+                    "toolgate: unknown_tool: the profile does not declare `{tool}`; the request \
+                     was not passed on"
+                ),
+                None,
+            )),
+            Err(Refusal::Policy { text, verdict }) => {
+                Some(message::policy_error(id, &text, verdict.as_ref()))
+            }
+        }
+    }
+
+    /// The decision path shared by calls and other governed requests: ask,
+    /// wait up to `wait` for an approval and ask again, record the intent
+    /// of an allowed high-risk call. `Ok` carries that intent.
+    async fn decide(
+        &self,
+        tool: &str,
+        arguments: &Map<String, Value>,
+        run_id: &str,
+        definition_digest: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<String>, Refusal> {
+        let unavailable = |e: McpError| Refusal::Policy {
+            text: format!("toolgate: {} ({e}); the call was not made", e.code()),
+            verdict: None,
+        };
         // One step per server: a call retried after its approval is the
         // same invocation, so the approval lets it through (once).
         let step = format!("mcp:{}", self.server);
         let call = ToolCall {
-            tool: &tool,
+            tool,
             arguments,
             run_id,
             step_id: &step,
-            definition_digest: digest,
+            definition_digest,
         };
         let ask = || self.decider.authorize(call);
-        let mut verdict = match ask().await {
-            Ok(v) => v,
-            Err(e) => return unavailable(e),
-        };
+        let mut verdict = ask().await.map_err(unavailable)?;
         let field = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
-        if field(&verdict, "verdict") == "escalate" && !self.approval_wait.is_zero() {
+        if field(&verdict, "verdict") == "escalate" && !wait.is_zero() {
             let approval = field(&verdict, "approval_id");
-            match self
+            let status = self
                 .decider
-                .wait_for_approval(&approval, self.approval_wait)
+                .wait_for_approval(&approval, wait)
                 .await
-            {
-                Ok(status) if status != "pending" => match ask().await {
-                    Ok(v) => verdict = v,
-                    Err(e) => return unavailable(e),
-                },
-                Ok(_) => {}
-                Err(e) => return unavailable(e),
+                .map_err(unavailable)?;
+            if status != "pending" {
+                verdict = ask().await.map_err(unavailable)?;
             }
         }
         let reason = field(&verdict, "reason");
         let decision = field(&verdict, "decision_id");
         match field(&verdict, "verdict").as_str() {
             "allow" => {}
-            "deny" if reason == "unknown_tool" => {
-                return CallOutcome::Respond(message::error(
-                    id,
-                    message::INVALID_PARAMS,
-                    &format!("Unknown tool: {name}"),
-                ));
-            }
+            "deny" if reason == "unknown_tool" => return Err(Refusal::UnknownTool),
             "escalate" => {
                 let approval = field(&verdict, "approval_id");
-                return refuse(
-                    format!(
+                return Err(Refusal::Policy {
+                    text: format!(
                         "toolgate: approval_required: approval {approval} must be approved by a \
                          human; retry the same call afterwards (decision {decision})"
                     ),
-                    Some(&verdict),
-                );
+                    verdict: Some(verdict),
+                });
             }
             _ => {
-                return refuse(
-                    format!("toolgate: {reason} (decision {decision})"),
-                    Some(&verdict),
-                );
+                return Err(Refusal::Policy {
+                    text: format!("toolgate: {reason} (decision {decision})"),
+                    verdict: Some(verdict),
+                });
             }
         }
         if verdict["intent_required"].as_bool() != Some(true) {
-            return CallOutcome::Forward { intent: None };
+            return Ok(None);
         }
         match self.decider.begin_intent(&verdict, call).await {
-            Ok(intent) => CallOutcome::Forward {
-                intent: Some(intent),
-            },
-            Err(e) => refuse(
-                format!(
+            Ok(intent) => Ok(Some(intent)),
+            Err(e) => Err(Refusal::Policy {
+                text: format!(
                     "toolgate: the intent of this high-risk call could not be recorded \
                      ({}: {e}); the call was not made (decision {decision})",
                     e.code()
                 ),
-                Some(&verdict),
-            ),
+                verdict: Some(verdict),
+            }),
         }
     }
 
     /// Filters a `tools/list` response in place to what the profile could
     /// allow or escalate with the announced definitions, and remembers those
-    /// definitions for later calls. Lists nothing when the decider cannot be
-    /// asked.
+    /// definitions for later calls. A name announced more than once is
+    /// dropped and its calls refused. Lists nothing when the decider cannot
+    /// be asked.
     pub async fn filter_list(&self, response: &mut Value) {
-        let announced: Vec<(String, Definition)> = message::listed_definitions(response)
-            .iter()
-            .filter_map(|t| Some((t.get("name")?.as_str()?.to_owned(), Definition::of(t))))
-            .collect();
+        let mut announced: HashMap<String, Definition> = HashMap::new();
+        let mut ambiguous: HashSet<String> = HashSet::new();
+        for tool in message::listed_definitions(response) {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            if announced
+                .insert(name.to_owned(), Definition::of(tool))
+                .is_some()
+            {
+                ambiguous.insert(name.to_owned());
+            }
+        }
+        for name in &ambiguous {
+            tracing::warn!(server = %self.server, tool = %name, "a tool announced twice in one list is withheld");
+            announced.insert(name.clone(), Definition::ambiguous());
+        }
         let names: Vec<String> = announced
-            .iter()
-            .map(|(n, _)| message::policy_tool(&self.server, n))
+            .keys()
+            .filter(|n| !ambiguous.contains(*n))
+            .map(|n| message::policy_tool(&self.server, n))
             .collect();
         let digests: HashMap<String, String> = announced
             .iter()
+            .filter(|(n, _)| !ambiguous.contains(*n))
             .map(|(n, d)| (message::policy_tool(&self.server, n), d.digest.clone()))
             .collect();
         self.definitions
@@ -304,6 +406,15 @@ impl<D: Decider> Gateway<D> {
             }
         };
         message::filter_tools(response, &self.server, &visible);
+    }
+
+    /// Forgets every announced definition: after a list the gateway could
+    /// not read, no call is made against what an older list said.
+    pub(crate) fn forget_definitions(&self) {
+        self.definitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Closes `intent` from the server's answer to its call: `error` for a

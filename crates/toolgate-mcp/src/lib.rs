@@ -6,6 +6,10 @@
 //!   [`gateway::Decider`] (the sidecar over HTTP, or the sidecar itself).
 //! - [`message`]: the pure part — naming (`SERVER.TOOL` is the policy
 //!   tool), filtering a `tools/list` result, the JSON-RPC shapes of a refusal.
+//! - [`relay`]: every message between client and server, judged in one
+//!   place for both transports: ids the gateway controls, unreadable
+//!   answers withheld, server requests decided.
+//! - [`sse`]: server-sent events read incrementally, bounded.
 //! - [`sidecar`]: the HTTP client of the sidecar's agent API (authorize,
 //!   intents, approvals, visible tools).
 //! - [`stdio`]: `toolgate mcp wrap`, which runs a stdio MCP server as a child
@@ -18,7 +22,9 @@
 
 pub mod gateway;
 pub mod message;
+pub mod relay;
 pub mod sidecar;
+pub mod sse;
 pub mod stdio;
 
 /// Everything the gateway reports.

@@ -10,8 +10,27 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC: invalid request (batches, non-objects).
 pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC: internal error (an answer the gateway could not read).
+pub const INTERNAL_ERROR: i64 = -32603;
+/// JSON-RPC (implementation-defined range): the policy refused a request
+/// that is not a `tools/call` (`resources/read`, `prompts/get`, a server's
+/// `sampling/createMessage`, …). The verdict, when there is one, is the
+/// error's `data`.
+pub const POLICY_REFUSED: i64 = -32001;
 /// Key under `_meta` carrying toolgate's verdict on a refused call.
 pub const VERDICT_META: &str = "toolgate.dev/verdict";
+/// Requests of the client other than `tools/call` that read through the
+/// server and are decided like a tool named `SERVER.METHOD`, with the
+/// parameter that names what is read as the call's one argument.
+pub const GOVERNED_CLIENT_REQUESTS: [(&str, &str); 3] = [
+    ("resources/read", "uri"),
+    ("prompts/get", "name"),
+    ("completion/complete", "ref"),
+];
+/// The only server-to-client request that passes undecided; every other
+/// one (sampling, elicitation, roots, anything new) is decided like a tool
+/// named `SERVER.METHOD` and refused unless the profile declares it.
+pub const UNGOVERNED_SERVER_REQUESTS: [&str; 1] = ["ping"];
 
 /// The policy tool of MCP tool `tool` on server `server`: `server.tool`.
 pub fn policy_tool(server: &str, tool: &str) -> String {
@@ -31,7 +50,7 @@ pub enum FromClient {
         arguments: serde_json::Map<String, Value>,
     },
     /// `tools/call` that cannot be decided (no name, arguments not an object).
-    BadCallTool {
+    BadRequest {
         /// Request id.
         id: Value,
         /// Why.
@@ -42,7 +61,21 @@ pub enum FromClient {
         /// Request id.
         id: Value,
     },
-    /// Anything else: passed through unchanged.
+    /// A request in [`GOVERNED_CLIENT_REQUESTS`]: decided before it is sent.
+    Governed {
+        /// Request id.
+        id: Value,
+        /// Its method (`resources/read`, …).
+        method: &'static str,
+        /// The one argument the decision sees (`{"uri": …}`, …).
+        arguments: serde_json::Map<String, Value>,
+    },
+    /// Any other request: forwarded, its answer relayed back.
+    OtherRequest {
+        /// Request id.
+        id: Value,
+    },
+    /// A notification or a response to a server's request.
     Other,
 }
 
@@ -59,7 +92,7 @@ pub fn classify(message: &Value) -> FromClient {
                 .and_then(Value::as_str)
                 .filter(|n| !n.is_empty())
             else {
-                return FromClient::BadCallTool {
+                return FromClient::BadRequest {
                     id,
                     reason: "tools/call needs params.name".into(),
                 };
@@ -68,7 +101,7 @@ pub fn classify(message: &Value) -> FromClient {
                 None | Some(Value::Null) => serde_json::Map::new(),
                 Some(Value::Object(m)) => m.clone(),
                 Some(_) => {
-                    return FromClient::BadCallTool {
+                    return FromClient::BadRequest {
                         id,
                         reason: "tools/call params.arguments must be an object".into(),
                     };
@@ -80,8 +113,63 @@ pub fn classify(message: &Value) -> FromClient {
                 arguments,
             }
         }
+        (Some(m), Some(id)) => match GOVERNED_CLIENT_REQUESTS.iter().find(|(g, _)| *g == m) {
+            Some(&(method, key)) => {
+                let subject = params_subject(message.get("params"), key);
+                match subject {
+                    Some(subject) => {
+                        let mut arguments = serde_json::Map::new();
+                        arguments.insert(key.to_owned(), Value::String(subject));
+                        FromClient::Governed {
+                            id,
+                            method,
+                            arguments,
+                        }
+                    }
+                    None => FromClient::BadRequest {
+                        id,
+                        reason: format!("{method} needs params.{key}"),
+                    },
+                }
+            }
+            None => FromClient::OtherRequest { id },
+        },
         _ => FromClient::Other,
     }
+}
+
+/// The text a governed request names: `params.KEY` when it is a non-empty
+/// string; for a completion's `ref`, the prompt name or resource URI in it.
+fn params_subject(params: Option<&Value>, key: &str) -> Option<String> {
+    let value = params?.get(key)?;
+    let text = match value {
+        Value::String(s) => s.as_str(),
+        Value::Object(r) => r
+            .get("name")
+            .or_else(|| r.get("uri"))
+            .and_then(Value::as_str)?,
+        _ => return None,
+    };
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// A JSON-RPC error refusing a request on the policy's behalf, the verdict
+/// (when there is one) as its `data`.
+pub fn policy_error(id: &Value, text: &str, verdict: Option<&Value>) -> Value {
+    let mut e = error(id, POLICY_REFUSED, text);
+    if let Some(v) = verdict {
+        e["error"]["data"] = json!({ VERDICT_META: v });
+    }
+    e
+}
+
+/// Whether a client message waits on a decision (and maybe on a human)
+/// before it is forwarded: such messages are handled concurrently.
+pub fn waits_on_a_decision(message: &Value) -> bool {
+    matches!(
+        classify(message),
+        FromClient::CallTool { .. } | FromClient::Governed { .. }
+    )
 }
 
 /// A JSON-RPC error response.
@@ -201,7 +289,7 @@ mod tests {
             json!({"id": 1, "method": "tools/call", "params": {"name": "x", "arguments": [1]}}),
         ] {
             assert!(
-                matches!(classify(&bad), FromClient::BadCallTool { .. }),
+                matches!(classify(&bad), FromClient::BadRequest { .. }),
                 "{bad}"
             );
         }

@@ -2,23 +2,26 @@
 //!
 //! The agent's MCP client starts `toolgate mcp wrap … -- CMD ARGS` instead
 //! of the server; the wrapper starts the server as a child and relays
-//! newline-delimited JSON-RPC both ways. Two messages are not relayed as
-//! they are:
+//! newline-delimited JSON-RPC both ways, every message judged by
+//! [`crate::relay`] as the HTTP gateway judges it:
 //!
-//! - a `tools/call` request is first decided by the sidecar (`SERVER.TOOL`
-//!   is the policy tool). A refusal is answered here and never reaches the
-//!   server; an unknown tool is JSON-RPC error -32602. An allowed high-risk
-//!   call gets its intent recorded and marked effect-sent before it is
-//!   forwarded, and completed from the server's answer.
+//! - a `tools/call` (and `resources/read`, `prompts/get`, …) is first
+//!   decided by the sidecar (`SERVER.TOOL` is the policy tool). A refusal is
+//!   answered here and never reaches the server; an unknown tool is
+//!   JSON-RPC error -32602. An allowed high-risk call gets its intent
+//!   recorded and marked effect-sent before it is forwarded, and completed
+//!   from the server's answer.
 //! - the result of a `tools/list` request keeps only the tools the profile
 //!   could allow or escalate (asked of the sidecar; nothing when it cannot
 //!   be asked).
+//! - requests go to the server under the gateway's ids; the server's
+//!   messages that cannot be read, and answers to nothing forwarded, never
+//!   reach the client.
 //!
 //! A line from the agent that is not a JSON object is answered with a
 //! JSON-RPC error and not forwarded: what the gateway cannot read, the
 //! server must not act on.
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -29,12 +32,14 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::McpError;
-use crate::gateway::{CallOutcome, Gateway};
-use crate::message::{self, FromClient};
+use crate::gateway::Gateway;
+use crate::message;
+use crate::relay::{ClientStep, ServerStep};
 use crate::sidecar::Sidecar;
 
-/// Longest line accepted from the agent or the server.
-pub const MAX_LINE_BYTES: usize = 64 << 20;
+/// Longest line read from the agent or the server: the gateway reads (and
+/// judges) every message, so a longer one is skipped unread.
+pub const MAX_LINE_BYTES: usize = crate::relay::MAX_MESSAGE_BYTES;
 
 /// How the wrapper decides.
 #[derive(Debug, Clone)]
@@ -55,31 +60,13 @@ pub fn generated_run_id() -> String {
     format!("mcp-{}", uuid::Uuid::now_v7())
 }
 
-/// Requests of the client whose responses the wrapper must see.
-#[derive(Debug, Default)]
-struct Pending {
-    /// `tools/list` request ids (JSON text).
-    lists: HashSet<String>,
-    /// Forwarded high-risk `tools/call` ids (JSON text) → intent id.
-    intents: HashMap<String, String>,
-    /// `server/discover` request ids: a result means protocol 2026-07-28.
-    discovers: HashSet<String>,
-    /// The server answered `server/discover`.
-    modern: bool,
-}
-
 struct Relay {
     config: WrapConfig,
     gateway: Gateway<Sidecar>,
-    pending: Mutex<Pending>,
     to_client: mpsc::UnboundedSender<String>,
     /// Taken (closing the server's stdin) once the client is gone and the
     /// calls in flight are settled.
     to_server: Mutex<Option<mpsc::UnboundedSender<String>>>,
-}
-
-fn key(id: &Value) -> String {
-    id.to_string()
 }
 
 impl Relay {
@@ -87,157 +74,125 @@ impl Relay {
         let _ = self.to_client.send(message.to_string());
     }
 
-    fn send_server(&self, line: String) {
+    fn send_server(&self, message: &Value) {
         if let Some(tx) = self
             .to_server
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
         {
-            let _ = tx.send(line);
+            let _ = tx.send(message.to_string());
         }
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// One line from the agent; a `tools/call` is decided in a task of its
-    /// own, returned so the caller can let it settle before closing.
-    async fn on_client_line(self: &Arc<Self>, line: String) -> Option<tokio::task::JoinHandle<()>> {
-        let message: Value = match serde_json::from_str(&line) {
+    /// One line from the agent; a request that waits on a decision is
+    /// decided in a task of its own, returned so the caller can let it
+    /// settle before closing.
+    async fn on_client_line(self: &Arc<Self>, line: Line) -> Option<tokio::task::JoinHandle<()>> {
+        let parsed = match line {
+            Line::Text(text) => serde_json::from_str::<Value>(&text).map_err(|e| e.to_string()),
+            Line::TooLong => Err(format!("a line longer than {MAX_LINE_BYTES} bytes")),
+        };
+        let message = match parsed {
             Ok(v @ Value::Object(_)) => v,
             Ok(_) => {
-                let e = message::error(
+                self.send_client(&message::error(
                     &Value::Null,
                     message::INVALID_REQUEST,
                     "toolgate: only single JSON-RPC objects are accepted (no batches)",
-                );
-                self.send_client(&e);
+                ));
                 return None;
             }
             Err(e) => {
-                let e = message::error(
+                self.send_client(&message::error(
                     &Value::Null,
                     message::PARSE_ERROR,
                     &format!("toolgate: not JSON: {e}"),
-                );
-                self.send_client(&e);
+                ));
                 return None;
             }
         };
-        match message::classify(&message) {
-            FromClient::CallTool {
-                id,
-                name,
-                arguments,
-            } => {
-                // Decided concurrently: one call waiting for a human must
-                // not hold up the others.
-                let gateway = Arc::clone(self);
-                return Some(tokio::spawn(async move {
-                    gateway.call_tool(line, id, name, arguments).await;
-                }));
+        let concurrent = message::waits_on_a_decision(&message);
+        let relay = Arc::clone(self);
+        let step = async move {
+            let modern = relay.gateway.server_is_modern();
+            match relay
+                .gateway
+                .from_client(message, &relay.config.run_id, modern)
+                .await
+            {
+                ClientStep::Answer(answer) => relay.send_client(&answer),
+                ClientStep::Forward { message, .. } => relay.send_server(&message),
             }
-            FromClient::BadCallTool { id, reason } => {
-                self.send_client(&message::error(&id, message::INVALID_PARAMS, &reason));
-            }
-            FromClient::ListTools { id } => {
-                self.pending().lists.insert(key(&id));
-                self.send_server(line);
-            }
-            FromClient::Other => {
-                if message.get("method").and_then(Value::as_str) == Some("server/discover")
-                    && let Some(id) = message.get("id")
-                {
-                    self.pending().discovers.insert(key(id));
-                }
-                self.send_server(line);
-            }
-        }
-        None
-    }
-
-    async fn call_tool(
-        &self,
-        line: String,
-        id: Value,
-        name: String,
-        arguments: serde_json::Map<String, Value>,
-    ) {
-        let modern = self.pending().modern;
-        match self
-            .gateway
-            .decide_call(&id, &name, &arguments, &self.config.run_id, modern)
-            .await
-        {
-            CallOutcome::Respond(answer) => self.send_client(&answer),
-            CallOutcome::Forward { intent } => {
-                if let Some(intent) = intent {
-                    self.pending().intents.insert(key(&id), intent);
-                }
-                self.send_server(line);
-            }
+        };
+        // Decided concurrently: one call waiting for a human must not hold
+        // up the others. Everything else keeps its order.
+        if concurrent {
+            Some(tokio::spawn(step))
+        } else {
+            step.await;
+            None
         }
     }
 
     /// One line from the server.
-    async fn on_server_line(&self, line: String) {
-        let Ok(mut message) = serde_json::from_str::<Value>(&line) else {
-            // Not ours to judge: the client sees what the server said.
-            let _ = self.to_client.send(line);
-            return;
-        };
-        let is_response = message.get("method").is_none()
-            && (message.get("result").is_some() || message.get("error").is_some());
-        let Some(id) = message.get("id").filter(|_| is_response).map(key) else {
-            let _ = self.to_client.send(line);
-            return;
-        };
-        let (list, intent) = {
-            let mut p = self.pending();
-            if p.discovers.remove(&id) && message.get("result").is_some() {
-                p.modern = true;
+    async fn on_server_line(&self, line: Line) {
+        let raw = match &line {
+            Line::Text(text) => text.as_bytes(),
+            Line::TooLong => {
+                tracing::warn!(server = %self.config.server, "a line longer than {MAX_LINE_BYTES} bytes from the server was skipped unread");
+                return;
             }
-            (p.lists.remove(&id), p.intents.remove(&id))
         };
-        if list {
-            self.gateway.filter_list(&mut message).await;
-            return self.send_client(&message);
+        match self.gateway.from_server(raw, &self.config.run_id).await {
+            ServerStep::ToClient(message) => self.send_client(&message),
+            ServerStep::ToServer(answer) => self.send_server(&answer),
+            ServerStep::Drop(why) => {
+                tracing::warn!(server = %self.config.server, %why, "a message from the server was not passed on");
+            }
         }
-        if let Some(intent) = intent {
-            self.gateway.finish_call(&intent, &message).await;
-        }
-        let _ = self.to_client.send(line);
     }
 }
 
-/// Reads newline-delimited lines of at most [`MAX_LINE_BYTES`]; a longer
-/// line ends the stream with an error.
+/// One line read: its text, or the mark of a line skipped for its length.
+enum Line {
+    Text(String),
+    TooLong,
+}
+
+/// Reads newline-delimited lines; a line longer than [`MAX_LINE_BYTES`] is
+/// read through and dropped (never held whole), the reading goes on.
 async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
     reader: &mut R,
     buf: &mut Vec<u8>,
-) -> std::io::Result<Option<String>> {
+) -> std::io::Result<Option<Line>> {
     buf.clear();
+    let mut too_long = false;
     loop {
         let n = (&mut *reader)
             .take((MAX_LINE_BYTES + 1 - buf.len()) as u64)
             .read_until(b'\n', buf)
             .await?;
         if n == 0 {
-            return Ok((!buf.is_empty()).then(|| String::from_utf8_lossy(buf).into_owned()));
+            if too_long {
+                return Ok(Some(Line::TooLong));
+            }
+            return Ok(
+                (!buf.is_empty()).then(|| Line::Text(String::from_utf8_lossy(buf).into_owned()))
+            );
         }
         if buf.ends_with(b"\n") {
+            if too_long {
+                return Ok(Some(Line::TooLong));
+            }
             while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                 buf.pop();
             }
-            return Ok(Some(String::from_utf8_lossy(buf).into_owned()));
+            return Ok(Some(Line::Text(String::from_utf8_lossy(buf).into_owned())));
         }
         if buf.len() > MAX_LINE_BYTES {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "line longer than 64 MiB",
-            ));
+            too_long = true;
+            buf.clear();
         }
     }
 }
@@ -270,7 +225,6 @@ pub async fn wrap(
             config.sidecar.clone(),
         ),
         config,
-        pending: Mutex::new(Pending::default()),
         to_client,
         to_server: Mutex::new(Some(to_server)),
     });
@@ -313,7 +267,7 @@ pub async fn wrap(
     let mut buf = Vec::new();
     loop {
         match next_line(&mut stdin, &mut buf).await {
-            Ok(Some(line)) if line.trim().is_empty() => {}
+            Ok(Some(Line::Text(line))) if line.trim().is_empty() => {}
             Ok(Some(line)) => {
                 in_flight.retain(|t| !t.is_finished());
                 in_flight.extend(relay.on_client_line(line).await);

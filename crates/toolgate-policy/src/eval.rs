@@ -69,6 +69,14 @@ impl CompiledPolicy {
         })
     }
 
+    /// Whether a connection to `ip` falls in a hardline CIDR: what a
+    /// gateway checks of each address a name resolves to, so a name that
+    /// resolves (or is re-bound) to a hardline range is refused as the
+    /// literal address would be.
+    pub fn refuses_address(&self, ip: IpAddr) -> bool {
+        self.blocked_cidr(ip).is_some()
+    }
+
     /// What an approver is shown of `call`: its match text (the text the
     /// rules saw) through [`crate::preview::preview`]; `None` for a tool
     /// the profile does not declare.

@@ -50,6 +50,9 @@ pub enum StartError {
     /// A flag value is unusable (see [`SidecarConfig`]'s `TryFrom<SidecarArgs>`).
     #[error("{0}")]
     Usage(String),
+    /// The MCP gateway's HTTP client could not be built.
+    #[error("MCP gateway client: {0}")]
+    McpClient(#[source] reqwest::Error),
 }
 
 impl StartError {
@@ -61,6 +64,7 @@ impl StartError {
             Self::Workspace(_) => "workspace_unusable",
             Self::Bind(..) => "listen_failed",
             Self::Usage(_) => "usage",
+            Self::McpClient(_) => "mcp_client_unusable",
         }
     }
 }
@@ -162,6 +166,7 @@ impl Sidecar {
         metrics.precreate_mcp(config.mcp_upstreams.iter().map(|(n, _)| n.as_str()));
         let workspaces = Workspaces::new(&config.workspace_base, &config.tenant)?;
         let cancelled = Arc::new(runs::CancelledRuns::default());
+        let mcp_http = mcp::upstream_client(policy.clone()).map_err(StartError::McpClient)?;
         let state = Arc::new_cyclic(|weak| AppState {
             policy: policy.clone(),
             store: store.clone(),
@@ -179,7 +184,7 @@ impl Sidecar {
                 .cloned()
                 .chain(std::iter::once(config.pod_name.clone()))
                 .collect(),
-            mcp: mcp::McpUpstreams::new(&config.mcp_upstreams, weak.clone()),
+            mcp: mcp::McpUpstreams::new(&config.mcp_upstreams, weak.clone(), mcp_http),
             cancelled: cancelled.clone(),
         });
 

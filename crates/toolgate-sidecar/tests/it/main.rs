@@ -5,5 +5,6 @@ mod attacks;
 mod common;
 mod fuzz;
 mod http;
+mod mcp_upstream;
 mod runs;
 mod workspace;

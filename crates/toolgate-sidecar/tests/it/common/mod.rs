@@ -153,6 +153,18 @@ impl Harness {
 
     /// [`Harness::start`] serving `tenant` (several sidecars of one tenant).
     pub async fn start_as(dir: &Path, url: &str, bundle: Option<&[u8]>, tenant: &str) -> Self {
+        Self::start_configured(dir, url, bundle, tenant, |_| {}).await
+    }
+
+    /// [`Harness::start_as`] with `configure` applied to the configuration
+    /// last (MCP upstreams, say).
+    pub async fn start_configured(
+        dir: &Path,
+        url: &str,
+        bundle: Option<&[u8]>,
+        tenant: &str,
+        configure: impl FnOnce(&mut SidecarConfig),
+    ) -> Self {
         let bundle_path = dir.join("bundle.json");
         let trust_path = dir.join("trust.pem");
         if let Some(b) = bundle {
@@ -167,6 +179,7 @@ impl Harness {
         config.tenant = tenant.clone();
         config.reload_interval = Duration::from_millis(50);
         config.heartbeat_interval = Duration::from_millis(100);
+        configure(&mut config);
         let sidecar = Sidecar::start_with_store(config, store.clone())
             .await
             .unwrap();

@@ -11,25 +11,37 @@
 //! - Protocol 2026-07-28: `Mcp-Method` / `Mcp-Name` headers must match the
 //!   body (JSON-RPC error -32020 otherwise), and refusals carry
 //!   `resultType: "complete"`.
-//! - Responses arrive as JSON or as an SSE stream; in both, the answer to a
-//!   `tools/list` is filtered and the answer to a high-risk `tools/call`
-//!   closes its intent. Everything else passes through unchanged.
+//! - Every message either way goes through `toolgate_mcp::relay`, whatever
+//!   the framing (one JSON answer, or an SSE stream on a POST or a GET):
+//!   requests travel under the gateway's ids, a `tools/list` answer is
+//!   filtered, a high-risk `tools/call` answer closes its intent, an answer
+//!   the gateway cannot read (or that is larger than
+//!   `toolgate_mcp::relay::MAX_MESSAGE_BYTES`) is replaced by a JSON-RPC
+//!   error, and a server's own requests are decided (see [`relay`]).
+//! - Connections: the addresses a name resolves to are checked against the
+//!   hardline CIDRs ([`resolve`]); redirects and proxies are never
+//!   followed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use toolgate_mcp::McpError;
-use toolgate_mcp::gateway::{CallOutcome, Decider, Gateway, ToolCall, intent_id};
-use toolgate_mcp::message::{self, FromClient};
+use toolgate_mcp::gateway::{Decider, Gateway, ToolCall, intent_id};
+use toolgate_mcp::message;
+use toolgate_mcp::relay::ClientStep;
 
 use crate::api::{self, AppState, AuthorizeRequest};
 use crate::error::ApiError;
+use crate::policy_state::PolicyState;
+
+mod relay;
+mod resolve;
 
 /// JSON-RPC: a request header contradicts the body (protocol 2026-07-28).
 pub const HEADER_MISMATCH: i64 = -32020;
@@ -45,16 +57,8 @@ const FORWARDED_REQUEST_HEADERS: [&str; 6] = [
     "last-event-id",
     "authorization",
 ];
-/// Response headers passed back to the agent.
-const FORWARDED_RESPONSE_HEADERS: [&str; 4] = [
-    "content-type",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "cache-control",
-];
-
 /// One configured upstream and its gateway.
-pub struct Upstream {
+pub(crate) struct Upstream {
     url: String,
     default_run: String,
     gateway: Gateway<InProcess>,
@@ -68,8 +72,13 @@ pub struct McpUpstreams {
 
 impl McpUpstreams {
     /// The upstreams `NAME=URL`, deciding through `app` (the sidecar's own
-    /// state, not yet built: hence the weak reference).
-    pub(crate) fn new(upstreams: &[(String, String)], app: Weak<AppState>) -> Self {
+    /// state, not yet built: hence the weak reference), reached with `http`
+    /// (an [`upstream_client`]).
+    pub(crate) fn new(
+        upstreams: &[(String, String)],
+        app: Weak<AppState>,
+        http: reqwest::Client,
+    ) -> Self {
         let servers = upstreams
             .iter()
             .map(|(name, url)| {
@@ -85,19 +94,26 @@ impl McpUpstreams {
                 (name.clone(), Arc::new(upstream))
             })
             .collect();
-        Self {
-            servers,
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(5))
-                .build()
-                .unwrap_or_default(),
-        }
+        Self { servers, http }
     }
 
     /// Whether any upstream is configured.
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty()
     }
+}
+
+/// The client upstreams are reached with: every address checked against
+/// `policy`'s hardline CIDRs as it is connected to. Where the gateway
+/// connects is decided here, never by the upstream (a redirect) or the
+/// environment (a proxy variable).
+pub(crate) fn upstream_client(policy: Arc<PolicyState>) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .dns_resolver(Arc::new(resolve::HardlineResolver { policy }))
+        .build()
 }
 
 /// Decides through this sidecar's own paths (no HTTP round trip).
@@ -244,16 +260,6 @@ fn answer(message: &Value) -> Response {
         .into_response()
 }
 
-/// What the gateway must do with the upstream's answer to one request.
-enum Follow {
-    /// Pass it through.
-    Nothing,
-    /// Filter the `tools/list` answer with this id.
-    List(Value),
-    /// Close this intent from the `tools/call` answer with this id.
-    Finish(Value, String),
-}
-
 /// `GET|POST|DELETE /mcp/{server}`.
 pub(crate) async fn proxy(
     State(app): State<Arc<AppState>>,
@@ -291,8 +297,8 @@ pub(crate) async fn proxy(
     api::require_id("run_id", &run_id)?;
     let modern = header(&headers, "mcp-protocol-version").is_some_and(|v| v >= "2026-07-28");
 
-    let mut follow = Follow::Nothing;
-    if method == Method::POST {
+    let mut awaited = None;
+    let body = if method == Method::POST {
         let message: Value = match serde_json::from_slice(&body) {
             Ok(v @ Value::Object(_)) => v,
             Ok(_) => {
@@ -314,48 +320,36 @@ pub(crate) async fn proxy(
             let id = message.get("id").cloned().unwrap_or(Value::Null);
             return Ok(answer(&message::error(&id, HEADER_MISMATCH, &mismatch)));
         }
-        match message::classify(&message) {
-            FromClient::CallTool {
-                id,
-                name,
-                arguments,
-            } => {
-                match upstream
-                    .gateway
-                    .decide_call(&id, &name, &arguments, &run_id, modern)
-                    .await
-                {
-                    CallOutcome::Respond(refusal) => return Ok(answer(&refusal)),
-                    CallOutcome::Forward {
-                        intent: Some(intent),
-                    } => follow = Follow::Finish(id, intent),
-                    CallOutcome::Forward { intent: None } => {}
-                }
+        match upstream.gateway.from_client(message, &run_id, modern).await {
+            ClientStep::Answer(a) => return Ok(answer(&a)),
+            ClientStep::Forward { message, request } => {
+                awaited = request;
+                Bytes::from(message.to_string())
             }
-            FromClient::BadCallTool { id, reason } => {
-                return Ok(answer(&message::error(
-                    &id,
-                    message::INVALID_PARAMS,
-                    &reason,
-                )));
-            }
-            FromClient::ListTools { id } => follow = Follow::List(id),
-            FromClient::Other => {}
         }
-    }
+    } else {
+        body
+    };
 
     let started = Instant::now();
+    let forwarded = forward_headers(&headers);
     let sent = app
         .mcp
         .http
         .request(method, &upstream.url)
-        .headers(forward_headers(&headers))
+        .headers(forwarded.clone())
         .body(body)
         .send()
         .await;
     let response = match sent {
         Ok(r) => r,
         Err(e) => {
+            if let Some(ours) = &awaited {
+                upstream.gateway.abandon(ours);
+            }
+            if let Some(why) = resolve::hardline_cause(&e) {
+                return Err(ApiError::McpUpstreamNotAllowed(format!("{server}: {why}")));
+            }
             app.metrics
                 .mcp_upstream_errors
                 .with_label_values(&[upstream.gateway.server()])
@@ -375,7 +369,14 @@ pub(crate) async fn proxy(
             .with_label_values(&[upstream.gateway.server()])
             .inc();
     }
-    relay(upstream, response, follow).await
+    let stream = relay::Stream {
+        http: app.mcp.http.clone(),
+        upstream,
+        headers: forwarded,
+        run_id,
+        awaited,
+    };
+    Ok(stream.relay(response).await)
 }
 
 /// `Mcp-Method` / `Mcp-Name` that contradict the body.
@@ -398,144 +399,4 @@ fn header_mismatch(headers: &HeaderMap, message: &Value) -> Option<String> {
         return Some(format!("Mcp-Name header `{h}` does not match the body"));
     }
     None
-}
-
-/// The upstream's answer, with the followed response (if any) processed.
-async fn relay(
-    upstream: Arc<Upstream>,
-    response: reqwest::Response,
-    follow: Follow,
-) -> Result<Response, ApiError> {
-    let status =
-        StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut headers = HeaderMap::new();
-    for name in FORWARDED_RESPONSE_HEADERS {
-        if let Some(v) = response.headers().get(name)
-            && let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_bytes(v.as_bytes()),
-            )
-        {
-            headers.insert(n, v);
-        }
-    }
-    let is_sse = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with("text/event-stream"));
-    if matches!(follow, Follow::Nothing) {
-        let stream = response.bytes_stream();
-        return Ok((status, headers, Body::from_stream(stream)).into_response());
-    }
-    if !is_sse {
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| ApiError::McpUpstream(e.to_string()))?;
-        let body = match serde_json::from_slice::<Value>(&bytes) {
-            Ok(mut message) => {
-                process(&upstream, &follow, &mut message).await;
-                Bytes::from(message.to_string())
-            }
-            Err(_) => bytes,
-        };
-        return Ok((status, headers, body).into_response());
-    }
-    // An SSE stream: events are relayed as they come, the followed answer
-    // processed on its way through.
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    tokio::spawn(async move {
-        let mut response = response;
-        let mut pending = Vec::<u8>::new();
-        let mut follow = follow;
-        loop {
-            let chunk = match response.chunk().await {
-                Ok(Some(c)) => c,
-                Ok(None) => break,
-                Err(e) => {
-                    let _ = tx.send(Err(std::io::Error::other(e))).await;
-                    return;
-                }
-            };
-            pending.extend_from_slice(&chunk);
-            while let Some(end) = event_end(&pending) {
-                let event: Vec<u8> = pending.drain(..end).collect();
-                let out = process_event(&upstream, &mut follow, event).await;
-                if tx.send(Ok(Bytes::from(out))).await.is_err() {
-                    return;
-                }
-            }
-        }
-        if !pending.is_empty() {
-            let _ = tx.send(Ok(Bytes::from(pending))).await;
-        }
-    });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    Ok((status, headers, Body::from_stream(stream)).into_response())
-}
-
-/// Length of the first complete SSE event (through its blank line).
-fn event_end(buf: &[u8]) -> Option<usize> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// One SSE event: if its data is the followed answer, processed and
-/// re-encoded (other fields kept); otherwise unchanged.
-async fn process_event(upstream: &Upstream, follow: &mut Follow, event: Vec<u8>) -> Vec<u8> {
-    if matches!(follow, Follow::Nothing) {
-        return event;
-    }
-    let text = String::from_utf8_lossy(&event);
-    let mut other = Vec::new();
-    let mut data = Vec::new();
-    for line in text.lines() {
-        match line.strip_prefix("data:") {
-            Some(d) => data.push(d.strip_prefix(' ').unwrap_or(d)),
-            None if !line.is_empty() => other.push(line),
-            None => {}
-        }
-    }
-    let Ok(mut message) = serde_json::from_str::<Value>(&data.join("\n")) else {
-        return event;
-    };
-    let id = match follow {
-        Follow::List(id) | Follow::Finish(id, _) => id.clone(),
-        Follow::Nothing => return event,
-    };
-    let is_answer = message.get("id") == Some(&id)
-        && (message.get("result").is_some() || message.get("error").is_some());
-    if !is_answer {
-        return event;
-    }
-    process(upstream, follow, &mut message).await;
-    *follow = Follow::Nothing;
-    let mut out = String::new();
-    for line in other {
-        out.push_str(line);
-        out.push('\n');
-    }
-    out.push_str("data: ");
-    out.push_str(&message.to_string());
-    out.push_str("\n\n");
-    out.into_bytes()
-}
-
-/// Filters a followed `tools/list` answer or closes a followed intent.
-async fn process(upstream: &Upstream, follow: &Follow, message: &mut Value) {
-    match follow {
-        Follow::List(id) if message.get("id") == Some(id) => {
-            upstream.gateway.filter_list(message).await;
-        }
-        Follow::Finish(id, intent) if message.get("id") == Some(id) => {
-            upstream.gateway.finish_call(intent, message).await;
-        }
-        _ => {}
-    }
 }

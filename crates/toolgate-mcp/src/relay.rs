@@ -1,0 +1,315 @@
+//! Every message between the client and the server, judged in one place for
+//! both transports (`toolgate mcp wrap` and the sidecar's `/mcp/NAME`).
+//!
+//! - **Ids are the gateway's.** Each request of the client is forwarded
+//!   under an id the gateway made (`toolgate-N`) and answered under the
+//!   client's own id again. An answer is matched by that exact string, so
+//!   no spelling of an id (`1` against `1.0`, say) can pass an answer
+//!   around the gateway, and an answer to no request the gateway forwarded
+//!   (a forged one, guessing the client's id) is dropped.
+//! - **What cannot be read is not passed on.** A message the gateway cannot
+//!   parse (`1e400`, a truncated object, more than [`MAX_MESSAGE_BYTES`])
+//!   never reaches the client; if it was the answer to a request, the client
+//!   gets a JSON-RPC error for that request instead, and an unreadable
+//!   `tools/list` answer makes the gateway forget the tools it knew.
+//! - **Server requests are decided.** A request the server sends the client
+//!   (`sampling/createMessage`, `elicitation/create`, `roots/list`, …) other
+//!   than `ping` is decided as the tool `SERVER.METHOD`; refused, the server
+//!   gets the error and the client never sees it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::gateway::{CallOutcome, Decider, Gateway};
+use crate::message::{self, FromClient};
+
+/// Largest message the gateway reads (parses) from either side, in bytes.
+/// A larger answer to a request is replaced by a JSON-RPC error.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// Prefix of the ids the gateway forwards requests under.
+const ID_PREFIX: &str = "toolgate-";
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What the gateway does with one message of the client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientStep {
+    /// Answer the client with this; the server never sees the message.
+    Answer(Value),
+    /// Send `message` to the server. A request carries the gateway's own
+    /// id, `request`, under which its answer is awaited.
+    Forward {
+        /// The message as the server gets it.
+        message: Value,
+        /// The gateway's id of a forwarded request.
+        request: Option<String>,
+    },
+}
+
+/// What the gateway does with one message of the server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerStep {
+    /// Pass this on to the client.
+    ToClient(Value),
+    /// Answer the server with this (a refused server request).
+    ToServer(Value),
+    /// Nothing reaches the client; why, for the log.
+    Drop(&'static str),
+}
+
+/// What a forwarded request's answer must go through.
+#[derive(Debug, Clone)]
+pub(crate) enum Awaiting {
+    /// `tools/list`: filtered by the profile.
+    List,
+    /// `tools/call`: closes the intent of an allowed high-risk call.
+    Call { intent: Option<String> },
+    /// `server/discover`: a result means protocol 2026-07-28.
+    Discover,
+    /// Anything else: only its id is restored.
+    Plain,
+}
+
+/// One request forwarded under the gateway's id.
+#[derive(Debug, Clone)]
+pub(crate) struct InFlight {
+    original: Value,
+    awaiting: Awaiting,
+}
+
+/// The part of a message read when the whole of it cannot be: to whom an
+/// unreadable answer was addressed. Other members are skipped unparsed.
+#[derive(Deserialize)]
+struct Head {
+    id: Option<Value>,
+}
+
+impl<D: Decider> Gateway<D> {
+    /// Whether the server answered `server/discover` (stdio: the client
+    /// then gets protocol 2026-07-28 refusals).
+    pub fn server_is_modern(&self) -> bool {
+        self.modern_server.load(Ordering::Relaxed)
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, InFlight>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Decides one message of the client (a JSON object) of run `run_id`;
+    /// `modern`: the client speaks protocol 2026-07-28.
+    pub async fn from_client(&self, mut message: Value, run_id: &str, modern: bool) -> ClientStep {
+        let awaiting = match message::classify(&message) {
+            FromClient::CallTool {
+                id,
+                name,
+                arguments,
+            } => match self
+                .decide_call(&id, &name, &arguments, run_id, modern)
+                .await
+            {
+                CallOutcome::Respond(answer) => return ClientStep::Answer(answer),
+                CallOutcome::Forward { intent } => Awaiting::Call { intent },
+            },
+            FromClient::BadRequest { id, reason } => {
+                return ClientStep::Answer(message::error(&id, message::INVALID_PARAMS, &reason));
+            }
+            FromClient::ListTools { .. } => Awaiting::List,
+            FromClient::Governed {
+                id,
+                method,
+                arguments,
+            } => match self.decide_request(&id, method, &arguments, run_id).await {
+                Some(refusal) => return ClientStep::Answer(refusal),
+                None => Awaiting::Plain,
+            },
+            FromClient::OtherRequest { .. } => {
+                if message.get("method").and_then(Value::as_str) == Some("server/discover") {
+                    Awaiting::Discover
+                } else {
+                    Awaiting::Plain
+                }
+            }
+            FromClient::Other => {
+                self.rewrite_cancellation(&mut message);
+                return ClientStep::Forward {
+                    message,
+                    request: None,
+                };
+            }
+        };
+        let ours = format!("{ID_PREFIX}{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+        let original = message["id"].take();
+        message["id"] = Value::String(ours.clone());
+        self.in_flight()
+            .insert(ours.clone(), InFlight { original, awaiting });
+        ClientStep::Forward {
+            message,
+            request: Some(ours),
+        }
+    }
+
+    /// A cancellation names the request by the id the server knows.
+    fn rewrite_cancellation(&self, message: &mut Value) {
+        if message.get("method").and_then(Value::as_str) != Some("notifications/cancelled") {
+            return;
+        }
+        let Some(named) = message.pointer("/params/requestId") else {
+            return;
+        };
+        let ours = self
+            .in_flight()
+            .iter()
+            .find(|(_, f)| &f.original == named)
+            .map(|(k, _)| k.clone());
+        if let Some(ours) = ours {
+            message["params"]["requestId"] = Value::String(ours);
+        }
+    }
+
+    /// Gives up on the answer to the forwarded request `ours` (its stream
+    /// ended, the upstream failed); returns the client's id for it, to
+    /// answer with an error, or `None` when it was already answered.
+    pub fn abandon(&self, ours: &str) -> Option<Value> {
+        let f = self.in_flight().remove(ours)?;
+        if matches!(f.awaiting, Awaiting::List) {
+            self.forget_definitions();
+        }
+        Some(f.original)
+    }
+
+    /// Judges one message of the server (`raw`, its JSON text) on a stream
+    /// of run `run_id`.
+    pub async fn from_server(&self, raw: &[u8], run_id: &str) -> ServerStep {
+        let message =
+            match (raw.len() <= MAX_MESSAGE_BYTES).then(|| serde_json::from_slice::<Value>(raw)) {
+                Some(Ok(m @ Value::Object(_))) => m,
+                Some(Err(e)) => return self.unreadable(raw, &e.to_string()),
+                Some(Ok(_)) => return self.unreadable(raw, "not a single JSON-RPC object"),
+                None => {
+                    return self.unreadable(raw, &format!("larger than {MAX_MESSAGE_BYTES} bytes"));
+                }
+            };
+        let method = message.get("method").and_then(Value::as_str);
+        match (method, message.get("id")) {
+            (Some(method), Some(id)) => {
+                if message::UNGOVERNED_SERVER_REQUESTS.contains(&method) {
+                    return ServerStep::ToClient(message);
+                }
+                match self.decide_request(id, method, &Map::new(), run_id).await {
+                    Some(refusal) => ServerStep::ToServer(refusal),
+                    None => ServerStep::ToClient(message),
+                }
+            }
+            (Some(_), None) => ServerStep::ToClient(message),
+            (None, Some(id))
+                if message.get("result").is_some() || message.get("error").is_some() =>
+            {
+                self.answer(message.clone(), id, run_id).await
+            }
+            _ => ServerStep::Drop("neither a request, a notification nor an answer"),
+        }
+    }
+
+    /// The answer `message` to the request the gateway forwarded as `id`.
+    async fn answer(&self, mut message: Value, id: &Value, run_id: &str) -> ServerStep {
+        let Some(f) = id.as_str().and_then(|k| self.in_flight().remove(k)) else {
+            return ServerStep::Drop("an answer to no request the gateway forwarded");
+        };
+        // Protocol 2026-07-28 carries server requests inside a result too.
+        if let Some(refusal) = self
+            .decide_input_requests(&message, &f.original, run_id)
+            .await
+        {
+            if matches!(f.awaiting, Awaiting::List) {
+                self.forget_definitions();
+            }
+            return ServerStep::ToClient(refusal);
+        }
+        match &f.awaiting {
+            Awaiting::List => self.filter_list(&mut message).await,
+            Awaiting::Call {
+                intent: Some(intent),
+            } => self.finish_call(intent, &message).await,
+            Awaiting::Discover if message.get("result").is_some() => {
+                self.modern_server.store(true, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        message["id"] = f.original;
+        ServerStep::ToClient(message)
+    }
+
+    /// The refusal of an `input_required` result (protocol 2026-07-28) one
+    /// of whose embedded requests the policy does not let through; `None`
+    /// when every one passes, or the result embeds none.
+    async fn decide_input_requests(
+        &self,
+        message: &Value,
+        client_id: &Value,
+        run_id: &str,
+    ) -> Option<Value> {
+        let result = message.get("result")?;
+        let embedded = result.get("inputRequests");
+        if result.get("resultType").and_then(Value::as_str) != Some("input_required")
+            && embedded.is_none()
+        {
+            return None;
+        }
+        let Some(Value::Object(requests)) = embedded else {
+            return embedded.map(|_| {
+                message::error(
+                    client_id,
+                    message::INTERNAL_ERROR,
+                    "toolgate: the server's inputRequests are not an object; not passed on",
+                )
+            });
+        };
+        for request in requests.values() {
+            let Some(method) = request.get("method").and_then(Value::as_str) else {
+                return Some(message::error(
+                    client_id,
+                    message::INTERNAL_ERROR,
+                    "toolgate: an embedded input request names no method; not passed on",
+                ));
+            };
+            if message::UNGOVERNED_SERVER_REQUESTS.contains(&method) {
+                continue;
+            }
+            if let Some(refusal) = self
+                .decide_request(client_id, method, &Map::new(), run_id)
+                .await
+            {
+                return Some(refusal);
+            }
+        }
+        None
+    }
+
+    /// A message that could not be read: an error for the request it
+    /// answered, when its id can still be made out; dropped otherwise.
+    fn unreadable(&self, raw: &[u8], why: &str) -> ServerStep {
+        tracing::warn!(server = %self.server(), %why, "unreadable message from the server withheld");
+        let ours = (raw.len() <= MAX_MESSAGE_BYTES)
+            .then(|| serde_json::from_slice::<Head>(raw).ok())
+            .flatten()
+            .and_then(|h| h.id)
+            .and_then(|id| id.as_str().map(str::to_owned));
+        match ours.and_then(|k| self.abandon(&k)) {
+            Some(original) => ServerStep::ToClient(unreadable_answer(&original, why)),
+            None => ServerStep::Drop("an unreadable message"),
+        }
+    }
+}
+
+/// The JSON-RPC error that stands in for an answer the gateway could not
+/// read or did not get.
+pub fn unreadable_answer(client_id: &Value, why: &str) -> Value {
+    message::error(
+        client_id,
+        message::INTERNAL_ERROR,
+        &format!("toolgate: the server's answer could not be read ({why}); it was not passed on"),
+    )
+}
