@@ -123,23 +123,29 @@ def _ready(ops_url: str) -> bool:
         return False
 
 
+def _python_server(d: pathlib.Path, script: str, port: int, *args) -> subprocess.Popen:
+    """Starts `script` (beside this file) listening on loopback `port`;
+    fails the test run with its stderr when it does not come up."""
+    proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).parent / script), *map(str, args)],
+                            stdout=subprocess.DEVNULL, stderr=open(d / 'server.err', 'w'))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(('127.0.0.1', port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"{script} did not start: {(d / 'server.err').read_text()[-3000:]}")
+
+
 @pytest.fixture(scope='session')
 def mcp_upstream(tmp_path_factory):
     """A real MCP server over streamable HTTP: {url, log}."""
     d = tmp_path_factory.mktemp('mcp-upstream')
     port, log = free_port(), d / 'calls.log'
     log.write_text('')
-    proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).parent / 'mcp_http_server.py'),
-                             str(port), str(log)], stdout=subprocess.DEVNULL, stderr=open(d / 'server.err', 'w'))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            socket.create_connection(('127.0.0.1', port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        pytest.fail(f"MCP upstream did not start: {(d / 'server.err').read_text()[-3000:]}")
+    proc = _python_server(d, 'mcp_http_server.py', port, port, log)
     yield {'url': f"http://127.0.0.1:{port}/mcp", 'log': log}
     proc.terminate()
     proc.wait(timeout=10)
@@ -153,18 +159,7 @@ def evil_upstream(tmp_path_factory):
     port, log, control = free_port(), d / 'evil.log', d / 'scenario'
     log.write_text('')
     control.write_text('honest')
-    proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).parent / 'evil_mcp_server.py'),
-                             'http', str(port), str(log), str(control)],
-                            stdout=subprocess.DEVNULL, stderr=open(d / 'server.err', 'w'))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            socket.create_connection(('127.0.0.1', port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        pytest.fail(f"evil MCP upstream did not start: {(d / 'server.err').read_text()[-3000:]}")
+    proc = _python_server(d, 'evil_mcp_server.py', port, 'http', port, log, control)
     yield {'url': f"http://127.0.0.1:{port}/mcp", 'log': log, 'control': control}
     proc.terminate()
     proc.wait(timeout=10)
