@@ -2,7 +2,7 @@
 //! both transports (`toolgate mcp wrap` and the sidecar's `/mcp/NAME`).
 //!
 //! - **Ids are the gateway's.** Each request of the client is forwarded
-//!   under an id the gateway made (`toolgate-N`) and answered under the
+//!   under an id the gateway made (`toolgate-` and a random UUID) and answered under the
 //!   client's own id again. An answer is matched by that exact string, so
 //!   no spelling of an id (`1` against `1.0`, say) can pass an answer
 //!   around the gateway, and an answer to no request the gateway forwarded
@@ -17,7 +17,7 @@
 //!   than `ping` is decided as the tool `SERVER.METHOD`; refused, the server
 //!   gets the error and the client never sees it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -31,8 +31,6 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// Prefix of the ids the gateway forwards requests under.
 const ID_PREFIX: &str = "toolgate-";
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// What the gateway does with one message of the client.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,7 +138,9 @@ impl<D: Decider> Gateway<D> {
                 };
             }
         };
-        let ours = format!("{ID_PREFIX}{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+        // Random, so no one stream's server (or client) can guess the id of
+        // a request in flight on another.
+        let ours = format!("{ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let original = message["id"].take();
         message["id"] = Value::String(ours.clone());
         self.in_flight()
