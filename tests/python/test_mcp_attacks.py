@@ -151,15 +151,23 @@ async def test_resources_and_prompts_are_decided_like_tools(evil, way):
     async with e.client() as client:
         allowed = await client.read_resource('file:///public/readme')
         assert 'contents of file:///public/readme' in allowed.contents[0].text
-        with pytest.raises(Exception) as err:
-            await client.read_resource('file:///etc/passwd')
-        assert 'toolgate' in str(err.value), err.value
+        # Refused whatever the spelling: the policy sees (and the server
+        # would get) the resolved URI, never one `file:///public/*` matches
+        # only as text.
+        for uri in ['file:///etc/passwd', 'file:///public/../etc/passwd',
+                    'file:///public/%2e%2e/etc/passwd', 'file:///public/./../etc/passwd']:
+            with pytest.raises(Exception) as err:
+                await client.read_resource(uri)
+            assert 'toolgate' in str(err.value), (uri, err.value)
+        # An odd spelling of an allowed URI reaches the server resolved.
+        assert (await client.read_resource('FILE:///public/./notes')).contents
         assert (await client.get_prompt('greeting')).messages
         with pytest.raises(Exception):
             await client.get_prompt('exfiltrate')
     log = e.log()
     assert 'read file:///public/readme' in log and 'prompt greeting' in log, log
-    assert 'read file:///etc/passwd' not in log and 'prompt exfiltrate' not in log, log
+    assert 'read file:///public/notes' in log, log
+    assert not [line for line in log if 'passwd' in line] and 'prompt exfiltrate' not in log, log
 
 
 # --- raw JSON-RPC from the agent ------------------------------------------

@@ -116,6 +116,18 @@ pub fn classify(message: &Value) -> FromClient {
         (Some(m), Some(id)) => match GOVERNED_CLIENT_REQUESTS.iter().find(|(g, _)| *g == m) {
             Some(&(method, key)) => {
                 let subject = params_subject(message.get("params"), key);
+                let subject = match (key, subject) {
+                    ("uri", Some(uri)) => match canonical_uri(&uri) {
+                        Some(uri) => Some(uri),
+                        None => {
+                            return FromClient::BadRequest {
+                                id,
+                                reason: format!("{method}: params.uri is not a URI"),
+                            };
+                        }
+                    },
+                    (_, subject) => subject,
+                };
                 match subject {
                     Some(subject) => {
                         let mut arguments = serde_json::Map::new();
@@ -136,6 +148,14 @@ pub fn classify(message: &Value) -> FromClient {
         },
         _ => FromClient::Other,
     }
+}
+
+/// A resource URI as the policy sees it and the server gets it: parsed
+/// and written back by the WHATWG rules (scheme and host lower-cased, `.`
+/// and `..` segments resolved, `%2e` read as `.`), so no spelling of a URI
+/// matches a rule its resolved form would not. `None` when it is not a URI.
+pub fn canonical_uri(text: &str) -> Option<String> {
+    url::Url::parse(text).ok().map(String::from)
 }
 
 /// The text a governed request names: `params.KEY` when it is a non-empty

@@ -121,7 +121,16 @@ impl<D: Decider> Gateway<D> {
                 arguments,
             } => match self.decide_request(&id, method, &arguments, run_id).await {
                 Some(refusal) => return ClientStep::Answer(refusal),
-                None => Awaiting::Plain,
+                None => {
+                    // The server reads the URI the policy decided on.
+                    if let (Some(uri), Some(params)) = (
+                        arguments.get("uri"),
+                        message.get_mut("params").and_then(Value::as_object_mut),
+                    ) {
+                        params.insert("uri".into(), uri.clone());
+                    }
+                    Awaiting::Plain
+                }
             },
             FromClient::OtherRequest { .. } => {
                 if message.get("method").and_then(Value::as_str) == Some("server/discover") {
