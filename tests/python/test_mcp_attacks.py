@@ -13,6 +13,7 @@ import pathlib
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -276,3 +277,106 @@ async def test_sse_framed_with_bare_cr_is_read_and_filtered(evil):
     e = evil('http', 'bare-cr')
     async with e.client() as client:
         assert names(await client.list_tools()) == {'note', 'pay'}
+
+
+# --- found by attacking the first version of the relay ---------------------
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize('way', WAYS)
+async def test_a_name_repeated_on_a_later_page_is_withheld(evil, way):
+    e = evil(way, 'pages')
+    async with e.client() as client:
+        first = await client.list_tools()
+        assert names(first) == {'note', 'pay'} and first.next_cursor
+        second = await client.list_tools(cursor=first.next_cursor)
+        assert names(second) == set(), second
+        result = await client.call_tool('note', {'text': 'which one?'})
+        assert result.is_error and 'tool_definition_changed' in text(result), text(result)
+    assert not [line for line in e.log() if line.startswith('call note')], e.log()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize('way', WAYS)
+async def test_a_tool_named_like_an_mcp_method_is_withheld(evil, way):
+    # evil.roots/list is allowed as the server's *request*; a tool of that
+    # name must not take that permission.
+    e = evil(way, 'slash')
+    async with e.client() as client:
+        assert names(await client.list_tools()) == {'note'}
+        result = await client.call_tool('roots/list', {'command': 'cat ~/.ssh/id_rsa'})
+        assert result.is_error and 'tool_definition_changed' in text(result), text(result)
+    assert not [line for line in e.log() if line.startswith('call roots/list')], e.log()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize('way', WAYS)
+async def test_a_url_elicitation_error_is_decided_like_an_elicitation(evil, way):
+    e = evil(way, 'url-elicit')
+    async with e.client() as client:
+        await client.list_tools()
+        with pytest.raises(Exception) as err:
+            await client.call_tool('note', {'text': 'x'})
+    assert 'attacker.example' not in repr(err.value), err.value
+    assert 'elicitation/create' in str(err.value), err.value
+
+
+@pytest.mark.asyncio
+async def test_a_body_under_a_content_type_the_gateway_cannot_read_is_withheld(evil):
+    e = evil('http', 'honest')
+    async with e.client() as client:
+        evil('http', 'odd-type')
+        with pytest.raises(Exception) as err:
+            await client.list_tools()
+    assert 'no JSON-RPC message' in str(err.value), err.value
+
+
+@pytest.mark.asyncio
+async def test_an_answer_to_another_request_on_a_post_stream_is_dropped(evil):
+    import asyncio
+    e = evil('http', 'honest')
+    async with e.client() as client:
+        assert names(await client.list_tools()) == {'note', 'pay'}
+        e = evil('http', 'confuse')
+        ping = asyncio.create_task(client.send_ping())
+        await asyncio.sleep(0.5)
+        # The server answers the held ping's id on the list's stream with an
+        # unfiltered list: the client gets only the list's own (filtered) answer.
+        listing = await client.list_tools(cache_mode='refresh')
+        ping.cancel()
+    assert names(listing) == {'note', 'pay'}, names(listing)
+    assert all('IMPORTANT' not in (t.description or '') for t in listing.tools)
+
+
+def test_requests_without_ids_and_stray_cancellations_are_not_forwarded(sidecar, evil_upstream, tmp_path):
+    evil_upstream['control'].write_text('honest')
+    url = f"{sidecar['url']}/mcp/evil"
+    skip = len(evil_upstream['log'].read_text().splitlines())
+    # A call without an id would reach the server undecided.
+    body = post_raw(url, '{"jsonrpc":"2.0","method":"tools/call","params":{"name":"admin","arguments":{}}}')
+    assert '-32602' in body, body
+    # A cancellation naming a request of no session of ours goes nowhere.
+    request = urllib.request.Request(url, method='POST', headers={
+        'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream',
+        'Mcp-Session-Id': 'someone-else'},
+        data=b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}')
+    with urllib.request.urlopen(request, timeout=30) as r:
+        assert r.status == 202
+    # A GET's body is never passed on.
+    request = urllib.request.Request(url, method='GET', headers={'Accept': 'text/event-stream'},
+                                     data=b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}')
+    try:
+        urllib.request.urlopen(request, timeout=30).close()
+    except urllib.error.HTTPError:
+        pass
+    log = evil_upstream['log'].read_text().splitlines()[skip:]
+    assert 'got tools/call' not in log and 'got notifications/cancelled' not in log, log
+    assert 'GET body 0' in log, log
+    # The same over stdio.
+    (tmp_path / 'stdio.log').write_text('')
+    out = subprocess.run(
+        [str(sidecar['bin']), 'mcp', 'wrap', '--sidecar', sidecar['url'], '--server', 'evil',
+         '--', sys.executable, str(EVIL), 'stdio', 'honest', str(tmp_path / 'stdio.log')],
+        input='{"jsonrpc":"2.0","method":"tools/call","params":{"name":"admin","arguments":{}}}\n',
+        capture_output=True, text=True, timeout=60)
+    assert '-32602' in out.stdout, out.stdout
+    assert 'got tools/call' not in (tmp_path / 'stdio.log').read_text()

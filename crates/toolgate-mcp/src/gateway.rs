@@ -123,16 +123,12 @@ impl Definition {
         }
     }
 
-    /// A name announced more than once in one list: which definition the
-    /// client would act on is unknown, so it is treated as changed.
-    fn ambiguous() -> Self {
+    /// A listed tool the gateway will not offer (`why`): which definition
+    /// the client would act on is unknown, so it is treated as changed.
+    fn withheld(why: &str) -> Self {
         Self {
-            digest: "sha256:ambiguous".to_owned(),
-            validator: Err(
-                "tool_definition_changed: the server announced this tool more than \
-                            once in one list"
-                    .to_owned(),
-            ),
+            digest: "sha256:withheld".to_owned(),
+            validator: Err(format!("tool_definition_changed: {why}")),
         }
     }
 
@@ -163,6 +159,8 @@ pub struct Gateway<D> {
     /// Requests forwarded under the gateway's own ids, awaiting answers
     /// (see [`crate::relay`]).
     pub(crate) in_flight: Mutex<HashMap<String, crate::relay::InFlight>>,
+    /// Names announced in the current listing (its pages so far).
+    listing: Mutex<HashSet<String>>,
     /// The server answered `server/discover` (protocol 2026-07-28).
     pub(crate) modern_server: std::sync::atomic::AtomicBool,
 }
@@ -177,6 +175,7 @@ impl<D: Decider> Gateway<D> {
             decider,
             definitions: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
+            listing: Mutex::new(HashSet::new()),
             modern_server: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -363,35 +362,47 @@ impl<D: Decider> Gateway<D> {
 
     /// Filters a `tools/list` response in place to what the profile could
     /// allow or escalate with the announced definitions, and remembers those
-    /// definitions for later calls. A name announced more than once is
-    /// dropped and its calls refused. Lists nothing when the decider cannot
-    /// be asked.
-    pub async fn filter_list(&self, response: &mut Value) {
+    /// definitions for later calls. A name announced twice in one listing
+    /// (one answer, or the pages since the last `first_page`) is withheld
+    /// and its calls refused, and so is a name with a `/` (it would take the
+    /// permission of the MCP method of that name). Lists nothing when the
+    /// decider cannot be asked.
+    pub async fn filter_list(&self, response: &mut Value, first_page: bool) {
         let mut announced: HashMap<String, Definition> = HashMap::new();
-        let mut ambiguous: HashSet<String> = HashSet::new();
-        for tool in message::listed_definitions(response) {
-            let Some(name) = tool.get("name").and_then(Value::as_str) else {
-                continue;
-            };
-            if announced
-                .insert(name.to_owned(), Definition::of(tool))
-                .is_some()
-            {
-                ambiguous.insert(name.to_owned());
+        let mut withheld: HashMap<String, &'static str> = HashMap::new();
+        {
+            let mut listing = self.listing.lock().unwrap_or_else(|p| p.into_inner());
+            if first_page {
+                listing.clear();
+            }
+            for tool in message::listed_definitions(response) {
+                let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                    continue;
+                };
+                if name.contains('/') {
+                    withheld.insert(name.to_owned(), "its name contains `/`, as MCP methods' do");
+                } else if !listing.insert(name.to_owned()) {
+                    withheld.insert(
+                        name.to_owned(),
+                        "the server announced it more than once in one listing",
+                    );
+                }
+                announced.insert(name.to_owned(), Definition::of(tool));
             }
         }
-        for name in &ambiguous {
-            tracing::warn!(server = %self.server, tool = %name, "a tool announced twice in one list is withheld");
-            announced.insert(name.clone(), Definition::ambiguous());
+        for (name, why) in &withheld {
+            tracing::warn!(server = %self.server, tool = %name, %why, "a listed tool is withheld");
+            announced.insert(name.clone(), Definition::withheld(why));
         }
+        let offered = |n: &String| !withheld.contains_key(n);
         let names: Vec<String> = announced
             .keys()
-            .filter(|n| !ambiguous.contains(*n))
+            .filter(|n| offered(n))
             .map(|n| message::policy_tool(&self.server, n))
             .collect();
         let digests: HashMap<String, String> = announced
             .iter()
-            .filter(|(n, _)| !ambiguous.contains(*n))
+            .filter(|(n, _)| offered(n))
             .map(|(n, d)| (message::policy_tool(&self.server, n), d.digest.clone()))
             .collect();
         self.definitions
@@ -410,7 +421,7 @@ impl<D: Decider> Gateway<D> {
 
     /// Forgets every announced definition: after a list the gateway could
     /// not read, no call is made against what an older list said.
-    pub(crate) fn forget_definitions(&self) {
+    pub fn forget_definitions(&self) {
         self.definitions
             .lock()
             .unwrap_or_else(|p| p.into_inner())

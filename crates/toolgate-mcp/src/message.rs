@@ -37,6 +37,9 @@ pub fn policy_tool(server: &str, tool: &str) -> String {
     format!("{server}.{tool}")
 }
 
+/// A member of a request's `params`: its name and value.
+pub type Member = (&'static str, Value);
+
 /// What one line from the agent is, as far as the gateway cares.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FromClient {
@@ -69,6 +72,10 @@ pub enum FromClient {
         method: &'static str,
         /// The one argument the decision sees (`{"uri": …}`, …).
         arguments: serde_json::Map<String, Value>,
+        /// The member of `params` the server gets in place of the client's
+        /// (the resolved URI, the completion's one reference), so what was
+        /// decided is what is read.
+        canonical: Option<Member>,
     },
     /// Any other request: forwarded, its answer relayed back.
     OtherRequest {
@@ -114,63 +121,137 @@ pub fn classify(message: &Value) -> FromClient {
             }
         }
         (Some(m), Some(id)) => match GOVERNED_CLIENT_REQUESTS.iter().find(|(g, _)| *g == m) {
-            Some(&(method, key)) => {
-                let subject = params_subject(message.get("params"), key);
-                let subject = match (key, subject) {
-                    ("uri", Some(uri)) => match canonical_uri(&uri) {
-                        Some(uri) => Some(uri),
-                        None => {
-                            return FromClient::BadRequest {
-                                id,
-                                reason: format!("{method}: params.uri is not a URI"),
-                            };
-                        }
-                    },
-                    (_, subject) => subject,
-                };
-                match subject {
-                    Some(subject) => {
-                        let mut arguments = serde_json::Map::new();
-                        arguments.insert(key.to_owned(), Value::String(subject));
-                        FromClient::Governed {
-                            id,
-                            method,
-                            arguments,
-                        }
-                    }
-                    None => FromClient::BadRequest {
+            Some(&(method, key)) => match governed_subject(method, message.get("params")) {
+                Ok((subject, canonical)) => {
+                    let mut arguments = serde_json::Map::new();
+                    arguments.insert(key.to_owned(), Value::String(subject));
+                    FromClient::Governed {
                         id,
-                        reason: format!("{method} needs params.{key}"),
-                    },
+                        method,
+                        arguments,
+                        canonical,
+                    }
                 }
-            }
+                Err(reason) => FromClient::BadRequest {
+                    id,
+                    reason: format!("{method}: {reason}"),
+                },
+            },
             None => FromClient::OtherRequest { id },
+        },
+        // Only a notification may come without an id: anything else would
+        // reach the server undecided.
+        (Some(m), None) if !m.starts_with("notifications/") => FromClient::BadRequest {
+            id: Value::Null,
+            reason: format!("`{m}` without an id: only notifications/* may omit it"),
         },
         _ => FromClient::Other,
     }
 }
 
-/// A resource URI as the policy sees it and the server gets it: parsed
-/// and written back by the WHATWG rules (scheme and host lower-cased, `.`
-/// and `..` segments resolved, `%2e` read as `.`), so no spelling of a URI
-/// matches a rule its resolved form would not. `None` when it is not a URI.
-pub fn canonical_uri(text: &str) -> Option<String> {
-    url::Url::parse(text).ok().map(String::from)
+/// What a governed request names, as the policy sees it, and the member of
+/// `params` the server gets in its place (`None`: `params` pass as they are).
+fn governed_subject(
+    method: &str,
+    params: Option<&Value>,
+) -> Result<(String, Option<Member>), String> {
+    let text = |v: Option<&Value>, what: &str| {
+        v.and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| format!("needs {what}"))
+    };
+    match method {
+        "resources/read" => {
+            let uri = canonical_uri(&text(params.and_then(|p| p.get("uri")), "params.uri")?)?;
+            Ok((uri.clone(), Some(("uri", Value::String(uri)))))
+        }
+        "completion/complete" => {
+            // Decided on the member the server reads, chosen by the type.
+            let reference = params.and_then(|p| p.get("ref"));
+            let kind = text(reference.and_then(|r| r.get("type")), "params.ref.type")?;
+            let (member, subject) = match kind.as_str() {
+                "ref/prompt" => (
+                    "name",
+                    text(reference.and_then(|r| r.get("name")), "params.ref.name")?,
+                ),
+                // A resource template (`file:///{path}`), not a URI: decided
+                // and forwarded as written.
+                "ref/resource" => (
+                    "uri",
+                    text(reference.and_then(|r| r.get("uri")), "params.ref.uri")?,
+                ),
+                other => return Err(format!("unknown params.ref.type `{other}`")),
+            };
+            let only = json!({"type": kind, member: subject});
+            Ok((subject, Some(("ref", only))))
+        }
+        _ => Ok((
+            text(params.and_then(|p| p.get("name")), "params.name")?,
+            None,
+        )),
+    }
 }
 
-/// The text a governed request names: `params.KEY` when it is a non-empty
-/// string; for a completion's `ref`, the prompt name or resource URI in it.
-fn params_subject(params: Option<&Value>, key: &str) -> Option<String> {
-    let value = params?.get(key)?;
-    let text = match value {
-        Value::String(s) => s.as_str(),
-        Value::Object(r) => r
-            .get("name")
-            .or_else(|| r.get("uri"))
-            .and_then(Value::as_str)?,
-        _ => return None,
-    };
-    (!text.is_empty()).then(|| text.to_owned())
+/// A resource URI as the policy sees it and the server gets it. Parsed and
+/// written back by the WHATWG rules (scheme and host lower-cased, `.` and
+/// `..` segments resolved), with the path's percent-escapes decoded and the
+/// result resolved again, so no spelling (`%2e%2e`, `.%65nv`) matches a rule
+/// its decoded form would not; a `file:` path loses repeated and trailing
+/// separators. Refused: what is not a URI, an escaped `/`,
+/// `\` or NUL, and a query or fragment on a `file:` URI (readers drop them).
+pub fn canonical_uri(text: &str) -> Result<String, String> {
+    let mut url = url::Url::parse(text).map_err(|e| format!("params.uri is not a URI ({e})"))?;
+    let lower = url.path().to_ascii_lowercase();
+    if ["%2f", "%5c", "%00"].iter().any(|e| lower.contains(e)) {
+        return Err("params.uri escapes a separator or NUL in its path".into());
+    }
+    if url.scheme() == "file" && (url.query().is_some() || url.fragment().is_some()) {
+        return Err("a file: URI with a query or fragment".into());
+    }
+    // Decoding can make new dot segments (`.%2e`): resolve until stable.
+    for _ in 0..4 {
+        let before = url.path().to_owned();
+        let decoded = percent_decode(&before)
+            .ok_or_else(|| "params.uri's path is not UTF-8 once decoded".to_owned())?;
+        url.set_path(&decoded);
+        url = url::Url::parse(url.as_str()).map_err(|e| format!("params.uri: {e}"))?;
+        if url.path() == before {
+            if url.scheme() == "file" {
+                // A file is named the same with repeated or trailing
+                // separators: `**/.env` must see `/x/.env` in `/x//.env/`.
+                let mut path = url.path().to_owned();
+                while path.contains("//") {
+                    path = path.replace("//", "/");
+                }
+                if path.len() > 1 && path.ends_with('/') {
+                    path.pop();
+                }
+                url.set_path(&path);
+            }
+            return Ok(url.into());
+        }
+    }
+    Err("params.uri is escaped too many times over".into())
+}
+
+/// `%XX` escapes decoded (`None` when the result is not UTF-8 or an escape
+/// is malformed).
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// A JSON-RPC error refusing a request on the policy's behalf, the verdict
@@ -322,6 +403,63 @@ mod tests {
             classify(&json!({"method": "notifications/tools/list_changed"})),
             FromClient::Other
         );
+    }
+
+    #[test]
+    fn resource_uris_are_resolved_before_they_are_decided() {
+        for (raw, resolved) in [
+            ("file:///public/../etc/passwd", "file:///etc/passwd"),
+            ("file:///public/%2e%2e/etc/passwd", "file:///etc/passwd"),
+            ("file:///public/.%2e/etc/passwd", "file:///etc/passwd"),
+            ("file:///public/%2eenv", "file:///public/.env"),
+            ("file:///public/.%65nv", "file:///public/.env"),
+            ("FILE:///public/./notes", "file:///public/notes"),
+            ("file:///public/my%20notes", "file:///public/my%20notes"),
+            ("file:///public/x/.env/", "file:///public/x/.env"),
+            ("file:///public//x//.env", "file:///public/x/.env"),
+            ("https://Example.COM/a/./b", "https://example.com/a/b"),
+        ] {
+            assert_eq!(canonical_uri(raw).as_deref(), Ok(resolved), "{raw}");
+        }
+        for refused in [
+            "file:///public/..%2fetc%2fpasswd",
+            "file:///public/a%5c..%5cb",
+            "file:///public/.env%00",
+            "file:///public/.env?",
+            "file:///public/.env#x",
+            "file:///public/%ff",
+            "not a uri",
+        ] {
+            assert!(canonical_uri(refused).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn requests_without_ids_are_only_notifications() {
+        let call = json!({"method": "tools/call", "params": {"name": "admin"}});
+        assert!(matches!(classify(&call), FromClient::BadRequest { .. }));
+        let note = json!({"method": "notifications/progress", "params": {}});
+        assert_eq!(classify(&note), FromClient::Other);
+    }
+
+    #[test]
+    fn a_completion_is_decided_on_the_member_its_type_names() {
+        let c = json!({"id": 1, "method": "completion/complete", "params": {"ref": {
+            "type": "ref/resource", "uri": "file:///etc/{file}", "name": "greeting"}}});
+        match classify(&c) {
+            FromClient::Governed {
+                arguments,
+                canonical,
+                ..
+            } => {
+                assert_eq!(arguments["ref"], "file:///etc/{file}");
+                assert_eq!(
+                    canonical.unwrap().1,
+                    json!({"type": "ref/resource", "uri": "file:///etc/{file}"})
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

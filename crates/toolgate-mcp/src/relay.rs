@@ -29,14 +29,45 @@ use crate::message::{self, FromClient};
 /// A larger answer to a request is replaced by a JSON-RPC error.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
+/// JSON-RPC error code of an answer that asks the client to open a URL
+/// (protocol 2025-11-25's URL elicitation).
+const URL_ELICITATION_REQUIRED: i64 = -32042;
+
 /// Prefix of the ids the gateway forwards requests under.
 const ID_PREFIX: &str = "toolgate-";
+
+/// Where a message of the client travels.
+#[derive(Debug, Clone, Copy)]
+pub struct Route<'a> {
+    /// The run its decisions are recorded under.
+    pub run_id: &'a str,
+    /// The MCP session it belongs to (HTTP: `Mcp-Session-Id`), so one
+    /// session's cancellation never names another session's request.
+    pub session: Option<&'a str>,
+    /// The client speaks protocol 2026-07-28.
+    pub modern: bool,
+}
+
+/// Which answers a stream of the server may carry.
+#[derive(Debug, Clone, Copy)]
+pub enum Answers<'a> {
+    /// Answers to any request forwarded on this connection (stdio).
+    Any,
+    /// Only the answer to this one request (the stream of an HTTP POST):
+    /// the client takes any answer on it as the answer to its request.
+    Only(&'a str),
+    /// None (an HTTP GET stream).
+    None,
+}
 
 /// What the gateway does with one message of the client.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClientStep {
     /// Answer the client with this; the server never sees the message.
     Answer(Value),
+    /// Neither answered nor forwarded (a cancellation of no request the
+    /// gateway forwarded in this session).
+    Nothing,
     /// Send `message` to the server. A request carries the gateway's own
     /// id, `request`, under which its answer is awaited.
     Forward {
@@ -61,8 +92,9 @@ pub enum ServerStep {
 /// What a forwarded request's answer must go through.
 #[derive(Debug, Clone)]
 pub(crate) enum Awaiting {
-    /// `tools/list`: filtered by the profile.
-    List,
+    /// `tools/list`: filtered by the profile; `first_page`: asked without
+    /// a cursor, so a new listing starts.
+    List { first_page: bool },
     /// `tools/call`: closes the intent of an allowed high-risk call.
     Call { intent: Option<String> },
     /// `server/discover`: a result means protocol 2026-07-28.
@@ -76,6 +108,7 @@ pub(crate) enum Awaiting {
 pub(crate) struct InFlight {
     original: Value,
     awaiting: Awaiting,
+    session: Option<String>,
 }
 
 /// The part of a message read when the whole of it cannot be: to whom an
@@ -96,9 +129,9 @@ impl<D: Decider> Gateway<D> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Decides one message of the client (a JSON object) of run `run_id`;
-    /// `modern`: the client speaks protocol 2026-07-28.
-    pub async fn from_client(&self, mut message: Value, run_id: &str, modern: bool) -> ClientStep {
+    /// Decides one message of the client (a JSON object) on `route`.
+    pub async fn from_client(&self, mut message: Value, route: Route<'_>) -> ClientStep {
+        let Route { run_id, modern, .. } = route;
         let awaiting = match message::classify(&message) {
             FromClient::CallTool {
                 id,
@@ -114,20 +147,23 @@ impl<D: Decider> Gateway<D> {
             FromClient::BadRequest { id, reason } => {
                 return ClientStep::Answer(message::error(&id, message::INVALID_PARAMS, &reason));
             }
-            FromClient::ListTools { .. } => Awaiting::List,
+            FromClient::ListTools { .. } => Awaiting::List {
+                first_page: message.pointer("/params/cursor").is_none(),
+            },
             FromClient::Governed {
                 id,
                 method,
                 arguments,
+                canonical,
             } => match self.decide_request(&id, method, &arguments, run_id).await {
                 Some(refusal) => return ClientStep::Answer(refusal),
                 None => {
-                    // The server reads the URI the policy decided on.
-                    if let (Some(uri), Some(params)) = (
-                        arguments.get("uri"),
+                    // The server reads what the policy decided on.
+                    if let (Some((key, value)), Some(params)) = (
+                        canonical,
                         message.get_mut("params").and_then(Value::as_object_mut),
                     ) {
-                        params.insert("uri".into(), uri.clone());
+                        params.insert(key.into(), value);
                     }
                     Awaiting::Plain
                 }
@@ -140,7 +176,9 @@ impl<D: Decider> Gateway<D> {
                 }
             }
             FromClient::Other => {
-                self.rewrite_cancellation(&mut message);
+                if !self.rewrite_cancellation(&mut message, route.session) {
+                    return ClientStep::Nothing;
+                }
                 return ClientStep::Forward {
                     message,
                     request: None,
@@ -152,29 +190,42 @@ impl<D: Decider> Gateway<D> {
         let ours = format!("{ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let original = message["id"].take();
         message["id"] = Value::String(ours.clone());
-        self.in_flight()
-            .insert(ours.clone(), InFlight { original, awaiting });
+        let session = route.session.map(str::to_owned);
+        self.in_flight().insert(
+            ours.clone(),
+            InFlight {
+                original,
+                awaiting,
+                session,
+            },
+        );
         ClientStep::Forward {
             message,
             request: Some(ours),
         }
     }
 
-    /// A cancellation names the request by the id the server knows.
-    fn rewrite_cancellation(&self, message: &mut Value) {
+    /// A cancellation names the request by the id the server knows: the
+    /// request of this session the client named. `false` when it names none
+    /// (not forwarded: it could only be about another session's request).
+    fn rewrite_cancellation(&self, message: &mut Value, session: Option<&str>) -> bool {
         if message.get("method").and_then(Value::as_str) != Some("notifications/cancelled") {
-            return;
+            return true;
         }
         let Some(named) = message.pointer("/params/requestId") else {
-            return;
+            return false;
         };
         let ours = self
             .in_flight()
             .iter()
-            .find(|(_, f)| &f.original == named)
+            .find(|(_, f)| &f.original == named && f.session.as_deref() == session)
             .map(|(k, _)| k.clone());
-        if let Some(ours) = ours {
-            message["params"]["requestId"] = Value::String(ours);
+        match ours {
+            Some(ours) => {
+                message["params"]["requestId"] = Value::String(ours);
+                true
+            }
+            None => false,
         }
     }
 
@@ -183,24 +234,26 @@ impl<D: Decider> Gateway<D> {
     /// answer with an error, or `None` when it was already answered.
     pub fn abandon(&self, ours: &str) -> Option<Value> {
         let f = self.in_flight().remove(ours)?;
-        if matches!(f.awaiting, Awaiting::List) {
+        if matches!(f.awaiting, Awaiting::List { .. }) {
             self.forget_definitions();
         }
         Some(f.original)
     }
 
     /// Judges one message of the server (`raw`, its JSON text) on a stream
-    /// of run `run_id`.
-    pub async fn from_server(&self, raw: &[u8], run_id: &str) -> ServerStep {
-        let message =
-            match (raw.len() <= MAX_MESSAGE_BYTES).then(|| serde_json::from_slice::<Value>(raw)) {
-                Some(Ok(m @ Value::Object(_))) => m,
-                Some(Err(e)) => return self.unreadable(raw, &e.to_string()),
-                Some(Ok(_)) => return self.unreadable(raw, "not a single JSON-RPC object"),
-                None => {
-                    return self.unreadable(raw, &format!("larger than {MAX_MESSAGE_BYTES} bytes"));
-                }
-            };
+    /// of run `run_id` that may carry `answers`.
+    pub async fn from_server(&self, raw: &[u8], run_id: &str, answers: Answers<'_>) -> ServerStep {
+        let message = match (raw.len() <= MAX_MESSAGE_BYTES)
+            .then(|| serde_json::from_slice::<Value>(raw))
+        {
+            Some(Ok(m @ Value::Object(_))) => m,
+            Some(Err(e)) => return self.unreadable(raw, &e.to_string(), answers),
+            Some(Ok(_)) => return self.unreadable(raw, "not a single JSON-RPC object", answers),
+            None => {
+                let why = format!("larger than {MAX_MESSAGE_BYTES} bytes");
+                return self.unreadable(raw, &why, answers);
+            }
+        };
         let method = message.get("method").and_then(Value::as_str);
         match (method, message.get("id")) {
             (Some(method), Some(id)) => {
@@ -216,15 +269,25 @@ impl<D: Decider> Gateway<D> {
             (None, Some(id))
                 if message.get("result").is_some() || message.get("error").is_some() =>
             {
-                self.answer(message.clone(), id, run_id).await
+                let id = id.clone();
+                self.answer(message, &id, run_id, answers).await
             }
             _ => ServerStep::Drop("neither a request, a notification nor an answer"),
         }
     }
 
     /// The answer `message` to the request the gateway forwarded as `id`.
-    async fn answer(&self, mut message: Value, id: &Value, run_id: &str) -> ServerStep {
-        let Some(f) = id.as_str().and_then(|k| self.in_flight().remove(k)) else {
+    async fn answer(
+        &self,
+        mut message: Value,
+        id: &Value,
+        run_id: &str,
+        answers: Answers<'_>,
+    ) -> ServerStep {
+        let Some(ours) = id.as_str().filter(|k| expected(answers, k)) else {
+            return ServerStep::Drop("an answer to no request forwarded on this stream");
+        };
+        let Some(f) = self.in_flight().remove(ours) else {
             return ServerStep::Drop("an answer to no request the gateway forwarded");
         };
         // Protocol 2026-07-28 carries server requests inside a result too.
@@ -232,13 +295,13 @@ impl<D: Decider> Gateway<D> {
             .decide_input_requests(&message, &f.original, run_id)
             .await
         {
-            if matches!(f.awaiting, Awaiting::List) {
+            if matches!(f.awaiting, Awaiting::List { .. }) {
                 self.forget_definitions();
             }
             return ServerStep::ToClient(refusal);
         }
         match &f.awaiting {
-            Awaiting::List => self.filter_list(&mut message).await,
+            Awaiting::List { first_page } => self.filter_list(&mut message, *first_page).await,
             Awaiting::Call {
                 intent: Some(intent),
             } => self.finish_call(intent, &message).await,
@@ -260,6 +323,13 @@ impl<D: Decider> Gateway<D> {
         client_id: &Value,
         run_id: &str,
     ) -> Option<Value> {
+        // An error asking for a URL elicitation (-32042) asks the user too.
+        if message.pointer("/error/code").and_then(Value::as_i64) == Some(URL_ELICITATION_REQUIRED)
+        {
+            return self
+                .decide_request(client_id, "elicitation/create", &Map::new(), run_id)
+                .await;
+        }
         let result = message.get("result")?;
         let embedded = result.get("inputRequests");
         if result.get("resultType").and_then(Value::as_str) != Some("input_required")
@@ -299,17 +369,28 @@ impl<D: Decider> Gateway<D> {
 
     /// A message that could not be read: an error for the request it
     /// answered, when its id can still be made out; dropped otherwise.
-    fn unreadable(&self, raw: &[u8], why: &str) -> ServerStep {
+    fn unreadable(&self, raw: &[u8], why: &str, answers: Answers<'_>) -> ServerStep {
         tracing::warn!(server = %self.server(), %why, "unreadable message from the server withheld");
         let ours = (raw.len() <= MAX_MESSAGE_BYTES)
             .then(|| serde_json::from_slice::<Head>(raw).ok())
             .flatten()
             .and_then(|h| h.id)
-            .and_then(|id| id.as_str().map(str::to_owned));
+            .and_then(|id| id.as_str().map(str::to_owned))
+            .filter(|k| expected(answers, k));
         match ours.and_then(|k| self.abandon(&k)) {
             Some(original) => ServerStep::ToClient(unreadable_answer(&original, why)),
             None => ServerStep::Drop("an unreadable message"),
         }
+    }
+}
+
+/// Whether an answer to the gateway's request `ours` may come on a stream
+/// that carries `answers`.
+fn expected(answers: Answers<'_>, ours: &str) -> bool {
+    match answers {
+        Answers::Any => true,
+        Answers::Only(awaited) => awaited == ours,
+        Answers::None => false,
     }
 }
 

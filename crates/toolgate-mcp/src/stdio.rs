@@ -34,7 +34,7 @@ use tokio::sync::mpsc;
 use crate::McpError;
 use crate::gateway::Gateway;
 use crate::message;
-use crate::relay::{ClientStep, ServerStep};
+use crate::relay::{Answers, ClientStep, Route, ServerStep};
 use crate::sidecar::Sidecar;
 
 /// Longest line read from the agent or the server: the gateway reads (and
@@ -115,14 +115,15 @@ impl Relay {
         let concurrent = message::waits_on_a_decision(&message);
         let relay = Arc::clone(self);
         let step = async move {
-            let modern = relay.gateway.server_is_modern();
-            match relay
-                .gateway
-                .from_client(message, &relay.config.run_id, modern)
-                .await
-            {
+            let route = Route {
+                run_id: &relay.config.run_id,
+                session: None,
+                modern: relay.gateway.server_is_modern(),
+            };
+            match relay.gateway.from_client(message, route).await {
                 ClientStep::Answer(answer) => relay.send_client(&answer),
                 ClientStep::Forward { message, .. } => relay.send_server(&message),
+                ClientStep::Nothing => {}
             }
         };
         // Decided concurrently: one call waiting for a human must not hold
@@ -140,11 +141,17 @@ impl Relay {
         let raw = match &line {
             Line::Text(text) => text.as_bytes(),
             Line::TooLong => {
+                // Whatever it answered, no call is made against an older list.
                 tracing::warn!(server = %self.config.server, "a line longer than {MAX_LINE_BYTES} bytes from the server was skipped unread");
+                self.gateway.forget_definitions();
                 return;
             }
         };
-        match self.gateway.from_server(raw, &self.config.run_id).await {
+        match self
+            .gateway
+            .from_server(raw, &self.config.run_id, Answers::Any)
+            .await
+        {
             ServerStep::ToClient(message) => self.send_client(&message),
             ServerStep::ToServer(answer) => self.send_server(&answer),
             ServerStep::Drop(why) => {

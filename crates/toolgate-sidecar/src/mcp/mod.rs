@@ -34,7 +34,7 @@ use serde_json::Value;
 use toolgate_mcp::McpError;
 use toolgate_mcp::gateway::{Decider, Gateway, ToolCall, intent_id};
 use toolgate_mcp::message;
-use toolgate_mcp::relay::ClientStep;
+use toolgate_mcp::relay::{ClientStep, Route};
 
 use crate::api::{self, AppState, AuthorizeRequest};
 use crate::error::ApiError;
@@ -297,7 +297,15 @@ pub(crate) async fn proxy(
     api::require_id("run_id", &run_id)?;
     let modern = header(&headers, "mcp-protocol-version").is_some_and(|v| v >= "2026-07-28");
 
+    let session = header(&headers, "mcp-session-id").map(str::to_owned);
+    let route = Route {
+        run_id: &run_id,
+        session: session.as_deref(),
+        modern,
+    };
     let mut awaited = None;
+    // Only a POST carries a message; any other body is not the server's to
+    // read past the gateway.
     let body = if method == Method::POST {
         let message: Value = match serde_json::from_slice(&body) {
             Ok(v @ Value::Object(_)) => v,
@@ -320,16 +328,18 @@ pub(crate) async fn proxy(
             let id = message.get("id").cloned().unwrap_or(Value::Null);
             return Ok(answer(&message::error(&id, HEADER_MISMATCH, &mismatch)));
         }
-        match upstream.gateway.from_client(message, &run_id, modern).await {
+        match upstream.gateway.from_client(message, route).await {
             ClientStep::Answer(a) => return Ok(answer(&a)),
+            ClientStep::Nothing => return Ok(StatusCode::ACCEPTED.into_response()),
             ClientStep::Forward { message, request } => {
                 awaited = request;
                 Bytes::from(message.to_string())
             }
         }
     } else {
-        body
+        Bytes::new()
     };
+    let is_post = method == Method::POST;
 
     let started = Instant::now();
     let forwarded = forward_headers(&headers);
@@ -375,6 +385,7 @@ pub(crate) async fn proxy(
         headers: forwarded,
         run_id,
         awaited,
+        is_post,
     };
     Ok(stream.relay(response).await)
 }

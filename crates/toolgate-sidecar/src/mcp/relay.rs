@@ -18,18 +18,15 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use toolgate_mcp::relay::{MAX_MESSAGE_BYTES, ServerStep, unreadable_answer};
+use toolgate_mcp::relay::{Answers, MAX_MESSAGE_BYTES, ServerStep, unreadable_answer};
 use toolgate_mcp::sse::{Decoder, Event};
 
 use super::Upstream;
 
-/// Response headers passed back to the agent.
-const FORWARDED_RESPONSE_HEADERS: [&str; 4] = [
-    "content-type",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "cache-control",
-];
+/// Response headers passed back to the agent (the content type is the
+/// gateway's own: see [`Framing`]).
+const FORWARDED_RESPONSE_HEADERS: [&str; 3] =
+    ["mcp-session-id", "mcp-protocol-version", "cache-control"];
 /// Request headers the gateway's own POSTs to the upstream carry over.
 const SESSION_HEADERS: [&str; 3] = ["mcp-session-id", "mcp-protocol-version", "authorization"];
 
@@ -42,6 +39,38 @@ pub(super) struct Stream {
     pub(super) run_id: String,
     /// The gateway's id of the forwarded request, if it was one.
     pub(super) awaited: Option<String>,
+    /// The stream answers a POST (a GET's carries no answers).
+    pub(super) is_post: bool,
+}
+
+/// What the gateway reads a body as: its media type, from the raw header
+/// bytes (before any `;`, trimmed, ASCII-lowercased), and only the two the
+/// transport defines. Anything else, or a header that is not ASCII, is read
+/// as neither: its body never reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Json,
+    Events,
+    Neither,
+}
+
+fn framing(content_type: Option<&HeaderValue>) -> Framing {
+    let Some(raw) = content_type.map(HeaderValue::as_bytes) else {
+        return Framing::Neither;
+    };
+    if !raw.is_ascii() {
+        return Framing::Neither;
+    }
+    let media = raw.split(|b| *b == b';').next().unwrap_or_default();
+    match String::from_utf8_lossy(media)
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "application/json" => Framing::Json,
+        "text/event-stream" => Framing::Events,
+        _ => Framing::Neither,
+    }
 }
 
 impl Stream {
@@ -49,6 +78,7 @@ impl Stream {
     pub(super) async fn relay(self, response: reqwest::Response) -> Response {
         let status =
             StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let framing = framing(response.headers().get(header::CONTENT_TYPE));
         let mut headers = HeaderMap::new();
         for name in FORWARDED_RESPONSE_HEADERS {
             if let Some(v) = response.headers().get(name)
@@ -60,24 +90,43 @@ impl Stream {
                 headers.insert(n, v);
             }
         }
-        let content_type = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        if content_type.starts_with("text/event-stream") {
-            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-            tokio::spawn(self.events(response, tx));
-            let body = futures_util::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|item| (item, rx))
-            });
-            return (status, headers, Body::from_stream(body)).into_response();
+        match framing {
+            Framing::Events => {
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/event-stream"),
+                );
+                let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+                tokio::spawn(self.events(response, tx));
+                let body = futures_util::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|item| (item, rx))
+                });
+                (status, headers, Body::from_stream(body)).into_response()
+            }
+            Framing::Json if self.is_post => {
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                self.single(status, headers, response).await
+            }
+            _ => {
+                // No message the gateway can judge: the status goes back, the
+                // body does not (and a forwarded request gets its error).
+                drop(response);
+                let mut this = self;
+                match this.failed_answer("the upstream answered with no JSON-RPC message") {
+                    Some(error) => {
+                        headers.insert(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("application/json"),
+                        );
+                        (status, headers, error.to_string()).into_response()
+                    }
+                    None => (status, headers).into_response(),
+                }
+            }
         }
-        if content_type.starts_with("application/json") {
-            return self.single(status, headers, response).await;
-        }
-        self.give_up("the upstream answered with no JSON-RPC message");
-        (status, headers, Body::from_stream(response.bytes_stream())).into_response()
     }
 
     /// One JSON message.
@@ -159,7 +208,13 @@ impl Stream {
     /// One message of the server: what the agent gets of it, if anything.
     async fn judge(&self, raw: &[u8]) -> Option<Value> {
         let gateway = &self.upstream.gateway;
-        match gateway.from_server(raw, &self.run_id).await {
+        // The client takes any answer on a POST's stream as the answer to
+        // that POST: only that one may pass.
+        let answers = match (&self.awaited, self.is_post) {
+            (Some(ours), true) => Answers::Only(ours),
+            _ => Answers::None,
+        };
+        match gateway.from_server(raw, &self.run_id, answers).await {
             ServerStep::ToClient(message) => Some(message),
             ServerStep::ToServer(answer) => {
                 self.answer_server(answer);
