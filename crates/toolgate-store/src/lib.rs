@@ -23,6 +23,7 @@ mod heartbeats;
 mod intents;
 mod profiles;
 mod runs;
+mod schema;
 pub mod tenancy;
 mod wakeups;
 
@@ -43,7 +44,7 @@ pub use approvals::{
 pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decisions::{
     ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, LEGACY_STREAM, Position,
-    StreamHead, StreamLink, genesis_hash,
+    StreamHead, StreamLink, check_stream, genesis_hash,
 };
 pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{
@@ -114,6 +115,12 @@ pub enum StoreError {
     /// with the admin role first.
     #[error("database schema not migrated: {0}")]
     SchemaMismatch(String),
+    /// A lock the operation needs was not granted within the store's lock
+    /// timeout ([`StoreOptions::lock_timeout`]): another session holds it
+    /// (a migration or provisioning running elsewhere, or a long
+    /// transaction). Nothing was changed; try again.
+    #[error("lock not granted in time: {0}")]
+    LockTimeout(String),
     /// Any other database error (constraint or SQL failure).
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
@@ -134,6 +141,7 @@ impl StoreError {
             StoreError::PermissionDenied(_) => "permission_denied",
             StoreError::TenancyUnsupported(_) => "tenancy_unsupported",
             StoreError::SchemaMismatch(_) => "schema_mismatch",
+            StoreError::LockTimeout(_) => "lock_timeout",
             StoreError::Database(_) => "database_error",
         }
     }
@@ -157,6 +165,10 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::Protocol(_) => StoreError::Unavailable(e),
             sqlx::Error::Database(db) if db.is_unique_violation() => {
                 StoreError::Conflict(db.message().to_owned())
+            }
+            // lock_not_available: `lock_timeout` expired.
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03") => {
+                StoreError::LockTimeout(db.message().to_owned())
             }
             // insufficient_privilege, also raised by row-level security.
             sqlx::Error::Database(db) if db.code().as_deref() == Some("42501") => {
@@ -214,13 +226,21 @@ pub struct StoreOptions {
     /// How long to wait for a free connection before reporting
     /// `store_unavailable`.
     pub acquire_timeout: Duration,
+    /// PostgreSQL: the longest wait for a lock when migrating or
+    /// provisioning a tenant, after which the operation fails with
+    /// `lock_timeout` instead of hanging behind whoever holds it.
+    pub lock_timeout: Duration,
 }
+
+/// Default [`StoreOptions::lock_timeout`].
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(10),
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
     }
 }
@@ -276,6 +296,8 @@ pub struct Store {
     sqlite_file: Option<Arc<FileIdentity>>,
     /// The URL the store connected with (for provisioning tenant URLs).
     url: Option<tenancy::SecretUrl>,
+    /// Longest lock wait when migrating or provisioning (PostgreSQL).
+    pub(crate) lock_timeout: Duration,
 }
 
 /// Which file a path named when the store opened it (device and inode).
@@ -394,6 +416,7 @@ impl Store {
             ));
         };
         store.url = Some(tenancy::SecretUrl::new(url));
+        store.lock_timeout = options.lock_timeout;
         store.migrate().await?;
         Ok(store)
     }
@@ -407,6 +430,7 @@ impl Store {
             heads: Arc::default(),
             sqlite_file: None,
             url: None,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
     }
 
@@ -419,6 +443,7 @@ impl Store {
             heads: Arc::default(),
             sqlite_file: None,
             url: None,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
     }
 
@@ -427,24 +452,24 @@ impl Store {
     /// On PostgreSQL a tenant role (see [`Store::provision_tenant`]) may not
     /// change the schema: for a tenant session this only checks that every
     /// embedded migration has been applied, and fails with
-    /// `schema_mismatch` otherwise.
+    /// `schema_mismatch` otherwise. Any other session migrates only when
+    /// something is missing, so a current schema takes no lock, and waits
+    /// for locks at most [`StoreOptions::lock_timeout`] (`lock_timeout`).
     pub async fn migrate(&self) -> Result<()> {
         match &self.backend {
-            Backend::Postgres(pool) => {
-                let migrator = sqlx::migrate!("../../migrations/postgres");
-                if tenancy::is_tenant_session(pool).await? {
-                    return tenancy::check_schema(pool, &migrator).await;
-                }
-                migrator
-                    .run(pool)
-                    .await
-                    .map_err(StoreError::MigrationFailed)
-            }
+            Backend::Postgres(pool) => schema::migrate_postgres(pool, self.lock_timeout).await,
             Backend::Sqlite(pool) => sqlx::migrate!("../../migrations/sqlite")
                 .run(pool)
                 .await
                 .map_err(StoreError::MigrationFailed),
         }
+    }
+
+    /// Replaces the lock timeout of [`StoreOptions::lock_timeout`] (for a
+    /// store built from a pool).
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> Store {
+        self.lock_timeout = timeout;
+        self
     }
 
     /// The PostgreSQL pool, if this store uses PostgreSQL. For operational

@@ -7,3 +7,4 @@ mod runs;
 mod store;
 mod streams;
 mod tenancy;
+mod tenant_attacks;

@@ -1,0 +1,115 @@
+//! Migrating PostgreSQL without waiting on anyone a tenant controls.
+//!
+//! sqlx serialises migrations behind an advisory lock whose key any role
+//! can compute and hold, a tenant role included. So a session that finds
+//! every embedded migration applied (the usual case: every restart of the
+//! controller, every `toolgate tenant provision`) migrates nothing and
+//! takes no lock; only a schema that really lacks a migration runs the
+//! migrator, and then every lock wait (that key, and the tables the
+//! migrations alter) is bounded by the store's lock timeout, so a held
+//! lock is a `lock_timeout` error instead of a hang.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::migrate::{MigrateError, Migrator};
+
+use crate::{Result, StoreError, tenancy};
+
+/// Applies the PostgreSQL migrations as described in the module docs; a
+/// tenant session only checks them (it may not migrate).
+pub(crate) async fn migrate_postgres(pool: &PgPool, lock_timeout: Duration) -> Result<()> {
+    let migrator = sqlx::migrate!("../../migrations/postgres");
+    if tenancy::is_tenant_session(pool).await? {
+        return check_schema(pool, &migrator).await;
+    }
+    if check_schema(pool, &migrator).await.is_ok() {
+        return Ok(());
+    }
+    let mut conn = pool.acquire().await?;
+    let set = format!("SET lock_timeout = {}", lock_timeout_ms(lock_timeout));
+    sqlx::query(&set).execute(&mut *conn).await?;
+    let ran = migrator.run(&mut *conn).await;
+    if sqlx::query("RESET lock_timeout")
+        .execute(&mut *conn)
+        .await
+        .is_err()
+    {
+        // Not back in the pool with a short lock timeout.
+        conn.detach();
+    }
+    ran.map_err(migrate_error)
+}
+
+/// `timeout` as a `lock_timeout` setting in milliseconds: at least 1 (0
+/// would mean no limit).
+pub(crate) fn lock_timeout_ms(timeout: Duration) -> u128 {
+    timeout.as_millis().clamp(1, i32::MAX as u128)
+}
+
+/// A migration that gave up waiting for a lock is `lock_timeout`.
+fn migrate_error(e: MigrateError) -> StoreError {
+    let waited = match &e {
+        MigrateError::Execute(sqlx::Error::Database(db))
+        | MigrateError::ExecuteMigration(sqlx::Error::Database(db), _) => {
+            db.code().as_deref() == Some("55P03")
+        }
+        _ => false,
+    };
+    if waited {
+        StoreError::LockTimeout(format!(
+            "migrating: {e} (another session holds the migration lock or a table a \
+             migration alters)"
+        ))
+    } else {
+        StoreError::MigrationFailed(e)
+    }
+}
+
+/// Every embedded migration is applied, with the same checksum, and none
+/// unknown to this build; `schema_mismatch` naming the first difference
+/// otherwise.
+pub(crate) async fn check_schema(pool: &PgPool, migrator: &Migrator) -> Result<()> {
+    let applied: Vec<(i64, bool, Vec<u8>)> =
+        sqlx::query_as("SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(pool)
+            .await
+            .map_err(|e| {
+                StoreError::SchemaMismatch(format!("cannot read _sqlx_migrations: {e}"))
+            })?;
+    for m in migrator
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration())
+    {
+        match applied.iter().find(|(v, _, _)| *v == m.version) {
+            Some((_, true, checksum)) if checksum.as_slice() == &*m.checksum => {}
+            Some((_, true, _)) => {
+                return Err(StoreError::SchemaMismatch(format!(
+                    "migration {} was applied with different content",
+                    m.version
+                )));
+            }
+            Some((_, false, _)) => {
+                return Err(StoreError::SchemaMismatch(format!(
+                    "migration {} is partially applied",
+                    m.version
+                )));
+            }
+            None => {
+                return Err(StoreError::SchemaMismatch(format!(
+                    "migration {} ({}) is not applied; run the migrations as the admin role",
+                    m.version, m.description
+                )));
+            }
+        }
+    }
+    if let Some((v, _, _)) = applied
+        .iter()
+        .find(|(v, _, _)| !migrator.iter().any(|m| m.version == *v))
+    {
+        return Err(StoreError::SchemaMismatch(format!(
+            "the database has migration {v}, which this build does not know"
+        )));
+    }
+    Ok(())
+}
