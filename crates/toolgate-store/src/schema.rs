@@ -26,18 +26,15 @@ pub(crate) async fn migrate_postgres(pool: &PgPool, lock_timeout: Duration) -> R
     if check_schema(pool, &migrator).await.is_ok() {
         return Ok(());
     }
-    let mut conn = pool.acquire().await?;
+    // A connection of its own, closed afterwards: sqlx does not release its
+    // session-level migration lock when a migration fails, and a pooled
+    // connection holding it would block every later attempt.
+    use sqlx::Connection;
+    let mut conn = pool.acquire().await?.detach();
     let set = format!("SET lock_timeout = {}", lock_timeout_ms(lock_timeout));
-    sqlx::query(&set).execute(&mut *conn).await?;
-    let ran = migrator.run(&mut *conn).await;
-    if sqlx::query("RESET lock_timeout")
-        .execute(&mut *conn)
-        .await
-        .is_err()
-    {
-        // Not back in the pool with a short lock timeout.
-        conn.detach();
-    }
+    sqlx::query(&set).execute(&mut conn).await?;
+    let ran = migrator.run(&mut conn).await;
+    let _ = conn.close().await;
     ran.map_err(migrate_error)
 }
 
