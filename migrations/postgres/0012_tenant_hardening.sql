@@ -68,7 +68,7 @@ BEGIN
 END $$;
 
 -- ---- 2. the store's stream-name rule, in SQL -------------------------------
--- The same rule as crates/toolgate-store/src/lib.rs `require` (which
+-- The same rule as crates/toolgate-store/src/fields.rs `require` (which
 -- toolgate_store::check_stream applies to stream names): not blank (Rust's
 -- str::trim removes White_Space; every White_Space character that is not a
 -- control character is listed), at most 1,024 bytes, no control character

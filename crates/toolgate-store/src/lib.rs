@@ -19,6 +19,7 @@
 mod approvals;
 mod checkpoints;
 mod decisions;
+mod fields;
 mod heartbeats;
 mod intents;
 mod profiles;
@@ -45,6 +46,10 @@ pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decisions::{
     ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, LEGACY_STREAM, Position,
     StreamHead, StreamLink, check_stream, genesis_hash,
+};
+pub use fields::{MAX_FIELD_LEN, check_field};
+pub(crate) use fields::{
+    duration_ms, new_id, opt_ts_from_ms, parse_json, require, require_opt, ts_from_ms,
 };
 pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{
@@ -564,61 +569,4 @@ fn connect_error(e: sqlx::Error) -> StoreError {
         // a usable database.
         other => StoreError::Unavailable(other),
     }
-}
-
-// ---- small shared helpers -------------------------------------------------
-
-pub(crate) fn ts_from_ms(ms: i64) -> Result<jiff::Timestamp> {
-    jiff::Timestamp::from_millisecond(ms)
-        .map_err(|e| StoreError::Corrupt(format!("timestamp {ms} out of range: {e}")))
-}
-
-pub(crate) fn opt_ts_from_ms(ms: Option<i64>) -> Result<Option<jiff::Timestamp>> {
-    ms.map(ts_from_ms).transpose()
-}
-
-pub(crate) fn duration_ms(d: Duration, what: &str) -> Result<i64> {
-    i64::try_from(d.as_millis())
-        .map_err(|_| StoreError::InvalidInput(format!("{what} is too large")))
-}
-
-/// Longest identifier-like string the store accepts.
-pub const MAX_FIELD_LEN: usize = 1024;
-
-/// Rejects empty, oversized or control-character-bearing identifiers: the
-/// store's rule for every id-like field, public so that callers can refuse
-/// input with the same rule before it reaches the store.
-pub fn check_field(field: &str, value: &str) -> Result<()> {
-    require(field, value)
-}
-
-pub(crate) fn require(field: &str, value: &str) -> Result<()> {
-    if value.trim().is_empty() {
-        return Err(StoreError::InvalidInput(format!(
-            "{field} must not be empty"
-        )));
-    }
-    if value.len() > MAX_FIELD_LEN {
-        return Err(StoreError::InvalidInput(format!(
-            "{field} is longer than {MAX_FIELD_LEN} bytes"
-        )));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(StoreError::InvalidInput(format!(
-            "{field} must not contain control characters"
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn require_opt(field: &str, value: Option<&str>) -> Result<()> {
-    value.map_or(Ok(()), |v| require(field, v))
-}
-
-pub(crate) fn new_id() -> String {
-    uuid::Uuid::now_v7().to_string()
-}
-
-pub(crate) fn parse_json(text: &str, what: &str) -> Result<serde_json::Value> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
