@@ -33,7 +33,7 @@ pub(crate) async fn migrate_postgres(pool: &PgPool, lock_timeout: Duration) -> R
     let mut conn = pool.acquire().await?.detach();
     let set = format!("SET lock_timeout = {}", lock_timeout_ms(lock_timeout));
     sqlx::query(&set).execute(&mut conn).await?;
-    let ran = migrator.run(&mut conn).await;
+    let ran = migrator.run_direct(&mut conn).await;
     let _ = conn.close().await;
     ran.map_err(migrate_error)
 }
