@@ -22,8 +22,9 @@
 -- 4. (In the store: provisioning locks tenant_roles, which no tenant can lock,
 --    instead of an advisory key anyone can hold.)
 -- 5. One intent per decision per tenant, not per decision id across tenants.
--- 6. Approval wake-ups go to a channel per tenant whose name only the owner
---    can derive (LISTEN needs no privilege, so the name is the secret).
+-- 6. Approval wake-ups go to a channel per tenant whose name is derived
+--    with a key only the owner can read (LISTEN needs no privilege, so the
+--    name is the secret); a tenant learns its own channel and sends none.
 -- 7. Process events are deduplicated per tenant.
 --
 -- Custom SQLSTATEs raised here:
@@ -102,33 +103,43 @@ VALUES ('approval_channel_key',
 
 -- The NOTIFY channel of p_tenant's approval wake-ups: `tg_approvals_` and
 -- 40 hex digits of SHA-256 over the key and the tenant. A tenant session
--- gets its own channel only.
+-- gets its own channel only; any other session only if it may read every
+-- approval anyway (the owner, a controller role granted SELECT).
 CREATE FUNCTION toolgate_approval_channel(p_tenant text) RETURNS text
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 AS $$
 DECLARE
     k text;
 BEGIN
-    IF toolgate_tenant_session() AND p_tenant IS DISTINCT FROM toolgate_current_tenant() THEN
+    IF toolgate_tenant_session() THEN
+        IF p_tenant IS DISTINCT FROM toolgate_current_tenant() THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = 'not the approval channel of this session''s tenant';
+        END IF;
+    ELSIF NOT pg_catalog.has_table_privilege(session_user, 'approvals', 'SELECT') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = pg_catalog.format('not the approval channel of this session''s tenant');
+            MESSAGE = 'approval channels are for roles that may read approvals';
     END IF;
     SELECT s.value INTO k FROM toolgate_secrets s WHERE s.name = 'approval_channel_key';
     RETURN 'tg_approvals_' || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
         pg_catalog.convert_to(k || '/' || p_tenant, 'UTF8')), 'hex'), 40);
 END $$;
-REVOKE ALL ON FUNCTION toolgate_approval_channel(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION toolgate_approval_channel(text) TO toolgate_tenant;
 
--- Wakes p_tenant's approval waiters with p_payload. The owner's (and its
--- definer functions') only: a tenant cannot wake anyone.
+-- Wakes p_tenant's approval waiters with p_payload: for roles that may
+-- change approvals (the owner, a controller role granted UPDATE), never for
+-- a tenant session. toolgate_cancel_run, which a tenant calls for its own
+-- runs, notifies its own tenant's channel itself.
 CREATE FUNCTION toolgate_notify_approval(p_tenant text, p_payload text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 AS $$
 BEGIN
+    IF toolgate_tenant_session()
+       OR NOT pg_catalog.has_table_privilege(session_user, 'approvals', 'UPDATE') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = 'only roles that may change approvals send their wake-ups';
+    END IF;
     PERFORM pg_catalog.pg_notify(toolgate_approval_channel(p_tenant), p_payload);
 END $$;
-REVOKE ALL ON FUNCTION toolgate_notify_approval(text, text) FROM PUBLIC;
 
 -- ---- 3, 5, 7. keys per tenant ------------------------------------------------
 DROP INDEX intents_one_per_decision;
@@ -424,9 +435,11 @@ BEGIN
             INSERT INTO run_events (tenant, run_id, kind, subject_id, payload, created_at)
             VALUES (p_tenant, p_run, 'approval.cancelled', v_id,
                     pg_catalog.json_build_object('approval_id', v_id)::text, p_now);
-            PERFORM toolgate_notify_approval(p_tenant, p_tenant || '/' || v_id);
+            PERFORM pg_catalog.pg_notify(toolgate_approval_channel(p_tenant),
+                                         p_tenant || '/' || v_id);
         END LOOP;
-        PERFORM toolgate_notify_approval(p_tenant, 'run/' || p_tenant || '/' || p_run);
+        PERFORM pg_catalog.pg_notify(toolgate_approval_channel(p_tenant),
+                                     'run/' || p_tenant || '/' || p_run);
     ELSE
         SELECT r.cancel_requested_at INTO v_at FROM runs r
         WHERE r.tenant = p_tenant AND r.run_id = p_run;
