@@ -19,8 +19,9 @@
 -- 3. A tenant could record a profile load naming another tenant's pod, and
 --    so suppress that pod's own row: loads are now unique per namespace and
 --    a tenant's loaded_by must name a pod of its own namespace.
--- 4. (In the store: provisioning locks tenant_roles, which no tenant can lock,
---    instead of an advisory key anyone can hold.)
+-- 4. Provisioning and migrating waited on advisory keys any role can hold.
+--    Provisioning now locks tenant_roles (in the store), and migrations
+--    after this one lock toolgate_migration_lock: no tenant can lock either.
 -- 5. One intent per decision per tenant, not per decision id across tenants.
 -- 6. Approval wake-ups go to a channel per tenant whose name is derived
 --    with a key only the owner can read (LISTEN needs no privilege, so the
@@ -85,6 +86,16 @@ AS $$
        AND p_stream OPERATOR(pg_catalog.!~)
            '^[ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$'
 $$;
+
+-- ---- 4. the migration lock ---------------------------------------------------
+-- Migrating processes serialise on a lock of this table from now on, not
+-- on sqlx's advisory key, which any role can take and hold. No tenant (no
+-- role but the owner) has a privilege on it, so none can lock it.
+CREATE TABLE toolgate_migration_lock (
+    id BOOLEAN PRIMARY KEY DEFAULT true CHECK (id)
+);
+ALTER TABLE toolgate_migration_lock ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON toolgate_migration_lock FROM PUBLIC;
 
 -- ---- 6. approval wake-up channels ------------------------------------------
 -- The key the channel names are derived from. Owner only: no grants, and

@@ -4,10 +4,12 @@
 //! can compute and hold, a tenant role included. So a session that finds
 //! every embedded migration applied (the usual case: every restart of the
 //! controller, every `toolgate tenant provision`) migrates nothing and
-//! takes no lock; only a schema that really lacks a migration runs the
-//! migrator, and then every lock wait (that key, and the tables the
-//! migrations alter) is bounded by the store's lock timeout, so a held
-//! lock is a `lock_timeout` error instead of a hang.
+//! takes no lock. A schema that lacks a migration is migrated under a lock
+//! of `toolgate_migration_lock` (migration 0012), an owner-only table no
+//! tenant can lock, with sqlx's own lock turned off; only a schema older
+//! than that table still waits for sqlx's key. Every lock wait (the lock,
+//! and the tables the migrations alter) is bounded by the store's lock
+//! timeout, so a held lock is a `lock_timeout` error instead of a hang.
 
 use std::time::Duration;
 
@@ -19,22 +21,53 @@ use crate::{Result, StoreError, tenancy};
 /// Applies the PostgreSQL migrations as described in the module docs; a
 /// tenant session only checks them (it may not migrate).
 pub(crate) async fn migrate_postgres(pool: &PgPool, lock_timeout: Duration) -> Result<()> {
-    let migrator = sqlx::migrate!("../../migrations/postgres");
+    use sqlx::Connection;
+    let mut migrator = sqlx::migrate!("../../migrations/postgres");
     if tenancy::is_tenant_session(pool).await? {
         return check_schema(pool, &migrator).await;
     }
     if check_schema(pool, &migrator).await.is_ok() {
         return Ok(());
     }
+    let set = format!("SET lock_timeout = {}", lock_timeout_ms(lock_timeout));
+    let has_lock_table: bool =
+        sqlx::query_scalar("SELECT to_regclass('toolgate_migration_lock') IS NOT NULL")
+            .fetch_one(pool)
+            .await?;
+    // The lock's own connection holds a transaction for the whole run;
+    // closing it (at the end, or dropped on error) releases the lock.
+    let mut guard = None;
+    if has_lock_table {
+        let mut lock = pool.acquire().await?.detach();
+        sqlx::query(&set).execute(&mut lock).await?;
+        sqlx::raw_sql("BEGIN; LOCK TABLE toolgate_migration_lock IN EXCLUSIVE MODE")
+            .execute(&mut lock)
+            .await
+            .map_err(|e| match StoreError::from(e) {
+                StoreError::LockTimeout(m) => StoreError::LockTimeout(format!(
+                    "migration lock (table toolgate_migration_lock): {m}; another process is \
+                     migrating"
+                )),
+                other => other,
+            })?;
+        // Whoever held it may have migrated already.
+        if check_schema(pool, &migrator).await.is_ok() {
+            let _ = lock.close().await;
+            return Ok(());
+        }
+        migrator.set_locking(false);
+        guard = Some(lock);
+    }
     // A connection of its own, closed afterwards: sqlx does not release its
     // session-level migration lock when a migration fails, and a pooled
     // connection holding it would block every later attempt.
-    use sqlx::Connection;
     let mut conn = pool.acquire().await?.detach();
-    let set = format!("SET lock_timeout = {}", lock_timeout_ms(lock_timeout));
     sqlx::query(&set).execute(&mut conn).await?;
     let ran = migrator.run_direct(&mut conn).await;
     let _ = conn.close().await;
+    if let Some(lock) = guard {
+        let _ = lock.close().await;
+    }
     ran.map_err(migrate_error)
 }
 

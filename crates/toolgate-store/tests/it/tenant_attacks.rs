@@ -219,6 +219,8 @@ async fn tenants_cannot_hold_up_provisioning_or_migration() {
         "BEGIN; LOCK TABLE tenant_roles IN SHARE ROW EXCLUSIVE MODE",
         "BEGIN; LOCK TABLE tenant_roles IN ROW SHARE MODE",
         "SELECT * FROM tenant_roles FOR UPDATE",
+        "BEGIN; LOCK TABLE toolgate_migration_lock IN ACCESS SHARE MODE",
+        "BEGIN; LOCK TABLE toolgate_migration_lock IN EXCLUSIVE MODE",
     ] {
         // A connection of its own: a failed BEGIN must not go back to a pool.
         let once = pool(&creds_b.database_url).await;
@@ -246,7 +248,39 @@ async fn tenants_cannot_hold_up_provisioning_or_migration() {
     reconnected.close().await;
     assert!(started.elapsed() < Duration::from_secs(10));
 
-    // A schema that does need migrating waits for the held key, boundedly.
+    // A schema missing a migration (row 12 forgotten, so 0012 runs again and
+    // fails on what it already created) is migrated under the owner-only
+    // lock table, not sqlx's key: the tenant's key holds nothing up.
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = 12")
+        .execute(fx.admin_pool())
+        .await
+        .unwrap();
+    let url = with_schema(&fx.base_url, &fx.schema);
+    let short = || StoreOptions {
+        lock_timeout: Duration::from_millis(500),
+        ..StoreOptions::default()
+    };
+    let err = tokio::time::timeout(Duration::from_secs(10), Store::connect_with(&url, short()))
+        .await
+        .expect("no wait for the tenant's key")
+        .unwrap_err();
+    assert_eq!(err.code(), "migration_failed", "{err}");
+    // The lock table itself held (by another migrating process): bounded.
+    let mut other = fx.admin_pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE toolgate_migration_lock IN EXCLUSIVE MODE")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), Store::connect_with(&url, short()))
+        .await
+        .expect("the wait is bounded")
+        .unwrap_err();
+    assert_eq!(err.code(), "lock_timeout", "{err}");
+    assert!(err.to_string().contains("toolgate_migration_lock"), "{err}");
+    other.rollback().await.unwrap();
+
+    // A schema older than the lock table (here: none at all) still waits
+    // for sqlx's key, boundedly.
     let fresh = format!("lk_{}", suffix());
     sqlx::query(&format!("CREATE SCHEMA {fresh}"))
         .execute(fx.admin_pool())
