@@ -76,13 +76,15 @@ def test_profile_bundle_approval_and_cleanup(kube, binaries, controller):
     assert 'toolgate.dev/cleanup' in _profile(kube)['metadata']['finalizers']
 
     # 3. A pending approval written by a sidecar into the database appears as an
-    #    Approval object, and `kubectl toolgate approve` resolves the row.
+    #    Approval object, and `kubectl toolgate approve` resolves the row. The
+    #    sidecar's tenant is its pod's namespace, whose PolicyProfile names
+    #    who may answer.
     now_ms = int(time.time() * 1000)
     with sqlite3.connect(controller['db']) as db:
         db.execute(
             "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, args_digest, policy_version,"
             " decision_id, requested_by, status, created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            ('e2e-approval-1', 'team-a', 'inv-1', 'run-1', 'bash', 'sha256:abc', verified['policyVersion'],
+            ('e2e-approval-1', NS, 'inv-1', 'run-1', 'bash', 'sha256:abc', verified['policyVersion'],
              'dec-1', 'sidecar/agent-0', 'pending', now_ms, now_ms + 15 * 60 * 1000))
     name = 'apr-e2e-approval-1'
     obj = wait_for('mirrored Approval', lambda: kube['get']('approval', name, '-n', NS))

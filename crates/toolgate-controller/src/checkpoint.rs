@@ -61,6 +61,22 @@ pub struct SigningReport {
     /// Decision rows read to verify (rows up to a stream's latest signed
     /// checkpoint are not read again).
     pub rows_read: u64,
+    /// Streams skipped because their tenant or stream name is one the store
+    /// refuses (written before the database checked names, or by hand):
+    /// they cannot be stored as checkpoints, and one of them must never
+    /// stop the others from being signed.
+    pub invalid: Vec<InvalidStream>,
+}
+
+/// A stream a signing pass skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InvalidStream {
+    /// Tenant as stored.
+    pub tenant: String,
+    /// Stream as stored.
+    pub stream: String,
+    /// What the store's rule says about it.
+    pub problem: String,
 }
 
 /// Verifies every stream of `tenant` (every tenant when `None`) and signs
@@ -85,6 +101,16 @@ pub async fn sign_heads(
     };
     for chain in store.decisions().verify_from(tenant, &trusted).await? {
         report.rows_read += chain.rows;
+        let named = toolgate_store::check_field("tenant", &chain.tenant)
+            .and_then(|()| toolgate_store::check_stream(&chain.stream));
+        if let Err(e) = named {
+            report.invalid.push(InvalidStream {
+                tenant: chain.tenant,
+                stream: chain.stream,
+                problem: e.to_string(),
+            });
+            continue;
+        }
         if !chain.ok {
             report.refused.push(chain);
             continue;
@@ -237,14 +263,35 @@ pub fn tenant_config_map(tenant: &str, checkpoints: &[Checkpoint]) -> ConfigMap 
     }
 }
 
+/// Most tenants one pass publishes a Warning Event about invalid streams
+/// for (the metric counts every stream).
+pub const MAX_INVALID_STREAM_EVENTS: usize = 20;
+
 /// One pass of the controller: signs changed heads, then republishes the
 /// ConfigMap of every tenant that got a new checkpoint. A tenant without a
-/// namespace of its name (one provisioned by hand) is skipped.
+/// namespace of its name (one provisioned by hand) is skipped. A tenant with
+/// streams skipped for their names gets one Warning Event
+/// (`InvalidDecisionStream`) on its checkpoint ConfigMap naming them.
 pub async fn checkpoint_once(
     ctx: &Context,
     verification: Verification,
 ) -> Result<SigningReport, ControllerError> {
     let report = sign_heads(&ctx.store, &ctx.key, None, (ctx.clock)(), verification).await?;
+    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    ctx.metrics
+        .checkpoint_broken_chains
+        .set(gauge(report.refused.len()));
+    ctx.metrics
+        .checkpoint_invalid_streams
+        .set(gauge(report.invalid.len()));
+    let mut by_tenant: BTreeMap<&str, Vec<&InvalidStream>> = BTreeMap::new();
+    for bad in &report.invalid {
+        tracing::error!(tenant = ?bad.tenant, stream = ?bad.stream, problem = %bad.problem, "decision stream with an invalid name; not signed");
+        by_tenant.entry(bad.tenant.as_str()).or_default().push(bad);
+    }
+    for (tenant, streams) in by_tenant.into_iter().take(MAX_INVALID_STREAM_EVENTS) {
+        report_invalid(ctx, tenant, &streams).await;
+    }
     let tenants: std::collections::BTreeSet<&str> =
         report.signed.iter().map(|p| p.tenant.as_str()).collect();
     for tenant in tenants {
@@ -267,6 +314,52 @@ pub async fn checkpoint_once(
         }
     }
     Ok(report)
+}
+
+/// Tells `tenant`'s namespace (when the tenant is a namespace name) which of
+/// its streams a pass skipped, in one Warning Event.
+async fn report_invalid(ctx: &Context, tenant: &str, streams: &[&InvalidStream]) {
+    if toolgate_store::tenancy::validate_tenant(tenant).is_err() {
+        return;
+    }
+    let shown: Vec<String> = streams
+        .iter()
+        .take(5)
+        .map(|s| {
+            let name: String = s.stream.chars().take(64).collect();
+            format!("{name:?} ({})", s.problem)
+        })
+        .collect();
+    let mut note = format!(
+        "{} decision stream(s) not checkpointed, their names are ones the store refuses: {}; \
+         every other stream is",
+        streams.len(),
+        shown.join(", ")
+    );
+    // An Event's note holds at most 1 KiB.
+    if note.len() > 1000 {
+        let cut = (0..=1000)
+            .rev()
+            .find(|&i| note.is_char_boundary(i))
+            .unwrap_or(0);
+        note.truncate(cut);
+        note.push('…');
+    }
+    let regarding = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: Some(CHECKPOINT_CONFIGMAP.into()),
+        namespace: Some(tenant.to_owned()),
+        ..Default::default()
+    };
+    ctx.event(
+        &regarding,
+        kube::runtime::events::EventType::Warning,
+        "InvalidDecisionStream",
+        "Checkpoint",
+        note,
+    )
+    .await;
 }
 
 /// Runs [`checkpoint_once`] every `interval` until `stop` turns true.
@@ -305,9 +398,6 @@ async fn record_pass(ctx: &Context, verification: Verification) {
                     "decision log checkpointed"
                 );
             }
-            ctx.metrics
-                .checkpoint_broken_chains
-                .set(i64::try_from(r.refused.len()).unwrap_or(i64::MAX));
             ctx.metrics
                 .checkpoint_last_success
                 .set((ctx.clock)().as_millisecond() as f64 / 1000.0);

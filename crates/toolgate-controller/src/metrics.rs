@@ -48,6 +48,10 @@ pub struct Metrics {
     /// `toolgate_checkpoint_broken_chains`: decision streams that failed
     /// verification in the last checkpoint pass (never signed).
     pub checkpoint_broken_chains: IntGauge,
+    /// `toolgate_checkpoint_invalid_streams`: decision streams skipped by
+    /// the last checkpoint pass because their tenant or stream name is one
+    /// the store refuses (never signed; every other stream still is).
+    pub checkpoint_invalid_streams: IntGauge,
     /// `toolgate_checkpoint_last_success_timestamp_seconds`: end of the last
     /// checkpoint pass that completed.
     pub checkpoint_last_success: prometheus::Gauge,
@@ -146,6 +150,11 @@ impl Metrics {
             "Decision streams whose hash chain failed verification in the last checkpoint pass.",
         )
         .expect("valid metric");
+        let checkpoint_invalid_streams = IntGauge::new(
+            "toolgate_checkpoint_invalid_streams",
+            "Decision streams the last checkpoint pass skipped: a name the store refuses.",
+        )
+        .expect("valid metric");
         let checkpoint_last_success = prometheus::Gauge::new(
             "toolgate_checkpoint_last_success_timestamp_seconds",
             "When the last checkpoint pass completed (Unix seconds).",
@@ -158,6 +167,7 @@ impl Metrics {
             Box::new(profile_expiry.clone()),
             Box::new(profile_pods.clone()),
             Box::new(checkpoint_broken_chains.clone()),
+            Box::new(checkpoint_invalid_streams.clone()),
             Box::new(checkpoint_last_success.clone()),
             Box::new(reconcile_total.clone()),
             Box::new(reconcile_errors.clone()),
@@ -193,6 +203,7 @@ impl Metrics {
             profile_expiry,
             profile_pods,
             checkpoint_broken_chains,
+            checkpoint_invalid_streams,
             checkpoint_last_success,
         }
     }

@@ -296,6 +296,7 @@ pub use toolgate_policy::ApprovalDecision as Decision;
     )
 )]
 #[x_kube(validation = Rule::new("has(self.request) != has(self.grant)").message("exactly one of spec.request and spec.grant must be set"))]
+#[x_kube(validation = Rule::new("has(self.request) == has(oldSelf.request) && has(self.grant) == has(oldSelf.grant)").message("an Approval stays a request or a grant: spec.request and spec.grant cannot be added or removed"))]
 #[x_kube(validation = Rule::new("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)").message("spec.decision cannot be changed once set"))]
 #[x_kube(validation = Rule::new("has(self.decision) || !has(self.decidedBy)").message("spec.decidedBy needs spec.decision"))]
 #[x_kube(validation = Rule::new("has(self.decision) || !has(self.decidedByGroups)").message("spec.decidedByGroups needs spec.decision"))]

@@ -77,7 +77,8 @@ pub struct Requester {
 /// Checks an Approval write: `new` against the stored `old` spec (UPDATE)
 /// and the authenticated `writer`.
 ///
-/// - exactly one of `spec.request` and `spec.grant`;
+/// - exactly one of `spec.request` and `spec.grant`, and on update the same
+///   one as before (the kind is immutable), with a request unchanged;
 /// - `decidedBy` and `decidedByGroups` only with a decision;
 /// - a decision being made now (none in `old`) names the writer as
 ///   `decidedBy`, and only groups the writer is authenticated in
@@ -105,6 +106,32 @@ pub fn validate_approval(
                 "spec",
                 "set exactly one of spec.request (answer one escalated call) or spec.grant (a standing grant)",
             ));
+        }
+    }
+    // Its kind (a request answering one call, or a standing grant) is fixed
+    // at creation: a pending request turned into a grant would become a
+    // standing permission nobody could decide as a request. A request's
+    // call, written by the controller from the database, never changes.
+    if let Some(old) = old {
+        let kind = |f: &ApprovalFields| (f.request.is_some(), f.grant.is_some());
+        if kind(old) != kind(new) {
+            let field = if old.request.is_some() != new.request.is_some() {
+                "spec.request"
+            } else {
+                "spec.grant"
+            };
+            return Err(K8sError::ApprovalImmutable {
+                field: field.into(),
+                message: "an Approval stays a request or a grant: spec.request and spec.grant \
+                          cannot be added or removed; create a new Approval instead"
+                    .into(),
+            });
+        }
+        if old.request.is_some() && new.request != old.request {
+            return Err(K8sError::ApprovalImmutable {
+                field: "spec.request".into(),
+                message: "spec.request is immutable (it mirrors the database row)".into(),
+            });
         }
     }
     if new.decision.is_none() {

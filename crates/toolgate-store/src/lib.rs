@@ -19,10 +19,12 @@
 mod approvals;
 mod checkpoints;
 mod decisions;
+mod fields;
 mod heartbeats;
 mod intents;
 mod profiles;
 mod runs;
+mod schema;
 pub mod tenancy;
 mod wakeups;
 
@@ -43,7 +45,11 @@ pub use approvals::{
 pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decisions::{
     ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, LEGACY_STREAM, Position,
-    StreamHead, StreamLink, genesis_hash,
+    StreamHead, StreamLink, check_stream, genesis_hash,
+};
+pub use fields::{MAX_FIELD_LEN, check_field};
+pub(crate) use fields::{
+    duration_ms, new_id, opt_ts_from_ms, parse_json, require, require_opt, ts_from_ms,
 };
 pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{
@@ -114,6 +120,12 @@ pub enum StoreError {
     /// with the admin role first.
     #[error("database schema not migrated: {0}")]
     SchemaMismatch(String),
+    /// A lock the operation needs was not granted within the store's lock
+    /// timeout ([`StoreOptions::lock_timeout`]): another session holds it
+    /// (a migration or provisioning running elsewhere, or a long
+    /// transaction). Nothing was changed; try again.
+    #[error("lock not granted in time: {0}")]
+    LockTimeout(String),
     /// Any other database error (constraint or SQL failure).
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
@@ -134,6 +146,7 @@ impl StoreError {
             StoreError::PermissionDenied(_) => "permission_denied",
             StoreError::TenancyUnsupported(_) => "tenancy_unsupported",
             StoreError::SchemaMismatch(_) => "schema_mismatch",
+            StoreError::LockTimeout(_) => "lock_timeout",
             StoreError::Database(_) => "database_error",
         }
     }
@@ -157,6 +170,10 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::Protocol(_) => StoreError::Unavailable(e),
             sqlx::Error::Database(db) if db.is_unique_violation() => {
                 StoreError::Conflict(db.message().to_owned())
+            }
+            // lock_not_available: `lock_timeout` expired.
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03") => {
+                StoreError::LockTimeout(db.message().to_owned())
             }
             // insufficient_privilege, also raised by row-level security.
             sqlx::Error::Database(db) if db.code().as_deref() == Some("42501") => {
@@ -214,13 +231,21 @@ pub struct StoreOptions {
     /// How long to wait for a free connection before reporting
     /// `store_unavailable`.
     pub acquire_timeout: Duration,
+    /// PostgreSQL: the longest wait for a lock when migrating or
+    /// provisioning a tenant, after which the operation fails with
+    /// `lock_timeout` instead of hanging behind whoever holds it.
+    pub lock_timeout: Duration,
 }
+
+/// Default [`StoreOptions::lock_timeout`].
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(10),
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
     }
 }
@@ -276,6 +301,8 @@ pub struct Store {
     sqlite_file: Option<Arc<FileIdentity>>,
     /// The URL the store connected with (for provisioning tenant URLs).
     url: Option<tenancy::SecretUrl>,
+    /// Longest lock wait when migrating or provisioning (PostgreSQL).
+    pub(crate) lock_timeout: Duration,
 }
 
 /// Which file a path named when the store opened it (device and inode).
@@ -394,6 +421,7 @@ impl Store {
             ));
         };
         store.url = Some(tenancy::SecretUrl::new(url));
+        store.lock_timeout = options.lock_timeout;
         store.migrate().await?;
         Ok(store)
     }
@@ -407,6 +435,7 @@ impl Store {
             heads: Arc::default(),
             sqlite_file: None,
             url: None,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
     }
 
@@ -419,6 +448,7 @@ impl Store {
             heads: Arc::default(),
             sqlite_file: None,
             url: None,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
     }
 
@@ -427,24 +457,24 @@ impl Store {
     /// On PostgreSQL a tenant role (see [`Store::provision_tenant`]) may not
     /// change the schema: for a tenant session this only checks that every
     /// embedded migration has been applied, and fails with
-    /// `schema_mismatch` otherwise.
+    /// `schema_mismatch` otherwise. Any other session migrates only when
+    /// something is missing, so a current schema takes no lock, and waits
+    /// for locks at most [`StoreOptions::lock_timeout`] (`lock_timeout`).
     pub async fn migrate(&self) -> Result<()> {
         match &self.backend {
-            Backend::Postgres(pool) => {
-                let migrator = sqlx::migrate!("../../migrations/postgres");
-                if tenancy::is_tenant_session(pool).await? {
-                    return tenancy::check_schema(pool, &migrator).await;
-                }
-                migrator
-                    .run(pool)
-                    .await
-                    .map_err(StoreError::MigrationFailed)
-            }
+            Backend::Postgres(pool) => schema::migrate_postgres(pool, self.lock_timeout).await,
             Backend::Sqlite(pool) => sqlx::migrate!("../../migrations/sqlite")
                 .run(pool)
                 .await
                 .map_err(StoreError::MigrationFailed),
         }
+    }
+
+    /// Replaces the lock timeout of [`StoreOptions::lock_timeout`] (for a
+    /// store built from a pool).
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> Store {
+        self.lock_timeout = timeout;
+        self
     }
 
     /// The PostgreSQL pool, if this store uses PostgreSQL. For operational
@@ -539,61 +569,4 @@ fn connect_error(e: sqlx::Error) -> StoreError {
         // a usable database.
         other => StoreError::Unavailable(other),
     }
-}
-
-// ---- small shared helpers -------------------------------------------------
-
-pub(crate) fn ts_from_ms(ms: i64) -> Result<jiff::Timestamp> {
-    jiff::Timestamp::from_millisecond(ms)
-        .map_err(|e| StoreError::Corrupt(format!("timestamp {ms} out of range: {e}")))
-}
-
-pub(crate) fn opt_ts_from_ms(ms: Option<i64>) -> Result<Option<jiff::Timestamp>> {
-    ms.map(ts_from_ms).transpose()
-}
-
-pub(crate) fn duration_ms(d: Duration, what: &str) -> Result<i64> {
-    i64::try_from(d.as_millis())
-        .map_err(|_| StoreError::InvalidInput(format!("{what} is too large")))
-}
-
-/// Longest identifier-like string the store accepts.
-pub const MAX_FIELD_LEN: usize = 1024;
-
-/// Rejects empty, oversized or control-character-bearing identifiers: the
-/// store's rule for every id-like field, public so that callers can refuse
-/// input with the same rule before it reaches the store.
-pub fn check_field(field: &str, value: &str) -> Result<()> {
-    require(field, value)
-}
-
-pub(crate) fn require(field: &str, value: &str) -> Result<()> {
-    if value.trim().is_empty() {
-        return Err(StoreError::InvalidInput(format!(
-            "{field} must not be empty"
-        )));
-    }
-    if value.len() > MAX_FIELD_LEN {
-        return Err(StoreError::InvalidInput(format!(
-            "{field} is longer than {MAX_FIELD_LEN} bytes"
-        )));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(StoreError::InvalidInput(format!(
-            "{field} must not contain control characters"
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn require_opt(field: &str, value: Option<&str>) -> Result<()> {
-    value.map_or(Ok(()), |v| require(field, v))
-}
-
-pub(crate) fn new_id() -> String {
-    uuid::Uuid::now_v7().to_string()
-}
-
-pub(crate) fn parse_json(text: &str, what: &str) -> Result<serde_json::Value> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }

@@ -107,9 +107,13 @@ pub struct Profiles<'a> {
 impl Profiles<'_> {
     /// Records a loaded profile version and, in the same transaction, its
     /// `policy.profile.loaded` event. Idempotent: a repeat by the same loader
-    /// changes nothing, and the event exists once per policy version.
-    /// Returns `true` if this call wrote the event. Both rows are stamped
-    /// with the caller's `now`.
+    /// of the same namespace changes nothing, and the event exists once per
+    /// policy version and writer's tenant. Returns `true` if this call wrote
+    /// the event. Both rows are stamped with the caller's `now`.
+    ///
+    /// On PostgreSQL both keys include the tenant (migration 0012), so no
+    /// tenant's rows can suppress another's, and a tenant role may only
+    /// record loads by `sidecar:{its namespace}/…`.
     pub async fn record_profile_load(&self, load: ProfileLoad, now: Timestamp) -> Result<bool> {
         require("profile", &load.profile)?;
         require("namespace", &load.namespace)?;
@@ -132,10 +136,9 @@ impl Profiles<'_> {
         .to_string();
         let insert_profile = "INSERT INTO policy_profiles (profile, namespace, policy_version, \
             spec_sha256, hardline_sha256, bundle_digest, loaded_by, loaded_at) \
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-            ON CONFLICT (policy_version, loaded_by) DO NOTHING";
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
         let insert_event = "INSERT INTO process_events (kind, idempotency_key, payload, \
-            created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (idempotency_key) DO NOTHING";
+            created_at) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
         on_pool!(self.store, pool => {
             let mut tx = pool.begin_write().await?;
             sqlx::query(insert_profile)

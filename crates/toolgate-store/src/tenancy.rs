@@ -158,12 +158,28 @@ impl Store {
         let password = random_password();
         let verifier = scram_verifier(&password, &random_bytes::<16>());
         // GRANT CONNECT ON DATABASE rewrites the database's catalog row, and
-        // two provisions at once fail with "tuple concurrently updated":
-        // one at a time, behind a transaction-scoped advisory lock.
+        // two provisions at once fail with "tuple concurrently updated": one
+        // at a time, behind a lock on tenant_roles. Locking it in this mode
+        // needs UPDATE, DELETE or TRUNCATE on it, which no tenant role has,
+        // and it does not conflict with the ACCESS SHARE lock a tenant's
+        // identity lookups take, so no tenant can hold provisioning up (an
+        // advisory key, used before, any role can take and keep). The wait is
+        // bounded all the same.
         let mut tx = pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('toolgate_provision_tenant'))")
+        let ms = crate::schema::lock_timeout_ms(self.lock_timeout);
+        sqlx::query(&format!("SET LOCAL lock_timeout = {ms}"))
             .execute(&mut *tx)
             .await?;
+        sqlx::query("LOCK TABLE tenant_roles IN SHARE ROW EXCLUSIVE MODE")
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| match StoreError::from(e) {
+                StoreError::LockTimeout(m) => StoreError::LockTimeout(format!(
+                    "provisioning lock (table tenant_roles): {m}; another provisioning or a \
+                     long transaction of the admin role holds it"
+                )),
+                other => other,
+            })?;
         sqlx::query("SELECT toolgate_provision_tenant($1, $2, $3)")
             .bind(tenant)
             .bind(&role)
@@ -218,53 +234,6 @@ pub(crate) async fn is_tenant_session(pool: &PgPool) -> Result<bool> {
     Ok(sqlx::query_scalar("SELECT toolgate_tenant_session()")
         .fetch_one(pool)
         .await?)
-}
-
-/// For a tenant session: every embedded migration must be applied, with the
-/// same checksum, and none unknown to this build.
-pub(crate) async fn check_schema(pool: &PgPool, migrator: &sqlx::migrate::Migrator) -> Result<()> {
-    let applied: Vec<(i64, bool, Vec<u8>)> =
-        sqlx::query_as("SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version")
-            .fetch_all(pool)
-            .await
-            .map_err(|e| {
-                StoreError::SchemaMismatch(format!("cannot read _sqlx_migrations: {e}"))
-            })?;
-    for m in migrator
-        .iter()
-        .filter(|m| m.migration_type.is_up_migration())
-    {
-        match applied.iter().find(|(v, _, _)| *v == m.version) {
-            Some((_, true, checksum)) if checksum.as_slice() == &*m.checksum => {}
-            Some((_, true, _)) => {
-                return Err(StoreError::SchemaMismatch(format!(
-                    "migration {} was applied with different content",
-                    m.version
-                )));
-            }
-            Some((_, false, _)) => {
-                return Err(StoreError::SchemaMismatch(format!(
-                    "migration {} is partially applied",
-                    m.version
-                )));
-            }
-            None => {
-                return Err(StoreError::SchemaMismatch(format!(
-                    "migration {} ({}) is not applied; run the migrations as the admin role",
-                    m.version, m.description
-                )));
-            }
-        }
-    }
-    if let Some((v, _, _)) = applied
-        .iter()
-        .find(|(v, _, _)| !migrator.iter().any(|m| m.version == *v))
-    {
-        return Err(StoreError::SchemaMismatch(format!(
-            "the database has migration {v}, which this build does not know"
-        )));
-    }
-    Ok(())
 }
 
 // ---- passwords --------------------------------------------------------------

@@ -7,12 +7,19 @@
 //! the one dedicated connection and rebroadcasts each notification payload;
 //! waiters subscribe to the broadcast and only borrow a pooled connection
 //! for the short re-reads of the row.
+//!
+//! Each tenant's wake-ups arrive on a channel of their own (migration 0012:
+//! LISTEN needs no privilege, so a shared channel told every tenant every
+//! other tenant's approval and run ids). A tenant's store listens on its one
+//! channel; an admin store waiting for several tenants listens on each, on
+//! the same connection.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPool};
-use tokio::sync::{OnceCell, broadcast, watch};
+use tokio::sync::{OnceCell, broadcast, mpsc, oneshot, watch};
 
 /// Notifications buffered per subscriber before it counts as lagging (a
 /// lagging waiter just re-reads its row).
@@ -20,51 +27,93 @@ const FAN_OUT_CAPACITY: usize = 1024;
 /// Pause before reconnecting a lost listener connection.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
+/// A request to the listener task: LISTEN on a channel, then answer.
+type ListenRequest = (String, oneshot::Sender<Result<(), sqlx::Error>>);
+
+#[derive(Debug)]
+struct Relay {
+    fan_out: broadcast::Sender<Arc<str>>,
+    listen: mpsc::UnboundedSender<ListenRequest>,
+}
+
 /// Shared by every clone of one store.
 #[derive(Debug)]
 pub(crate) struct Wakeups {
-    fan_out: OnceCell<broadcast::Sender<Arc<str>>>,
+    relay: OnceCell<Relay>,
+    /// Channels the listener has confirmed.
+    listening: Mutex<HashSet<String>>,
     stop: watch::Sender<bool>,
 }
 
 impl Wakeups {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
-            fan_out: OnceCell::new(),
+            relay: OnceCell::new(),
+            listening: Mutex::new(HashSet::new()),
             stop: watch::channel(false).0,
         })
     }
 
-    /// A receiver of `channel` payloads, subscribed before it is returned so
-    /// that a notification sent after this call cannot be missed. `None`
-    /// when no listener could be started (the caller then polls).
+    /// A receiver of the payloads of `channel` (and of the other channels
+    /// this store listens on), subscribed and listening before it is
+    /// returned, so that a notification sent after this call cannot be
+    /// missed. `None` when no listener could be started (the caller then
+    /// polls).
     pub(crate) async fn subscribe(
         &self,
         pool: &PgPool,
-        channel: &'static str,
+        channel: String,
     ) -> Option<broadcast::Receiver<Arc<str>>> {
-        let sender = self
-            .fan_out
+        let relay = self
+            .relay
             .get_or_try_init(|| async {
-                let listener = listen(pool, channel).await?;
-                let (tx, _) = broadcast::channel(FAN_OUT_CAPACITY);
+                let listener = PgListener::connect_with(pool).await?;
+                let (fan_out, _) = broadcast::channel(FAN_OUT_CAPACITY);
+                let (listen, requests) = mpsc::unbounded_channel();
                 tokio::spawn(relay(
                     listener,
                     pool.clone(),
-                    channel,
-                    tx.clone(),
+                    requests,
+                    fan_out.clone(),
                     self.stop.subscribe(),
                 ));
-                Ok::<_, sqlx::Error>(tx)
+                Ok::<_, sqlx::Error>(Relay { fan_out, listen })
             })
             .await;
-        match sender {
-            Ok(tx) => Some(tx.subscribe()),
+        let relay = match relay {
+            Ok(relay) => relay,
             Err(e) => {
                 tracing::warn!(error = %e, "approval wake-ups unavailable; waiters poll");
+                return None;
+            }
+        };
+        let rx = relay.fan_out.subscribe();
+        if self.is_listening(&channel) {
+            return Some(rx);
+        }
+        let (done, answer) = oneshot::channel();
+        relay.listen.send((channel.clone(), done)).ok()?;
+        match answer.await {
+            Ok(Ok(())) => {
+                self.listening
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(channel);
+                Some(rx)
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not listen for approval wake-ups; waiters poll");
                 None
             }
+            Err(_) => None,
         }
+    }
+
+    fn is_listening(&self, channel: &str) -> bool {
+        self.listening
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(channel)
     }
 
     /// Ends the listener task so the pool can close.
@@ -73,24 +122,28 @@ impl Wakeups {
     }
 }
 
-async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(channel).await?;
-    Ok(listener)
-}
-
-/// Forwards every notification to the subscribers until the store closes.
-/// A lost connection is re-established; waiters re-read their rows on a
-/// timer, so notifications lost in between only delay them.
+/// Forwards every notification to the subscribers and adds channels on
+/// request until the store closes. A lost connection is re-established and
+/// listens on every channel again; waiters re-read their rows on a timer,
+/// so notifications lost in between only delay them.
 async fn relay(
     mut listener: PgListener,
     pool: PgPool,
-    channel: &'static str,
+    mut requests: mpsc::UnboundedReceiver<ListenRequest>,
     tx: broadcast::Sender<Arc<str>>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut channels: Vec<String> = Vec::new();
     loop {
         tokio::select! {
+            request = requests.recv() => {
+                let Some((channel, done)) = request else { return };
+                let result = listener.listen(&channel).await;
+                if result.is_ok() && !channels.contains(&channel) {
+                    channels.push(channel);
+                }
+                let _ = done.send(result);
+            }
             received = listener.recv() => match received {
                 Ok(n) => {
                     let _ = tx.send(Arc::from(n.payload()));
@@ -103,7 +156,7 @@ async fn relay(
                             _ = tokio::time::sleep(RECONNECT_DELAY) => {}
                             _ = stop.changed() => return,
                         }
-                        match listen(&pool, channel).await {
+                        match listen_all(&pool, &channels).await {
                             Ok(l) => {
                                 listener = l;
                                 break;
@@ -116,4 +169,12 @@ async fn relay(
             _ = stop.changed() => return,
         }
     }
+}
+
+async fn listen_all(pool: &PgPool, channels: &[String]) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener
+        .listen_all(channels.iter().map(String::as_str))
+        .await?;
+    Ok(listener)
 }

@@ -1,7 +1,6 @@
 //! Who may answer: a profile's `spec.approvals.approvers` against the
 //! decider recorded on an Approval.
 
-use kube::ResourceExt;
 use kube::api::Api;
 
 use super::profile_of;
@@ -83,11 +82,16 @@ pub enum ApproverCheck {
 }
 
 /// Checks `obj.spec.decidedBy` against the approvers of the profile that
-/// escalated `row` (see the module docs for how the profile is found).
-/// Fails closed: a row whose policy version names no profile, or whose
-/// profile is found nowhere, is refused. With the same profile name found in
-/// several recorded namespaces, every one of them must allow the approver.
-/// `decidedBy` is self-asserted unless an admission webhook pins it.
+/// escalated `row`: PolicyProfile `{name}` (the prefix of the row's policy
+/// version) in the row's own tenant, the namespace of the pod that asked.
+/// Nothing else counts: not the namespace the Approval object is mirrored
+/// into, and not the `policy_profiles` rows, which any tenant can write for
+/// any version (the example profiles carry the same version in every
+/// namespace), so one tenant's rows could make its approvers decide another
+/// tenant's escalations, or veto them. Fails closed: a row whose policy
+/// version names no profile, whose tenant is no namespace name, or whose
+/// profile is not found, is refused. `decidedBy` is self-asserted unless an
+/// admission webhook pins it.
 pub async fn check_approvers(
     ctx: &Context,
     obj: &Approval,
@@ -101,46 +105,31 @@ pub async fn check_approvers(
             row.policy_version
         )));
     };
-    let mut namespaces: Vec<String> = ctx
-        .store
-        .profiles()
-        .list_profile_versions(Some(&name))
-        .await?
-        .into_iter()
-        .filter(|v| v.load.policy_version == row.policy_version)
-        .map(|v| v.load.namespace)
-        .collect();
-    if namespaces.is_empty() {
-        namespaces.extend(obj.namespace());
-    }
-    namespaces.sort();
-    namespaces.dedup();
-    let mut found = 0;
-    for ns in &namespaces {
-        let api: Api<PolicyProfile> = Api::namespaced(ctx.client.clone(), ns);
-        let Some(profile) = api.get_opt(&name).await? else {
-            continue;
-        };
-        found += 1;
-        let approvers = profile
-            .spec
-            .approvals
-            .as_ref()
-            .map(|a| a.approvers.as_slice())
-            .unwrap_or_default();
-        if !decider_allowed(approvers, &obj.spec) {
-            return Ok(ApproverCheck::Refused(format!(
-                "{APPROVER_NOT_ALLOWED}: {who} is not in spec.approvals.approvers of \
-                 PolicyProfile {ns}/{name} ({}); the decision was not recorded",
-                approvers.join(", ")
-            )));
-        }
-    }
-    if found == 0 {
+    let ns = row.tenant.as_str();
+    if toolgate_store::tenancy::validate_tenant(ns).is_err() {
         return Ok(ApproverCheck::Refused(format!(
-            "{APPROVER_NOT_ALLOWED}: PolicyProfile {name} not found in namespace(s) {}, so its \
-             approvers cannot be checked; the decision was not recorded",
-            namespaces.join(", ")
+            "{APPROVER_NOT_ALLOWED}: tenant `{ns}` is not a namespace, so the approvers of its \
+             PolicyProfile {name} cannot be checked; the decision was not recorded"
+        )));
+    }
+    let api: Api<PolicyProfile> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(profile) = api.get_opt(&name).await? else {
+        return Ok(ApproverCheck::Refused(format!(
+            "{APPROVER_NOT_ALLOWED}: PolicyProfile {ns}/{name} not found, so its approvers \
+             cannot be checked; the decision was not recorded"
+        )));
+    };
+    let approvers = profile
+        .spec
+        .approvals
+        .as_ref()
+        .map(|a| a.approvers.as_slice())
+        .unwrap_or_default();
+    if !decider_allowed(approvers, &obj.spec) {
+        return Ok(ApproverCheck::Refused(format!(
+            "{APPROVER_NOT_ALLOWED}: {who} is not in spec.approvals.approvers of \
+             PolicyProfile {ns}/{name} ({}); the decision was not recorded",
+            approvers.join(", ")
         )));
     }
     Ok(ApproverCheck::Allowed)

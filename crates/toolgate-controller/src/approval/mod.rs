@@ -21,10 +21,11 @@
 //! A profile's `spec.approvals.approvers` lists the subjects who may answer
 //! its escalations. Before a pending row is resolved, the controller finds
 //! the profile the row's escalation came from ([`check_approvers`]): its name
-//! is the prefix of the row's policy version (the database row, not the
-//! object's `spec.request`, which whoever creates the object writes), and
-//! its namespace is the one the controller recorded in the store when it
-//! published that exact version, else the Approval's own namespace. When the
+//! is the prefix of the row's policy version and its namespace is the row's
+//! tenant (both from the database row, not the object's `spec.request`,
+//! which whoever creates the object writes). Only that tenant's own
+//! PolicyProfile decides who answers for it: rows another tenant wrote
+//! into the store never widen or narrow the list. When the
 //! list is non-empty and `spec.decidedBy` is not in it, or the profile
 //! cannot be found, the row is left pending, the object stays
 //! `phase: Pending` with a message starting with `ApproverNotAllowed`, and a

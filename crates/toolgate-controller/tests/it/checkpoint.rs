@@ -267,3 +267,61 @@ async fn incremental_pass_reads_only_new_rows_and_still_catches_cuts() {
     assert_eq!(r.refused.len(), 1, "{r:?}");
     assert!(r.signed.is_empty());
 }
+
+/// Issue 32, item 2: streams whose names the store refuses (left by a
+/// tenant before the database checked names) are reported, with a Warning
+/// Event in their tenant's namespace and a metric, and every other stream is
+/// still signed and published: one bad name never stops a pass.
+#[tokio::test]
+async fn a_stream_with_a_bad_name_is_reported_and_stops_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tg.db").display());
+    let store = Store::connect(&url).await.unwrap();
+    store
+        .decisions()
+        .append_batch(NS, "pod-a/1", (0..2).map(record).collect())
+        .await
+        .unwrap();
+    let long = "x".repeat(1100);
+    for bad in ["x\ny", "   ", long.as_str()] {
+        let raw = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::query(
+            "INSERT INTO decision_streams (tenant, stream, seq, prev_hash, hash, started_at) \
+             VALUES (?, ?, 0, ?, ?, 0)",
+        )
+        .bind(NS)
+        .bind(bad)
+        .bind(toolgate_store::GENESIS_HASH)
+        .bind(toolgate_store::genesis_hash(NS, bad, None).unwrap())
+        .execute(&raw)
+        .await
+        .unwrap();
+        raw.close().await;
+    }
+
+    let (client, mut server) = mock_client();
+    let ctx = context(client, store.clone(), now());
+    let report = run(checkpoint_once(&ctx, Verification::Full), async move {
+        let event = server.event().await;
+        assert_eq!(event["type"], "Warning");
+        assert_eq!(event["reason"], "InvalidDecisionStream");
+        assert_eq!(event["regarding"]["kind"], "ConfigMap");
+        assert_eq!(event["regarding"]["name"], CHECKPOINT_CONFIGMAP);
+        let note = event["note"].as_str().unwrap();
+        assert!(note.starts_with("3 decision stream(s)"), "{note}");
+        assert!(note.contains(r#""x\ny""#) && note.len() <= 1024, "{note}");
+        let list = published(&mut server, NS).await;
+        assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+        assert_eq!(list[0]["stream"], "pod-a/1");
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.signed.len(), 1);
+    assert_eq!(report.invalid.len(), 3, "{:?}", report.invalid);
+    assert!(report.refused.is_empty());
+    let metrics = ctx.metrics.render();
+    assert!(
+        metrics.contains("toolgate_checkpoint_invalid_streams 3"),
+        "{metrics}"
+    );
+}

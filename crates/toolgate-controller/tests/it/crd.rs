@@ -64,6 +64,24 @@ fn crdgen_holds_both_crds() {
     }
     assert!(all.contains("has(self.request) != has(self.grant)"));
     assert!(all.contains("!has(oldSelf.decision)"));
+    // Issue 32, item 7: an Approval's kind is fixed; the rule sits on spec,
+    // where removing spec.request is seen (the rule on spec.request itself
+    // does not run when the field is gone).
+    let approvals: serde_yaml::Value = serde_yaml::from_str(
+        &crd_files()
+            .into_iter()
+            .find(|(n, _)| *n == "approvals.toolgate.dev.yaml")
+            .unwrap()
+            .1,
+    )
+    .unwrap();
+    let spec_rules = &approvals["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["x-kubernetes-validations"];
+    assert!(
+        spec_rules.as_sequence().unwrap().iter().any(|r| r["rule"]
+            == "has(self.request) == has(oldSelf.request) && has(self.grant) == has(oldSelf.grant)"),
+        "{spec_rules:?}"
+    );
     // Structural schemas: no `additionalProperties: false`, no anyOf/oneOf left.
     assert!(!all.contains("additionalProperties: false"));
     assert!(!all.contains("anyOf") && !all.contains("oneOf"));

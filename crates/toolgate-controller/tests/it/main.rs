@@ -6,3 +6,4 @@ mod common;
 mod crd;
 mod reconcile;
 mod tenancy;
+mod tenant_approvers;

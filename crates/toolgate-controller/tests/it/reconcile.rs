@@ -663,7 +663,7 @@ async fn mirror_creates_objects_and_a_decision_resolves_the_row() {
             if round == 0 {
                 // The approvers check reads the profile (pending row only).
                 server
-                    .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
+                    .expect(Method::GET, TEAM_A_PROFILE)
                     .await
                     .respond(200, profile_json());
             }
@@ -1136,6 +1136,10 @@ async fn fleet_counts_only_pods_in_the_profile_namespace() {
 
 // ------------------------------------------------------------------- approvers
 
+/// The profile every escalation of `pending_row` (tenant team-a) answers to.
+const TEAM_A_PROFILE: &str =
+    "/apis/toolgate.dev/v1alpha1/namespaces/team-a/policyprofiles/safe-coding";
+
 /// Records that the controller published `version` of safe-coding in `ns`.
 async fn record_version(store: &toolgate_store::Store, ns: &str, version: &str) {
     store
@@ -1169,10 +1173,10 @@ fn decided(row: &toolgate_store::Approval, by: Option<&str>, groups: &[&str]) ->
 async fn only_listed_approvers_can_resolve_a_request() {
     let store = store().await;
     let row = pending_row(&store, Duration::from_secs(900)).await;
-    // The profile lives in team-b (recorded when its version was published),
-    // not in the approvals namespace where the request object is.
+    // The profile that answers is the row's tenant's (team-a), not one in
+    // the approvals namespace where the request object is, nor one in
+    // another namespace that recorded the same version.
     record_version(&store, "team-b", &row.policy_version).await;
-    let team_b_profile = "/apis/toolgate.dev/v1alpha1/namespaces/team-b/policyprofiles/safe-coding";
     let name = approval::approval_name(&row.id);
 
     // Refused: a stranger, nobody, and a user who is merely *named* like
@@ -1190,7 +1194,7 @@ async fn only_listed_approvers_can_resolve_a_request() {
             async move {
                 // safe-coding: approvers: [platform-oncall]
                 server
-                    .expect(Method::GET, team_b_profile)
+                    .expect(Method::GET, TEAM_A_PROFILE)
                     .await
                     .respond(200, profile_json());
                 let ev = server.event().await;
@@ -1237,7 +1241,7 @@ async fn only_listed_approvers_can_resolve_a_request() {
         ),
         async move {
             server
-                .expect(Method::GET, team_b_profile)
+                .expect(Method::GET, TEAM_A_PROFILE)
                 .await
                 .respond(200, profile_json());
             let st =
@@ -1269,18 +1273,14 @@ async fn approvers_are_enforced_fail_closed() {
     open.spec.approvals.as_mut().unwrap().approvers.clear();
     let open = serde_json::to_value(open).unwrap();
 
-    // Nothing recorded in the store: the Approval's namespace is looked in.
-    // Not found there: the decision is not recorded.
+    // The row's tenant has no such profile: the decision is not recorded.
     let (client, mut server) = mock_client();
     let ctx = context(client, store.clone(), jiff::Timestamp::now());
     let n2 = name.clone();
     run(
         approval::reconcile(Arc::new(decided(&row, Some("alice"), &[])), ctx),
         async move {
-            server
-                .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
-                .await
-                .not_found();
+            server.expect(Method::GET, TEAM_A_PROFILE).await.not_found();
             assert_eq!(server.event().await["reason"], "ApproverNotAllowed");
             let st =
                 expect_applied_status(&mut server, &format!("{APPROVALS}/{n2}/status"), "Approval")
@@ -1315,7 +1315,7 @@ async fn approvers_are_enforced_fail_closed() {
         approval::reconcile(Arc::new(decided(&row, Some("alice"), &[])), ctx),
         async move {
             server
-                .expect(Method::GET, &format!("{PROFILES}/safe-coding"))
+                .expect(Method::GET, TEAM_A_PROFILE)
                 .await
                 .respond(200, open);
             let st =

@@ -17,10 +17,6 @@ use crate::{Result, Store, StoreError, opt_ts_from_ms, ts_from_ms};
 mod ops;
 mod wait;
 
-/// PostgreSQL notification channel carrying `tenant/approval_id` payloads
-/// whenever an approval leaves `pending`.
-const CHANNEL: &str = "toolgate_approvals";
-
 /// How often [`Approvals::wait`] re-reads the row: the SQLite poll interval,
 /// and on PostgreSQL a safety net in case a notification is missed.
 const SQLITE_POLL: Duration = Duration::from_millis(50);

@@ -5,8 +5,8 @@
 use jiff::Timestamp;
 
 use super::{
-    Approval, ApprovalDecision, ApprovalRow, ApprovalStatus, Approvals, ApprovedCall, CHANNEL,
-    COLUMNS, INSERT_EVENT, MAX_PREVIEW_CHARS, MAX_TTL, NewApproval, RunEvent, RunEventRow,
+    Approval, ApprovalDecision, ApprovalRow, ApprovalStatus, Approvals, ApprovedCall, COLUMNS,
+    INSERT_EVENT, MAX_PREVIEW_CHARS, MAX_TTL, NewApproval, RunEvent, RunEventRow,
 };
 use crate::{
     BeginWrite, Result, StoreError, duration_ms, new_id, on_pool, require, require_opt, ts_from_ms,
@@ -27,8 +27,9 @@ macro_rules! event_in {
             .execute(&mut *$tx)
             .await?;
         if $is_pg {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CHANNEL)
+            // The tenant's own channel (migration 0012), owner only.
+            sqlx::query("SELECT toolgate_notify_approval($1, $2)")
+                .bind($tenant)
                 .bind(format!("{}/{}", $tenant, $id))
                 .execute(&mut *$tx)
                 .await?;

@@ -97,7 +97,7 @@ impl Decisions<'_> {
         previous: Option<&str>,
     ) -> Result<StreamHead> {
         require("tenant", tenant)?;
-        require("stream", stream)?;
+        super::check_stream(stream)?;
         require_opt("previous stream", previous)?;
         self.store.check_file()?;
         if stream == LEGACY_STREAM {

@@ -56,6 +56,15 @@ pub const GENESIS_HASH: &str = "000000000000000000000000000000000000000000000000
 /// stream key, so they keep verifying.
 pub const LEGACY_STREAM: &str = "legacy";
 
+/// Checks a stream name: the store's rule for every id-like field
+/// ([`crate::check_field`]: 1 to 1,024 bytes, not blank, no control
+/// characters). PostgreSQL's `toolgate_valid_stream_name` (migration 0012)
+/// is this rule in SQL, so a tenant role cannot register a stream the store
+/// would refuse; a differential test keeps the two the same.
+pub fn check_stream(stream: &str) -> Result<()> {
+    require("stream", stream)
+}
+
 /// Rows read per round trip while verifying.
 const VERIFY_PAGE: i64 = 1000;
 
@@ -347,6 +356,12 @@ impl Decisions<'_> {
     pub async fn head(&self, tenant: &str, stream: &str) -> Result<Option<StreamHead>> {
         require("tenant", tenant)?;
         require("stream", stream)?;
+        self.head_unchecked(tenant, stream).await
+    }
+
+    /// [`Decisions::head`] without checking the names (read from the
+    /// database by verification).
+    async fn head_unchecked(&self, tenant: &str, stream: &str) -> Result<Option<StreamHead>> {
         let Some(mut head) = self.registered(tenant, stream).await? else {
             return Ok(None);
         };
@@ -475,8 +490,21 @@ impl Decisions<'_> {
     ) -> Result<Option<String>> {
         require("tenant", tenant)?;
         require("stream", stream)?;
+        self.position_problem(tenant, stream, seq, hash).await
+    }
+
+    /// [`Decisions::check_position`] for names read from the database, which
+    /// verification reports on rather than refuses: a stream whose name the
+    /// store would not accept still has a chain to check.
+    pub(super) async fn position_problem(
+        &self,
+        tenant: &str,
+        stream: &str,
+        seq: i64,
+        hash: &str,
+    ) -> Result<Option<String>> {
         let found: Option<String> = if seq == 0 {
-            match self.head(tenant, stream).await? {
+            match self.head_unchecked(tenant, stream).await? {
                 None => None,
                 Some(head) => Some(genesis_hash(tenant, stream, head.previous.as_ref())?),
             }
@@ -494,10 +522,10 @@ impl Decisions<'_> {
         };
         Ok(match found {
             None => Some(format!(
-                "stream {stream} has no seq {seq} (truncated or removed)"
+                "stream {stream:?} has no seq {seq} (truncated or removed)"
             )),
             Some(h) if h != hash => Some(format!(
-                "stream {stream} seq {seq} has another hash (rewritten)"
+                "stream {stream:?} seq {seq} has another hash (rewritten)"
             )),
             Some(_) => None,
         })

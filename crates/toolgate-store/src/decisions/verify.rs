@@ -104,7 +104,7 @@ impl Decisions<'_> {
         let mut last_seen = 0i64;
         if let Some(start) = start.filter(|p| p.seq > 0) {
             if let Some(problem) = self
-                .check_position(&report.tenant, &report.stream, start.seq, &start.hash)
+                .position_problem(&report.tenant, &report.stream, start.seq, &start.hash)
                 .await?
             {
                 report.ok = false;
@@ -168,7 +168,7 @@ impl Decisions<'_> {
                 ),
             )),
             Some(r) if r.seq > 0 => self
-                .check_position(&report.tenant, &report.stream, r.seq, &r.hash)
+                .position_problem(&report.tenant, &report.stream, r.seq, &r.hash)
                 .await?
                 .map(|p| {
                     (
@@ -188,7 +188,7 @@ impl Decisions<'_> {
         // from: truncating or rewriting it below that point is detected.
         if let Some(link) = registered.as_ref().and_then(|h| h.previous.as_ref()) {
             let p = self
-                .check_position(&report.tenant, &link.stream, link.seq, &link.hash)
+                .position_problem(&report.tenant, &link.stream, link.seq, &link.hash)
                 .await?;
             if let Some(p) = p {
                 report.ok = false;

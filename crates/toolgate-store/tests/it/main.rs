@@ -4,6 +4,8 @@
 #[macro_use]
 mod common;
 mod runs;
+mod schema_hijack;
 mod store;
 mod streams;
 mod tenancy;
+mod tenant_attacks;

@@ -7,234 +7,12 @@
 //! schema and provisions tenants with random names (roles are
 //! cluster-global), and drops schema and roles afterwards.
 
-use std::str::FromStr;
 use std::time::Duration;
 
+use crate::common::tenants::*;
 use jiff::Timestamp;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use toolgate_store::{
-    ApprovalDecision, ApprovalStatus, ApprovedCall, DecisionRecord, Heartbeat, IntentOutcome,
-    NewApproval, NewIntent, ProfileLoad, Store, TenantCredentials,
-};
-
-const CALL: &str = "sha256:call";
-/// The decision stream the tests append to (a sidecar's `{pod}/{nonce}`).
-const S: &str = "pod-a/0190a000-0000-7000-8000-000000000001";
-const POLICY: &str = "default@0123456789ab+h01234567";
-
-fn admin_url() -> Option<String> {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    match std::env::var("TOOLGATE_TEST_DATABASE_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ if ci => panic!("CI=true but TOOLGATE_TEST_DATABASE_URL is not set"),
-        _ => {
-            eprintln!(
-                "SKIP tenancy test: set TOOLGATE_TEST_DATABASE_URL to run it \
-                 (it is required when CI=true)"
-            );
-            None
-        }
-    }
-}
-
-fn suffix() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..10].to_owned()
-}
-
-/// A migrated schema of its own, an admin store on it, and the tenant roles
-/// provisioned through it (dropped on drop).
-struct Fixture {
-    base_url: String,
-    schema: String,
-    admin: Store,
-    roles: Vec<String>,
-}
-
-impl Fixture {
-    async fn new() -> Option<Fixture> {
-        let base_url = admin_url()?;
-        let root = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(PgConnectOptions::from_str(&base_url).expect("parse admin url"))
-            .await
-            .unwrap_or_else(|e| {
-                panic!("PostgreSQL at TOOLGATE_TEST_DATABASE_URL unreachable: {e}")
-            });
-        let schema = format!("tn_{}", suffix());
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&root)
-            .await
-            .expect("create schema");
-        root.close().await;
-        let admin = Store::connect(&with_schema(&base_url, &schema))
-            .await
-            .expect("connect and migrate as admin");
-        Some(Fixture {
-            base_url,
-            schema,
-            admin,
-            roles: Vec::new(),
-        })
-    }
-
-    async fn provision(&mut self, tenant: &str) -> TenantCredentials {
-        let creds = self
-            .admin
-            .provision_tenant(tenant)
-            .await
-            .expect("provision tenant");
-        if !self.roles.contains(&creds.role) {
-            self.roles.push(creds.role.clone());
-        }
-        creds
-    }
-
-    fn admin_pool(&self) -> &PgPool {
-        self.admin.as_postgres().expect("postgres")
-    }
-}
-
-impl Drop for Fixture {
-    /// Drops the schema and every provisioned role (also after a panic).
-    fn drop(&mut self) {
-        let (url, schema, roles) = (
-            self.base_url.clone(),
-            self.schema.clone(),
-            self.roles.clone(),
-        );
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let Ok(pool) = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect_with(PgConnectOptions::from_str(&url).expect("url"))
-                    .await
-                else {
-                    return;
-                };
-                let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-                    .execute(&pool)
-                    .await;
-                for role in roles {
-                    let _ = sqlx::raw_sql(&format!(
-                        "DROP OWNED BY \"{role}\"; DROP ROLE IF EXISTS \"{role}\""
-                    ))
-                    .execute(&pool)
-                    .await;
-                }
-                pool.close().await;
-            });
-        })
-        .join();
-    }
-}
-
-/// `url` with the connection's search_path set to `schema`.
-fn with_schema(url: &str, schema: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}options=-c%20search_path%3D{schema}")
-}
-
-/// Runs `sql` and returns the SQLSTATE it fails with; panics if it succeeds.
-async fn sqlstate(pool: &PgPool, sql: &str) -> String {
-    match sqlx::raw_sql(sql).execute(pool).await {
-        Ok(r) => panic!(
-            "expected {sql:?} to fail, it affected {} rows",
-            r.rows_affected()
-        ),
-        Err(sqlx::Error::Database(db)) => db.code().map(|c| c.into_owned()).unwrap_or_default(),
-        Err(e) => panic!("{sql:?}: unexpected error {e}"),
-    }
-}
-
-async fn count(pool: &PgPool, sql: &str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-fn approval(tenant: &str, invocation: &str) -> NewApproval {
-    NewApproval {
-        approval_id: None,
-        invocation_id: invocation.into(),
-        tenant: tenant.into(),
-        run_id: "run-1".into(),
-        tool: "fs.delete".into(),
-        args_digest: "sha256:args".into(),
-        call_digest: Some(CALL.into()),
-        policy_version: POLICY.into(),
-        decision_id: format!("dec-{}", suffix()),
-        requested_by: format!("sidecar:{tenant}/pod-1"),
-        ttl: Duration::from_secs(600),
-        action: Some("delete".into()),
-        preview: Some("rm -rf /tmp/x".into()),
-    }
-}
-
-fn intent(tenant: &str) -> NewIntent {
-    NewIntent {
-        tenant: tenant.into(),
-        run_id: "run-1".into(),
-        step_id: "step-1".into(),
-        tool: "fs.delete".into(),
-        args_digest: "sha256:args".into(),
-        call_digest: Some(CALL.into()),
-        decision_id: format!("dec-{}", suffix()),
-        risk: "high".into(),
-        verification_probe: None,
-    }
-}
-
-fn record(i: usize) -> DecisionRecord {
-    DecisionRecord {
-        decision_id: format!("dec-{i}"),
-        run_id: "run-1".into(),
-        step_id: format!("step-{i}"),
-        tool: "fs.read".into(),
-        verdict: "allow".into(),
-        reason: "allow_rule".into(),
-        message: Some(format!(
-            "line\nbreak\t\"quoted\" \\ \u{1}\u{1f}\u{7f}\u{2028}/ \u{e9}\u{1F600} {i}"
-        )),
-        matched_rule: i.is_multiple_of(2).then(|| "allow:fs.read".into()),
-        policy_version: POLICY.into(),
-        risk: "low".into(),
-        args_digest: "sha256:args".into(),
-        call_digest: (!i.is_multiple_of(3)).then(|| CALL.into()),
-        // The database trigger must hash it exactly as the store does.
-        definition_digest: i
-            .is_multiple_of(2)
-            .then(|| format!("sha256:def-\"{i}\"\u{e9}")),
-        created_at: jiff::Timestamp::now(),
-    }
-}
-
-fn profile_load(namespace: &str, version: &str) -> ProfileLoad {
-    ProfileLoad {
-        profile: "default".into(),
-        namespace: namespace.into(),
-        policy_version: version.into(),
-        spec_sha256: "a".repeat(64),
-        hardline_sha256: "b".repeat(64),
-        bundle_digest: Some("sha256:bundle".into()),
-        loaded_by: format!("sidecar:{namespace}/pod-1"),
-    }
-}
-
-fn heartbeat(namespace: &str, sequence: i64) -> Heartbeat {
-    Heartbeat {
-        pod_name: "pod-1".into(),
-        pod_namespace: namespace.into(),
-        profile: "default".into(),
-        policy_version: POLICY.into(),
-        sequence,
-        last_seen: jiff::Timestamp::now(),
-    }
-}
+use sqlx::postgres::PgPoolOptions;
+use toolgate_store::{ApprovalDecision, ApprovalStatus, ApprovedCall, IntentOutcome, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tenant_roles_are_confined_to_their_tenant() {
@@ -1405,9 +1183,8 @@ async fn tenant_streams_are_confined_and_unforgeable() {
 
 /// The tenant of a session is its login role's mapping, nothing else: a
 /// role given the tenant group's rights by hand without a mapping, and a
-/// tenant role whose mapping was removed, see and write no tenant's rows;
-/// and every function that runs with the owner's rights pins its search
-/// path, so no schema a session can write to is consulted inside it.
+/// tenant role whose mapping was removed, see and write no tenant's rows
+/// (the pinned search paths are tenant_attacks.rs's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_identity_follows_the_login_role_mapping() {
     let Some(mut fx) = Fixture::new().await else {
@@ -1466,30 +1243,6 @@ async fn tenant_identity_follows_the_login_role_mapping() {
             .unwrap()
             .ok
     );
-
-    // Owner-rights functions: each pins this schema, then pg_temp.
-    let pinned: Vec<(String, Option<Vec<String>>)> = sqlx::query_as(
-        "SELECT p.proname::text, p.proconfig FROM pg_catalog.pg_proc p \
-         WHERE p.pronamespace = $1::regnamespace AND p.prosecdef ORDER BY 1",
-    )
-    .bind(&fx.schema)
-    .fetch_all(fx.admin_pool())
-    .await
-    .unwrap();
-    let names: Vec<&str> = pinned.iter().map(|(n, _)| n.as_str()).collect();
-    for required in ["toolgate_current_tenant", "toolgate_tenant_session"] {
-        assert!(
-            names.contains(&required),
-            "{required} not DEFINER: {names:?}"
-        );
-    }
-    let expected = format!("search_path={}, pg_temp", fx.schema);
-    for (name, config) in &pinned {
-        assert!(
-            config.iter().flatten().any(|c| *c == expected),
-            "{name} runs with the owner's rights but its search path is {config:?}"
-        );
-    }
 
     // A login role made a member of the tenant group by hand.
     let rogue = format!("tg_rogue_{}", suffix());

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::common::{Client, TestServer, fixture, fixture_json, inject_config, write_pair};
+use crate::common::{
+    Client, TestServer, fixture, fixture_json, inject_config, native_server, review, write_pair,
+};
 use base64::Engine as _;
 use serde_json::{Value, json};
 use toolgate_webhook::SidecarMode;
@@ -13,25 +15,6 @@ use toolgate_webhook::tls::ReloadingCert;
 
 const SIDECAR: &str = "toolgate-sidecar";
 const URL: &str = "http://127.0.0.1:15031";
-
-async fn native_server() -> TestServer {
-    TestServer::start(
-        inject_config(SidecarMode::Native, Some("baseline")),
-        Duration::from_secs(5),
-    )
-    .await
-}
-
-/// Posts a review and returns its `response`, checking the envelope.
-async fn review(client: &mut Client, path: &str, body: &Value) -> Value {
-    let uid = body["request"]["uid"].clone();
-    let (status, reply) = client.post(path, serde_json::to_vec(body).unwrap()).await;
-    assert_eq!(status, 200, "{reply}");
-    assert_eq!(reply["apiVersion"], "admission.k8s.io/v1");
-    assert_eq!(reply["kind"], "AdmissionReview");
-    assert_eq!(reply["response"]["uid"], uid, "uid must be echoed");
-    reply["response"].clone()
-}
 
 /// Applies the response's patch (if any) to the request's pod.
 fn patched(review: &Value, response: &Value) -> Value {
@@ -953,109 +936,6 @@ async fn policy_profiles_are_validated_with_actionable_messages() {
     delete["request"]["oldObject"] = delete["request"]["object"].take();
     let response = review(&mut client, "/validate-policyprofiles", &delete).await;
     assert_eq!(response["allowed"], true);
-    server.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn approvals_are_validated_and_decisions_are_final() {
-    let server = native_server().await;
-    let mut client = server.client().await;
-
-    let change = fixture_json("approval-decision-change.json");
-    let response = review(&mut client, "/validate-approvals", &change).await;
-    assert_eq!(response["allowed"], false);
-    assert_eq!(response["status"]["reason"], "approval_immutable");
-    let message = response["status"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with("spec.decision: the approval was already resolved as \"denied\""),
-        "{message}"
-    );
-
-    let mut removed = change.clone();
-    removed["request"]["object"]["spec"]
-        .as_object_mut()
-        .unwrap()
-        .remove("decision");
-    let response = review(&mut client, "/validate-approvals", &removed).await;
-    assert_eq!(response["status"]["reason"], "approval_immutable");
-
-    let resolve = fixture_json("approval-resolve.json");
-    let response = review(&mut client, "/validate-approvals", &resolve).await;
-    assert_eq!(response["allowed"], true, "{response}");
-
-    // The decision must name the user the API server authenticated.
-    let mut spoofed = resolve.clone();
-    spoofed["request"]["object"]["spec"]["decidedBy"] = json!("platform-oncall");
-    let response = review(&mut client, "/validate-approvals", &spoofed).await;
-    assert_eq!(response["allowed"], false, "{response}");
-    assert_eq!(response["status"]["reason"], "approval_invalid");
-    assert!(
-        response["status"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("spec.decidedBy: "),
-        "{response}"
-    );
-
-    // Groups count for `group:` approvers only when the API server
-    // authenticated the decider in them.
-    let mut grouped = resolve.clone();
-    grouped["request"]["userInfo"]["groups"] = json!(["system:authenticated", "platform-oncall"]);
-    grouped["request"]["object"]["spec"]["decidedByGroups"] = json!(["platform-oncall"]);
-    let response = review(&mut client, "/validate-approvals", &grouped).await;
-    assert_eq!(response["allowed"], true, "{response}");
-    let mut borrowed = grouped.clone();
-    borrowed["request"]["userInfo"]["groups"] = json!(["system:authenticated"]);
-    let response = review(&mut client, "/validate-approvals", &borrowed).await;
-    assert_eq!(response["allowed"], false, "{response}");
-    assert!(
-        response["status"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("spec.decidedByGroups[0]: "),
-        "{response}"
-    );
-
-    // Once decided, a refused approver cannot re-attribute the decision to
-    // an allowed name, nor add groups.
-    let mut recorded = resolve.clone();
-    recorded["request"]["oldObject"] = resolve["request"]["object"].clone();
-    recorded["request"]["userInfo"] =
-        json!({"username": "platform-oncall", "groups": ["platform-oncall"]});
-    for (field, value) in [
-        ("decidedBy", json!("platform-oncall")),
-        ("decidedByGroups", json!(["platform-oncall"])),
-    ] {
-        let mut forged = recorded.clone();
-        forged["request"]["object"]["spec"][field] = value;
-        let response = review(&mut client, "/validate-approvals", &forged).await;
-        assert_eq!(response["allowed"], false, "{response}");
-        assert_eq!(response["status"]["reason"], "approval_immutable");
-        assert!(
-            response["status"]["message"]
-                .as_str()
-                .unwrap()
-                .starts_with(&format!("spec.{field}: ")),
-            "{response}"
-        );
-    }
-
-    let mut maybe = resolve.clone();
-    maybe["request"]["object"]["spec"]["decision"] = json!("maybe");
-    let response = review(&mut client, "/validate-approvals", &maybe).await;
-    assert_eq!(response["status"]["reason"], "approval_invalid");
-    assert!(
-        response["status"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("spec.decision:")
-    );
-
-    let mut both = resolve.clone();
-    both["request"]["operation"] = json!("CREATE");
-    both["request"]["object"]["spec"]["grant"] = json!({"tool": "bash", "glob": "git *"});
-    let response = review(&mut client, "/validate-approvals", &both).await;
-    assert_eq!(response["status"]["reason"], "approval_invalid");
     server.stop().await;
 }
 

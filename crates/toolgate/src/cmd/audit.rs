@@ -42,7 +42,8 @@ enum AuditCommand {
         trust: Option<PathBuf>,
     },
     /// Sign each verified stream head `{tenant, stream, seq, hash, at}` as a
-    /// DSSE envelope and store it in the checkpoints table.
+    /// DSSE envelope and store it in the checkpoints table; streams whose
+    /// name the store refuses are listed under `invalid` (exit 1) and skipped.
     Checkpoint {
         /// Database URL.
         #[arg(long, env = "TOOLGATE_DATABASE_URL")]
@@ -204,7 +205,9 @@ async fn checkpoint(
     .await;
     store.close().await;
     let report = report?;
-    let ok = report.refused.is_empty();
+    // A stream whose name the store refuses is reported, never signed, and
+    // stops nothing: every other stream was signed all the same.
+    let ok = report.refused.is_empty() && report.invalid.is_empty();
     println!(
         "{}",
         serde_json::to_string_pretty(&serde_json::json!({
@@ -213,6 +216,7 @@ async fn checkpoint(
             "signed": report.signed,
             "unchanged": report.unchanged,
             "refused": report.refused,
+            "invalid": report.invalid,
         }))
         .unwrap_or_default()
     );

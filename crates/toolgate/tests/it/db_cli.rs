@@ -355,6 +355,44 @@ async fn audit_checkpoints_detect_truncation_with_a_rewritten_head() {
         ]);
         assert_eq!(code, Some(1), "{refused}");
         assert_eq!(refused["refused"][0]["stream"], "pod-2/b");
+
+        // A stream whose name the store refuses (one a tenant could open
+        // before migration 0012) is reported, and stops no other signature.
+        let plant = "INSERT INTO decision_streams (tenant, stream, seq, prev_hash, hash, \
+            started_at) VALUES ($1, $2, 0, $3, $4, 0)";
+        let bad = "x\ny";
+        let genesis = toolgate_store::genesis_hash("team-b", bad, None).unwrap();
+        match (store.as_sqlite(), store.as_postgres()) {
+            (Some(p), _) => sqlx::query(plant)
+                .bind("team-b")
+                .bind(bad)
+                .bind(toolgate_store::GENESIS_HASH)
+                .bind(&genesis)
+                .execute(p)
+                .await
+                .map(|_| ()),
+            (_, Some(p)) => sqlx::query(plant)
+                .bind("team-b")
+                .bind(bad)
+                .bind(toolgate_store::GENESIS_HASH)
+                .bind(&genesis)
+                .execute(p)
+                .await
+                .map(|_| ()),
+            _ => unreachable!(),
+        }
+        .unwrap();
+        let (code, partial) =
+            toolgate(&["audit", "checkpoint", "--database", &url, "--key", key_arg]);
+        assert_eq!(code, Some(1), "{partial}");
+        assert_eq!(partial["invalid"][0]["stream"], bad, "{partial}");
+        let signed: Vec<&str> = partial["signed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["stream"].as_str().unwrap())
+            .collect();
+        assert!(signed.contains(&"pod-x/1"), "{partial}");
         store.close().await;
         if let (Some(schema), Ok(admin_url)) = (schema, std::env::var("TOOLGATE_TEST_DATABASE_URL"))
         {

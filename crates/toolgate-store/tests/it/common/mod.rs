@@ -6,6 +6,8 @@
 //! which case it fails: CI must prove both backends. A set but unreachable
 //! URL always fails.
 
+pub mod tenants;
+
 use std::str::FromStr;
 use std::time::Duration;
 

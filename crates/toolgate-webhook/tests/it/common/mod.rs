@@ -243,3 +243,27 @@ pub fn fixture(name: &str) -> Vec<u8> {
 pub fn fixture_json(name: &str) -> serde_json::Value {
     serde_json::from_slice(&fixture(name)).expect("fixture is JSON")
 }
+
+/// A webhook serving native sidecars with profile `baseline` by default.
+pub async fn native_server() -> TestServer {
+    TestServer::start(
+        inject_config(SidecarMode::Native, Some("baseline")),
+        Duration::from_secs(5),
+    )
+    .await
+}
+
+/// Posts a review and returns its `response`, checking the envelope.
+pub async fn review(
+    client: &mut Client,
+    path: &str,
+    body: &serde_json::Value,
+) -> serde_json::Value {
+    let uid = body["request"]["uid"].clone();
+    let (status, reply) = client.post(path, serde_json::to_vec(body).unwrap()).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(reply["kind"], "AdmissionReview");
+    assert_eq!(reply["response"]["uid"], uid, "uid must be echoed");
+    reply["response"].clone()
+}

@@ -1,0 +1,145 @@
+//! Migrating PostgreSQL without waiting on anyone a tenant controls.
+//!
+//! sqlx serialises migrations behind an advisory lock whose key any role
+//! can compute and hold, a tenant role included. So a session that finds
+//! every embedded migration applied (the usual case: every restart of the
+//! controller, every `toolgate tenant provision`) migrates nothing and
+//! takes no lock. A schema that lacks a migration is migrated under a lock
+//! of `toolgate_migration_lock` (migration 0012), an owner-only table no
+//! tenant can lock, with sqlx's own lock turned off; only a schema older
+//! than that table still waits for sqlx's key. Every lock wait (the lock,
+//! and the tables the migrations alter) is bounded by the store's lock
+//! timeout, so a held lock is a `lock_timeout` error instead of a hang.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::migrate::{MigrateError, Migrator};
+
+use crate::{Result, StoreError, tenancy};
+
+/// Applies the PostgreSQL migrations as described in the module docs; a
+/// tenant session only checks them (it may not migrate).
+pub(crate) async fn migrate_postgres(pool: &PgPool, lock_timeout: Duration) -> Result<()> {
+    use sqlx::Connection;
+    let mut migrator = sqlx::migrate!("../../migrations/postgres");
+    if tenancy::is_tenant_session(pool).await? {
+        return check_schema(pool, &migrator).await;
+    }
+    if check_schema(pool, &migrator).await.is_ok() {
+        return Ok(());
+    }
+    let set = format!("SET lock_timeout = {}", lock_timeout_ms(lock_timeout));
+    let has_lock_table: bool =
+        sqlx::query_scalar("SELECT to_regclass('toolgate_migration_lock') IS NOT NULL")
+            .fetch_one(pool)
+            .await?;
+    // The lock's own connection holds a transaction for the whole run;
+    // closing it (at the end, or dropped on error) releases the lock.
+    let mut guard = None;
+    if has_lock_table {
+        let mut lock = pool.acquire().await?.detach();
+        sqlx::query(&set).execute(&mut lock).await?;
+        sqlx::raw_sql("BEGIN; LOCK TABLE toolgate_migration_lock IN EXCLUSIVE MODE")
+            .execute(&mut lock)
+            .await
+            .map_err(|e| match StoreError::from(e) {
+                StoreError::LockTimeout(m) => StoreError::LockTimeout(format!(
+                    "migration lock (table toolgate_migration_lock): {m}; another process is \
+                     migrating"
+                )),
+                other => other,
+            })?;
+        // Whoever held it may have migrated already.
+        if check_schema(pool, &migrator).await.is_ok() {
+            let _ = lock.close().await;
+            return Ok(());
+        }
+        migrator.set_locking(false);
+        guard = Some(lock);
+    }
+    // A connection of its own, closed afterwards: sqlx does not release its
+    // session-level migration lock when a migration fails, and a pooled
+    // connection holding it would block every later attempt.
+    let mut conn = pool.acquire().await?.detach();
+    sqlx::query(&set).execute(&mut conn).await?;
+    let ran = migrator.run_direct(&mut conn).await;
+    let _ = conn.close().await;
+    if let Some(lock) = guard {
+        let _ = lock.close().await;
+    }
+    ran.map_err(migrate_error)
+}
+
+/// `timeout` as a `lock_timeout` setting in milliseconds: at least 1 (0
+/// would mean no limit).
+pub(crate) fn lock_timeout_ms(timeout: Duration) -> u128 {
+    timeout.as_millis().clamp(1, i32::MAX as u128)
+}
+
+/// A migration that gave up waiting for a lock is `lock_timeout`.
+fn migrate_error(e: MigrateError) -> StoreError {
+    let waited = match &e {
+        MigrateError::Execute(sqlx::Error::Database(db))
+        | MigrateError::ExecuteMigration(sqlx::Error::Database(db), _) => {
+            db.code().as_deref() == Some("55P03")
+        }
+        _ => false,
+    };
+    if waited {
+        StoreError::LockTimeout(format!(
+            "migrating: {e} (another session holds the migration lock or a table a \
+             migration alters)"
+        ))
+    } else {
+        StoreError::MigrationFailed(e)
+    }
+}
+
+/// Every embedded migration is applied, with the same checksum, and none
+/// unknown to this build; `schema_mismatch` naming the first difference
+/// otherwise.
+pub(crate) async fn check_schema(pool: &PgPool, migrator: &Migrator) -> Result<()> {
+    let applied: Vec<(i64, bool, Vec<u8>)> =
+        sqlx::query_as("SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(pool)
+            .await
+            .map_err(|e| {
+                StoreError::SchemaMismatch(format!("cannot read _sqlx_migrations: {e}"))
+            })?;
+    for m in migrator
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration())
+    {
+        match applied.iter().find(|(v, _, _)| *v == m.version) {
+            Some((_, true, checksum)) if checksum.as_slice() == &*m.checksum => {}
+            Some((_, true, _)) => {
+                return Err(StoreError::SchemaMismatch(format!(
+                    "migration {} was applied with different content",
+                    m.version
+                )));
+            }
+            Some((_, false, _)) => {
+                return Err(StoreError::SchemaMismatch(format!(
+                    "migration {} is partially applied",
+                    m.version
+                )));
+            }
+            None => {
+                return Err(StoreError::SchemaMismatch(format!(
+                    "migration {} ({}) is not applied; run the migrations as the admin role",
+                    m.version, m.description
+                )));
+            }
+        }
+    }
+    if let Some((v, _, _)) = applied
+        .iter()
+        .find(|(v, _, _)| !migrator.iter().any(|m| m.version == *v))
+    {
+        return Err(StoreError::SchemaMismatch(format!(
+            "the database has migration {v}, which this build does not know"
+        )));
+    }
+    Ok(())
+}
