@@ -45,12 +45,11 @@ pub(crate) async fn migrate_postgres(pool: &PgPool, lock_timeout: Duration) -> R
     sqlx::query("LOCK TABLE toolgate_migration_lock IN EXCLUSIVE MODE")
         .execute(&mut *tx)
         .await
-        .map_err(|e| match StoreError::from(e) {
-            StoreError::LockTimeout(m) => StoreError::LockTimeout(format!(
-                "migration lock (table toolgate_migration_lock): {m}; another process is \
-                 migrating"
-            )),
-            other => other,
+        .map_err(|e| {
+            lock_wait(
+                e,
+                "migration lock (table toolgate_migration_lock); another process is migrating",
+            )
         })?;
     // Whoever held it may have migrated already.
     let ran = if check_schema(pool, &migrator).await.is_ok() {
@@ -81,6 +80,14 @@ async fn run(pool: &PgPool, migrator: &Migrator, set: &str) -> Result<()> {
 /// would mean no limit).
 pub(crate) fn lock_timeout_ms(timeout: Duration) -> u128 {
     timeout.as_millis().clamp(1, i32::MAX as u128)
+}
+
+/// `e`, saying which lock was not granted when it is a lock timeout.
+pub(crate) fn lock_wait(e: sqlx::Error, lock: &str) -> StoreError {
+    match StoreError::from(e) {
+        StoreError::LockTimeout(m) => StoreError::LockTimeout(format!("{lock}: {m}")),
+        other => other,
+    }
 }
 
 /// A migration that gave up waiting for a lock is `lock_timeout`.
