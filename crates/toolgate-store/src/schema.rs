@@ -34,40 +34,45 @@ pub(crate) async fn migrate_postgres(pool: &PgPool, lock_timeout: Duration) -> R
         sqlx::query_scalar("SELECT to_regclass('toolgate_migration_lock') IS NOT NULL")
             .fetch_one(pool)
             .await?;
+    if !has_lock_table {
+        return run(pool, &migrator, &set).await;
+    }
     // The lock's own connection holds a transaction for the whole run;
     // closing it (at the end, or dropped on error) releases the lock.
-    let mut guard = None;
-    if has_lock_table {
-        let mut lock = pool.acquire().await?.detach();
-        sqlx::query(&set).execute(&mut lock).await?;
-        sqlx::raw_sql("BEGIN; LOCK TABLE toolgate_migration_lock IN EXCLUSIVE MODE")
-            .execute(&mut lock)
-            .await
-            .map_err(|e| match StoreError::from(e) {
-                StoreError::LockTimeout(m) => StoreError::LockTimeout(format!(
-                    "migration lock (table toolgate_migration_lock): {m}; another process is \
-                     migrating"
-                )),
-                other => other,
-            })?;
-        // Whoever held it may have migrated already.
-        if check_schema(pool, &migrator).await.is_ok() {
-            let _ = lock.close().await;
-            return Ok(());
-        }
+    let mut lock = pool.acquire().await?.detach();
+    sqlx::query(&set).execute(&mut lock).await?;
+    let mut tx = lock.begin().await?;
+    sqlx::query("LOCK TABLE toolgate_migration_lock IN EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            lock_wait(
+                e,
+                "migration lock (table toolgate_migration_lock); another process is migrating",
+            )
+        })?;
+    // Whoever held it may have migrated already.
+    let ran = if check_schema(pool, &migrator).await.is_ok() {
+        Ok(())
+    } else {
         migrator.set_locking(false);
-        guard = Some(lock);
-    }
-    // A connection of its own, closed afterwards: sqlx does not release its
-    // session-level migration lock when a migration fails, and a pooled
-    // connection holding it would block every later attempt.
+        run(pool, &migrator, &set).await
+    };
+    let _ = tx.rollback().await;
+    let _ = lock.close().await;
+    ran
+}
+
+/// Runs `migrator` on a connection of its own with `set` (the lock timeout)
+/// applied, closed afterwards: sqlx does not release its session-level
+/// migration lock when a migration fails, and a pooled connection holding
+/// it would block every later attempt.
+async fn run(pool: &PgPool, migrator: &Migrator, set: &str) -> Result<()> {
+    use sqlx::Connection;
     let mut conn = pool.acquire().await?.detach();
-    sqlx::query(&set).execute(&mut conn).await?;
+    sqlx::query(set).execute(&mut conn).await?;
     let ran = migrator.run_direct(&mut conn).await;
     let _ = conn.close().await;
-    if let Some(lock) = guard {
-        let _ = lock.close().await;
-    }
     ran.map_err(migrate_error)
 }
 
@@ -75,6 +80,14 @@ pub(crate) async fn migrate_postgres(pool: &PgPool, lock_timeout: Duration) -> R
 /// would mean no limit).
 pub(crate) fn lock_timeout_ms(timeout: Duration) -> u128 {
     timeout.as_millis().clamp(1, i32::MAX as u128)
+}
+
+/// `e`, saying which lock was not granted when it is a lock timeout.
+pub(crate) fn lock_wait(e: sqlx::Error, lock: &str) -> StoreError {
+    match StoreError::from(e) {
+        StoreError::LockTimeout(m) => StoreError::LockTimeout(format!("{lock}: {m}")),
+        other => other,
+    }
 }
 
 /// A migration that gave up waiting for a lock is `lock_timeout`.

@@ -173,12 +173,12 @@ impl Store {
         sqlx::query("LOCK TABLE tenant_roles IN SHARE ROW EXCLUSIVE MODE")
             .execute(&mut *tx)
             .await
-            .map_err(|e| match StoreError::from(e) {
-                StoreError::LockTimeout(m) => StoreError::LockTimeout(format!(
-                    "provisioning lock (table tenant_roles): {m}; another provisioning or a \
-                     long transaction of the admin role holds it"
-                )),
-                other => other,
+            .map_err(|e| {
+                crate::schema::lock_wait(
+                    e,
+                    "provisioning lock (table tenant_roles); another provisioning or a long \
+                     transaction of the admin role holds it",
+                )
             })?;
         sqlx::query("SELECT toolgate_provision_tenant($1, $2, $3)")
             .bind(tenant)

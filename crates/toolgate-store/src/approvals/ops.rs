@@ -27,7 +27,7 @@ macro_rules! event_in {
             .execute(&mut *$tx)
             .await?;
         if $is_pg {
-            // The tenant's own channel (migration 0012), owner only.
+            // The tenant's own channel (migration 0012); tenant roles send none.
             sqlx::query("SELECT toolgate_notify_approval($1, $2)")
                 .bind($tenant)
                 .bind(format!("{}/{}", $tenant, $id))
