@@ -646,12 +646,8 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
         return;
     };
     let (ta, tb) = (format!("ra-{}", suffix()), format!("rb-{}", suffix()));
-    let a = Store::connect(&fx.provision(&ta).await.database_url)
-        .await
-        .expect("tenant A");
-    let b = Store::connect(&fx.provision(&tb).await.database_url)
-        .await
-        .expect("tenant B");
+    let a = fx.tenant_store(&ta).await;
+    let b = fx.tenant_store(&tb).await;
     let limits = toolgate_store::RunLimits {
         max_calls: Some(5),
         ..Default::default()

@@ -316,12 +316,8 @@ async fn another_tenant_cannot_block_or_probe_an_intent() {
         return;
     };
     let (ta, tb) = (format!("ia-{}", suffix()), format!("ib-{}", suffix()));
-    let a = Store::connect(&fx.provision(&ta).await.database_url)
-        .await
-        .unwrap();
-    let b = Store::connect(&fx.provision(&tb).await.database_url)
-        .await
-        .unwrap();
+    let a = fx.tenant_store(&ta).await;
+    let b = fx.tenant_store(&tb).await;
     let with_decision = |tenant: &str, decision: &str| {
         let mut new = intent(tenant);
         new.decision_id = decision.into();
@@ -366,9 +362,7 @@ async fn approval_wake_ups_reach_only_their_tenant() {
         return;
     };
     let (ta, tb) = (format!("wa-{}", suffix()), format!("wb-{}", suffix()));
-    let a = Store::connect(&fx.provision(&ta).await.database_url)
-        .await
-        .unwrap();
+    let a = fx.tenant_store(&ta).await;
     let b_pool = pool(&fx.provision(&tb).await.database_url).await;
     let own: String = sqlx::query_scalar("SELECT toolgate_approval_channel($1)")
         .bind(&tb)
@@ -456,12 +450,8 @@ async fn another_tenant_cannot_suppress_a_profile_load() {
         return;
     };
     let (ta, tb) = (format!("pa-{}", suffix()), format!("pb-{}", suffix()));
-    let a = Store::connect(&fx.provision(&ta).await.database_url)
-        .await
-        .unwrap();
-    let b = Store::connect(&fx.provision(&tb).await.database_url)
-        .await
-        .unwrap();
+    let a = fx.tenant_store(&ta).await;
+    let b = fx.tenant_store(&tb).await;
     let pb = b.as_postgres().unwrap().clone();
     let version = "default@0123456789ab+h01234567";
     // B claims A's pod as its loader (the row's namespace is B's own).

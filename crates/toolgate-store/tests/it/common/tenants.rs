@@ -86,6 +86,12 @@ impl Fixture {
         creds
     }
 
+    /// Provisions `tenant` and connects a store as its role.
+    pub async fn tenant_store(&mut self, tenant: &str) -> Store {
+        let url = self.provision(tenant).await.database_url;
+        Store::connect(&url).await.expect("connect as a tenant")
+    }
+
     pub fn admin_pool(&self) -> &PgPool {
         self.admin.as_postgres().expect("postgres")
     }
