@@ -4,10 +4,10 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, spawn_sidecar, toolgate};
+use crate::common::{SidecarProcess, free_port, spawn_sidecar, toolgate};
 use serde_json::{Value, json};
 
 const PROFILE: &str = r#"
@@ -69,16 +69,7 @@ fn decision(v: &Value) -> &str {
         .unwrap_or_default()
 }
 
-struct Sidecar(Child);
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_sidecar(dir: &Path, database: &str, port: u16) -> Sidecar {
+fn start_sidecar(dir: &Path, database: &str, port: u16) -> SidecarProcess {
     let keys = dir.join("keys");
     assert!(
         toolgate(&["keygen", "--out", keys.to_str().unwrap()])
@@ -103,8 +94,7 @@ fn start_sidecar(dir: &Path, database: &str, port: u16) -> Sidecar {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let child = spawn_sidecar(dir, database, port, "agents");
-    let mut sidecar = Sidecar(child);
+    let mut sidecar = spawn_sidecar(dir, database, port, "agents");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(status) = sidecar.0.try_wait().unwrap() {

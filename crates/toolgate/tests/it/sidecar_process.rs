@@ -2,13 +2,12 @@
 //! intent and its completion, restarted, and asked what is still open.
 
 use std::path::Path;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, spawn_sidecar, toolgate};
+use crate::common::{SidecarProcess, free_port, spawn_sidecar, toolgate};
 use serde_json::{Value, json};
 
-async fn wait_ready(client: &reqwest::Client, base: &str, child: &mut Child) {
+async fn wait_ready(client: &reqwest::Client, base: &str, child: &mut SidecarProcess) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if let Some(status) = child.try_wait().unwrap() {
@@ -53,8 +52,24 @@ async fn kill_9_between_intent_and_completion_leaves_an_uncertain_pending_intent
             .status
             .success()
     );
-    let profile =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/profiles/safe-coding.yaml");
+    // The example profile in a namespace of this run's own: the database
+    // keeps the highest bundle sequence per (namespace, profile), so a
+    // second run on the same PostgreSQL would otherwise be a rollback.
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/profiles/safe-coding.yaml"),
+    )
+    .unwrap();
+    let namespace = format!(
+        "kill-{}-{}",
+        std::process::id(),
+        jiff::Timestamp::now().as_millisecond()
+    );
+    let profile = dir.path().join("profile.yaml");
+    std::fs::write(
+        &profile,
+        example.replacen("namespace: agents", &format!("namespace: {namespace}"), 1),
+    )
+    .unwrap();
     let out = toolgate(&[
         "bundle",
         "build",

@@ -233,6 +233,12 @@ fn with_demo_mcp_server(spec: &mut toolgate_policy::PolicySpec) -> Result<(), Cl
     )?;
     spec.rules.extend(extra.rules);
     spec.effects.extend(extra.effects);
+    // The gateway checks the address it connects to against the hardline
+    // ranges: a profile whose MCP server listens on loopback (as the demo's
+    // does) cannot hardline loopback as well.
+    if let Some(hardline) = spec.hardline.as_mut() {
+        hardline.cidrs.retain(|c| c != "127.0.0.0/8");
+    }
     let egress = spec.egress.get_or_insert_with(Default::default);
     egress
         .allow_hosts

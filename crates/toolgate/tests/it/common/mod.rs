@@ -20,10 +20,35 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A sidecar process killed when dropped, so a failing test leaves none
+/// running (one that outlives its test holds the test's ports, database and
+/// inherited file descriptors).
+pub struct SidecarProcess(pub Child);
+
+impl std::ops::Deref for SidecarProcess {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for SidecarProcess {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for SidecarProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `toolgate sidecar` with `dir/bundle.json`, `dir/keys/signing.pub`
 /// and a workspace under `dir/ws`, on `127.0.0.1:port`, ops listener off.
-pub fn spawn_sidecar(dir: &Path, database: &str, port: u16, tenant: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+pub fn spawn_sidecar(dir: &Path, database: &str, port: u16, tenant: &str) -> SidecarProcess {
+    let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["sidecar", "--bundle"])
         .arg(dir.join("bundle.json"))
         .arg("--trust")
@@ -41,5 +66,6 @@ pub fn spawn_sidecar(dir: &Path, database: &str, port: u16, tenant: &str) -> Chi
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("spawn sidecar")
+        .expect("spawn sidecar");
+    SidecarProcess(child)
 }
