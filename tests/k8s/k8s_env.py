@@ -2,6 +2,7 @@
 harness's kubeconfig, waiting, and starting or stopping the harness's processes."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pathlib
@@ -102,3 +103,56 @@ def profile(name: str, namespace: str, **spec_overrides) -> dict:
 
 def ready(status: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in (status or {}).get("conditions", []))
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_container(kube, pod: dict, name: str, workdir: pathlib.Path, binary: str, replace: dict):
+    """What a kubelet would do for one container of an admitted pod, as a
+    local process: each configMap volume written out from the ConfigMap as
+    stored, emptyDirs as directories, env resolved (value, secretKeyRef,
+    fieldRef), mount paths in args mapped onto those directories; the image
+    is replaced by `binary` (this checkout's), and `replace` maps further
+    argument values (listen addresses). Returns the Popen and its log path."""
+    ns = pod["metadata"]["namespace"]
+    spec = pod["spec"]
+    container = next(c for c in spec.get("initContainers", []) + spec["containers"] if c["name"] == name)
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    paths = {}
+    for mount in container.get("volumeMounts", []):
+        volume = volumes[mount["name"]]
+        local = workdir / mount["name"]
+        local.mkdir(parents=True, exist_ok=True)
+        if "configMap" in volume:
+            cm = kube.get("configmap", volume["configMap"]["name"], "-n", ns)
+            for key, value in cm["data"].items():
+                (local / key).write_text(value)
+        paths[mount["mountPath"]] = str(local)
+    env = {"PATH": os.environ["PATH"]}
+    for var in container.get("env", []):
+        source = var.get("valueFrom", {})
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        elif "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            secret = kube.get("secret", ref["name"], "-n", ns)
+            env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+        elif "fieldRef" in source:
+            env[var["name"]] = {"metadata.name": pod["metadata"]["name"],
+                                "metadata.namespace": ns}[source["fieldRef"]["fieldPath"]]
+    args = []
+    for arg in container.get("args", []):
+        arg = replace.get(arg, arg)
+        for mount_path, local in paths.items():
+            if arg == mount_path or arg.startswith(mount_path + "/"):
+                arg = local + arg[len(mount_path):]
+        args.append(arg)
+    logfile = workdir / f"{name}.log"
+    proc = subprocess.Popen([binary, *args], env=env, stdout=open(logfile, "wb"), stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc, logfile

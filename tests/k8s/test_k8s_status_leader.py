@@ -6,6 +6,7 @@ two controller replicas (kill the leader, the other takes over).
 Runs last (file order): it stops and restarts the harness's processes."""
 import json
 import os
+import pathlib
 import signal
 import socket
 import urllib.request
@@ -89,3 +90,12 @@ def test_leader_election_through_a_real_lease(kube, cluster):
     cm = wait_for("bundle ConfigMap from the new leader",
                   lambda: kube.get("configmap", "toolgate-bundle-safe-coding", "-n", ns), 60)
     assert json.loads(cm["data"]["bundle.json"])
+
+
+def test_controller_never_refused_by_rbac(cluster):
+    """Every call the controllers made during this session (as the chart's
+    ServiceAccount) was granted: a refused one would log `forbidden`."""
+    logs = pathlib.Path(cluster["logs"])
+    text = "".join(p.read_text(errors="replace") for p in sorted(logs.glob("controller-*.log")))
+    assert "reconcile" in text, "controller logs"
+    assert "forbidden" not in text.lower(), [line for line in text.splitlines() if "forbidden" in line.lower()][:5]
