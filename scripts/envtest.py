@@ -466,8 +466,12 @@ def _up(args, stack: Stack, bindir: pathlib.Path, bins: dict, t0: float, t_build
         [kubectl, "get", "secret", "toolgate-signing-key", "-n", CONTROLLER_NS], env=kenv,
         capture_output=True).returncode == 0, 60)
 
+    env_sh = d / "env.sh"
+    env_sh.write_text(f"export KUBECONFIG={kubeconfig}\n"
+                      f"export PATH={bindir}:{pathlib.Path(bins['plugin']).parent}:$PATH\n")
     return {
         "kubeconfig": str(kubeconfig),
+        "env": str(env_sh),
         "database_url": database_url,
         "server": server_url,
         "dir": str(d),
@@ -551,7 +555,7 @@ def main() -> int:
         elif args.cmd == "up":
             info = up(args)
             log(f"ready in {info['seconds']['total']}s; stop with: python3 scripts/envtest.py down {info['dir']}")
-            log(f"export KUBECONFIG={info['kubeconfig']}")
+            log(f"kubectl {versions()['kubernetes']} and kubectl-toolgate on PATH, KUBECONFIG set: source {info['env']}")
             print(json.dumps(info), flush=True)
         else:
             d = args.dir or (LAST_UP.read_text().strip() if LAST_UP.exists() else None)
