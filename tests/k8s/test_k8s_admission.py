@@ -153,6 +153,11 @@ def test_sidecar_is_immutable_after_creation(kube, agents):
                                              "targetContainerName": SIDECAR}]
     out = kube("replace", "--subresource", "ephemeralcontainers", "-f", "-", input=json.dumps(debug), check=False)
     assert out.returncode != 0 and "[sidecar_immutable]" in out.stderr, out.stderr
+    # An in-place resize of the sidecar (pods/resize).
+    out = kube("patch", "pod", "immutable", "-n", agents, "--subresource", "resize", "--type", "json", "-p",
+               json.dumps([{"op": "replace", "path": f"/spec/initContainers/{index}/resources/limits/cpu",
+                            "value": "2"}]), check=False)
+    assert out.returncode != 0 and "[sidecar_immutable]" in out.stderr, out.stderr
     # Metadata-only patches are not even sent to the webhook (matchConditions).
     kube("label", "pod", "immutable", "-n", agents, "team=e2e")
     # An ordinary debug container is allowed.

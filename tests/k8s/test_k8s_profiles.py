@@ -118,3 +118,44 @@ def test_crd_cel_transition_rules(kube):
     out = kube("patch", "tga", "grant-decided", "-n", ns, "--type", "merge", "-p",
                json.dumps({"spec": {"decision": "approved"}}), check=False)
     assert out.returncode != 0 and "spec.decision cannot be changed once set" in out.stderr, out.stderr
+
+
+def test_standing_grant_new_version_and_deletion(kube, tmp_path):
+    """A standing grant approved by an approver (impersonated) gives the
+    profile a new signed version; one decided by someone RBAC allows but
+    the approvers do not name is never compiled in; deleting the profile
+    removes its bundle and then the finalizer."""
+    ns = kube.namespace("grants")
+    kube.apply(profile("safe-coding", ns))
+    first = wait_for("profile Ready", lambda: (p := kube.get("tgp", "safe-coding", "-n", ns))
+                     and ready(p.get("status")) and p["status"])
+    kube("-n", ns, "create", "rolebinding", "approvers", "--clusterrole=toolgate-approver",
+         "--group=platform-oncall", "--group=helpers")
+    grant = {"apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
+             "metadata": {"name": "grant-make", "namespace": ns},
+             "spec": {"grant": {**GRANT, "profile": "safe-coding"}}}
+    kube.create(grant)
+    rogue = {**grant, "metadata": {"name": "grant-everything", "namespace": ns},
+             "spec": {"grant": {**GRANT, "profile": "safe-coding", "glob": "*"}}}
+    kube.create(rogue)
+
+    def decide(name, user, groups):
+        kube("patch", "approval", name, "-n", ns, "--type", "merge", "-p", json.dumps(
+            {"spec": {"decision": "approved", "decidedBy": user, "decidedByGroups": groups}}),
+             as_user=user, groups=groups)
+
+    decide("grant-everything", "erin", ["helpers"])
+    wait_for("rogue grant refused", lambda: "ApproverNotAllowed" in
+             (kube.get("approval", "grant-everything", "-n", ns)["status"].get("message") or ""))
+    decide("grant-make", "carol", ["platform-oncall"])
+    status = wait_for("new version with the grant", lambda: (s := kube.get("tgp", "safe-coding", "-n", ns)["status"])
+                      .get("sequence") == 2 and s)
+    assert status["grants"] == 1 and status["version"] != first["version"], status
+    cm = kube.get("configmap", "toolgate-bundle-safe-coding", "-n", ns)
+    verified = _verify(kube, tmp_path, ns, cm)
+    assert (verified["sequence"], verified["policy_version"]) == (2, status["version"])
+
+    kube("delete", "tgp", "safe-coding", "-n", ns, "--wait=false")
+    wait_for("bundle ConfigMap deleted", lambda: kube.get("configmap", "toolgate-bundle-safe-coding", "-n", ns)
+             is None)
+    wait_for("profile gone (finalizer removed)", lambda: kube.get("tgp", "safe-coding", "-n", ns) is None)
