@@ -156,3 +156,41 @@ def run_container(kube, pod: dict, name: str, workdir: pathlib.Path, binary: str
     proc = subprocess.Popen([binary, *args], env=env, stdout=open(logfile, "wb"), stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     return proc, logfile
+
+
+def user_kubeconfig(cluster: dict, user: str, groups: list[str], path: pathlib.Path) -> pathlib.Path:
+    """A kubeconfig authenticating as `user` in `groups` with a client
+    certificate from the harness's CA (for tools that take no `--as`, such
+    as the kubectl-toolgate plugin)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    d = pathlib.Path(cluster["dir"])
+    ca = x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((d / "ca.key").read_bytes(), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=1)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user)]
+                        + [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups])
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": user,
+        "clusters": [{"name": "envtest", "cluster": {"server": cluster["server"],
+                                                     "certificate-authority-data": b64((d / "ca.crt").read_bytes())}}],
+        "users": [{"name": user, "user": {
+            "client-certificate-data": b64(cert.public_bytes(serialization.Encoding.PEM)),
+            "client-key-data": b64(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()))}}],
+        "contexts": [{"name": user, "context": {"cluster": "envtest", "user": user}}],
+    }))
+    path.chmod(0o600)
+    return path

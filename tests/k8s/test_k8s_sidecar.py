@@ -2,15 +2,16 @@
 pod's spec as a kubelet would: the bundle and trust set from the ConfigMaps
 the controller published, the tenant credential from the Secret it wrote
 into the namespace. An escalation becomes an Approval object, an approver
-(impersonated, in the chart's RBAC) approves it, the approved call passes
-once; the finished Approval object is deleted after its retention while the
-database row stays; `kubectl toolgate cancel` stops the run in the sidecar."""
+(a client certificate, in the chart's RBAC) approves it with
+`kubectl toolgate approve`, the approved call passes once; the finished
+Approval object is deleted after its retention while the database row
+stays; `kubectl toolgate cancel` stops the run in the sidecar."""
 import json
 import subprocess
 import urllib.error
 import urllib.request
 
-from k8s_env import free_port, profile, run_container, wait_for
+from k8s_env import free_port, profile, run_container, user_kubeconfig, wait_for
 
 APPROVALS_NS = "toolgate-system"
 
@@ -73,9 +74,18 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
         name = f"apr-{approval_id}"
         obj = wait_for("mirrored Approval", lambda: kube.get("approval", name, "-n", APPROVALS_NS), 30)
         assert obj["spec"]["request"]["tenant"] == ns and obj["spec"]["request"]["profile"] == "sidecar-coding"
-        kube("patch", "approval", name, "-n", APPROVALS_NS, "--type", "merge", "-p", json.dumps(
-            {"spec": {"decision": "approved", "decidedBy": "carol", "decidedByGroups": ["platform-oncall"]}}),
-             as_user="carol", groups=["platform-oncall"])
+        # The plugin, as carol (a client certificate: plugins take no --as):
+        # list, then approve with decidedBy/decidedByGroups from a SelfSubjectReview.
+        carol = dict(kube.env, KUBECONFIG=str(user_kubeconfig(cluster, "carol", ["platform-oncall"],
+                                                               tmp_path / "carol.kubeconfig")))
+        plugin = [cluster["kubectl"], "toolgate"]
+        listed = subprocess.run([*plugin, "list", "-n", APPROVALS_NS], env=carol, capture_output=True, text=True)
+        assert listed.returncode == 0 and name in listed.stdout and "make deploy" in listed.stdout, listed
+        approved = subprocess.run([*plugin, "approve", name, "-n", APPROVALS_NS, "--reason", "e2e"], env=carol,
+                                  capture_output=True, text=True)
+        assert approved.returncode == 0 and "approved" in approved.stdout, approved
+        spec = kube.get("approval", name, "-n", APPROVALS_NS)["spec"]
+        assert spec["decidedBy"] == "carol" and "platform-oncall" in spec["decidedByGroups"], spec
         with urllib.request.urlopen(f"{url}/v1/approvals/{approval_id}?wait=30", timeout=40) as r:
             answer = json.loads(r.read())
         assert answer["status"] == "approved", answer

@@ -1,6 +1,7 @@
 """Operations against the real API server: `kubectl toolgate status` green
 on the harness's install and red while the webhook is down (pods are then
-refused: failurePolicy Fail), and leader election through a real Lease with
+refused: failurePolicy Fail, while matchConditions keep metadata-only writes
+working), and leader election through a real Lease with
 two controller replicas (kill the leader, the other takes over).
 
 Runs last (file order): it stops and restarts the harness's processes."""
@@ -34,20 +35,38 @@ def test_status_green_then_red_when_the_webhook_is_down(kube, cluster):
     webhook_line = next(line for line in out.splitlines() if line.split()[1] == "webhook" and "CA" not in line)
     assert webhook_line.startswith("ok") and cluster["webhook"]["url"] in webhook_line, out
 
+    ns = kube.namespace("webhook-down", {"toolgate.dev/inject": "true"})
+    kube.apply(profile("safe-coding", ns))
+    kube.create(_pod("before", ns))
     stop(cluster, "webhook")
     try:
         down = _status(kube)
         assert down.returncode != 0, down.stdout
         assert any(line.startswith("FAIL") and line.split()[1] == "webhook" for line in down.stdout.splitlines()), \
             down.stdout
-        # failurePolicy: Fail: while the webhook is down, no agent pod is admitted.
-        ns = kube.namespace("webhook-down", {"toolgate.dev/inject": "true"})
-        refused = kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns},
-                               "spec": {"containers": [{"name": "a", "image": "example.invalid/a:1"}]}}, check=False)
+        # failurePolicy: Fail: while the webhook is down, no agent pod is
+        # admitted, no profile spec changes and no injected pod's spec changes ...
+        refused = kube.create(_pod("after", ns), check=False)
         assert refused.returncode != 0 and "failed calling webhook" in refused.stderr, refused.stderr
+        out = kube("patch", "tgp", "safe-coding", "-n", ns, "--type", "merge", "-p",
+                   json.dumps({"spec": {"egress": {"allowHosts": ["example.com"]}}}), check=False)
+        assert out.returncode != 0 and "failed calling webhook" in out.stderr, out.stderr
+        out = kube("patch", "pod", "before", "-n", ns, "--type", "merge", "-p",
+                   json.dumps({"spec": {"activeDeadlineSeconds": 600}}), check=False)
+        assert out.returncode != 0 and "failed calling webhook" in out.stderr, out.stderr
+        # ... but the matchConditions keep metadata-only writes (labels, the
+        # controller's finalizer patches) off the webhook, so they still work.
+        kube("label", "pod", "before", "-n", ns, "still=works")
+        kube("label", "tgp", "safe-coding", "-n", ns, "still=works")
     finally:
         respawn(cluster, "webhook", cluster["webhook"]["argv"], dict(os.environ, RUST_LOG="info"))
     wait_for("status green again", lambda: _status(kube).returncode == 0, 60)
+
+
+def _pod(name, ns):
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "annotations": {"toolgate.dev/profile": "safe-coding"}},
+            "spec": {"containers": [{"name": "a", "image": "example.invalid/a:1"}]}}
 
 
 def _free_port():
