@@ -334,6 +334,8 @@ def _replace_flag(args: list[str], flag: str, value: str) -> list[str]:
 
 def up(args) -> dict:
     t0 = time.monotonic()
+    for var in ("NO_PROXY", "no_proxy"):  # everything here is on loopback
+        os.environ[var] = ",".join(filter(None, [os.environ.get(var), "127.0.0.1,localhost"]))
     bindir = build()
     bins = toolgate_binaries()
     t_build = time.monotonic() - t0
