@@ -137,6 +137,14 @@ def test_webhook_refusals_from_the_chart_readme(kube, agents, name, mutate, fiel
     assert kube.get("pod", name, "-n", agents) is None
 
 
+def test_namespace_mismatch_never_reaches_the_webhook(kube, agents):
+    """The README's `metadata.namespace` refusal is defence in depth: the
+    API server itself refuses a pod whose namespace is not the request's."""
+    p = pod("elsewhere", "other-tenant")
+    out = kube("create", "--raw", f"/api/v1/namespaces/{agents}/pods", "-f", "-", input=json.dumps(p), check=False)
+    assert out.returncode != 0 and "does not match the namespace" in out.stderr, out.stderr
+
+
 def test_sidecar_is_immutable_after_creation(kube, agents):
     kube.create(pod("immutable", agents))
     obj = kube.get("pod", "immutable", "-n", agents)
