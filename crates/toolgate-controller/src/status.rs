@@ -289,32 +289,21 @@ async fn webhook(client: &kube::Client, args: &StatusArgs, now: Timestamp) -> Ve
         )),
     }
     let Some(service) = client_config.service else {
-        checks.push(check(
-            Level::Warn,
-            what,
-            "called by URL, not through a Service: not probed",
-        ));
+        // Called by URL (a webhook outside the cluster, or scripts/envtest.py's
+        // local one): the API server calls exactly that URL, so probe it.
+        checks.push(
+            match (client_config.url.as_deref().and_then(url_authority), ca) {
+                (Some((base, host)), Some(ca)) => tls_check(&base, &host, &ca, now).await,
+                _ => check(Level::Warn, what, "called by URL without a CA: not probed"),
+            },
+        );
         return checks;
     };
     let port = service.port.unwrap_or(443);
     checks.push(match (&args.webhook_url, ca) {
         (Some(url), Some(ca)) => {
             let host = format!("{}.{}.svc", service.name, service.namespace);
-            match probe_tls(url, &host, &ca).await {
-                Ok(not_after) if not_after > now => check(
-                    Level::Ok,
-                    what,
-                    format!(
-                        "{url} answers /healthz; certificate for {host} valid until {not_after}"
-                    ),
-                ),
-                Ok(not_after) => check(
-                    Level::Fail,
-                    what,
-                    format!("{url}: serving certificate expired at {not_after}"),
-                ),
-                Err(e) => check(Level::Fail, what, format!("{url}: {e}")),
-            }
+            tls_check(url, &host, &ca, now).await
         }
         (Some(url), None) => check(Level::Fail, what, format!("{url}: no CA to verify it with")),
         (None, _) => {
@@ -343,6 +332,36 @@ async fn webhook(client: &kube::Client, args: &StatusArgs, now: Timestamp) -> Ve
         }
     });
     checks
+}
+
+/// The webhook check of [`probe_tls`]: `ok` with the certificate's expiry,
+/// else `FAIL` with why.
+async fn tls_check(url: &str, host: &str, ca: &[u8], now: Timestamp) -> Check {
+    match probe_tls(url, host, ca).await {
+        Ok(not_after) if not_after > now => check(
+            Level::Ok,
+            "webhook",
+            format!("{url} answers /healthz; certificate for {host} valid until {not_after}"),
+        ),
+        Ok(not_after) => check(
+            Level::Fail,
+            "webhook",
+            format!("{url}: serving certificate expired at {not_after}"),
+        ),
+        Err(e) => check(Level::Fail, "webhook", format!("{url}: {e}")),
+    }
+}
+
+/// `https://HOST[:PORT]/path` → (`https://HOST:PORT`, `HOST` without the
+/// brackets of an IPv6 address); `None` if not an `https://` URL.
+fn url_authority(url: &str) -> Option<(String, String)> {
+    let authority = url.strip_prefix("https://")?.split(['/', '?']).next()?;
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => (host, port),
+        _ => (authority, "443"),
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    (!bare.is_empty()).then(|| (format!("https://{host}:{port}"), bare.to_owned()))
 }
 
 /// GETs `{url}/healthz` over TLS trusting only `ca_pem` and checking the
@@ -524,6 +543,25 @@ mod tests {
             last_transition_time: "2026-01-01T00:00:00Z".into(),
             observed_generation: None,
         }
+    }
+
+    #[test]
+    fn webhook_urls_are_probed_at_their_authority() {
+        let got = |url| url_authority(url).map(|(b, h)| format!("{b} {h}"));
+        let ip = "https://127.0.0.1:9443 127.0.0.1";
+        assert_eq!(
+            got("https://127.0.0.1:9443/mutate-pods").as_deref(),
+            Some(ip)
+        );
+        let named = "https://hooks.example.com:443 hooks.example.com";
+        assert_eq!(
+            got("https://hooks.example.com/x?y=1").as_deref(),
+            Some(named)
+        );
+        let v6 = "https://[::1]:8443 ::1";
+        assert_eq!(got("https://[::1]:8443/validate").as_deref(), Some(v6));
+        assert_eq!(got("http://127.0.0.1:80/plain"), None);
+        assert_eq!(got("https:///nohost"), None);
     }
 
     #[test]

@@ -189,6 +189,8 @@ pub(super) const SERVICE_ACCOUNT_MOUNT: &str = "/var/run/secrets/kubernetes.io/s
 /// invocations taken out, so it can be compared with what the webhook
 /// injects. Each removal is a value that means the same as its absence, or
 /// an addition that cannot change what the sidecar enforces:
+/// - serialization: `readOnly: false` of a volume mount, which the API
+///   server's Go types omit (a plain `bool` with `omitempty`);
 /// - defaults: `terminationMessagePath: /dev/termination-log`, a probe's
 ///   `successThreshold: 1`, a field reference's `apiVersion: v1`, a
 ///   `resizePolicy` of `NotRequired` for cpu or memory;
@@ -233,6 +235,11 @@ pub fn normalize_container(container: &Value) -> Value {
         }
     }
     if let Some(mounts) = c.get_mut("volumeMounts").and_then(Value::as_array_mut) {
+        for mount in mounts.iter_mut().filter_map(Value::as_object_mut) {
+            if is(mount.get("readOnly"), Value::Bool(false)) {
+                mount.remove("readOnly");
+            }
+        }
         mounts.retain(|m| {
             let token_mount = m.as_object().is_some_and(|m| {
                 m.keys()

@@ -179,6 +179,13 @@ fn own_injection_is_recognised_with_server_defaults_applied() {
             {"resourceName": "memory", "restartPolicy": "NotRequired"}
         ]);
         sidecar["resources"]["limits"]["ephemeral-storage"] = json!("1Gi");
+        // The API server's Go types drop `readOnly: false` (omitempty); found
+        // by tests/k8s against a real kube-apiserver.
+        for mount in sidecar["volumeMounts"].as_array_mut().unwrap() {
+            if mount["readOnly"] == json!(false) {
+                mount.as_object_mut().unwrap().remove("readOnly");
+            }
+        }
         sidecar["volumeMounts"].as_array_mut().unwrap().push(json!({
             "name": "kube-api-access-x7k2p", "readOnly": true,
             "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"
