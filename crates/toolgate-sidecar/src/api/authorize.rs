@@ -11,7 +11,7 @@ use axum::extract::State;
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use toolgate_policy::{
-    Call, CompiledPolicy, Context, Decision, Enforcement, Reason, Risk, Verdict,
+    Call, CompiledPolicy, Context, Decision, Enforcement, Reason, Risk, RunId, Verdict,
 };
 use toolgate_store::{ApprovalStatus, ApprovedCall, DecisionRecord, NewApproval, RunLimits};
 
@@ -162,7 +162,7 @@ fn evaluate(
 fn record_of(req: &AuthorizeRequest, d: &Decided, verdict: &Verdict) -> DecisionRecord {
     DecisionRecord {
         decision_id: d.decision_id.clone(),
-        run_id: req.run_id.clone(),
+        run_id: req.run_id.as_str().to_owned(),
         step_id: d.step_id.clone(),
         tool: req.tool.clone(),
         verdict: verdict.verdict.as_str().to_owned(),
@@ -258,7 +258,7 @@ async fn charge(
             .await?
     };
     if matches!(admission, toolgate_store::Admission::Cancelled { .. }) {
-        app.cancelled.insert(&req.run_id);
+        app.cancelled.insert(req.run_id.as_str());
     }
     crate::runs::apply_admission(&mut d.verdict, &admission, d.mode);
     Ok(())
@@ -357,11 +357,11 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
 /// Reads the run's cancellation from the database (a cancellation made
 /// anywhere) and refuses `verdict` when there is one; an unreadable run
 /// state denies `audit_unavailable`.
-async fn refuse_if_cancelled(app: &AppState, run_id: &str, verdict: &mut Verdict) {
+async fn refuse_if_cancelled(app: &AppState, run_id: &RunId, verdict: &mut Verdict) {
     match app.store.runs().cancelled_at(&app.tenant, run_id).await {
         Ok(None) => {}
         Ok(Some(_)) => {
-            app.cancelled.insert(run_id);
+            app.cancelled.insert(run_id.as_str());
             crate::runs::refuse(verdict, Reason::RunCancelled, None);
         }
         Err(err) => {
@@ -401,9 +401,15 @@ fn record_message(verdict: &Verdict) -> Option<String> {
 /// same call asks the same approval until it is used or expires. The call
 /// digest covers tool, action and arguments, so another action is another
 /// invocation.
-fn invocation_base(tenant: &str, run_id: &str, step_id: &str, v: &Verdict) -> String {
+fn invocation_base(tenant: &str, run_id: &RunId, step_id: &str, v: &Verdict) -> String {
     let mut h = Sha256::new();
-    for part in [tenant, run_id, step_id, &v.call_digest, &v.policy_version] {
+    for part in [
+        tenant,
+        run_id.as_str(),
+        step_id,
+        &v.call_digest,
+        &v.policy_version,
+    ] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
@@ -438,7 +444,7 @@ async fn escalate(
                     approval_id: None,
                     invocation_id: format!("{base}:{round}"),
                     tenant: app.tenant.clone(),
-                    run_id: req.run_id.clone(),
+                    run_id: req.run_id.as_str().to_owned(),
                     tool: tool.clone(),
                     args_digest: verdict.args_digest.clone(),
                     call_digest: Some(verdict.call_digest.clone()),
