@@ -5,5 +5,7 @@ mod attacks;
 mod common;
 mod fuzz;
 mod http;
+mod paths;
+mod run_ids;
 mod runs;
 mod workspace;
