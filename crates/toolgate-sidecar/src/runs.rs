@@ -4,8 +4,11 @@
 //!
 //! Under a profile with budgets every allowed call is checked and charged in
 //! the database (a high-risk one in the transaction that records its
-//! decision); without budgets nothing is counted, and an allowed high-risk
-//! call reads the run's cancellation before its decision is appended. Other
+//! decision), an approved call when it passes; an escalation is checked
+//! without being charged before any approval is asked for or used, so no
+//! one is asked about a call the budget would refuse. Without budgets
+//! nothing is counted, and an allowed high-risk call (or an escalation)
+//! reads the run's cancellation first. Other
 //! calls consult [`CancelledRuns`], which this sidecar fills at once for its own
 //! cancellations and by polling the database every [`CANCEL_POLL`] for
 //! cancellations made elsewhere (the CLI, the controller, another sidecar).

@@ -85,8 +85,11 @@ async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decid
     };
     let mut approval_id = None;
     if verdict.verdict == Decision::Escalate {
-        // No new approval requests for a run cancelled elsewhere.
-        refuse_if_cancelled(app, &req.run_id, &mut verdict).await;
+        // No approval is asked for (nor used) for a run cancelled elsewhere
+        // or one whose budget could not pay for the call: a human is never
+        // asked about a call that would be refused anyway. An approved call
+        // is charged once, when it passes (in `record`).
+        refuse_if_unpayable(app, &req.run_id, &limits, mode, &mut verdict, now).await;
     }
     if verdict.verdict == Decision::Escalate {
         // An escalation only comes from a live bundle.
@@ -363,6 +366,41 @@ async fn refuse_if_cancelled(app: &AppState, run_id: &RunId, verdict: &mut Verdi
         Ok(Some(_)) => {
             app.cancelled.insert(run_id.as_str());
             crate::runs::refuse(verdict, Reason::RunCancelled, None);
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "run state unreadable; denying");
+            deny_audit(verdict);
+        }
+    }
+}
+
+/// Refuses an escalation its run could not pay for: cancelled, or (under
+/// budgets) a budget the call would need is used up, read without
+/// charging. Without budgets only the cancellation is read.
+async fn refuse_if_unpayable(
+    app: &AppState,
+    run_id: &RunId,
+    limits: &RunLimits,
+    mode: Enforcement,
+    verdict: &mut Verdict,
+    now: Timestamp,
+) {
+    if *limits == RunLimits::default() {
+        return refuse_if_cancelled(app, run_id, verdict).await;
+    }
+    let high_risk = verdict.risk == Risk::High;
+    match app
+        .store
+        .runs()
+        .would_refuse(&app.tenant, run_id, high_risk, limits, now)
+        .await
+    {
+        Ok(None) => {}
+        Ok(Some(refusal)) => {
+            if matches!(refusal, toolgate_store::Admission::Cancelled { .. }) {
+                app.cancelled.insert(run_id.as_str());
+            }
+            crate::runs::apply_admission(verdict, &refusal, mode);
         }
         Err(err) => {
             tracing::error!(error = %err, "run state unreadable; denying");

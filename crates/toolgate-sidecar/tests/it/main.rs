@@ -3,6 +3,7 @@
 
 mod attacks;
 mod common;
+mod escalations;
 mod fuzz;
 mod http;
 mod paths;
