@@ -363,10 +363,12 @@ pub(super) const SCRIPT: &[Step] = &[
         scene: None,
         act: |_| read("../../../etc/passwd"),
         check: Some(|a, _| {
+            // The policy denies a path that climbs out before any file is touched.
             let code = a.error_code();
+            let reason = text(&a.body["verdict"]["reason"]);
             check(
-                a.status == 400 && code == "workspace_invalid_path",
-                format!("escape attempt refused: {} {code}", a.status),
+                a.status == 403 && code == "policy_denied" && reason == "path_escapes",
+                format!("escape attempt refused: {} {code} ({reason})", a.status),
             )
         }),
     },
