@@ -77,7 +77,8 @@ spec:
     fs.list_directory:   {sideEffect: WORKSPACE_READ, risk: low, readOnly: true, matchArgs: [path],
                           definitionDigest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"}
     fs.write_file:       {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [path]}
-    fs.move_file:        {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [source, destination]}
+    fs.move_file:        {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [source, destination],
+                          pathArgs: [source, destination]}
     fs.create_directory: {sideEffect: WORKSPACE_WRITE, risk: write, matchArgs: [path]}
     demo.echo: {sideEffect: NONE, risk: low, readOnly: true}
     demo.pay:  {sideEffect: EXTERNAL_WRITE, risk: high}

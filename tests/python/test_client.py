@@ -184,8 +184,12 @@ def test_workspace_round_trip(client):
 
 def test_sidecar_errors_are_typed(client):
     with pytest.raises(toolgate.WorkspaceError) as e:
-        client.read('../../etc/passwd')
+        client.read('a//b')
     assert (e.value.code, e.value.status) == ('workspace_invalid_path', 400)
+    # A path that climbs out of its root is denied by the policy itself.
+    with pytest.raises(toolgate.Denied) as e:
+        client.read('../../etc/passwd')
+    assert (e.value.status, e.value.reason) == (403, 'path_escapes')
     with pytest.raises(toolgate.WorkspaceError) as e:
         client.stat('missing.txt')
     assert (e.value.code, e.value.status) == ('workspace_not_found', 404)

@@ -62,6 +62,24 @@ def test_a_cancelled_run_stops(sidecar, run_id, intent_rows):
         assert other.authorize('lookup', {'q': 'z'}).allowed
 
 
+def test_a_run_has_one_spelling(sidecar, run_id):
+    # Letters are case-folded: the upper-case id is the same run.
+    with toolgate.Client(sidecar['url'], run_id=run_id.upper()) as loud:
+        done = loud.cancel_run('stop')
+        assert done.run_id == run_id.lower()
+    with toolgate.Client(sidecar['url'], run_id=run_id) as client:
+        v = client.authorize('lookup', {'q': 'x'})
+        assert (v.verdict, v.reason) == ('deny', 'run_cancelled')
+    # Look-alikes are refused, never another run.
+    for alike in (run_id + ' ', run_id + '.', run_id + '/', run_id + '\u200b', run_id + '\u00a0'):
+        with toolgate.Client(sidecar['url'], run_id=alike) as other:
+            with pytest.raises(toolgate.InvalidRequest) as err:
+                other.authorize('lookup', {'q': 'x'})
+            assert err.value.code == 'invalid_run_id' and err.value.status == 400
+            with pytest.raises(toolgate.InvalidRequest):
+                other.run_status()
+
+
 def test_async_client_reads_the_heartbeat(sidecar, run_id):
     async def main():
         async with toolgate.AsyncClient(sidecar['url'], run_id=run_id) as client:

@@ -31,12 +31,26 @@ pub async fn reconcile(
     let ns = obj.namespace().ok_or_else(|| {
         ControllerError::InvalidObject("RunCancellation without namespace".into())
     })?;
+    // The run in its canonical spelling, as every sidecar keys it; an id no
+    // agent could use fails for good (retrying cannot help).
+    let run_id = match toolgate_policy::RunId::parse(&obj.spec.run_id) {
+        Ok(id) => id,
+        Err(e) => {
+            let status = RunCancellationStatus {
+                phase: Some(PHASE_FAILED.into()),
+                message: Some(format!("{}: {e}", e.code())),
+                ..Default::default()
+            };
+            ctx.apply_status(obj.as_ref(), &status).await?;
+            return Ok(Action::await_change());
+        }
+    };
     let outcome = ctx
         .store
         .runs()
         .cancel(
             &ns,
-            &obj.spec.run_id,
+            &run_id,
             obj.spec.reason.as_deref(),
             &cancelled_by(&obj),
             ctx.now(),
@@ -46,7 +60,7 @@ pub async fn reconcile(
         Ok(done) => {
             tracing::info!(
                 namespace = ns,
-                run = obj.spec.run_id,
+                run = run_id.as_str(),
                 newly = done.newly_cancelled,
                 "run cancelled"
             );

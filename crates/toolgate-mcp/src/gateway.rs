@@ -22,8 +22,8 @@ pub struct ToolCall<'a> {
     pub tool: &'a str,
     /// The call's arguments, as the client sent them.
     pub arguments: &'a Map<String, Value>,
-    /// Run the call belongs to.
-    pub run_id: &'a str,
+    /// Run the call belongs to, in its canonical spelling.
+    pub run_id: &'a toolgate_policy::RunId,
     /// Step id; one per server, so a call retried after its approval is
     /// the same invocation.
     pub step_id: &'a str,
@@ -205,7 +205,7 @@ impl<D: Decider> Gateway<D> {
         id: &Value,
         name: &str,
         arguments: &Map<String, Value>,
-        run_id: &str,
+        run_id: &toolgate_policy::RunId,
         modern: bool,
     ) -> CallOutcome {
         let refuse = |text: String, verdict: Option<&Value>| {
@@ -261,7 +261,7 @@ impl<D: Decider> Gateway<D> {
         id: &Value,
         method: &str,
         arguments: &Map<String, Value>,
-        run_id: &str,
+        run_id: &toolgate_policy::RunId,
     ) -> Option<Value> {
         let tool = message::policy_tool(&self.server, method);
         match self
@@ -290,7 +290,7 @@ impl<D: Decider> Gateway<D> {
         &self,
         tool: &str,
         arguments: &Map<String, Value>,
-        run_id: &str,
+        run_id: &toolgate_policy::RunId,
         definition_digest: Option<&str>,
         wait: Duration,
     ) -> Result<Option<String>, Refusal> {

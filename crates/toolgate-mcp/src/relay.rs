@@ -22,6 +22,8 @@ use std::sync::atomic::Ordering;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use toolgate_policy::RunId;
+
 use crate::gateway::{CallOutcome, Decider, Gateway};
 use crate::message::{self, FromClient};
 
@@ -40,7 +42,7 @@ const ID_PREFIX: &str = "toolgate-";
 #[derive(Debug, Clone, Copy)]
 pub struct Route<'a> {
     /// The run its decisions are recorded under.
-    pub run_id: &'a str,
+    pub run_id: &'a RunId,
     /// The MCP session it belongs to (HTTP: `Mcp-Session-Id`), so one
     /// session's cancellation never names another session's request.
     pub session: Option<&'a str>,
@@ -242,7 +244,12 @@ impl<D: Decider> Gateway<D> {
 
     /// Judges one message of the server (`raw`, its JSON text) on a stream
     /// of run `run_id` that may carry `answers`.
-    pub async fn from_server(&self, raw: &[u8], run_id: &str, answers: Answers<'_>) -> ServerStep {
+    pub async fn from_server(
+        &self,
+        raw: &[u8],
+        run_id: &RunId,
+        answers: Answers<'_>,
+    ) -> ServerStep {
         let message = match (raw.len() <= MAX_MESSAGE_BYTES)
             .then(|| serde_json::from_slice::<Value>(raw))
         {
@@ -281,7 +288,7 @@ impl<D: Decider> Gateway<D> {
         &self,
         mut message: Value,
         id: &Value,
-        run_id: &str,
+        run_id: &RunId,
         answers: Answers<'_>,
     ) -> ServerStep {
         let Some(ours) = id.as_str().filter(|k| expected(answers, k)) else {
@@ -321,7 +328,7 @@ impl<D: Decider> Gateway<D> {
         &self,
         message: &Value,
         client_id: &Value,
-        run_id: &str,
+        run_id: &RunId,
     ) -> Option<Value> {
         // An error asking for a URL elicitation (-32042) asks the user too.
         if message.pointer("/error/code").and_then(Value::as_i64) == Some(URL_ELICITATION_REQUIRED)

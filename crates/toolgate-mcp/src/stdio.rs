@@ -46,8 +46,8 @@ pub const MAX_LINE_BYTES: usize = crate::relay::MAX_MESSAGE_BYTES;
 pub struct WrapConfig {
     /// MCP server name: the policy tool of its tool `T` is `NAME.T`.
     pub server: String,
-    /// Run id every decision is recorded under.
-    pub run_id: String,
+    /// Run id every decision is recorded under, in its canonical spelling.
+    pub run_id: toolgate_policy::RunId,
     /// How long a `tools/call` that needs an approval waits for it before
     /// it is refused with `approval_required`.
     pub approval_wait: Duration,
@@ -56,8 +56,10 @@ pub struct WrapConfig {
 }
 
 /// A run id for a wrapper started without one: `mcp-` and a UUIDv7.
-pub fn generated_run_id() -> String {
-    format!("mcp-{}", uuid::Uuid::now_v7())
+pub fn generated_run_id() -> toolgate_policy::RunId {
+    let uuid = uuid::Uuid::now_v7().to_string();
+    toolgate_policy::RunId::parse(&format!("mcp-{uuid}"))
+        .unwrap_or_else(|_| toolgate_policy::RunId::derived("mcp", &uuid))
 }
 
 struct Relay {

@@ -117,6 +117,12 @@ pub(crate) enum MatchText {
 pub(crate) struct CompiledTool {
     pub(crate) effect: ToolEffect,
     pub(crate) match_text: MatchText,
+    /// Arguments normalized as paths before any rule sees them (see
+    /// [`crate::paths`]).
+    pub(crate) path_args: Vec<String>,
+    /// Whether `hardline.paths` applies: a workspace tool, or one that
+    /// declares `pathArgs`.
+    pub(crate) hardline_paths: bool,
     /// deny(tool), deny(*), allow(tool), allow(*), escalate(tool), escalate(*).
     pub(crate) rules: OrderedGlobs,
     /// Tier of each rule, parallel to `rules`.
@@ -164,13 +170,18 @@ impl CompiledPolicy {
                     message: "effects must name a concrete tool".into(),
                 });
             }
-            if let Some(args) = &effect.match_args
-                && (args.is_empty() || args.iter().any(String::is_empty))
-            {
-                return Err(PolicyError::InvalidValue {
-                    field: format!("spec.effects.{tool}.matchArgs"),
-                    message: "matchArgs must list at least one non-empty argument name".into(),
-                });
+            for (name, args) in [
+                ("matchArgs", &effect.match_args),
+                ("pathArgs", &effect.path_args),
+            ] {
+                if let Some(args) = args
+                    && (args.is_empty() || args.iter().any(String::is_empty))
+                {
+                    return Err(PolicyError::InvalidValue {
+                        field: format!("spec.effects.{tool}.{name}"),
+                        message: format!("{name} must list at least one non-empty argument name"),
+                    });
+                }
             }
             if let Some(digest) = &effect.definition_digest
                 && !is_sha256_digest(digest)
@@ -230,6 +241,8 @@ impl CompiledPolicy {
                 CompiledTool {
                     effect: effect.clone(),
                     match_text: default_match_text(tool, effect),
+                    path_args: path_args(tool, effect),
+                    hardline_paths: effect.side_effect.is_workspace() || effect.path_args.is_some(),
                     rules: OrderedGlobs::build(entries)?,
                     tiers,
                 },
@@ -245,6 +258,9 @@ impl CompiledPolicy {
         }
 
         let hardline = spec.hardline.clone().unwrap_or_default();
+        for (i, glob) in hardline.paths.iter().enumerate() {
+            check_path_glob(&format!("spec.hardline.paths[{i}]"), glob)?;
+        }
         let hardline_commands = OrderedGlobs::build(labelled(
             "spec.hardline.commands",
             &hardline.commands,
@@ -477,6 +493,52 @@ fn default_match_text(tool: &str, effect: &ToolEffect) -> MatchText {
         }
         _ => MatchText::ActionAndValues,
     }
+}
+
+/// Tools whose `path` and `file_path` arguments are paths without saying so.
+const PATH_TOOLS: [&str; 7] = [
+    "reader",
+    "editor",
+    "search",
+    "workspace.read",
+    "workspace.write",
+    "workspace.list",
+    "workspace.stat",
+];
+
+/// The arguments of `tool` that are paths: its `pathArgs`, plus `path` and
+/// `file_path` for a workspace tool or one of [`PATH_TOOLS`].
+fn path_args(tool: &str, effect: &ToolEffect) -> Vec<String> {
+    let mut names: Vec<String> = effect.path_args.clone().unwrap_or_default();
+    if effect.side_effect.is_workspace() || PATH_TOOLS.contains(&tool) {
+        for builtin in ["path", "file_path"] {
+            if !names.iter().any(|n| n == builtin) {
+                names.push(builtin.to_owned());
+            }
+        }
+    }
+    names
+}
+
+/// Refuses a hardline path glob that no normalized path can match (a
+/// trailing `/`, `//`, or a `.` or `..` segment): it would protect nothing.
+fn check_path_glob(field: &str, glob: &str) -> Result<(), PolicyError> {
+    let body = glob.strip_prefix('/').unwrap_or(glob);
+    let never = (glob.len() > 1 && glob.ends_with('/'))
+        || body
+            .split('/')
+            .enumerate()
+            .any(|(i, s)| s == ".." || (s == "." && glob != ".") || (s.is_empty() && i > 0));
+    if never {
+        return Err(PolicyError::InvalidGlob {
+            field: field.into(),
+            glob: glob.into(),
+            message: "paths are matched in normal form (no repeated or trailing `/`, no `.` or \
+                      `..` segments), so this glob would never match"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// A literal network (`10.0.0.0/8`) or address (`10.1.2.3`, as a /32).

@@ -81,6 +81,12 @@ pub enum PolicyError {
     /// Call arguments are not a JSON object or otherwise unusable.
     #[error("arguments: {0}")]
     InvalidArguments(String),
+    /// A run id outside the run-id alphabet (see [`crate::ids`]).
+    #[error("run_id: {message}")]
+    InvalidRunId {
+        /// What is wrong, with the refused text escaped and cut short.
+        message: String,
+    },
 }
 
 impl PolicyError {
@@ -97,6 +103,7 @@ impl PolicyError {
             Self::InvalidValue { .. } => "profile_invalid_value",
             Self::WrongKind { .. } => "profile_wrong_kind",
             Self::InvalidArguments(_) => "invalid_arguments",
+            Self::InvalidRunId { .. } => "invalid_run_id",
         }
     }
 
@@ -113,6 +120,7 @@ impl PolicyError {
             | Self::InvalidValue { field, .. }
             | Self::WrongKind { field, .. } => Some(field),
             Self::InvalidArguments(_) => None,
+            Self::InvalidRunId { .. } => Some("run_id"),
         }
     }
 

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::compile::{CompiledPolicy, CompiledTool, MatchText, Tier};
 use crate::digest::{call_digests, canonical_json};
 use crate::model::{Mode, Risk, SideEffect};
+use crate::paths::{normalize_args, path_values};
 use crate::verdict::{Decision, Reason, Verdict};
 
 /// One tool call as the agent proposes it.
@@ -82,7 +83,15 @@ impl CompiledPolicy {
     /// the profile does not declare.
     pub fn preview(&self, call: &Call<'_>) -> Option<String> {
         let tool = self.tools.get(self.canonical_tool(call.tool))?;
-        Some(crate::preview::preview(&match_text(tool, call)))
+        // A path that cannot be normalized is denied, never escalated; show
+        // it as written.
+        let args = normalize_args(&tool.path_args, call.arguments)
+            .unwrap_or(std::borrow::Cow::Borrowed(call.arguments));
+        Some(crate::preview::preview(&match_text(
+            tool,
+            call.action,
+            &args,
+        )))
     }
 
     /// Decides one call. Never fails: unknown tools and malformed arguments
@@ -116,7 +125,12 @@ impl CompiledPolicy {
                 digests.clone(),
             )
         };
-        let text = match_text(tool, call);
+        // 0. Paths in their one spelling, before any rule sees them.
+        let args = match normalize_args(&tool.path_args, call.arguments) {
+            Ok(args) => args,
+            Err(reason) => return decide(Decision::Deny, reason, None),
+        };
+        let text = match_text(tool, call.action, &args);
         let side_effect = tool.effect.side_effect;
 
         // 1. Hardline rules, in every mode.
@@ -129,8 +143,10 @@ impl CompiledPolicy {
                 Some(self.hardline_commands.label(i)),
             );
         }
-        if side_effect.is_workspace() {
-            for candidate in path_candidates(&text, call.arguments) {
+        if tool.hardline_paths {
+            let candidates =
+                std::iter::once(text.as_str()).chain(path_values(&tool.path_args, &args));
+            for candidate in candidates {
                 if let Some(i) = self.hardline_paths.first_match(candidate) {
                     return decide(
                         Decision::Deny,
@@ -244,8 +260,9 @@ impl CompiledPolicy {
     }
 }
 
-/// The text rules match for this call.
-fn match_text(tool: &CompiledTool, call: &Call<'_>) -> String {
+/// The text rules match for this call (`arguments` with its paths
+/// normalized).
+fn match_text(tool: &CompiledTool, action: Option<&str>, arguments: &Map<String, Value>) -> String {
     let mut out = String::new();
     let mut push = |piece: &str| {
         if !out.is_empty() {
@@ -256,7 +273,7 @@ fn match_text(tool: &CompiledTool, call: &Call<'_>) -> String {
     match &tool.match_text {
         MatchText::Named(names) => {
             for name in names {
-                match call.arguments.get(name) {
+                match arguments.get(name) {
                     Some(Value::String(s)) => push(s),
                     Some(Value::Null) | None => {}
                     Some(other) => push(&String::from_utf8_lossy(&canonical_json(other))),
@@ -264,13 +281,13 @@ fn match_text(tool: &CompiledTool, call: &Call<'_>) -> String {
             }
         }
         MatchText::ActionAndValues => {
-            if let Some(action) = call.action {
+            if let Some(action) = action {
                 push(action);
             }
             // serde_json's Map iterates in key order unless a dependency
             // turns on `preserve_order`; sort then, so the text never
             // depends on how the caller built the map.
-            let mut entries: Vec<(&String, &Value)> = call.arguments.iter().collect();
+            let mut entries: Vec<(&String, &Value)> = arguments.iter().collect();
             if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
                 entries.sort_by(|a, b| a.0.cmp(b.0));
             }
@@ -283,19 +300,6 @@ fn match_text(tool: &CompiledTool, call: &Call<'_>) -> String {
         }
     }
     out
-}
-
-/// Texts a hardline path glob is checked against: the match text and any
-/// `path` / `file_path` argument.
-fn path_candidates<'a>(
-    text: &'a str,
-    args: &'a Map<String, Value>,
-) -> impl Iterator<Item = &'a str> {
-    std::iter::once(text).chain(
-        ["path", "file_path"]
-            .into_iter()
-            .filter_map(|k| args.get(k).and_then(Value::as_str)),
-    )
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

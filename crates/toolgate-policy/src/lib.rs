@@ -31,8 +31,10 @@ pub mod digest;
 mod error;
 mod eval;
 mod fnmatch;
+pub mod ids;
 pub mod load;
 pub mod model;
+pub mod paths;
 pub mod preview;
 mod verdict;
 mod wire;
@@ -41,6 +43,7 @@ pub use compile::{ANY_TOOL, CompiledPolicy, MAX_RUN_SECONDS};
 pub use digest::{PolicyVersion, args_digest, call_digest};
 pub use error::PolicyError;
 pub use eval::{Call, Context};
+pub use ids::RunId;
 pub use model::{
     Budgets, Enforcement, Grant, Mode, PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect,
 };

@@ -153,7 +153,9 @@ pub struct Hardline {
     /// Globs on the command text of `PROCESS_EXEC` tools.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<String>,
-    /// Globs on the path arguments of `WORKSPACE_*` tools.
+    /// Globs on the path arguments of `WORKSPACE_*` tools and of tools
+    /// that declare `pathArgs`, matched on the normalized path (no repeated
+    /// or trailing `/`, no `.` or `..` segments).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
     /// CIDR ranges that literal-IP targets of `NETWORK_*` tools may not reach.
@@ -187,6 +189,12 @@ pub struct ToolEffect {
     /// Argument names whose values form the text rules match against, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub match_args: Option<Vec<String>>,
+    /// Argument names whose values are paths (a string, or an array of
+    /// strings), besides the built-in `path` and `file_path` of workspace
+    /// tools: each is normalized before any rule sees it, and
+    /// `hardline.paths` applies to it whatever the side effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_args: Option<Vec<String>>,
     /// For an MCP tool: the `sha256:` digest of its canonical `{name,
     /// description, inputSchema}` as reviewed. A gateway reporting another
     /// definition (a server that changed the tool after review) gets

@@ -48,6 +48,11 @@ crate::wire_enum! {
         HardlineCommand = "hardline_command",
         /// A hardline path glob matched.
         HardlinePath = "hardline_path",
+        /// A path argument climbs above where it starts (`../x`, `/..`)
+        /// once normalized (see [`crate::paths`]).
+        PathEscapes = "path_escapes",
+        /// A path argument holds a NUL character.
+        PathInvalid = "path_invalid",
         /// A literal-IP network target fell inside a hardline CIDR.
         HardlineCidr = "hardline_cidr",
         /// A network target named a hostname outside `egress.allowHosts`.
@@ -110,8 +115,8 @@ impl Reason {
 }
 
 impl Reason {
-    /// Reasons that bind in every enforcement mode: hardline rules, unknown
-    /// tools, a changed tool definition, a human's denial, a cancelled run,
+    /// Reasons that bind in every enforcement mode: hardline rules, paths
+    /// that cannot be normalized, unknown tools, a changed tool definition, a human's denial, a cancelled run,
     /// and the sidecar's own fail-closed answers (no bundle, expired
     /// bundle, audit unavailable). `warn` and `dryRun` never soften them.
     pub fn always_enforced(self) -> bool {
@@ -120,6 +125,8 @@ impl Reason {
             Self::UnknownTool
                 | Self::HardlineCommand
                 | Self::HardlinePath
+                | Self::PathEscapes
+                | Self::PathInvalid
                 | Self::HardlineCidr
                 | Self::ToolDefinitionChanged
                 | Self::ApprovalDenied

@@ -12,6 +12,10 @@ pub enum ApiError {
     /// The body is not the JSON the endpoint expects.
     #[error("{0}")]
     InvalidRequest(String),
+    /// A run id outside the run-id alphabet (see `toolgate_policy::ids`):
+    /// refused, never mapped, so a look-alike of a run is never another run.
+    #[error("{0}")]
+    InvalidRunId(String),
     /// The body is larger than the limit.
     #[error("request body larger than {0} bytes")]
     TooLarge(usize),
@@ -85,6 +89,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::InvalidRequest(_) => "invalid_request",
+            Self::InvalidRunId(_) => "invalid_run_id",
             Self::TooLarge(_) => "request_too_large",
             Self::NotFound(_) => "not_found",
             Self::IntentDigestMismatch(_) => "intent_digest_mismatch",
@@ -110,7 +115,7 @@ impl ApiError {
     /// HTTP status of the error.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::InvalidRequest(_) | Self::InvalidRunId(_) => StatusCode::BAD_REQUEST,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NotFound(_) | Self::NoRoute => StatusCode::NOT_FOUND,
             Self::IntentDigestMismatch(_) | Self::DecisionNotAllowed(_) => StatusCode::FORBIDDEN,
@@ -132,6 +137,15 @@ impl ApiError {
                 WorkspaceError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
                 _ => StatusCode::BAD_REQUEST,
             },
+        }
+    }
+}
+
+impl From<toolgate_policy::PolicyError> for ApiError {
+    fn from(e: toolgate_policy::PolicyError) -> Self {
+        match e {
+            toolgate_policy::PolicyError::InvalidRunId { .. } => Self::InvalidRunId(e.to_string()),
+            other => Self::InvalidRequest(other.to_string()),
         }
     }
 }

@@ -4,8 +4,11 @@
 //!
 //! Under a profile with budgets every allowed call is checked and charged in
 //! the database (a high-risk one in the transaction that records its
-//! decision); without budgets nothing is counted, and an allowed high-risk
-//! call reads the run's cancellation before its decision is appended. Other
+//! decision), an approved call when it passes; an escalation is checked
+//! without being charged before any approval is asked for or used, so no
+//! one is asked about a call the budget would refuse. Without budgets
+//! nothing is counted, and an allowed high-risk call (or an escalation)
+//! reads the run's cancellation first. Other
 //! calls consult [`CancelledRuns`], which this sidecar fills at once for its own
 //! cancellations and by polling the database every [`CANCEL_POLL`] for
 //! cancellations made elsewhere (the CLI, the controller, another sidecar).
@@ -18,10 +21,10 @@ use axum::Json;
 use axum::extract::{Path, State};
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
-use toolgate_policy::{Decision, Enforcement, Reason, SideEffect, Verdict};
+use toolgate_policy::{Decision, Enforcement, Reason, RunId, SideEffect, Verdict};
 use toolgate_store::{Admission, RunLimits, Store};
 
-use crate::api::{AppState, AuthorizeRequest, AuthorizeResponse, StrictJson, require_id};
+use crate::api::{AppState, AuthorizeRequest, AuthorizeResponse, StrictJson};
 use crate::error::ApiError;
 
 /// How often cancellations made elsewhere are read from the database.
@@ -45,15 +48,17 @@ pub struct CancelledRuns {
 
 impl CancelledRuns {
     /// True when `run_id` is known to be cancelled.
-    pub fn contains(&self, run_id: &str) -> bool {
+    pub fn contains(&self, run_id: &RunId) -> bool {
         self.inner
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .0
-            .contains(run_id)
+            .contains(run_id.as_str())
     }
 
-    /// Remembers a cancelled run.
+    /// Remembers a cancelled run, as the database spells it (rows written
+    /// before run ids were canonical may spell it otherwise; they match
+    /// nothing canonical, as in the database).
     pub fn insert(&self, run_id: &str) {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (set, order) = &mut *guard;
@@ -169,8 +174,8 @@ impl BudgetUse {
 /// Answer of `GET /v1/runs/{run_id}`: what an agent checks between steps.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RunStatus {
-    /// The run.
-    pub run_id: String,
+    /// The run, in its canonical spelling.
+    pub run_id: RunId,
     /// True once anyone cancelled the run: stop, and make no more calls.
     pub cancel_requested: bool,
     /// When, and why.
@@ -199,10 +204,10 @@ pub(crate) async fn run_status(
     State(app): State<Arc<AppState>>,
     Path(run_id): Path<String>,
 ) -> Result<Json<RunStatus>, ApiError> {
-    require_id("run_id", &run_id)?;
+    let run_id = crate::api::run_id(&run_id)?;
     let state = app.store.runs().state(&app.tenant, &run_id).await?;
     if state.cancel_requested_at.is_some() {
-        app.cancelled.insert(&run_id);
+        app.cancelled.insert(run_id.as_str());
     }
     let limits = app
         .policy
@@ -243,8 +248,8 @@ pub struct CancelRequest {
 /// Answer of a cancellation.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct CancelResponse {
-    /// The run.
-    pub run_id: String,
+    /// The run, in its canonical spelling.
+    pub run_id: RunId,
     /// When its cancellation was first requested.
     pub cancel_requested_at: Timestamp,
     /// False when it was already cancelled.
@@ -258,7 +263,7 @@ pub(crate) async fn cancel_run(
     Path(run_id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Json<CancelResponse>, ApiError> {
-    require_id("run_id", &run_id)?;
+    let run_id = crate::api::run_id(&run_id)?;
     let req: CancelRequest = if body.is_empty() {
         CancelRequest::default()
     } else {
@@ -279,8 +284,12 @@ pub(crate) async fn cancel_run(
             Timestamp::now(),
         )
         .await?;
-    app.cancelled.insert(&run_id);
-    tracing::info!(run_id, newly = done.newly_cancelled, "run cancelled");
+    app.cancelled.insert(run_id.as_str());
+    tracing::info!(
+        run_id = run_id.as_str(),
+        newly = done.newly_cancelled,
+        "run cancelled"
+    );
     Ok(Json(CancelResponse {
         run_id,
         cancel_requested_at: done.requested_at,
@@ -314,8 +323,8 @@ pub struct BatchCall {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
-    /// Run every call belongs to.
-    pub run_id: String,
+    /// Run every call belongs to, in its canonical spelling.
+    pub run_id: RunId,
     /// Must equal the sidecar's tenant when given.
     #[serde(default)]
     pub tenant: Option<String>,
@@ -435,8 +444,9 @@ mod tests {
         let runs = CancelledRuns::default();
         runs.insert("a");
         runs.insert("a");
-        assert!(runs.contains("a"));
-        assert!(!runs.contains("b"));
+        assert!(runs.contains(&RunId::parse("a").unwrap()));
+        assert!(runs.contains(&RunId::parse("A").unwrap()));
+        assert!(!runs.contains(&RunId::parse("b").unwrap()));
         assert_eq!(runs.inner.lock().unwrap().1.len(), 1);
     }
 

@@ -51,6 +51,20 @@ pub(crate) fn require(field: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a run id that is not in its canonical spelling (see
+/// [`toolgate_policy::ids`]): one run's rows must never be keyed two ways.
+/// The typed run APIs take a [`toolgate_policy::RunId`]; records that carry
+/// a run id as text are checked here.
+pub(crate) fn require_run_id(value: &str) -> Result<()> {
+    match toolgate_policy::RunId::parse(value) {
+        Ok(id) if id.as_str() == value => Ok(()),
+        Ok(id) => Err(StoreError::InvalidInput(format!(
+            "run_id must be in its canonical spelling `{id}`"
+        ))),
+        Err(e) => Err(StoreError::InvalidInput(e.to_string())),
+    }
+}
+
 pub(crate) fn require_opt(field: &str, value: Option<&str>) -> Result<()> {
     value.map_or(Ok(()), |v| require(field, v))
 }

@@ -228,7 +228,7 @@ impl Intents<'_> {
     /// durable when this returns, so the caller may then run the tool.
     pub async fn begin(&self, new: NewIntent, now: Timestamp) -> Result<Intent> {
         require("tenant", &new.tenant)?;
-        require("run_id", &new.run_id)?;
+        crate::require_run_id(&new.run_id)?;
         require("step_id", &new.step_id)?;
         require("tool", &new.tool)?;
         require("args_digest", &new.args_digest)?;

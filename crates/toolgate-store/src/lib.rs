@@ -49,7 +49,8 @@ pub use decisions::{
 };
 pub use fields::{MAX_FIELD_LEN, check_field};
 pub(crate) use fields::{
-    duration_ms, new_id, opt_ts_from_ms, parse_json, require, require_opt, ts_from_ms,
+    duration_ms, new_id, opt_ts_from_ms, parse_json, require, require_opt, require_run_id,
+    ts_from_ms,
 };
 pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{

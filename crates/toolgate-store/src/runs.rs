@@ -11,6 +11,7 @@
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use toolgate_policy::RunId;
 
 use crate::decisions::{ChainedDecision, DecisionRecord};
 use crate::intents::{IntentRow, PendingIntent, ResumeClass};
@@ -140,42 +141,49 @@ fn count(value: i64) -> u64 {
 
 /// Why a charge that changed no row was refused, read from the run's row.
 fn refusal(row: Option<RunRow>, limits: &RunLimits, high_risk: bool, now_ms: i64) -> Admission {
-    let Some((started_at, calls, high, cancelled, reason)) = row else {
+    let Some(row) = row else {
         // Inserted in this very transaction, so this cannot happen; refuse.
         return Admission::Cancelled {
             reason: Some("run row not visible".into()),
         };
     };
+    refused(row, limits, high_risk, now_ms).unwrap_or_else(|| Admission::Cancelled {
+        reason: Some("run state changed while charging".into()),
+    })
+}
+
+/// The refusal a charge of one call would meet on the run's row as it is:
+/// cancelled, or a budget used up; `None` when it would be counted.
+fn refused(row: RunRow, limits: &RunLimits, high_risk: bool, now_ms: i64) -> Option<Admission> {
+    let (started_at, calls, high, cancelled, reason) = row;
     if cancelled.is_some() {
-        return Admission::Cancelled { reason };
+        return Some(Admission::Cancelled { reason });
     }
     if let Some(max) = limits.max_calls
         && count(calls) >= max
     {
-        return Admission::Exhausted {
+        return Some(Admission::Exhausted {
             budget: Budget::Calls,
             limit: max,
-        };
+        });
     }
     if high_risk
         && let Some(max) = limits.max_high_risk_calls
         && count(high) >= max
     {
-        return Admission::Exhausted {
+        return Some(Admission::Exhausted {
             budget: Budget::HighRiskCalls,
             limit: max,
-        };
+        });
     }
     match limits.max_run_seconds {
         Some(max) if started_at.saturating_add(limit(Some(max)).unwrap_or(0) * 1000) <= now_ms => {
-            Admission::Exhausted {
+            Some(Admission::Exhausted {
                 budget: Budget::RunSeconds,
                 limit: max,
-            }
+            })
         }
-        _ => Admission::Cancelled {
-            reason: Some("run state changed while charging".into()),
-        },
+        _ => None,
     }
 }
 
@@ -222,13 +230,13 @@ impl Runs<'_> {
     pub async fn admit(
         &self,
         tenant: &str,
-        run_id: &str,
+        run_id: &RunId,
         high_risk: bool,
         limits: &RunLimits,
         now: Timestamp,
     ) -> Result<Admission> {
         require("tenant", tenant)?;
-        require("run_id", run_id)?;
+        let run_id = run_id.as_str();
         self.store.check_file()?;
         let now = now.as_millisecond();
         Ok(on_pool!(self.store, pool => {
@@ -237,6 +245,31 @@ impl Runs<'_> {
             tx.commit().await?;
             admission
         }))
+    }
+
+    /// What charging one call would answer now, without charging it: the
+    /// refusal a charge would meet ([`Admission::Cancelled`] or
+    /// [`Admission::Exhausted`]), or `None` when it would be counted (a run
+    /// never charged always would). One read by key. The sidecar asks this
+    /// before it asks a human: an escalation the run could not pay for is
+    /// refused, not put to an approver.
+    pub async fn would_refuse(
+        &self,
+        tenant: &str,
+        run_id: &RunId,
+        high_risk: bool,
+        limits: &RunLimits,
+        now: Timestamp,
+    ) -> Result<Option<Admission>> {
+        require("tenant", tenant)?;
+        let row: Option<RunRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(READ_RUN)
+                .bind(tenant)
+                .bind(run_id.as_str())
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(row.and_then(|row| refused(row, limits, high_risk, now.as_millisecond())))
     }
 
     /// [`Runs::admit`] and the decision record in one transaction: the
@@ -250,14 +283,14 @@ impl Runs<'_> {
         &self,
         tenant: &str,
         stream: &str,
-        run_id: &str,
+        run_id: &RunId,
         high_risk: bool,
         limits: &RunLimits,
         now: Timestamp,
         decide: impl FnOnce(&Admission) -> DecisionRecord,
     ) -> Result<(Admission, ChainedDecision)> {
         require("tenant", tenant)?;
-        require("run_id", run_id)?;
+        let run_id = run_id.as_str();
         self.store.check_file()?;
         let now_ms = now.as_millisecond();
         match &self.store.backend {
@@ -301,13 +334,13 @@ impl Runs<'_> {
     pub async fn cancel(
         &self,
         tenant: &str,
-        run_id: &str,
+        run_id: &RunId,
         reason: Option<&str>,
         by: &str,
         now: Timestamp,
     ) -> Result<Cancellation> {
         require("tenant", tenant)?;
-        require("run_id", run_id)?;
+        let run_id = run_id.as_str();
         require("by", by)?;
         require_opt("reason", reason)?;
         self.store.check_file()?;
@@ -341,9 +374,9 @@ impl Runs<'_> {
     }
 
     /// When `tenant`'s run was cancelled, if it was.
-    pub async fn cancelled_at(&self, tenant: &str, run_id: &str) -> Result<Option<Timestamp>> {
+    pub async fn cancelled_at(&self, tenant: &str, run_id: &RunId) -> Result<Option<Timestamp>> {
         require("tenant", tenant)?;
-        require("run_id", run_id)?;
+        let run_id = run_id.as_str();
         let sql = "SELECT cancel_requested_at FROM runs WHERE tenant = $1 AND run_id = $2";
         let at: Option<Option<i64>> = on_pool!(self.store, pool => {
             sqlx::query_scalar(sql).bind(tenant).bind(run_id).fetch_optional(pool).await?
@@ -377,9 +410,9 @@ impl Runs<'_> {
 
     /// The run's cancellation, counters and open intents, read in one query.
     /// A run never seen is returned with zero counters.
-    pub async fn state(&self, tenant: &str, run_id: &str) -> Result<RunState> {
+    pub async fn state(&self, tenant: &str, run_id: &RunId) -> Result<RunState> {
         require("tenant", tenant)?;
-        require("run_id", run_id)?;
+        let run_id = run_id.as_str();
         let sql = "SELECT r.started_at, r.calls, r.high_risk_calls, r.cancel_requested_at, \
             r.cancel_reason, r.cancelled_by, i.id, i.tenant, i.run_id, i.step_id, i.tool, \
             i.args_digest, i.call_digest, i.decision_id, i.risk, i.verification_probe, \
@@ -579,6 +612,7 @@ mod tests {
                 limit: 10
             }
         );
+        assert_eq!(refused((0, 2, 0, None, None), &limits, true, 1), None);
         // Cancellation wins over every budget.
         assert_eq!(
             refusal(

@@ -49,7 +49,8 @@ class ProtocolError(ToolgateError):
 
 
 class InvalidRequest(ToolgateError):
-    """The request was malformed: ``invalid_request``, ``request_too_large``,
+    """The request was malformed: ``invalid_request``, ``invalid_run_id`` (a
+    run id outside the sidecar's run-id alphabet), ``request_too_large``,
     ``unsupported_media_type``."""
 
 
@@ -127,6 +128,7 @@ class ApprovalRequired(ToolgateError):
 
 _BY_CODE: dict[str, type[ToolgateError]] = {
     "invalid_request": InvalidRequest,
+    "invalid_run_id": InvalidRequest,
     "request_too_large": InvalidRequest,
     "unsupported_media_type": InvalidRequest,
     "not_found": NotFound,

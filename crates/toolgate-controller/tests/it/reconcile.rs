@@ -1788,7 +1788,8 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     let mut rc = toolgate_controller::cancellation::RunCancellation::new(
         "cancel-run-7",
         toolgate_controller::cancellation::RunCancellationSpec {
-            run_id: "run-7".into(),
+            // Recorded under the run's canonical spelling, `run-7`.
+            run_id: "Run-7".into(),
             reason: Some("runaway".into()),
         },
     );
@@ -1813,7 +1814,8 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     assert_eq!(patched["status"]["phase"], "Applied", "{patched}");
     // Server-side apply (not a merge patch): the body names its kind.
     assert_eq!(patched["kind"], "RunCancellation", "{patched}");
-    let state = store.runs().state("agents", "run-7").await.unwrap();
+    let run7 = toolgate_policy::RunId::parse("run-7").unwrap();
+    let state = store.runs().state("agents", &run7).await.unwrap();
     assert_eq!(state.cancel_reason.as_deref(), Some("runaway"));
     assert_eq!(
         state.cancelled_by.as_deref(),

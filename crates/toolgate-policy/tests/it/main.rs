@@ -1,5 +1,8 @@
 //! The integration tests of `toolgate-policy`, built as one binary:
-//! evaluation through the public API, and the fuzz properties.
+//! evaluation through the public API, normalized paths, run ids, and the
+//! fuzz properties.
 
 mod evaluate;
 mod fuzz;
+mod paths;
+mod run_ids;

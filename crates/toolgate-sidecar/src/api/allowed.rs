@@ -24,7 +24,7 @@ pub(crate) const REMEMBER_FOR: Duration = Duration::from_secs(300);
 /// What an allowed decision permits; an intent must match it exactly.
 #[derive(Debug, Clone)]
 pub(crate) struct AllowedCall {
-    pub(super) run_id: String,
+    pub(super) run_id: toolgate_policy::RunId,
     pub(super) tool: String,
     pub(super) canonical_tool: String,
     pub(super) args_digest: String,
@@ -92,7 +92,7 @@ mod tests {
 
     fn call() -> AllowedCall {
         AllowedCall {
-            run_id: "run-1".into(),
+            run_id: toolgate_policy::RunId::parse("run-1").unwrap(),
             tool: "bash".into(),
             canonical_tool: "bash".into(),
             args_digest: "sha256:a".into(),

@@ -11,7 +11,7 @@ use axum::extract::State;
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use toolgate_policy::{
-    Call, CompiledPolicy, Context, Decision, Enforcement, Reason, Risk, Verdict,
+    Call, CompiledPolicy, Context, Decision, Enforcement, Reason, Risk, RunId, Verdict,
 };
 use toolgate_store::{ApprovalStatus, ApprovedCall, DecisionRecord, NewApproval, RunLimits};
 
@@ -85,8 +85,11 @@ async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decid
     };
     let mut approval_id = None;
     if verdict.verdict == Decision::Escalate {
-        // No new approval requests for a run cancelled elsewhere.
-        refuse_if_cancelled(app, &req.run_id, &mut verdict).await;
+        // No approval is asked for (nor used) for a run cancelled elsewhere
+        // or one whose budget could not pay for the call: a human is never
+        // asked about a call that would be refused anyway. An approved call
+        // is charged once, when it passes (in `record`).
+        refuse_if_unpayable(app, &req.run_id, &limits, mode, &mut verdict, now).await;
     }
     if verdict.verdict == Decision::Escalate {
         // An escalation only comes from a live bundle.
@@ -162,7 +165,7 @@ fn evaluate(
 fn record_of(req: &AuthorizeRequest, d: &Decided, verdict: &Verdict) -> DecisionRecord {
     DecisionRecord {
         decision_id: d.decision_id.clone(),
-        run_id: req.run_id.clone(),
+        run_id: req.run_id.as_str().to_owned(),
         step_id: d.step_id.clone(),
         tool: req.tool.clone(),
         verdict: verdict.verdict.as_str().to_owned(),
@@ -258,7 +261,7 @@ async fn charge(
             .await?
     };
     if matches!(admission, toolgate_store::Admission::Cancelled { .. }) {
-        app.cancelled.insert(&req.run_id);
+        app.cancelled.insert(req.run_id.as_str());
     }
     crate::runs::apply_admission(&mut d.verdict, &admission, d.mode);
     Ok(())
@@ -357,12 +360,47 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
 /// Reads the run's cancellation from the database (a cancellation made
 /// anywhere) and refuses `verdict` when there is one; an unreadable run
 /// state denies `audit_unavailable`.
-async fn refuse_if_cancelled(app: &AppState, run_id: &str, verdict: &mut Verdict) {
+async fn refuse_if_cancelled(app: &AppState, run_id: &RunId, verdict: &mut Verdict) {
     match app.store.runs().cancelled_at(&app.tenant, run_id).await {
         Ok(None) => {}
         Ok(Some(_)) => {
-            app.cancelled.insert(run_id);
+            app.cancelled.insert(run_id.as_str());
             crate::runs::refuse(verdict, Reason::RunCancelled, None);
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "run state unreadable; denying");
+            deny_audit(verdict);
+        }
+    }
+}
+
+/// Refuses an escalation its run could not pay for: cancelled, or (under
+/// budgets) a budget the call would need is used up, read without
+/// charging. Without budgets only the cancellation is read.
+async fn refuse_if_unpayable(
+    app: &AppState,
+    run_id: &RunId,
+    limits: &RunLimits,
+    mode: Enforcement,
+    verdict: &mut Verdict,
+    now: Timestamp,
+) {
+    if *limits == RunLimits::default() {
+        return refuse_if_cancelled(app, run_id, verdict).await;
+    }
+    let high_risk = verdict.risk == Risk::High;
+    match app
+        .store
+        .runs()
+        .would_refuse(&app.tenant, run_id, high_risk, limits, now)
+        .await
+    {
+        Ok(None) => {}
+        Ok(Some(refusal)) => {
+            if matches!(refusal, toolgate_store::Admission::Cancelled { .. }) {
+                app.cancelled.insert(run_id.as_str());
+            }
+            crate::runs::apply_admission(verdict, &refusal, mode);
         }
         Err(err) => {
             tracing::error!(error = %err, "run state unreadable; denying");
@@ -401,9 +439,15 @@ fn record_message(verdict: &Verdict) -> Option<String> {
 /// same call asks the same approval until it is used or expires. The call
 /// digest covers tool, action and arguments, so another action is another
 /// invocation.
-fn invocation_base(tenant: &str, run_id: &str, step_id: &str, v: &Verdict) -> String {
+fn invocation_base(tenant: &str, run_id: &RunId, step_id: &str, v: &Verdict) -> String {
     let mut h = Sha256::new();
-    for part in [tenant, run_id, step_id, &v.call_digest, &v.policy_version] {
+    for part in [
+        tenant,
+        run_id.as_str(),
+        step_id,
+        &v.call_digest,
+        &v.policy_version,
+    ] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
@@ -438,7 +482,7 @@ async fn escalate(
                     approval_id: None,
                     invocation_id: format!("{base}:{round}"),
                     tenant: app.tenant.clone(),
-                    run_id: req.run_id.clone(),
+                    run_id: req.run_id.as_str().to_owned(),
                     tool: tool.clone(),
                     args_digest: verdict.args_digest.clone(),
                     call_digest: Some(verdict.call_digest.clone()),

@@ -23,9 +23,24 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for StrictJson<T> {
 
 pub(crate) fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = T::deserialize(&mut de)
-        .map_err(|e| ApiError::InvalidRequest(format!("invalid request body: {e}")))?;
+    let value = T::deserialize(&mut de).map_err(|e| {
+        run_id_fault(bytes)
+            .unwrap_or_else(|| ApiError::InvalidRequest(format!("invalid request body: {e}")))
+    })?;
     de.end()
         .map_err(|e| ApiError::InvalidRequest(format!("trailing data after JSON body: {e}")))?;
     Ok(value)
+}
+
+/// A body refused for its `run_id` is `invalid_run_id`, whichever field
+/// serde stumbled on: read again (only on this error path) to see whether
+/// the `run_id` member is a run id.
+fn run_id_fault(bytes: &Bytes) -> Option<ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    match value.get("run_id")? {
+        serde_json::Value::String(text) => {
+            toolgate_policy::RunId::parse(text).err().map(Into::into)
+        }
+        _ => Some(ApiError::InvalidRunId("run_id: must be a string".into())),
+    }
 }

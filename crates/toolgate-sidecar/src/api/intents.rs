@@ -25,7 +25,7 @@ pub struct BeginIntentRequest {
     /// The allowing decision.
     pub decision_id: String,
     /// Run id (must match the decision's).
-    pub run_id: String,
+    pub run_id: toolgate_policy::RunId,
     /// Step id.
     pub step_id: String,
     /// Tool (must match the decision's).
@@ -45,7 +45,6 @@ pub(crate) async fn begin_intent(
     StrictJson(req): StrictJson<BeginIntentRequest>,
 ) -> Result<Response, ApiError> {
     require_id("decision_id", &req.decision_id)?;
-    require_id("run_id", &req.run_id)?;
     require_id("step_id", &req.step_id)?;
     require_id("tool", &req.tool)?;
     require_id("args_digest", &req.args_digest)?;
@@ -89,7 +88,7 @@ pub(crate) async fn begin_intent(
         .begin(
             NewIntent {
                 tenant: app.tenant.clone(),
-                run_id: req.run_id,
+                run_id: req.run_id.into_string(),
                 step_id: req.step_id,
                 tool: req.tool,
                 args_digest: req.args_digest,
@@ -180,13 +179,17 @@ pub(super) async fn list_intents(
     query: Result<Query<ListIntentsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::InvalidRequest(e.body_text()))?;
-    require_id("run_id", &q.run_id)?;
+    let run_id = super::run_id(&q.run_id)?;
     if let Some(s) = q.status.as_deref().filter(|s| *s != "pending") {
         return Err(ApiError::InvalidRequest(format!(
             "status `{s}` is not supported; only `pending` lists intents for resume"
         )));
     }
-    let pending = app.store.intents().pending(&app.tenant, &q.run_id).await?;
+    let pending = app
+        .store
+        .intents()
+        .pending(&app.tenant, run_id.as_str())
+        .await?;
     let intents: Vec<_> = pending.iter().map(pending_json).collect();
     Ok(Json(serde_json::json!({"intents": intents})))
 }

@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::Verdict;
+use toolgate_policy::{RunId, Verdict};
 use toolgate_store::Store;
 
 use crate::decision_log::DecisionLog;
@@ -136,8 +136,9 @@ pub struct AuthorizeRequest {
     pub action: Option<String>,
     /// Exact arguments.
     pub arguments: serde_json::Map<String, serde_json::Value>,
-    /// Run the call belongs to.
-    pub run_id: String,
+    /// Run the call belongs to, in its canonical spelling (a look-alike
+    /// is refused when the body is read: `invalid_run_id`).
+    pub run_id: RunId,
     /// Step within the run.
     #[serde(default)]
     pub step_id: Option<String>,
@@ -189,9 +190,15 @@ pub(crate) fn require_id(field: &str, value: &str) -> Result<(), ApiError> {
     })
 }
 
-/// Every agent-supplied field of a call, checked before it is decided.
+/// The run a path segment, query or header names, in its canonical
+/// spelling; a look-alike is `invalid_run_id`.
+pub(crate) fn run_id(text: &str) -> Result<RunId, ApiError> {
+    Ok(RunId::parse(text)?)
+}
+
+/// Every agent-supplied field of a call, checked before it is decided (the
+/// run id was checked when the body was read).
 pub(crate) fn validate_call(app: &AppState, req: &AuthorizeRequest) -> Result<(), ApiError> {
-    require_id("run_id", &req.run_id)?;
     require_id("tool", &req.tool)?;
     if let Some(step) = req.step_id.as_deref().filter(|s| !s.is_empty()) {
         require_id("step_id", step)?;

@@ -12,7 +12,7 @@ use axum::Json;
 use axum::extract::State;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::Decision;
+use toolgate_policy::{Decision, RunId};
 use toolgate_store::{IntentOutcome, NewIntent};
 
 use super::{AppState, AuthorizeRequest, AuthorizeResponse, NO_STEP, StrictJson, authorize_call};
@@ -23,8 +23,8 @@ use crate::workspace::{FileRead, FileWritten, Listing, Stat, WorkspaceError, Wor
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PathRequest {
-    /// Run whose workspace to use.
-    pub run_id: String,
+    /// Run whose workspace to use, in its canonical spelling.
+    pub run_id: RunId,
     /// Relative path; `""` is the root (list and stat only).
     pub path: String,
     /// Step within the run, for the decision record.
@@ -36,8 +36,8 @@ pub struct PathRequest {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WriteRequest {
-    /// Run whose workspace to use.
-    pub run_id: String,
+    /// Run whose workspace to use, in its canonical spelling.
+    pub run_id: RunId,
     /// Relative path.
     pub path: String,
     /// UTF-8 text to write.
@@ -98,20 +98,20 @@ async fn workspace_io<T: Send + 'static>(
 async fn govern(
     app: &AppState,
     op: &str,
-    run_id: &str,
+    run_id: &RunId,
     step_id: Option<String>,
     arguments: serde_json::Map<String, serde_json::Value>,
 ) -> Result<AuthorizeResponse, ApiError> {
     // A run id that cannot name a workspace is refused as such, before it
     // is decided or recorded.
-    crate::workspace::check_id("run_id", run_id)?;
+    crate::workspace::check_id("run_id", run_id.as_str())?;
     let answer = authorize_call(
         app,
         &AuthorizeRequest {
             tool: format!("workspace.{op}"),
             action: None,
             arguments,
-            run_id: run_id.to_owned(),
+            run_id: run_id.clone(),
             step_id,
             tenant: None,
             definition_digest: None,
@@ -178,7 +178,7 @@ async fn workspace_write_inner(
             .begin(
                 NewIntent {
                     tenant: app.tenant.clone(),
-                    run_id: req.run_id.clone(),
+                    run_id: req.run_id.as_str().to_owned(),
                     step_id: step.unwrap_or_else(|| NO_STEP.to_owned()),
                     tool: "workspace.write".into(),
                     args_digest: answer.verdict.args_digest.clone(),
@@ -200,7 +200,7 @@ async fn workspace_write_inner(
     let state = app.clone();
     let (run_id, path, content) = (req.run_id, req.path, req.content);
     let written = workspace_io(&app, move || {
-        Ok(state.workspaces.write(&run_id, &path, &content)?)
+        Ok(state.workspaces.write(run_id.as_str(), &path, &content)?)
     })
     .await;
     if let Some(id) = intent {
@@ -237,7 +237,7 @@ async fn governed_path<T: Send + 'static>(
         .await?;
         let state = app.clone();
         let result = workspace_io(&app, move || {
-            Ok(run(&state.workspaces, &req.run_id, &req.path)?)
+            Ok(run(&state.workspaces, req.run_id.as_str(), &req.path)?)
         })
         .await?;
         Ok(Json(Governed {

@@ -6,8 +6,10 @@
 //! - The upstream's address must pass the held profile's egress rules (the
 //!   same check as a NETWORK_* tool naming it); otherwise 403
 //!   `mcp_upstream_not_allowed`.
-//! - Run id: the `X-Toolgate-Run-Id` header, else the MCP session
-//!   (`Mcp-Session-Id`), else one per upstream for this sidecar's life.
+//! - Run id: the `X-Toolgate-Run-Id` header (a run id, or the request is
+//!   400 `invalid_run_id`), else the MCP session as `mcp-session-` and a
+//!   digest of `Mcp-Session-Id` (session ids are opaque and may hold any
+//!   visible character), else one per upstream for this sidecar's life.
 //! - Protocol 2026-07-28: `Mcp-Method` / `Mcp-Name` headers must match the
 //!   body (JSON-RPC error -32020 otherwise), and refusals carry
 //!   `resultType: "complete"`.
@@ -60,7 +62,7 @@ const FORWARDED_REQUEST_HEADERS: [&str; 6] = [
 /// One configured upstream and its gateway.
 pub(crate) struct Upstream {
     url: String,
-    default_run: String,
+    default_run: toolgate_policy::RunId,
     gateway: Gateway<InProcess>,
 }
 
@@ -84,7 +86,7 @@ impl McpUpstreams {
             .map(|(name, url)| {
                 let upstream = Upstream {
                     url: url.clone(),
-                    default_run: format!("mcp-{name}-{}", uuid::Uuid::now_v7()),
+                    default_run: default_run(name),
                     gateway: Gateway::new(
                         name.clone(),
                         Duration::ZERO,
@@ -150,7 +152,7 @@ impl Decider for InProcess {
             tool: call.tool.to_owned(),
             action: None,
             arguments: call.arguments.clone(),
-            run_id: call.run_id.to_owned(),
+            run_id: call.run_id.clone(),
             step_id: Some(call.step_id.to_owned()),
             tenant: None,
             definition_digest: call.definition_digest.map(str::to_owned),
@@ -173,7 +175,7 @@ impl Decider for InProcess {
         let text = |k: &str| verdict[k].as_str().unwrap_or_default().to_owned();
         let request = api::BeginIntentRequest {
             decision_id: text("decision_id"),
-            run_id: call.run_id.to_owned(),
+            run_id: call.run_id.clone(),
             step_id: call.step_id.to_owned(),
             tool: call.tool.to_owned(),
             args_digest: text("args_digest"),
@@ -250,6 +252,33 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// `mcp-<server>-<uuid v7>`: a server name is 1-64 of `A-Za-z0-9_-`, so
+/// this is a run id (the digest form only if that ever changes).
+fn default_run(server: &str) -> toolgate_policy::RunId {
+    let uuid = uuid::Uuid::now_v7();
+    toolgate_policy::RunId::parse(&format!("mcp-{server}-{uuid}"))
+        .unwrap_or_else(|_| toolgate_policy::RunId::derived("mcp", &format!("{server}/{uuid}")))
+}
+
+/// The run of a request: `X-Toolgate-Run-Id` (present but not a run id,
+/// not even readable text, is refused), else the session's derived run,
+/// else the upstream's.
+fn request_run(
+    headers: &HeaderMap,
+    upstream: &Upstream,
+) -> Result<toolgate_policy::RunId, ApiError> {
+    if let Some(value) = headers.get("x-toolgate-run-id") {
+        let text = value.to_str().map_err(|_| {
+            ApiError::InvalidRunId("X-Toolgate-Run-Id: run ids are ASCII text".into())
+        })?;
+        return api::run_id(text);
+    }
+    Ok(match header(headers, "mcp-session-id") {
+        Some(session) => toolgate_policy::RunId::derived("mcp-session", session),
+        None => upstream.default_run.clone(),
+    })
+}
+
 /// A JSON-RPC message answered directly by the gateway.
 fn answer(message: &Value) -> Response {
     (
@@ -290,11 +319,7 @@ pub(crate) async fn proxy(
             ));
         }
     }
-    let run_id = header(&headers, "x-toolgate-run-id")
-        .or_else(|| header(&headers, "mcp-session-id"))
-        .unwrap_or(&upstream.default_run)
-        .to_owned();
-    api::require_id("run_id", &run_id)?;
+    let run_id = request_run(&headers, &upstream)?;
     let modern = header(&headers, "mcp-protocol-version").is_some_and(|v| v >= "2026-07-28");
 
     let session = header(&headers, "mcp-session-id").map(str::to_owned);

@@ -36,7 +36,7 @@ pub(super) struct Stream {
     pub(super) upstream: Arc<Upstream>,
     /// The headers the request was forwarded with (session, protocol).
     pub(super) headers: reqwest::header::HeaderMap,
-    pub(super) run_id: String,
+    pub(super) run_id: toolgate_policy::RunId,
     /// The gateway's id of the forwarded request, if it was one.
     pub(super) awaited: Option<String>,
     /// The stream answers a POST (a GET's carries no answers).

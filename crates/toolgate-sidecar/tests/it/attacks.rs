@@ -411,9 +411,14 @@ async fn bad_fields_are_refused_before_any_decision_and_lose_no_records() {
                 ];
                 for attack in attacks {
                     let (status, err) = h.post("/v1/authorize", attack.clone()).await;
+                    let code = if attack["run_id"] == run {
+                        "invalid_request"
+                    } else {
+                        "invalid_run_id"
+                    };
                     assert_eq!(
                         (status, err["error"]["code"].as_str()),
-                        (400, Some("invalid_request")),
+                        (400, Some(code)),
                         "{attack}: {err}"
                     );
                 }

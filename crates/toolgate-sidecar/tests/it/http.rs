@@ -744,7 +744,7 @@ async fn malformed_requests_get_typed_errors() {
                 "/v1/authorize",
                 br#"{"tool":"bash","arguments":{},"run_id":""}"#.to_vec(),
                 400,
-                "invalid_request",
+                "invalid_run_id",
             ),
             (
                 "/v1/authorize",

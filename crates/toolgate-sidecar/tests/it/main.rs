@@ -3,8 +3,11 @@
 
 mod attacks;
 mod common;
+mod escalations;
 mod fuzz;
 mod http;
 mod mcp_upstream;
+mod paths;
+mod run_ids;
 mod runs;
 mod workspace;

@@ -224,7 +224,13 @@ async fn a_run_cancelled_from_outside_is_refused_and_dry_run_does_not_soften_it(
         // The CLI and the controller cancel through the store.
         h.store
             .runs()
-            .cancel(&h.tenant, &run, None, "user:alice", jiff::Timestamp::now())
+            .cancel(
+                &h.tenant,
+                &toolgate_policy::RunId::parse(&run).unwrap(),
+                None,
+                "user:alice",
+                jiff::Timestamp::now(),
+            )
             .await
             .unwrap();
         let v = h

@@ -129,10 +129,12 @@ async fn escapes_are_refused_without_leaking_host_paths() {
     let host = dir.path().to_str().unwrap().to_owned();
     let cases = [
         ("read", "/etc/passwd", "workspace_invalid_path"),
-        ("read", "../outside-secret.txt", "workspace_invalid_path"),
-        ("read", "sub/../../x", "workspace_invalid_path"),
+        // Paths that climb out or hold NUL are denied by the policy
+        // (path_escapes, path_invalid) before any file is touched.
+        ("read", "../outside-secret.txt", "policy_denied"),
+        ("read", "sub/../../x", "policy_denied"),
         ("read", "a//b", "workspace_invalid_path"),
-        ("read", "a\u{0}b", "workspace_invalid_path"),
+        ("read", "a\u{0}b", "policy_denied"),
         ("read", "", "workspace_invalid_path"),
         ("read", "abs-link", "workspace_escape"),
         ("read", "rel-link", "workspace_escape"),
@@ -196,14 +198,20 @@ async fn escapes_are_refused_without_leaking_host_paths() {
         .await;
     assert_eq!((status, r["content"].as_str()), (200, Some("ok")), "{r}");
 
-    // Bad run ids cannot name other directories.
-    for bad in ["..", "a/b", ""] {
+    // Bad run ids cannot name other directories: refused as run ids, or
+    // (a run id that is no directory name) as workspace ids.
+    for (bad, code) in [
+        ("..", "invalid_run_id"),
+        ("a/b", "invalid_run_id"),
+        ("", "invalid_run_id"),
+        ("a:b", "workspace_invalid_id"),
+    ] {
         let (status, err) = h
             .post("/v1/workspace/list", json!({"run_id": bad, "path": ""}))
             .await;
         assert_eq!(
             (status, err["error"]["code"].as_str()),
-            (400, Some("workspace_invalid_id")),
+            (400, Some(code)),
             "{bad:?}"
         );
     }

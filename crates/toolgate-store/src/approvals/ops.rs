@@ -47,7 +47,7 @@ impl Approvals<'_> {
         require_opt("approval_id", new.approval_id.as_deref())?;
         require("invocation_id", &new.invocation_id)?;
         require("tenant", &new.tenant)?;
-        require("run_id", &new.run_id)?;
+        crate::require_run_id(&new.run_id)?;
         require("tool", &new.tool)?;
         require("args_digest", &new.args_digest)?;
         require_opt("call_digest", new.call_digest.as_deref())?;

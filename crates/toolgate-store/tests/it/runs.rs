@@ -3,6 +3,7 @@
 /// The decision stream admissions are recorded in.
 const S: &str = "pod-a/0001";
 
+use crate::common::rid;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +46,10 @@ both_backends!(budgets_count_and_refuse_without_counting, |db| {
     let runs = db.store.runs();
     let run = unique("run");
     let now = Timestamp::now();
-    let first = runs.admit("acme", &run, true, &CALLS, now).await.unwrap();
+    let first = runs
+        .admit("acme", &rid(&run), true, &CALLS, now)
+        .await
+        .unwrap();
     assert_eq!(
         first,
         Admission::Admitted {
@@ -55,26 +59,34 @@ both_backends!(budgets_count_and_refuse_without_counting, |db| {
     );
     // The one high-risk call is used; low-risk calls still fit.
     assert_eq!(
-        runs.admit("acme", &run, true, &CALLS, now).await.unwrap(),
+        runs.admit("acme", &rid(&run), true, &CALLS, now)
+            .await
+            .unwrap(),
         Admission::Exhausted {
             budget: Budget::HighRiskCalls,
             limit: 1
         }
     );
     for expected in 2..=3 {
-        match runs.admit("acme", &run, false, &CALLS, now).await.unwrap() {
+        match runs
+            .admit("acme", &rid(&run), false, &CALLS, now)
+            .await
+            .unwrap()
+        {
             Admission::Admitted { calls, .. } => assert_eq!(calls, expected),
             other => panic!("{other:?}"),
         }
     }
     assert_eq!(
-        runs.admit("acme", &run, false, &CALLS, now).await.unwrap(),
+        runs.admit("acme", &rid(&run), false, &CALLS, now)
+            .await
+            .unwrap(),
         Admission::Exhausted {
             budget: Budget::Calls,
             limit: 3
         }
     );
-    let state = runs.state("acme", &run).await.unwrap();
+    let state = runs.state("acme", &rid(&run)).await.unwrap();
     assert_eq!(
         (state.calls, state.high_risk_calls),
         (3, 1),
@@ -82,7 +94,7 @@ both_backends!(budgets_count_and_refuse_without_counting, |db| {
     );
     // Another tenant's run of the same id has its own budget.
     assert!(
-        runs.admit("other", &run, true, &CALLS, now)
+        runs.admit("other", &rid(&run), true, &CALLS, now)
             .await
             .unwrap()
             .is_admitted()
@@ -93,7 +105,7 @@ both_backends!(budgets_count_and_refuse_without_counting, |db| {
         ..RunLimits::default()
     };
     assert_eq!(
-        runs.admit("acme", &unique("run"), true, &zero, now)
+        runs.admit("acme", &rid(&unique("run")), true, &zero, now)
             .await
             .unwrap(),
         Admission::Exhausted {
@@ -112,21 +124,21 @@ both_backends!(run_time_budget_starts_at_the_first_call, |db| {
     };
     let start = Timestamp::now();
     assert!(
-        runs.admit("acme", &run, false, &limits, start)
+        runs.admit("acme", &rid(&run), false, &limits, start)
             .await
             .unwrap()
             .is_admitted()
     );
     let later = start + SignedDuration::from_secs(59);
     assert!(
-        runs.admit("acme", &run, false, &limits, later)
+        runs.admit("acme", &rid(&run), false, &limits, later)
             .await
             .unwrap()
             .is_admitted()
     );
     let past = start + SignedDuration::from_secs(60);
     assert_eq!(
-        runs.admit("acme", &run, false, &limits, past)
+        runs.admit("acme", &rid(&run), false, &limits, past)
             .await
             .unwrap(),
         Admission::Exhausted {
@@ -134,6 +146,87 @@ both_backends!(run_time_budget_starts_at_the_first_call, |db| {
             limit: 60
         }
     );
+});
+
+both_backends!(would_refuse_reads_the_budget_without_charging, |db| {
+    let runs = db.store.runs();
+    let run = rid(&unique("run"));
+    let now = Timestamp::now();
+    // A run never charged would be admitted.
+    assert_eq!(
+        runs.would_refuse("acme", &run, true, &CALLS, now)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        runs.admit("acme", &run, true, &CALLS, now)
+            .await
+            .unwrap()
+            .is_admitted()
+    );
+    // The high-risk budget is spent, the call budget is not.
+    assert_eq!(
+        runs.would_refuse("acme", &run, true, &CALLS, now)
+            .await
+            .unwrap(),
+        Some(Admission::Exhausted {
+            budget: Budget::HighRiskCalls,
+            limit: 1
+        })
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            runs.would_refuse("acme", &run, false, &CALLS, now)
+                .await
+                .unwrap(),
+            None
+        );
+    }
+    assert_eq!(
+        runs.state("acme", &run).await.unwrap().calls,
+        1,
+        "nothing charged"
+    );
+    runs.cancel("acme", &run, Some("stop"), "user:a", now)
+        .await
+        .unwrap();
+    assert_eq!(
+        runs.would_refuse("acme", &run, false, &CALLS, now)
+            .await
+            .unwrap(),
+        Some(Admission::Cancelled {
+            reason: Some("stop".into())
+        })
+    );
+});
+
+both_backends!(records_refuse_run_ids_not_in_canonical_spelling, |db| {
+    for bad in ["Run-1", "run-1.", "run-1 ", "run\u{200b}-1"] {
+        let err = db
+            .store
+            .intents()
+            .begin(
+                NewIntent {
+                    tenant: "acme".into(),
+                    run_id: bad.into(),
+                    step_id: "s1".into(),
+                    tool: "deploy".into(),
+                    args_digest: "sha256:a".into(),
+                    call_digest: None,
+                    decision_id: unique("dec"),
+                    risk: "high".into(),
+                    verification_probe: None,
+                },
+                Timestamp::now(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, toolgate_store::StoreError::InvalidInput(_)),
+            "{bad:?}: {err}"
+        );
+    }
 });
 
 both_backends!(concurrent_sidecars_never_overshoot_a_budget, |db| {
@@ -152,7 +245,7 @@ both_backends!(concurrent_sidecars_never_overshoot_a_budget, |db| {
         tasks.push(tokio::spawn(async move {
             store
                 .runs()
-                .admit("acme", &run, false, &limits, Timestamp::now())
+                .admit("acme", &rid(&run), false, &limits, Timestamp::now())
                 .await
                 .unwrap()
         }));
@@ -164,14 +257,22 @@ both_backends!(concurrent_sidecars_never_overshoot_a_budget, |db| {
         }
     }
     assert_eq!(admitted, 25);
-    assert_eq!(db.store.runs().state("acme", &run).await.unwrap().calls, 25);
+    assert_eq!(
+        db.store
+            .runs()
+            .state("acme", &rid(&run))
+            .await
+            .unwrap()
+            .calls,
+        25
+    );
 });
 
 both_backends!(admission_and_record_commit_together, |db| {
     let runs = db.store.runs();
     let run = unique("run");
     let (admission, chained) = runs
-        .admit_and_record("acme", S, &run, true, &CALLS, Timestamp::now(), |a| {
+        .admit_and_record("acme", S, &rid(&run), true, &CALLS, Timestamp::now(), |a| {
             assert!(a.is_admitted());
             record(&run, "allow", "allow_rule")
         })
@@ -184,7 +285,7 @@ both_backends!(admission_and_record_commit_together, |db| {
         .admit_and_record(
             "acme",
             S,
-            &run,
+            &rid(&run),
             true,
             &CALLS,
             Timestamp::now(),
@@ -199,15 +300,23 @@ both_backends!(admission_and_record_commit_together, |db| {
     assert_eq!(chained.record.reason, "budget_exhausted");
     // A record the log refuses rolls the charge back.
     let err = runs
-        .admit_and_record("acme", S, &run, false, &CALLS, Timestamp::now(), |_| {
-            let mut r = record(&run, "allow", "allow_rule");
-            r.tool = String::new();
-            r
-        })
+        .admit_and_record(
+            "acme",
+            S,
+            &rid(&run),
+            false,
+            &CALLS,
+            Timestamp::now(),
+            |_| {
+                let mut r = record(&run, "allow", "allow_rule");
+                r.tool = String::new();
+                r
+            },
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "invalid_input");
-    assert_eq!(runs.state("acme", &run).await.unwrap().calls, 1);
+    assert_eq!(runs.state("acme", &rid(&run)).await.unwrap().calls, 1);
     let report = db.store.decisions().verify(Some("acme")).await.unwrap();
     assert!(report.iter().all(|r| r.ok), "{report:?}");
     assert_eq!(report[0].rows, 2);
@@ -222,7 +331,7 @@ both_backends!(
         assert!(
             store
                 .runs()
-                .admit("acme", &run, false, &RunLimits::default(), now)
+                .admit("acme", &rid(&run), false, &RunLimits::default(), now)
                 .await
                 .unwrap()
                 .is_admitted()
@@ -290,7 +399,7 @@ both_backends!(
             .runs()
             .cancel(
                 "acme",
-                &run,
+                &rid(&run),
                 Some("runaway loop"),
                 "user:alice",
                 Timestamp::now(),
@@ -311,7 +420,13 @@ both_backends!(
         assert_eq!(
             store
                 .runs()
-                .admit("acme", &run, false, &RunLimits::default(), Timestamp::now())
+                .admit(
+                    "acme",
+                    &rid(&run),
+                    false,
+                    &RunLimits::default(),
+                    Timestamp::now()
+                )
                 .await
                 .unwrap(),
             Admission::Cancelled {
@@ -321,13 +436,19 @@ both_backends!(
         // Cancelling again changes nothing.
         let again = store
             .runs()
-            .cancel("acme", &run, Some("other"), "user:bob", Timestamp::now())
+            .cancel(
+                "acme",
+                &rid(&run),
+                Some("other"),
+                "user:bob",
+                Timestamp::now(),
+            )
             .await
             .unwrap();
         assert!(!again.newly_cancelled);
         assert_eq!(again.requested_at, cancel.requested_at);
 
-        let state = store.runs().state("acme", &run).await.unwrap();
+        let state = store.runs().state("acme", &rid(&run)).await.unwrap();
         assert_eq!(state.cancel_reason.as_deref(), Some("runaway loop"));
         assert_eq!(state.cancelled_by.as_deref(), Some("user:alice"));
         assert_eq!(state.calls, 1);
@@ -355,15 +476,19 @@ both_backends!(
                 .is_empty()
         );
         assert_eq!(
-            store.runs().cancelled_at("acme", &run).await.unwrap(),
+            store.runs().cancelled_at("acme", &rid(&run)).await.unwrap(),
             Some(cancel.requested_at)
         );
         assert_eq!(
-            store.runs().cancelled_at("other", &run).await.unwrap(),
+            store
+                .runs()
+                .cancelled_at("other", &rid(&run))
+                .await
+                .unwrap(),
             None
         );
         // A run never seen has an empty state.
-        let unseen = store.runs().state("acme", "never").await.unwrap();
+        let unseen = store.runs().state("acme", &rid("never")).await.unwrap();
         assert_eq!(
             (unseen.calls, unseen.started_at, unseen.open_intents.len()),
             (0, None, 0)

@@ -267,7 +267,13 @@ async fn a_shadowing_function_never_runs_with_the_owners_rights() {
     db.roles.push(newcomer.role);
     admin
         .runs()
-        .cancel(&tb, "run-b2", Some("x"), "alice", Timestamp::now())
+        .cancel(
+            &tb,
+            &crate::common::rid("run-b2"),
+            Some("x"),
+            "alice",
+            Timestamp::now(),
+        )
         .await
         .unwrap();
     assert_eq!(

@@ -1,6 +1,7 @@
 //! Decision chains per (tenant, stream), the legacy stream, stream links
 //! and checkpoint positions, on both engines.
 
+use crate::common::rid;
 use std::sync::Arc;
 
 use toolgate_store::{DecisionRecord, GENESIS_HASH, LEGACY_STREAM, Store, genesis_hash};
@@ -560,7 +561,7 @@ async fn postgres_writers_of_one_stream_recover_from_a_stale_head() {
         .admit_and_record(
             tenant,
             stream,
-            "run-9",
+            &rid("run-9"),
             true,
             &limits,
             jiff::Timestamp::now(),

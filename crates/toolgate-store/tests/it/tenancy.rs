@@ -7,6 +7,7 @@
 //! schema and provisions tenants with random names (roles are
 //! cluster-global), and drops schema and roles afterwards.
 
+use crate::common::rid;
 use std::time::Duration;
 
 use crate::common::tenants::*;
@@ -655,14 +656,14 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
     let now = jiff::Timestamp::now();
     assert!(
         a.runs()
-            .admit(&ta, "run-1", true, &limits, now)
+            .admit(&ta, &rid("run-1"), true, &limits, now)
             .await
             .unwrap()
             .is_admitted()
     );
     assert!(
         b.runs()
-            .admit(&tb, "run-1", false, &limits, now)
+            .admit(&tb, &rid("run-1"), false, &limits, now)
             .await
             .unwrap()
             .is_admitted()
@@ -670,7 +671,7 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
     // Charging another tenant's run is refused by row-level security.
     let err = a
         .runs()
-        .admit(&tb, "run-1", false, &limits, now)
+        .admit(&tb, &rid("run-1"), false, &limits, now)
         .await
         .unwrap_err();
     assert_eq!(err.code(), "permission_denied", "{err}");
@@ -698,7 +699,7 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
         .runs()
         .cancel(
             &ta,
-            "run-1",
+            &rid("run-1"),
             Some("stop"),
             "sidecar:pod-1",
             jiff::Timestamp::now(),
@@ -720,13 +721,19 @@ async fn tenant_roles_count_and_cancel_only_their_own_runs() {
     // Another tenant's run: refused, and B's run stays live.
     let err = a
         .runs()
-        .cancel(&tb, "run-1", None, "sidecar:pod-1", jiff::Timestamp::now())
+        .cancel(
+            &tb,
+            &rid("run-1"),
+            None,
+            "sidecar:pod-1",
+            jiff::Timestamp::now(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), "permission_denied", "{err}");
     assert!(
         b.runs()
-            .state(&tb, "run-1")
+            .state(&tb, &rid("run-1"))
             .await
             .unwrap()
             .cancel_requested_at
@@ -1115,7 +1122,7 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         .admit_and_record(
             &ta,
             s1,
-            "run-t",
+            &rid("run-t"),
             true,
             &toolgate_store::RunLimits::default(),
             Timestamp::now(),

@@ -422,7 +422,13 @@ async fn approval_wake_ups_reach_only_their_tenant() {
     for run in ["run-1", "secret-project-merger-q3"] {
         fx.admin
             .runs()
-            .cancel(&ta, run, Some("stop"), "alice", Timestamp::now())
+            .cancel(
+                &ta,
+                &crate::common::rid(run),
+                Some("stop"),
+                "alice",
+                Timestamp::now(),
+            )
             .await
             .unwrap();
     }

@@ -5,7 +5,9 @@
 //! asked of the sidecar at `$TOOLGATE_URL` exactly as `/v1/authorize` would
 //! be asked by hand: `tool_name` is the policy tool (the profile's aliases
 //! map e.g. `Bash` to `bash`), `tool_input` its arguments, `session_id` the
-//! run id and `tool_use_id` the step id.
+//! run id (in its canonical spelling: ASCII letters lowercased; a session
+//! id outside the run-id alphabet blocks the call, `invalid_run_id`) and
+//! `tool_use_id` the step id.
 //!
 //! Exit codes follow the hook protocol: 0 lets the call run; 2 blocks it
 //! (stderr is shown to the agent). Everything that is not a clear allow —
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
+use toolgate_policy::RunId;
 
 use crate::cli_error::CliError;
 
@@ -133,7 +136,7 @@ fn pre_tool_use(args: &PreToolUseArgs) -> Answer {
 struct HookCall {
     tool: String,
     arguments: Map<String, Value>,
-    run_id: String,
+    run_id: RunId,
     step_id: Option<String>,
 }
 
@@ -156,10 +159,12 @@ impl HookCall {
             Some(Value::Object(m)) => m.clone(),
             Some(_) => return Err("tool_input must be a JSON object".into()),
         };
+        let run_id = RunId::parse(text("session_id").unwrap_or("hook"))
+            .map_err(|e| format!("{}: session_id: {e}", e.code()))?;
         Ok(Self {
             tool: tool.to_owned(),
             arguments,
-            run_id: text("session_id").unwrap_or("hook").to_owned(),
+            run_id,
             step_id: text("tool_use_id").map(str::to_owned),
         })
     }
@@ -322,10 +327,18 @@ mod tests {
             HookCall {
                 tool: "Bash".into(),
                 arguments: json!({"command": "ls"}).as_object().unwrap().clone(),
-                run_id: "s-1".into(),
+                run_id: RunId::parse("s-1").unwrap(),
                 step_id: Some("toolu_1".into()),
             }
         );
+        // A session id is the run id in its one spelling; look-alikes block.
+        let upper = HookCall::parse(br#"{"session_id":"S-1","tool_name":"Bash"}"#).unwrap();
+        assert_eq!(upper.run_id.as_str(), "s-1");
+        for session in ["s-1 ", "s-1.", "s-1/", "s\u{200b}-1"] {
+            let input = json!({"session_id": session, "tool_name": "Bash"}).to_string();
+            let err = HookCall::parse(input.as_bytes()).unwrap_err();
+            assert!(err.starts_with("invalid_run_id"), "{session:?}: {err}");
+        }
         for bad in [
             &b"not json"[..],
             b"[]",

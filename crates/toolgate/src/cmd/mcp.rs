@@ -60,9 +60,10 @@ pub fn run(args: McpArgs, log_json: bool) -> Result<ExitCode, CliError> {
     let sidecar = Sidecar::new(&args.sidecar, Duration::from_secs(args.timeout.max(1)))?;
     let config = WrapConfig {
         server: args.server,
-        run_id: args
-            .run_id
-            .unwrap_or_else(toolgate_mcp::stdio::generated_run_id),
+        run_id: match args.run_id {
+            Some(text) => toolgate_policy::RunId::parse(&text)?,
+            None => toolgate_mcp::stdio::generated_run_id(),
+        },
         approval_wait: Duration::from_secs(args.approval_wait),
         sidecar,
     };

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use toolgate_policy::RunId;
 use toolgate_store::Store;
 
 use crate::cli_error::CliError;
@@ -20,7 +21,7 @@ enum RunsCommand {
     /// (`run_cancelled`) and its pending approvals are cancelled. Open
     /// intents are kept for resume; nothing is replayed.
     Cancel {
-        /// The run id.
+        /// The run id (ASCII letters are case-folded; other spellings are refused).
         run_id: String,
         /// Database URL.
         #[arg(long, env = "TOOLGATE_DATABASE_URL")]
@@ -37,7 +38,7 @@ enum RunsCommand {
     },
     /// Print a run's cancellation, counted calls and open intents as JSON.
     Status {
-        /// The run id.
+        /// The run id (ASCII letters are case-folded).
         run_id: String,
         /// Database URL.
         #[arg(long, env = "TOOLGATE_DATABASE_URL")]
@@ -59,6 +60,7 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
                 reason,
                 by,
             } => {
+                let run_id = RunId::parse(&run_id)?;
                 let store = Store::connect(&database).await?;
                 let done = store
                     .runs()
@@ -84,6 +86,7 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
                 database,
                 tenant,
             } => {
+                let run_id = RunId::parse(&run_id)?;
                 let store = Store::connect(&database).await?;
                 print_json(&store.runs().state(&tenant, &run_id).await?);
                 Ok(ExitCode::SUCCESS)

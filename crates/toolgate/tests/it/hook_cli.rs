@@ -203,11 +203,13 @@ fn the_hook_blocks_all_but_a_clear_allow() {
     approver.join().unwrap();
     assert_eq!((code, decision(&out)), (0, "allow"), "{out}");
 
-    // A call the sidecar refuses to read (a control character in the run
-    // id) is blocked with the sidecar's code.
-    let (code, _, stderr) = hook(Some(&url), &hook_input("git status", "bad\u{1}run"), &[]);
-    assert_eq!(code, 2);
-    assert!(stderr.contains("invalid_request"), "{stderr}");
+    // A session id that is no run id (a control character, a look-alike)
+    // blocks the call with the run-id code.
+    for session in ["bad\u{1}run", "run-1 ", "run-1\u{200b}"] {
+        let (code, _, stderr) = hook(Some(&url), &hook_input("git status", session), &[]);
+        assert_eq!(code, 2);
+        assert!(stderr.contains("invalid_run_id"), "{stderr}");
+    }
 }
 
 #[test]
@@ -235,10 +237,11 @@ fn runs_are_cancelled_from_the_command_line() {
     let (code, _, _) = hook(Some(&url), &hook_input("git status", "session-9"), &[]);
     assert_eq!(code, 0);
 
+    // Cancelled in another case: run ids are case-folded, one run.
     let out = toolgate(&[
         "runs",
         "cancel",
-        "session-9",
+        "SESSION-9",
         "--database",
         &database,
         "--tenant",
@@ -304,5 +307,5 @@ fn runs_are_cancelled_from_the_command_line() {
     } else {
         err
     };
-    assert_eq!(err["error"]["code"], "invalid_input", "{err}");
+    assert_eq!(err["error"]["code"], "invalid_run_id", "{err}");
 }

@@ -213,3 +213,8 @@ macro_rules! both_backends {
         }
     };
 }
+
+/// A run id the typed run APIs take (test ids are canonical already).
+pub fn rid(text: &str) -> toolgate_policy::RunId {
+    toolgate_policy::RunId::parse(text).expect("test run ids are valid")
+}

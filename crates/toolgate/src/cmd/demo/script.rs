@@ -3,7 +3,7 @@
 //! learned, and judges the answer.
 
 use serde_json::{Value, json};
-use toolgate_policy::{Decision, Reason};
+use toolgate_policy::{Decision, Reason, RunId};
 use toolgate_sidecar::api::{
     AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, PathRequest,
     WriteRequest,
@@ -12,6 +12,11 @@ use toolgate_store::IntentOutcome;
 
 /// The run every scripted call belongs to.
 pub(super) const RUN: &str = "run-1";
+/// [`RUN`] as the sidecar's request types hold it.
+fn run() -> RunId {
+    RunId::parse(RUN).unwrap_or_else(|_| RunId::derived("demo", RUN))
+}
+
 /// The tenant of the demo's sidecar.
 pub(super) const TENANT: &str = "demo";
 
@@ -150,7 +155,7 @@ fn call(tool: &str, key: &str, value: &str, step: &str) -> Act {
         tool: tool.into(),
         action: None,
         arguments: [(key.to_owned(), Value::from(value))].into_iter().collect(),
-        run_id: RUN.into(),
+        run_id: run(),
         step_id: Some(step.into()),
         tenant: None,
         definition_digest: None,
@@ -160,7 +165,7 @@ fn call(tool: &str, key: &str, value: &str, step: &str) -> Act {
 /// Reads `path` from the run's workspace.
 fn read(path: &str) -> Act {
     Act::Read(PathRequest {
-        run_id: RUN.into(),
+        run_id: run(),
         path: path.into(),
         step_id: None,
     })
@@ -169,7 +174,7 @@ fn read(path: &str) -> Act {
 /// Writes `content` to `path` in the run's workspace.
 fn write(path: &str, content: &str) -> Act {
     Act::Write(WriteRequest {
-        run_id: RUN.into(),
+        run_id: run(),
         path: path.into(),
         content: content.into(),
         step_id: None,
@@ -211,7 +216,7 @@ pub(super) const SCRIPT: &[Step] = &[
         act: |m| {
             Act::BeginIntent(BeginIntentRequest {
                 decision_id: m.decision_id.clone(),
-                run_id: RUN.into(),
+                run_id: run(),
                 step_id: "s1".into(),
                 tool: "bash".into(),
                 args_digest: m.args_digest.clone(),
@@ -358,10 +363,12 @@ pub(super) const SCRIPT: &[Step] = &[
         scene: None,
         act: |_| read("../../../etc/passwd"),
         check: Some(|a, _| {
+            // The policy denies a path that climbs out before any file is touched.
             let code = a.error_code();
+            let reason = text(&a.body["verdict"]["reason"]);
             check(
-                a.status == 400 && code == "workspace_invalid_path",
-                format!("escape attempt refused: {} {code}", a.status),
+                a.status == 403 && code == "policy_denied" && reason == "path_escapes",
+                format!("escape attempt refused: {} {code} ({reason})", a.status),
             )
         }),
     },

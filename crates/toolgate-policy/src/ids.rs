@@ -1,0 +1,224 @@
+//! Run ids: one spelling per run.
+//!
+//! A run is cancelled, charged and audited by its id, so two spellings of
+//! one id must never be two runs. [`RunId::parse`] is the only way to make
+//! a [`RunId`], and it admits one spelling only:
+//!
+//! - ASCII letters are folded to lowercase (`Run-1` is `run-1`);
+//! - 1 to [`MAX_RUN_ID_LEN`] characters from `a-z`, `0-9`, `.`, `_`, `:`
+//!   and `-`;
+//! - the first and the last character are a letter or a digit.
+//!
+//! Everything else is refused: whitespace of any kind (a trailing space,
+//! NBSP), zero-width and other format characters, full-width and other
+//! non-ASCII look-alikes, `/`, and a trailing `.` or `-`. So every variant
+//! of an id is either refused or equal to it, and what the database holds
+//! is always the canonical spelling.
+//!
+//! Ids made elsewhere fit the rule: UUIDs, `mcp-<uuid>`,
+//! `mcp-<server>-<uuid>` for a server named in the alphabet. An opaque key
+//! that may not fit (an MCP session id) becomes a run id through
+//! [`RunId::derived`].
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::PolicyError;
+
+/// Longest run id, in characters (all ASCII, so also bytes).
+pub const MAX_RUN_ID_LEN: usize = 128;
+
+/// Hex digits of the digest in a [`RunId::derived`] id (128 bits).
+const DERIVED_HEX: usize = 32;
+
+/// A run id in its canonical spelling (see the [module](self) docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RunId(String);
+
+fn allowed(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b':' | b'-')
+}
+
+impl RunId {
+    /// The canonical run id `text` spells, or
+    /// [`PolicyError::InvalidRunId`] when it is outside the alphabet.
+    pub fn parse(text: &str) -> Result<Self, PolicyError> {
+        let refuse = |why: &str| PolicyError::InvalidRunId {
+            message: format!("{} {why}", shown(text)),
+        };
+        if text.is_empty() || text.len() > MAX_RUN_ID_LEN {
+            return Err(refuse(&format!(
+                "must be 1-{MAX_RUN_ID_LEN} characters from a-z 0-9 . _ : -"
+            )));
+        }
+        let id = text.to_ascii_lowercase();
+        if let Some(c) = id.chars().find(|c| !c.is_ascii() || !allowed(*c as u8)) {
+            return Err(refuse(&format!(
+                "holds {c:?}: run ids use a-z 0-9 . _ : - only (letters are case-folded)"
+            )));
+        }
+        let bytes = id.as_bytes();
+        if !bytes[0].is_ascii_alphanumeric() || !bytes[bytes.len() - 1].is_ascii_alphanumeric() {
+            return Err(refuse("must start and end with a letter or a digit"));
+        }
+        Ok(Self(id))
+    }
+
+    /// A run id for an opaque `key` that need not be a run id itself (an
+    /// MCP session id): `prefix`, `-`, and the first 32 hex digits of the
+    /// key's SHA-256. Deterministic, so one key is always one run, and
+    /// exact, so two keys are two runs. `prefix` is cut to the alphabet
+    /// (lowercased, other characters dropped); an empty one becomes `run`.
+    pub fn derived(prefix: &str, key: &str) -> Self {
+        let mut head: String = prefix
+            .to_ascii_lowercase()
+            .bytes()
+            .filter(|b| allowed(*b))
+            .map(char::from)
+            .skip_while(|c| !c.is_ascii_alphanumeric())
+            .take(MAX_RUN_ID_LEN - DERIVED_HEX - 1)
+            .collect();
+        if head.is_empty() {
+            head.push_str("run");
+        }
+        let digest = hex::encode(Sha256::digest(key.as_bytes()));
+        Self(format!("{head}-{}", &digest[..DERIVED_HEX]))
+    }
+
+    /// The canonical spelling.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The canonical spelling, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// True when `text` is already the canonical spelling of a run id
+    /// (what a store checks of ids it is handed as plain text).
+    pub fn is_canonical(text: &str) -> bool {
+        Self::parse(text).is_ok_and(|id| id.0 == text)
+    }
+}
+
+/// At most 64 characters of refused input, escaped, for error messages.
+fn shown(text: &str) -> String {
+    let cut: String = text.chars().take(64).collect();
+    let more = if cut.len() < text.len() { "…" } else { "" };
+    format!("run id {:?}{more}", cut)
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for RunId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for RunId {
+    type Err = PolicyError;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::parse(text)
+    }
+}
+
+impl TryFrom<String> for RunId {
+    type Error = PolicyError;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        Self::parse(&text)
+    }
+}
+
+impl From<RunId> for String {
+    fn from(id: RunId) -> Self {
+        id.0
+    }
+}
+
+impl PartialEq<str> for RunId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for RunId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn case_folds_and_keeps_the_alphabet() {
+        assert_eq!(RunId::parse("Run-1").unwrap().as_str(), "run-1");
+        for ok in [
+            "x",
+            "0",
+            "a.b_c:d-e",
+            "mcp-0190b7a2-7c1e-7d3f-9a4b-123456789abc",
+            "py-test_x-123",
+        ] {
+            assert_eq!(RunId::parse(ok).unwrap().as_str(), ok);
+            assert!(RunId::is_canonical(ok));
+        }
+        assert!(!RunId::is_canonical("X"));
+        assert!(RunId::parse(&"a".repeat(MAX_RUN_ID_LEN)).is_ok());
+    }
+
+    #[test]
+    fn look_alikes_are_refused() {
+        for bad in [
+            "",
+            "x ",
+            " x",
+            "x.",
+            "x-",
+            "x/",
+            "-x",
+            "x\u{a0}",
+            "x\u{200b}",
+            "\u{ff58}",
+            "x\u{0}",
+            "a b",
+            "a/b",
+            "caf\u{e9}",
+            "K\u{212a}",
+        ] {
+            let err = RunId::parse(bad).unwrap_err();
+            assert_eq!(err.code(), "invalid_run_id", "{bad:?}");
+        }
+        assert!(RunId::parse(&"a".repeat(MAX_RUN_ID_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn derived_ids_are_valid_exact_and_stable() {
+        let a = RunId::derived("mcp-session", "Abc/=+");
+        assert!(RunId::is_canonical(a.as_str()), "{a}");
+        assert!(a.as_str().starts_with("mcp-session-"));
+        assert_eq!(a, RunId::derived("mcp-session", "Abc/=+"));
+        assert_ne!(a, RunId::derived("mcp-session", "abc/=+"));
+        assert!(RunId::derived("--", "k").as_str().starts_with("run-"));
+        let long = RunId::derived(&"p".repeat(500), "k");
+        assert_eq!(long.as_str().len(), MAX_RUN_ID_LEN);
+    }
+
+    #[test]
+    fn serde_goes_through_parse() {
+        let id: RunId = serde_json::from_str("\"Run-1\"").unwrap();
+        assert_eq!(id.as_str(), "run-1");
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"run-1\"");
+        assert!(serde_json::from_str::<RunId>("\"x.\"").is_err());
+    }
+}
