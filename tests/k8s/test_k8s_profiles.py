@@ -119,6 +119,22 @@ def test_crd_cel_transition_rules(kube):
                json.dumps({"spec": {"decision": "approved"}}), check=False)
     assert out.returncode != 0 and "spec.decision cannot be changed once set" in out.stderr, out.stderr
 
+    # A pending request cannot be turned into a standing grant (nor a grant
+    # into a request): removing one member and adding the other is refused,
+    # which `self == oldSelf` on the member alone never caught.
+    request = {"apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
+               "metadata": {"name": "request-pending", "namespace": ns},
+               "spec": {"request": {**REQUEST, "tenant": ns}}}
+    kube.create(request)
+    out = kube("patch", "tga", "request-pending", "-n", ns, "--type", "json", "-p", json.dumps([
+        {"op": "remove", "path": "/spec/request"},
+        {"op": "add", "path": "/spec/grant", "value": {**GRANT, "profile": "nope"}}]), check=False)
+    assert out.returncode != 0 and "an Approval stays a request or a grant" in out.stderr, out.stderr
+    out = kube("patch", "tga", "grant-decided", "-n", ns, "--type", "json", "-p", json.dumps([
+        {"op": "remove", "path": "/spec/grant"},
+        {"op": "add", "path": "/spec/request", "value": {**REQUEST, "tenant": ns}}]), check=False)
+    assert out.returncode != 0 and "an Approval stays a request or a grant" in out.stderr, out.stderr
+
 
 def test_standing_grant_new_version_and_deletion(kube, tmp_path):
     """A standing grant approved by an approver (impersonated) gives the
