@@ -297,7 +297,9 @@ def traffic(stack):
             assert _http('POST', f"{stack['url']}/v1/intents/{intent}/effect-sent", {})[0] == 200
         if finish == 'complete':
             assert _http('POST', f"{stack['url']}/v1/intents/{intent}/complete", {'outcome': 'completed'})[0] == 200
-    status, _ = _http('POST', stack['url'] + '/v1/workspace/read', {'run_id': 'run-1', 'path': '../escape'})
+    # A name longer than any filesystem allows: the policy lets it through,
+    # the workspace refuses it (`../escape` is the policy's path_escapes).
+    status, _ = _http('POST', stack['url'] + '/v1/workspace/read', {'run_id': 'run-1', 'path': 'n' * 300})
     assert status == 400
     # The webhook: one pod admitted, one body that is no AdmissionReview.
     review = {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview', 'request': {

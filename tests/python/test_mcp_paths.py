@@ -14,6 +14,7 @@ async def test_no_spelling_of_a_hardlined_path_reaches_the_server(sidecar, serve
     (root / 'sub').mkdir(parents=True)
     (root / '.env').write_text('SECRET=hunter2')
     async with Client(wrapped(sidecar, server_js, root, run_id)) as client:
+        await client.list_tools()  # a tool is called as it was listed
         for path in (f'{root}/.env/', f'{root}//.env', f'{root}/./.env', f'{root}/sub/../.env'):
             result = await client.call_tool('read_text_file', {'path': path})
             assert result.is_error and 'hardline_path' in text(result), (path, text(result))
