@@ -2,9 +2,11 @@
 cancelled, an `X-Toolgate-Run-Id` that only looks like it (another case, a
 trailing space, dot or slash, an NBSP, a zero-width space) is refused as a
 run id or is the cancelled run itself; the call never reaches the server."""
+import asyncio
 import json
 
 import toolgate
+from mcp import Client
 
 from .test_mcp_http import post, reached
 
@@ -12,6 +14,12 @@ from .test_mcp_http import post, reached
 def test_look_alike_run_headers_are_refused_or_the_cancelled_run(sidecar, mcp_upstream, run_id):
     with toolgate.Client(sidecar['url'], run_id=run_id) as client:
         assert client.cancel_run('stop').newly_cancelled
+    # A tool is called as it was listed: list the server's tools first (the
+    # SDK server answers only inside an initialized session).
+    async def listed():
+        async with Client(f"{sidecar['url']}/mcp/demo", mode='legacy') as mcp_client:
+            return {t.name for t in (await mcp_client.list_tools()).tools}
+    assert 'echo' in asyncio.run(listed())
     for i, alike in enumerate((run_id.upper(), run_id + ' ', run_id + '.', run_id + '/',
                                run_id + '\u00a0', run_id + '\u200b')):
         call = json.dumps({'jsonrpc': '2.0', 'id': i, 'method': 'tools/call',
