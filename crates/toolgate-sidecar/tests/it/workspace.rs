@@ -286,15 +286,36 @@ async fn fifos_and_devices_are_refused_without_blocking() {
 
     // A FIFO someone keeps feeding (from /dev/zero, say) is refused too,
     // and memory is never spent on it.
+    // The feeder never blocks: a blocking open of the write end waits for a
+    // reader that may already have come and gone (under load it hung the
+    // test), and a full pipe nobody reads would block its writes.
     let feeder_path = fifo.clone();
     let feeder = std::thread::spawn(move || {
-        use std::io::Write;
-        if let Ok(mut w) = std::fs::OpenOptions::new().write(true).open(&feeder_path) {
-            let chunk = vec![0u8; 64 * 1024];
-            for _ in 0..64 {
-                if w.write_all(&chunk).is_err() {
-                    break;
+        use std::io::{ErrorKind, Write};
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        let mut w = loop {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags_nonblock()
+                .open(&feeder_path)
+            {
+                Ok(w) => break w,
+                // ENXIO until a reader has the FIFO open.
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
                 }
+                Err(_) => return,
+            }
+        };
+        let chunk = vec![0u8; 64 * 1024];
+        let mut sent = 0;
+        while sent < 64 && std::time::Instant::now() < deadline {
+            match w.write(&chunk) {
+                Ok(_) => sent += 1,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(_) => break, // EPIPE: the reader is gone
             }
         }
     });
@@ -316,12 +337,8 @@ async fn fifos_and_devices_are_refused_without_blocking() {
         (status, body["error"]["code"].as_str()),
         (400, Some("workspace_not_regular_file"))
     );
-    // Unblock the feeder if nobody opened the read end.
-    let _ = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags_nonblock()
-        .open(&fifo);
-    let _ = feeder.join();
+    // Bounded by the feeder's own deadline.
+    let _ = tokio::task::spawn_blocking(move || feeder.join()).await;
     // The sidecar is still responsive.
     let (status, _) = h.get("/readyz").await;
     assert_eq!(status, 200);
