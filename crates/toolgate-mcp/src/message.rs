@@ -266,11 +266,16 @@ pub fn policy_error(id: &Value, text: &str, verdict: Option<&Value>) -> Value {
 
 /// Whether a client message waits on a decision (and maybe on a human)
 /// before it is forwarded: such messages are handled concurrently.
+/// Read from the method alone: [`classify`] runs once, when the message is
+/// decided.
 pub fn waits_on_a_decision(message: &Value) -> bool {
-    matches!(
-        classify(message),
-        FromClient::CallTool { .. } | FromClient::Governed { .. }
-    )
+    message.get("id").is_some()
+        && message
+            .get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|m| {
+                m == "tools/call" || GOVERNED_CLIENT_REQUESTS.iter().any(|(g, _)| *g == m)
+            })
 }
 
 /// A JSON-RPC error response.

@@ -10,21 +10,6 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolgate_store::ApprovalDecision;
 
-macro_rules! each_backend {
-    (|$h:ident| $body:block) => {{
-        let scratch = tempfile::tempdir().unwrap();
-        for (name, url) in backends(scratch.path()) {
-            let dir = scratch.path().join(&name);
-            std::fs::create_dir_all(&dir).unwrap();
-            eprintln!("backend: {name}");
-            #[allow(unused_mut)]
-            let mut $h = Harness::start(&dir, &url, Some(&bundle(SPEC, 1, day(), &key()))).await;
-            $body
-            $h.stop().await;
-        }
-    }};
-}
-
 async fn call(h: &Harness, tool: &str, action: Option<&str>, args: Value, run: &str) -> Value {
     let (status, body) = h
         .post(

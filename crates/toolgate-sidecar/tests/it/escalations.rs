@@ -7,21 +7,6 @@ use toolgate_store::{ApprovalDecision, ApprovalStatus};
 
 use crate::common::*;
 
-macro_rules! each_backend {
-    ($spec:expr, |$h:ident| $body:block) => {{
-        let scratch = tempfile::tempdir().unwrap();
-        for (name, url) in backends(scratch.path()) {
-            let dir = scratch.path().join(&name);
-            std::fs::create_dir_all(&dir).unwrap();
-            eprintln!("backend: {name}");
-            #[allow(unused_mut)]
-            let mut $h = Harness::start(&dir, &url, Some(&bundle($spec, 1, day(), &key()))).await;
-            $body
-            $h.stop().await;
-        }
-    }};
-}
-
 async fn approvals(h: &Harness) -> Vec<toolgate_store::Approval> {
     h.store
         .approvals()

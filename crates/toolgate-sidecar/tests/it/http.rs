@@ -8,22 +8,6 @@ use jiff::SignedDuration;
 use serde_json::{Value, json};
 use toolgate_store::ApprovalDecision;
 
-/// Runs `body` once per backend, each in a fresh directory.
-macro_rules! each_backend {
-    (|$h:ident| $body:block) => {{
-        let scratch = tempfile::tempdir().unwrap();
-        for (name, url) in backends(scratch.path()) {
-            let dir = scratch.path().join(&name);
-            std::fs::create_dir_all(&dir).unwrap();
-            eprintln!("backend: {name}");
-            #[allow(unused_mut)]
-            let mut $h = Harness::start(&dir, &url, Some(&bundle(SPEC, 1, day(), &key()))).await;
-            $body
-            $h.stop().await;
-        }
-    }};
-}
-
 #[tokio::test]
 async fn verdicts_are_typed_and_recorded() {
     each_backend!(|h| {

@@ -1,8 +1,10 @@
 //! The integration tests of `toolgate-sidecar`, built as one binary: one
 //! module per area, each against a real sidecar on loopback (see `common`).
 
-mod attacks;
+#[macro_use]
 mod common;
+
+mod attacks;
 mod escalations;
 mod fuzz;
 mod http;

@@ -6,22 +6,6 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-/// Runs `$body` with a sidecar enforcing `$spec` on every backend.
-macro_rules! each_backend {
-    ($spec:expr, |$h:ident| $body:block) => {{
-        let scratch = tempfile::tempdir().unwrap();
-        for (name, url) in backends(scratch.path()) {
-            let dir = scratch.path().join(&name);
-            std::fs::create_dir_all(&dir).unwrap();
-            eprintln!("backend: {name}");
-            #[allow(unused_mut)]
-            let mut $h = Harness::start(&dir, &url, Some(&bundle($spec, 1, day(), &key()))).await;
-            $body
-            $h.stop().await;
-        }
-    }};
-}
-
 /// What an agent writes to make "another" run of `run` (lowercase ASCII).
 fn look_alikes(run: &str) -> Vec<String> {
     let wide: String = run

@@ -280,3 +280,34 @@ impl Harness {
         }
     }
 }
+
+/// Runs `$body` once per backend (see [`backends`]), each in a fresh
+/// directory, with a sidecar `$h` enforcing `$spec` (the calling module's
+/// `SPEC` when none is named).
+macro_rules! each_backend {
+    (|$h:ident| $body:block) => {
+        each_backend!(SPEC, |$h| $body)
+    };
+    ($spec:expr, |$h:ident| $body:block) => {{
+        let scratch = tempfile::tempdir().unwrap();
+        for (name, url) in $crate::common::backends(scratch.path()) {
+            let dir = scratch.path().join(&name);
+            std::fs::create_dir_all(&dir).unwrap();
+            eprintln!("backend: {name}");
+            #[allow(unused_mut)]
+            let mut $h = $crate::common::Harness::start(
+                &dir,
+                &url,
+                Some(&$crate::common::bundle(
+                    $spec,
+                    1,
+                    $crate::common::day(),
+                    &$crate::common::key(),
+                )),
+            )
+            .await;
+            $body
+            $h.stop().await;
+        }
+    }};
+}
