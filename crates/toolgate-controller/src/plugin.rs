@@ -275,11 +275,15 @@ async fn cancel(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::default_namespaced(client.clone()),
     };
-    let name = crate::cancellation::object_name(&args.run_id);
+    // The run in its canonical spelling: `RUN-1` and `run-1` are one run,
+    // so one object; a look-alike is refused here, not left to fail.
+    let run_id = toolgate_policy::RunId::parse(&args.run_id)
+        .map_err(|e| ControllerError::InvalidObject(e.to_string()))?;
+    let name = crate::cancellation::object_name(run_id.as_str());
     let object = RunCancellation::new(
         &name,
         RunCancellationSpec {
-            run_id: args.run_id.clone(),
+            run_id: run_id.to_string(),
             reason: args.reason.clone(),
         },
     );
@@ -297,8 +301,7 @@ async fn cancel(
         if status.phase.as_deref() == Some(PHASE_APPLIED) {
             return writeln!(
                 out,
-                "runcancellation.toolgate.dev/{name} applied: run {} cancelled at {}, {} pending approval(s) cancelled",
-                args.run_id,
+                "runcancellation.toolgate.dev/{name} applied: run {run_id} cancelled at {}, {} pending approval(s) cancelled",
                 status.cancel_requested_at.as_deref().unwrap_or("?"),
                 status.approvals_cancelled.unwrap_or(0)
             )

@@ -62,8 +62,12 @@ pub const PHASE_FAILED: &str = "Failed";
 #[x_kube(validation = Rule::new("self == oldSelf").message("spec is immutable: create another RunCancellation"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunCancellationSpec {
-    /// The run id the agent sends as `run_id`.
-    #[schemars(length(min = 1, max = 256))]
+    /// The run id the agent sends as `run_id` (ASCII letters are
+    /// case-folded: `Run-1` cancels `run-1`).
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[A-Za-z0-9]([A-Za-z0-9._:-]*[A-Za-z0-9])?$")
+    )]
     pub run_id: String,
     /// Why (recorded, and shown to the agent by `GET /v1/runs/{run_id}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
