@@ -87,6 +87,13 @@ pub enum PolicyError {
         /// What is wrong, with the refused text escaped and cut short.
         message: String,
     },
+    /// A cancellation scope that is not `pod NAME`, `profile NAME` or
+    /// `namespace` (see [`crate::ids::Scope`]).
+    #[error("scope: {message}")]
+    InvalidScope {
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl PolicyError {
@@ -104,6 +111,7 @@ impl PolicyError {
             Self::WrongKind { .. } => "profile_wrong_kind",
             Self::InvalidArguments(_) => "invalid_arguments",
             Self::InvalidRunId { .. } => "invalid_run_id",
+            Self::InvalidScope { .. } => "invalid_scope",
         }
     }
 
@@ -121,6 +129,7 @@ impl PolicyError {
             | Self::WrongKind { field, .. } => Some(field),
             Self::InvalidArguments(_) => None,
             Self::InvalidRunId { .. } => Some("run_id"),
+            Self::InvalidScope { .. } => Some("scope"),
         }
     }
 

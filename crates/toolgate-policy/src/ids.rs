@@ -1,4 +1,5 @@
-//! Run ids: one spelling per run.
+//! Run ids: one spelling per run; and the scopes a cancellation wider than
+//! one run stops ([`Scope`]).
 //!
 //! A run is cancelled, charged and audited by its id, so two spellings of
 //! one id must never be two runs. [`RunId::parse`] is the only way to make
@@ -156,6 +157,127 @@ impl PartialEq<&str> for RunId {
     }
 }
 
+crate::wire_enum! {
+    /// How much one cancellation stops: a run, or every run of a pod, of a
+    /// profile or of the whole namespace (the tenant).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum ScopeKind {
+        /// One run, by its [`RunId`].
+        Run = "run",
+        /// Every run of one pod (one sidecar instance), by pod name.
+        Pod = "pod",
+        /// Every run of every pod under one profile, by profile name.
+        Profile = "profile",
+        /// Every run of the namespace.
+        Namespace = "namespace",
+    }
+}
+
+/// Longest pod or profile name a scope names (a Kubernetes object name).
+pub const MAX_SCOPE_TARGET_LEN: usize = 253;
+
+/// A cancellation wider than one run: what an agent cannot step around by
+/// choosing a new run id. Pod and profile names are Kubernetes object names
+/// (RFC 1123 subdomains: 1-253 of `a-z 0-9 . -`, alphanumeric at both
+/// ends), taken as they are: Kubernetes refuses upper case, so no folding.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Every run of this pod.
+    Pod(String),
+    /// Every run under this profile.
+    Profile(String),
+    /// Every run of the namespace.
+    Namespace,
+}
+
+impl Scope {
+    /// The scope `kind` and `target` name: a pod or profile needs a target,
+    /// the namespace takes none. `run` is not a scope of this type (a run
+    /// is cancelled by its [`RunId`]).
+    pub fn parse(kind: &str, target: Option<&str>) -> Result<Self, PolicyError> {
+        let refuse = |message: String| PolicyError::InvalidScope { message };
+        let kind = ScopeKind::from_wire(kind).ok_or_else(|| {
+            refuse(format!(
+                "{:?} is not one of pod, profile, namespace",
+                kind.chars().take(32).collect::<String>()
+            ))
+        })?;
+        match (kind, target) {
+            (ScopeKind::Namespace, None) => Ok(Self::Namespace),
+            (ScopeKind::Namespace, Some(_)) => {
+                Err(refuse("the namespace scope names no target".into()))
+            }
+            (ScopeKind::Pod | ScopeKind::Profile, None) => Err(refuse(format!(
+                "scope {} needs the name of its {}",
+                kind.as_str(),
+                kind.as_str()
+            ))),
+            (ScopeKind::Pod, Some(name)) => Ok(Self::Pod(object_name(name).map_err(refuse)?)),
+            (ScopeKind::Profile, Some(name)) => {
+                Ok(Self::Profile(object_name(name).map_err(refuse)?))
+            }
+            (ScopeKind::Run, _) => Err(refuse(
+                "a run is cancelled by its run id, not as a scope".into(),
+            )),
+        }
+    }
+
+    /// Which scope this is.
+    pub fn kind(&self) -> ScopeKind {
+        match self {
+            Self::Pod(_) => ScopeKind::Pod,
+            Self::Profile(_) => ScopeKind::Profile,
+            Self::Namespace => ScopeKind::Namespace,
+        }
+    }
+
+    /// The pod or profile name; empty for the namespace (as stored).
+    pub fn target(&self) -> &str {
+        match self {
+            Self::Pod(name) | Self::Profile(name) => name,
+            Self::Namespace => "",
+        }
+    }
+
+    /// True when this scope covers a call of `pod` under `profile`.
+    pub fn covers(&self, pod: Option<&str>, profile: Option<&str>) -> bool {
+        match self {
+            Self::Namespace => true,
+            Self::Pod(name) => pod == Some(name.as_str()),
+            Self::Profile(name) => profile == Some(name.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Namespace => f.write_str("namespace"),
+            other => write!(f, "{} {}", other.kind().as_str(), other.target()),
+        }
+    }
+}
+
+/// `name` when it is a Kubernetes object name, else why not.
+fn object_name(name: &str) -> Result<String, String> {
+    let shown: String = name.chars().take(64).collect();
+    let ok = !name.is_empty()
+        && name.len() <= MAX_SCOPE_TARGET_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
+    if ok {
+        Ok(name.to_owned())
+    } else {
+        Err(format!(
+            "{shown:?} is not a Kubernetes object name (1-{MAX_SCOPE_TARGET_LEN} of a-z 0-9 . -, \
+             alphanumeric at both ends)"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +342,34 @@ mod tests {
         assert_eq!(id.as_str(), "run-1");
         assert_eq!(serde_json::to_string(&id).unwrap(), "\"run-1\"");
         assert!(serde_json::from_str::<RunId>("\"x.\"").is_err());
+    }
+
+    #[test]
+    fn scopes_name_a_kubernetes_object_or_nothing() {
+        assert_eq!(
+            Scope::parse("pod", Some("agent-0")).unwrap(),
+            Scope::Pod("agent-0".into())
+        );
+        assert_eq!(Scope::parse("namespace", None).unwrap(), Scope::Namespace);
+        for (kind, target) in [
+            ("pod", None),
+            ("pod", Some("Agent-0")),
+            ("pod", Some("agent-0 ")),
+            ("pod", Some("agent/0")),
+            ("profile", Some("-x")),
+            ("profile", Some("")),
+            ("namespace", Some("other")),
+            ("run", Some("r1")),
+            ("Pod", Some("agent-0")),
+        ] {
+            let err = Scope::parse(kind, target).unwrap_err();
+            assert_eq!(err.code(), "invalid_scope", "{kind} {target:?}");
+        }
+        let pod = Scope::Pod("a".into());
+        assert!(pod.covers(Some("a"), Some("p")));
+        assert!(!pod.covers(Some("b"), Some("p")));
+        assert!(!pod.covers(None, None));
+        assert!(Scope::Namespace.covers(None, None));
+        assert!(Scope::Profile("p".into()).covers(Some("b"), Some("p")));
     }
 }

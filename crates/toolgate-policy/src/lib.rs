@@ -43,9 +43,9 @@ pub use compile::{ANY_TOOL, CompiledPolicy, MAX_RUN_SECONDS};
 pub use digest::{PolicyVersion, args_digest, call_digest};
 pub use error::PolicyError;
 pub use eval::{Call, Context};
-pub use ids::RunId;
+pub use ids::{RunId, Scope, ScopeKind};
 pub use model::{
-    Budgets, Enforcement, Grant, Mode, PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect,
+    Budgets, Enforcement, PodBudgets, Grant, Mode, PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect,
 };
 pub use verdict::{ApprovalDecision, Decision, Reason, Verdict, intent_required};
 

@@ -108,6 +108,23 @@ pub struct Budgets {
     /// Seconds after a run's first allowed call during which it may make more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_run_seconds: Option<u64>,
+    /// Limits on every call of one pod, whatever run ids its agent uses: a
+    /// run id is the agent's to choose, so per-run budgets alone can be
+    /// stepped around by starting new runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_pod: Option<PodBudgets>,
+}
+
+/// Limits on one pod (one sidecar instance, by pod name) across all its runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodBudgets {
+    /// Allowed calls the pod may make, over all its runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calls: Option<u64>,
+    /// Allowed `high`-risk calls the pod may make (0 forbids them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_high_risk_calls: Option<u64>,
 }
 
 impl Budgets {
@@ -116,6 +133,9 @@ impl Budgets {
         self.max_calls_per_run.is_none()
             && self.max_high_risk_calls_per_run.is_none()
             && self.max_run_seconds.is_none()
+            && self
+                .per_pod
+                .is_none_or(|p| p.max_calls.is_none() && p.max_high_risk_calls.is_none())
     }
 }
 

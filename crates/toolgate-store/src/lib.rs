@@ -57,7 +57,9 @@ pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
 };
 pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
-pub use runs::{Admission, Budget, Cancellation, RunLimits, RunState, Runs};
+pub use runs::{
+    Admission, Budget, Caller, Cancellation, PodLimits, RunLimits, RunState, Runs, ScopeCancellation,
+};
 pub use tenancy::TenantCredentials;
 
 /// Every failure the store reports. Callers branch on [`StoreError::code`],

@@ -1,5 +1,5 @@
-//! Run governance: budget counters per (tenant, run) and durable
-//! cancellation.
+//! Run governance: budget counters per (tenant, run) and per (tenant,
+//! pod), and durable cancellation of a run or of a wider scope.
 //!
 //! Counters live in the shared database, so every sidecar serving one run
 //! sees one budget and a restart resets nothing. Charging a call is one
@@ -17,7 +17,8 @@ use crate::decisions::{ChainedDecision, DecisionRecord};
 use crate::intents::{IntentRow, PendingIntent, ResumeClass};
 use crate::{BeginWrite, Result, Store, StoreError, on_pool, opt_ts_from_ms, require, require_opt};
 
-/// Per-run limits, as a profile's `spec.budgets` sets them. `None` is no limit.
+/// The limits a call is charged against, as a profile's `spec.budgets`
+/// sets them: its run's and its pod's. `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunLimits {
     /// Allowed calls per run.
@@ -26,6 +27,25 @@ pub struct RunLimits {
     pub max_high_risk_calls: Option<u64>,
     /// Seconds from the run's first counted call.
     pub max_run_seconds: Option<u64>,
+    /// Limits on every run of the caller's pod together
+    /// (`spec.budgets.perPod`); charged only for a [`Caller`] with a pod.
+    #[serde(default)]
+    pub per_pod: PodLimits,
+}
+
+/// Limits on all runs of one pod together. `None` is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodLimits {
+    /// Allowed calls of the pod.
+    pub max_calls: Option<u64>,
+    /// Allowed high-risk calls of the pod.
+    pub max_high_risk_calls: Option<u64>,
+}
+
+impl PodLimits {
+    fn is_unlimited(&self) -> bool {
+        self.max_calls.is_none() && self.max_high_risk_calls.is_none()
+    }
 }
 
 toolgate_policy::wire_enum! {
@@ -39,6 +59,10 @@ toolgate_policy::wire_enum! {
         HighRiskCalls = "maxHighRiskCallsPerRun",
         /// `maxRunSeconds`.
         RunSeconds = "maxRunSeconds",
+        /// `perPod.maxCalls`.
+        PodCalls = "perPod.maxCalls",
+        /// `perPod.maxHighRiskCalls`.
+        PodHighRiskCalls = "perPod.maxHighRiskCalls",
     }
 }
 
@@ -53,7 +77,8 @@ pub enum Admission {
         /// High-risk calls counted so far.
         high_risk_calls: u64,
     },
-    /// The run was cancelled; nothing was counted.
+    /// The run, or a scope holding it (its pod, its profile, the
+    /// namespace), was cancelled; nothing was counted.
     Cancelled {
         /// The reason given when it was cancelled.
         reason: Option<String>,
@@ -131,8 +156,11 @@ const READ_RUN: &str = "SELECT started_at, calls, high_risk_calls, cancel_reques
 
 type RunRow = (i64, i64, i64, Option<i64>, Option<String>);
 
+mod pods;
 mod refusal;
+mod scopes;
 use refusal::{refusal, refused};
+pub use scopes::{Caller, ScopeCancellation};
 
 fn limit(value: Option<u64>) -> Option<i64> {
     value.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
@@ -142,18 +170,37 @@ fn count(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-/// Charges one call inside `$tx` (either backend) and evaluates to an [`Admission`].
+/// Charges one call inside `$tx` (either backend) and evaluates to an
+/// [`Admission`]: refused when a scope holding the caller is cancelled,
+/// else charged to the run and (under per-pod limits) to the pod, both or
+/// neither.
 macro_rules! charge_in {
-    ($tx:expr, $tenant:expr, $run:expr, $high:expr, $limits:expr, $now:expr) => {{
+    ($tx:expr, $caller:expr, $run:expr, $high:expr, $limits:expr, $now:expr) => {{
+        let caller: &Caller<'_> = $caller;
+        let tenant = caller.tenant;
         let high: i64 = if $high { 1 } else { 0 };
+        let scoped: Option<Option<String>> = sqlx::query_scalar(scopes::COVERING)
+            .bind(tenant)
+            .bind(caller.pod)
+            .bind(caller.profile)
+            .fetch_optional(&mut *$tx)
+            .await?;
+        let pod = caller.pod.filter(|_| !$limits.per_pod.is_unlimited());
+        if let Some(reason) = scoped {
+            Admission::Cancelled { reason }
+        } else {
         sqlx::query(ENSURE_RUN)
-            .bind($tenant)
+            .bind(tenant)
             .bind($run)
             .bind($now)
             .execute(&mut *$tx)
             .await?;
+        if let Some(pod) = pod {
+            sqlx::query(pods::ENSURE).bind(tenant).bind(pod).bind($now).execute(&mut *$tx).await?;
+            sqlx::query("SAVEPOINT toolgate_charge").execute(&mut *$tx).await?;
+        }
         let counted: Option<(i64, i64)> = sqlx::query_as(CHARGE)
-            .bind($tenant)
+            .bind(tenant)
             .bind($run)
             .bind(high)
             .bind(limit($limits.max_calls))
@@ -162,41 +209,77 @@ macro_rules! charge_in {
             .bind($now)
             .fetch_optional(&mut *$tx)
             .await?;
-        match counted {
+        let admission = match counted {
             Some((calls, high_risk_calls)) => Admission::Admitted {
                 calls: count(calls),
                 high_risk_calls: count(high_risk_calls),
             },
             None => {
                 let row: Option<RunRow> = sqlx::query_as(READ_RUN)
-                    .bind($tenant)
+                    .bind(tenant)
                     .bind($run)
                     .fetch_optional(&mut *$tx)
                     .await?;
                 refusal(row, $limits, $high, $now)
             }
+        };
+        match pod {
+            Some(pod) if admission.is_admitted() => {
+                let charged: Option<(i64, i64)> = sqlx::query_as(pods::CHARGE)
+                    .bind(tenant)
+                    .bind(pod)
+                    .bind(high)
+                    .bind(limit($limits.per_pod.max_calls))
+                    .bind(limit($limits.per_pod.max_high_risk_calls))
+                    .fetch_optional(&mut *$tx)
+                    .await?;
+                if charged.is_some() {
+                    sqlx::query("RELEASE SAVEPOINT toolgate_charge").execute(&mut *$tx).await?;
+                    admission
+                } else {
+                    // The run's charge goes too: both or neither.
+                    sqlx::query("ROLLBACK TO SAVEPOINT toolgate_charge")
+                        .execute(&mut *$tx)
+                        .await?;
+                    sqlx::query("RELEASE SAVEPOINT toolgate_charge").execute(&mut *$tx).await?;
+                    let row: Option<(i64, i64)> = sqlx::query_as(pods::READ)
+                        .bind(tenant)
+                        .bind(pod)
+                        .fetch_optional(&mut *$tx)
+                        .await?;
+                    pods::refusal(row, &$limits.per_pod, $high)
+                }
+            }
+            Some(_) => {
+                sqlx::query("RELEASE SAVEPOINT toolgate_charge").execute(&mut *$tx).await?;
+                admission
+            }
+            None => admission,
+        }
         }
     }};
 }
 
 impl Runs<'_> {
-    /// Charges one allowed call to `tenant`'s run: counted unless the run is
+    /// Charges one allowed call to the caller's run (and, under per-pod
+    /// limits, to its pod): counted unless the run or a scope holding it is
     /// cancelled or a budget is used up. The run starts at its first charge.
-    pub async fn admit(
+    pub async fn admit<'c>(
         &self,
-        tenant: &str,
+        caller: impl Into<Caller<'c>>,
         run_id: &RunId,
         high_risk: bool,
         limits: &RunLimits,
         now: Timestamp,
     ) -> Result<Admission> {
-        require("tenant", tenant)?;
+        let caller = caller.into();
+        caller.check()?;
         let run_id = run_id.as_str();
         self.store.check_file()?;
         let now = now.as_millisecond();
         Ok(on_pool!(self.store, pool => {
             let mut tx = pool.begin_write().await?;
-            let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now);
+            let admission = charge_in!(tx, &caller, run_id, high_risk, limits, now);
             tx.commit().await?;
             admission
         }))
@@ -208,23 +291,40 @@ impl Runs<'_> {
     /// never charged always would). One read by key. The sidecar asks this
     /// before it asks a human: an escalation the run could not pay for is
     /// refused, not put to an approver.
-    pub async fn would_refuse(
+    pub async fn would_refuse<'c>(
         &self,
-        tenant: &str,
+        caller: impl Into<Caller<'c>>,
         run_id: &RunId,
         high_risk: bool,
         limits: &RunLimits,
         now: Timestamp,
     ) -> Result<Option<Admission>> {
-        require("tenant", tenant)?;
+        let caller = caller.into();
+        caller.check()?;
+        if let Some(scoped) = self.scope_cancellation(caller).await? {
+            return Ok(Some(Admission::Cancelled {
+                reason: scoped.reason,
+            }));
+        }
         let row: Option<RunRow> = on_pool!(self.store, pool => {
             sqlx::query_as(READ_RUN)
-                .bind(tenant)
+                .bind(caller.tenant)
                 .bind(run_id.as_str())
                 .fetch_optional(pool)
                 .await?
         });
-        Ok(row.and_then(|row| refused(row, limits, high_risk, now.as_millisecond())))
+        if let Some(refusal) = row.and_then(|row| refused(row, limits, high_risk, now.as_millisecond())) {
+            return Ok(Some(refusal));
+        }
+        match caller.pod.filter(|_| !limits.per_pod.is_unlimited()) {
+            None => Ok(None),
+            Some(pod) => {
+                let row: Option<(i64, i64)> = on_pool!(self.store, pool => {
+                    sqlx::query_as(pods::READ).bind(caller.tenant).bind(pod).fetch_optional(pool).await?
+                });
+                Ok(row.and_then(|row| pods::refused(row, &limits.per_pod, high_risk)))
+            }
+        }
     }
 
     /// [`Runs::admit`] and the decision record in one transaction: the
@@ -234,9 +334,9 @@ impl Runs<'_> {
     // handler has at hand; a parameter struct would only be built and
     // destructured again.
     #[allow(clippy::too_many_arguments)]
-    pub async fn admit_and_record(
+    pub async fn admit_and_record<'c>(
         &self,
-        tenant: &str,
+        caller: impl Into<Caller<'c>>,
         stream: &str,
         run_id: &RunId,
         high_risk: bool,
@@ -244,7 +344,9 @@ impl Runs<'_> {
         now: Timestamp,
         decide: impl FnOnce(&Admission) -> DecisionRecord,
     ) -> Result<(Admission, ChainedDecision)> {
-        require("tenant", tenant)?;
+        let caller = caller.into();
+        caller.check()?;
+        let tenant = caller.tenant;
         let run_id = run_id.as_str();
         self.store.check_file()?;
         let now_ms = now.as_millisecond();
@@ -257,7 +359,7 @@ impl Runs<'_> {
                 let mut head = self.store.heads.lock(tenant, stream).await;
                 head.take();
                 let mut tx = pool.begin_write().await?;
-                let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now_ms);
+                let admission = charge_in!(tx, &caller, run_id, high_risk, limits, now_ms);
                 let record = crate::decisions::prepared(decide(&admission))?;
                 let chained =
                     crate::decisions::append_pg_in(&mut tx, path, tenant, stream, record).await?;
@@ -267,7 +369,7 @@ impl Runs<'_> {
             }
             crate::Backend::Sqlite(pool) => {
                 let mut tx = pool.begin_write().await?;
-                let admission = charge_in!(tx, tenant, run_id, high_risk, limits, now_ms);
+                let admission = charge_in!(tx, &caller, run_id, high_risk, limits, now_ms);
                 let record = crate::decisions::prepared(decide(&admission))?;
                 let mut chained =
                     crate::decisions::append_sqlite_in(&mut tx, tenant, stream, vec![record])
@@ -328,13 +430,25 @@ impl Runs<'_> {
         })
     }
 
-    /// When `tenant`'s run was cancelled, if it was.
-    pub async fn cancelled_at(&self, tenant: &str, run_id: &RunId) -> Result<Option<Timestamp>> {
-        require("tenant", tenant)?;
-        let run_id = run_id.as_str();
+    /// When the caller's run, or a scope holding it, was cancelled, if
+    /// either was (the scope's time when both were).
+    pub async fn cancelled_at<'c>(
+        &self,
+        caller: impl Into<Caller<'c>>,
+        run_id: &RunId,
+    ) -> Result<Option<Timestamp>> {
+        let caller = caller.into();
+        caller.check()?;
+        if let Some(scoped) = self.scope_cancellation(caller).await? {
+            return Ok(Some(scoped.requested_at));
+        }
         let sql = "SELECT cancel_requested_at FROM runs WHERE tenant = $1 AND run_id = $2";
         let at: Option<Option<i64>> = on_pool!(self.store, pool => {
-            sqlx::query_scalar(sql).bind(tenant).bind(run_id).fetch_optional(pool).await?
+            sqlx::query_scalar(sql)
+                .bind(caller.tenant)
+                .bind(run_id.as_str())
+                .fetch_optional(pool)
+                .await?
         });
         opt_ts_from_ms(at.flatten())
     }

@@ -71,6 +71,7 @@ mod tests {
             max_calls: Some(3),
             max_high_risk_calls: Some(1),
             max_run_seconds: Some(10),
+            ..RunLimits::default()
         };
         assert_eq!(
             refusal(Some((0, 3, 0, None, None)), &limits, false, 1),

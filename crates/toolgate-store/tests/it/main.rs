@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod common;
+mod run_scopes;
 mod runs;
 mod schema_hijack;
 mod store;

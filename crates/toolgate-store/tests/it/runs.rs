@@ -10,7 +10,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use toolgate_store::{
     Admission, ApprovalStatus, Budget, DecisionRecord, NewApproval, NewIntent, ResumeClass,
-    RunLimits, Store,
+    PodLimits, RunLimits, Store,
 };
 
 fn unique(prefix: &str) -> String {
@@ -40,6 +40,10 @@ const CALLS: RunLimits = RunLimits {
     max_calls: Some(3),
     max_high_risk_calls: Some(1),
     max_run_seconds: None,
+    per_pod: PodLimits {
+        max_calls: None,
+        max_high_risk_calls: None,
+    },
 };
 
 both_backends!(budgets_count_and_refuse_without_counting, |db| {

@@ -1,0 +1,75 @@
+//! Per-pod budgets (`spec.budgets.perPod`): every call of one pod counted
+//! together, whatever run ids its agent uses. Charged in the transaction
+//! that charges the run (see `charge_in!`): both or neither.
+
+use super::{Admission, Budget, PodLimits, count};
+
+pub(super) const ENSURE: &str = "INSERT INTO pod_budgets (tenant, pod, started_at) \
+    VALUES ($1, $2, $3) ON CONFLICT (tenant, pod) DO NOTHING";
+
+/// Counts one call unless a pod budget would be passed. `$3` is 1 for a
+/// high-risk call; `$4`, `$5` the limits (NULL = none).
+pub(super) const CHARGE: &str = "UPDATE pod_budgets SET calls = calls + 1, \
+    high_risk_calls = high_risk_calls + $3 WHERE tenant = $1 AND pod = $2 \
+    AND ($4 IS NULL OR calls < $4) AND ($5 IS NULL OR $3 = 0 OR high_risk_calls < $5) \
+    RETURNING calls, high_risk_calls";
+
+pub(super) const READ: &str =
+    "SELECT calls, high_risk_calls FROM pod_budgets WHERE tenant = $1 AND pod = $2";
+
+/// The refusal a charge of one call would meet on the pod's counters as
+/// they are; `None` when it would be counted.
+pub(super) fn refused(row: (i64, i64), limits: &PodLimits, high_risk: bool) -> Option<Admission> {
+    let (calls, high) = row;
+    if let Some(max) = limits.max_calls
+        && count(calls) >= max
+    {
+        return Some(Admission::Exhausted {
+            budget: Budget::PodCalls,
+            limit: max,
+        });
+    }
+    match limits.max_high_risk_calls {
+        Some(max) if high_risk && count(high) >= max => Some(Admission::Exhausted {
+            budget: Budget::PodHighRiskCalls,
+            limit: max,
+        }),
+        _ => None,
+    }
+}
+
+/// Why a pod charge that changed no row was refused.
+pub(super) fn refusal(row: Option<(i64, i64)>, limits: &PodLimits, high_risk: bool) -> Admission {
+    row.and_then(|row| refused(row, limits, high_risk))
+        .unwrap_or_else(|| Admission::Cancelled {
+            reason: Some("pod budget changed while charging".into()),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_refusals_name_the_pod_budget() {
+        let limits = PodLimits {
+            max_calls: Some(5),
+            max_high_risk_calls: Some(0),
+        };
+        assert_eq!(
+            refused((5, 0), &limits, false),
+            Some(Admission::Exhausted {
+                budget: Budget::PodCalls,
+                limit: 5
+            })
+        );
+        assert_eq!(
+            refused((1, 0), &limits, true),
+            Some(Admission::Exhausted {
+                budget: Budget::PodHighRiskCalls,
+                limit: 0
+            })
+        );
+        assert_eq!(refused((1, 0), &limits, false), None);
+    }
+}

@@ -1,0 +1,254 @@
+//! Cancellations wider than one run: every run of a pod, of a profile or
+//! of the whole namespace. A run id is the agent's to choose, so these are
+//! the stops it cannot step around. Written once, never withdrawn (on
+//! PostgreSQL a trigger refuses to change one, `TG004`).
+
+use jiff::Timestamp;
+use serde::Serialize;
+use toolgate_policy::{Scope, ScopeKind};
+
+use super::{Cancellation, Runs, count};
+use crate::{Result, StoreError, on_pool, require, require_opt};
+
+/// Who a call is charged for: the tenant, and the pod and profile of the
+/// sidecar asking, by which scoped cancellations and per-pod budgets find
+/// it. A caller without a pod or profile is held only by the namespace
+/// scope and charged no pod budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller<'a> {
+    /// The tenant (the namespace).
+    pub tenant: &'a str,
+    /// The pod whose sidecar asks.
+    pub pod: Option<&'a str>,
+    /// The profile the sidecar enforces.
+    pub profile: Option<&'a str>,
+}
+
+impl<'a> Caller<'a> {
+    /// A sidecar's caller: its tenant, pod and profile.
+    pub fn new(tenant: &'a str, pod: &'a str, profile: Option<&'a str>) -> Self {
+        Self {
+            tenant,
+            pod: Some(pod),
+            profile,
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        require("tenant", self.tenant)?;
+        require_opt("pod", self.pod)?;
+        require_opt("profile", self.profile)
+    }
+}
+
+impl<'a> From<&'a str> for Caller<'a> {
+    fn from(tenant: &'a str) -> Self {
+        Self {
+            tenant,
+            pod: None,
+            profile: None,
+        }
+    }
+}
+
+impl<'a> From<&'a String> for Caller<'a> {
+    fn from(tenant: &'a String) -> Self {
+        Self::from(tenant.as_str())
+    }
+}
+
+/// One scoped cancellation, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScopeCancellation {
+    /// What it stops.
+    #[serde(serialize_with = "scope_text")]
+    pub scope: Scope,
+    /// When it was recorded.
+    pub requested_at: Timestamp,
+    /// Why.
+    pub reason: Option<String>,
+    /// Who asked.
+    pub cancelled_by: String,
+}
+
+fn scope_text<S: serde::Serializer>(scope: &Scope, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_str(scope)
+}
+
+/// The reason of the earliest cancelled scope holding a caller (`$2` pod,
+/// `$3` profile; NULL matches nothing).
+pub(super) const COVERING: &str = "SELECT reason FROM cancelled_scopes WHERE tenant = $1 \
+    AND (scope = 'namespace' OR (scope = 'pod' AND target = $2) \
+    OR (scope = 'profile' AND target = $3)) ORDER BY requested_at LIMIT 1";
+
+const COLUMNS: &str = "SELECT scope, target, requested_at, reason, cancelled_by \
+    FROM cancelled_scopes WHERE tenant = $1";
+
+type ScopeRow = (String, String, i64, Option<String>, String);
+
+fn from_row((kind, target, at, reason, by): ScopeRow) -> Result<ScopeCancellation> {
+    let target = (!target.is_empty()).then_some(target.as_str());
+    let scope = Scope::parse(&kind, target)
+        .map_err(|e| StoreError::Corrupt(format!("cancelled scope: {e}")))?;
+    Ok(ScopeCancellation {
+        scope,
+        requested_at: crate::ts_from_ms(at)?,
+        reason,
+        cancelled_by: by,
+    })
+}
+
+impl Runs<'_> {
+    /// Cancels every run of `scope` in `tenant`: from now on their calls are
+    /// refused, whatever run id they carry. Pending approvals it covers are
+    /// cancelled (the namespace's all; a pod's, those its sidecar asked
+    /// for). Idempotent: cancelling again reports the first request.
+    pub async fn cancel_scope(
+        &self,
+        tenant: &str,
+        scope: &Scope,
+        reason: Option<&str>,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<Cancellation> {
+        require("tenant", tenant)?;
+        require("by", by)?;
+        require_opt("reason", reason)?;
+        self.store.check_file()?;
+        let (kind, target) = (scope.kind().as_str(), scope.target());
+        let now = now.as_millisecond();
+        let (at, newly, reaped): (Option<i64>, bool, i64) = match &self.store.backend {
+            crate::Backend::Postgres(pool) => {
+                let (at, newly, reaped): (Option<i64>, bool, i32) = sqlx::query_as(
+                    "SELECT * FROM toolgate_cancel_scope($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(tenant)
+                .bind(kind)
+                .bind(target)
+                .bind(reason)
+                .bind(by)
+                .bind(now)
+                .fetch_one(pool)
+                .await?;
+                (at, newly, i64::from(reaped))
+            }
+            crate::Backend::Sqlite(pool) => {
+                use crate::BeginWrite;
+                let mut tx = pool.begin_write().await?;
+                let out = cancel_scope_sqlite(&mut tx, tenant, scope, reason, by, now).await?;
+                tx.commit().await?;
+                out
+            }
+        };
+        let at = at.ok_or_else(|| StoreError::Corrupt("cancelled scope has no time".into()))?;
+        Ok(Cancellation {
+            requested_at: crate::ts_from_ms(at)?,
+            newly_cancelled: newly,
+            approvals_cancelled: count(reaped),
+        })
+    }
+
+    /// The earliest cancelled scope holding `caller`, if any.
+    pub async fn scope_cancellation(
+        &self,
+        caller: super::Caller<'_>,
+    ) -> Result<Option<ScopeCancellation>> {
+        caller.check()?;
+        let sql = format!(
+            "{COLUMNS} AND (scope = 'namespace' OR (scope = 'pod' AND target = $2) \
+             OR (scope = 'profile' AND target = $3)) ORDER BY requested_at LIMIT 1"
+        );
+        let row: Option<ScopeRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(&sql)
+                .bind(caller.tenant)
+                .bind(caller.pod)
+                .bind(caller.profile)
+                .fetch_optional(pool)
+                .await?
+        });
+        row.map(from_row).transpose()
+    }
+
+    /// Every scoped cancellation of `tenant`, oldest first: what a sidecar
+    /// polls to refuse at once the calls of a scope cancelled elsewhere.
+    pub async fn scope_cancellations(&self, tenant: &str) -> Result<Vec<ScopeCancellation>> {
+        require("tenant", tenant)?;
+        let sql = format!("{COLUMNS} ORDER BY requested_at LIMIT 10000");
+        let rows: Vec<ScopeRow> = on_pool!(self.store, pool => {
+            sqlx::query_as(&sql).bind(tenant).fetch_all(pool).await?
+        });
+        rows.into_iter().map(from_row).collect()
+    }
+}
+
+async fn cancel_scope_sqlite(
+    tx: &mut sqlx::SqliteConnection,
+    tenant: &str,
+    scope: &Scope,
+    reason: Option<&str>,
+    by: &str,
+    now: i64,
+) -> Result<(Option<i64>, bool, i64)> {
+    let (kind, target) = (scope.kind().as_str(), scope.target());
+    let inserted = sqlx::query(
+        "INSERT INTO cancelled_scopes (tenant, scope, target, requested_at, reason, \
+         cancelled_by) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (tenant, scope, target) DO NOTHING",
+    )
+    .bind(tenant)
+    .bind(kind)
+    .bind(target)
+    .bind(now)
+    .bind(reason)
+    .bind(by)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        let at: i64 = sqlx::query_scalar(
+            "SELECT requested_at FROM cancelled_scopes \
+             WHERE tenant = $1 AND scope = $2 AND target = $3",
+        )
+        .bind(tenant)
+        .bind(kind)
+        .bind(target)
+        .fetch_one(&mut *tx)
+        .await?;
+        return Ok((Some(at), false, 0));
+    }
+    let requester = match scope.kind() {
+        ScopeKind::Pod => Some(format!("sidecar:{tenant}/{target}")),
+        _ => None,
+    };
+    if scope.kind() == ScopeKind::Profile {
+        return Ok((Some(now), true, 0));
+    }
+    let reaped: Vec<(String, String)> = sqlx::query_as(
+        "UPDATE approvals SET status = 'cancelled', resolved_at = $2, resolved_by = $3, \
+         reason = COALESCE($4, $5 || ' cancelled') \
+         WHERE tenant = $1 AND status = 'pending' AND ($6 IS NULL OR requested_by = $6) \
+         RETURNING id, run_id",
+    )
+    .bind(tenant)
+    .bind(now)
+    .bind(by)
+    .bind(reason)
+    .bind(kind)
+    .bind(requester)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (id, run) in &reaped {
+        sqlx::query(
+            "INSERT INTO run_events (tenant, run_id, kind, subject_id, payload, created_at) \
+             VALUES ($1, $2, 'approval.cancelled', $3, $4, $5)",
+        )
+        .bind(tenant)
+        .bind(run)
+        .bind(id)
+        .bind(serde_json::json!({"approval_id": id}).to_string())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok((Some(now), true, reaped.len() as i64))
+}
