@@ -3,8 +3,8 @@
 Needs: python3 with `pytest`, `kmock`, `jsonpatch` (a kmock dependency),
 the real `kubectl` on PATH (or $KUBECTL), and the built binaries:
 
-* $TOOLGATE_BIN (default target/debug/toolgate): runs `toolgate controller`
-* $KUBECTL_TOOLGATE_BIN    (default target/debug/kubectl-toolgate)
+* $TOOLGATE_BIN (default $CARGO_TARGET_DIR or target, then debug/toolgate): runs `toolgate controller`
+* $KUBECTL_TOOLGATE_BIN    (default …/debug/kubectl-toolgate)
 
 Build them with `cargo build -p toolgate-controller --bins`, then run
 `python3 -m pytest tests/e2e -q` from the repository root.
@@ -24,8 +24,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-def _bin(env: str, default: str) -> pathlib.Path:
-    path = pathlib.Path(os.environ.get(env, ROOT / default))
+def _bin(env: str, name: str) -> pathlib.Path:
+    target = pathlib.Path(os.environ.get('CARGO_TARGET_DIR') or ROOT / 'target')
+    path = pathlib.Path(os.environ.get(env, target / 'debug' / name))
     if not path.exists():
         msg = f"{path} not found: build with `cargo build -p toolgate-controller --bins` or set ${env}"
         if os.environ.get('CI') == 'true':
@@ -61,8 +62,8 @@ def binaries():
     if not kubectl:
         pytest.skip('kubectl not found')
     return {
-        'toolgate': _bin('TOOLGATE_BIN', 'target/debug/toolgate'),
-        'plugin': _bin('KUBECTL_TOOLGATE_BIN', 'target/debug/kubectl-toolgate'),
+        'toolgate': _bin('TOOLGATE_BIN', 'toolgate'),
+        'plugin': _bin('KUBECTL_TOOLGATE_BIN', 'kubectl-toolgate'),
         'kubectl': pathlib.Path(kubectl),
     }
 

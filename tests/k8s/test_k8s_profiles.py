@@ -87,6 +87,10 @@ REQUEST = {"approvalId": "a-1", "argsDigest": "sha256:00", "invocationId": "i-1"
      "exactly one of spec.request and spec.grant must be set"),
     ("Approval", {"spec": {}}, "exactly one of spec.request and spec.grant must be set"),
     ("Approval", {"spec": {"decidedBy": "carol", "grant": GRANT}}, "spec.decidedBy needs spec.decision"),
+    ("RunCancellation", {"spec": {"reason": "no run named"}}, "runId names the run of scope run"),
+    ("RunCancellation", {"spec": {"scope": "namespace", "runId": "run-1"}}, "runId names the run of scope run"),
+    ("RunCancellation", {"spec": {"scope": "pod"}}, "target names the pod or profile"),
+    ("RunCancellation", {"spec": {"scope": "namespace", "target": "x"}}, "target names the pod or profile"),
 ])
 def test_crd_cel_rules_refuse_at_the_api_server(kube, kind, obj, message):
     """The generated CRDs' x-kubernetes-validations, compiled by the real API

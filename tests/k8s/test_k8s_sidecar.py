@@ -110,6 +110,19 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
         assert refused.get("reason") == "run_cancelled" or refused.get("code") == "run_cancelled", refused
         rc = kube.get("tgrc", "-n", ns)["items"]
         assert [(o["spec"]["runId"], o["status"]["phase"]) for o in rc] == [("run-1", "Applied")], rc
+
+        # The agent steps around a run stop with a new run id; stopping the
+        # whole namespace (a kill switch) refuses every run id.
+        status, other = _post(f"{url}/v1/authorize", {**call, "run_id": "run-2", "arguments": {"command": "git status"}})
+        assert other.get("verdict") == "allow", other
+        out = kube("toolgate", "cancel", "--all", "-n", ns, "--reason", "kill switch", "--wait", "30")
+        assert "applied: namespace cancelled" in out.stdout, out.stdout
+        for run in ("run-2", "run-3"):
+            status, refused = _post(f"{url}/v1/authorize",
+                                    {**call, "run_id": run, "arguments": {"command": "git status"}})
+            assert refused.get("reason") == "run_cancelled", (run, refused)
+        scoped = [o for o in kube.get("tgrc", "-n", ns)["items"] if o["spec"].get("scope") == "namespace"]
+        assert [o["status"]["phase"] for o in scoped] == ["Applied"], scoped
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -97,7 +97,8 @@ spec:
 
 
 def _toolgate_bin() -> pathlib.Path:
-    path = pathlib.Path(os.environ.get('TOOLGATE_BIN', ROOT / 'target' / 'debug' / 'toolgate'))
+    target = pathlib.Path(os.environ.get('CARGO_TARGET_DIR') or ROOT / 'target')
+    path = pathlib.Path(os.environ.get('TOOLGATE_BIN', target / 'debug' / 'toolgate'))
     if not path.exists():
         pytest.fail(f"{path} not found: build it with `cargo build -p toolgate` (or set $TOOLGATE_BIN)")
     return path

@@ -8,7 +8,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 pub use toolgate_k8s::cancellation::{
-    PHASE_APPLIED, PHASE_FAILED, RunCancellation, RunCancellationSpec, RunCancellationStatus,
+    PHASE_APPLIED, PHASE_FAILED, RunCancellation, RunCancellationSpec, RunCancellationStatus, Stop,
     cancelled_by, object_name,
 };
 
@@ -31,10 +31,10 @@ pub async fn reconcile(
     let ns = obj.namespace().ok_or_else(|| {
         ControllerError::InvalidObject("RunCancellation without namespace".into())
     })?;
-    // The run in its canonical spelling, as every sidecar keys it; an id no
-    // agent could use fails for good (retrying cannot help).
-    let run_id = match toolgate_policy::RunId::parse(&obj.spec.run_id) {
-        Ok(id) => id,
+    // The run in its canonical spelling, as every sidecar keys it, or the
+    // scope; a spec naming neither fails for good (retrying cannot help).
+    let stop = match Stop::of(&obj.spec) {
+        Ok(stop) => stop,
         Err(e) => {
             let status = RunCancellationStatus {
                 phase: Some(PHASE_FAILED.into()),
@@ -45,24 +45,22 @@ pub async fn reconcile(
             return Ok(Action::await_change());
         }
     };
-    let outcome = ctx
-        .store
-        .runs()
-        .cancel(
-            &ns,
-            &run_id,
-            obj.spec.reason.as_deref(),
-            &cancelled_by(&obj),
-            ctx.now(),
-        )
-        .await;
+    let (runs, reason, by) = (
+        ctx.store.runs(),
+        obj.spec.reason.as_deref(),
+        cancelled_by(&obj),
+    );
+    let outcome = match &stop {
+        Stop::Run(run_id) => runs.cancel(&ns, run_id, reason, &by, ctx.now()).await,
+        Stop::Scope(scope) => runs.cancel_scope(&ns, scope, reason, &by, ctx.now()).await,
+    };
     let (status, action) = match outcome {
         Ok(done) => {
             tracing::info!(
                 namespace = ns,
-                run = run_id.as_str(),
+                stop = %stop,
                 newly = done.newly_cancelled,
-                "run cancelled"
+                "cancelled"
             );
             (
                 RunCancellationStatus {

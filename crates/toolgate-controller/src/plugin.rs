@@ -46,11 +46,22 @@ pub enum PluginCommand {
     Status(crate::status::StatusArgs),
 }
 
-/// Arguments of `cancel`.
+/// Arguments of `cancel`: one run, or (a stop the agent cannot step
+/// around with a new run id) every run of a pod, a profile or the namespace.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["run_id", "pod", "profile", "all"])))]
 pub struct CancelArgs {
     /// The run id the agent sends as `run_id`.
-    pub run_id: String,
+    pub run_id: Option<String>,
+    /// Stop every run of this pod.
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Stop every run of every pod under this profile.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Stop every run of the namespace.
+    #[arg(long)]
+    pub all: bool,
     /// Namespace (tenant) of the run (default: the kubeconfig context's namespace).
     #[arg(short, long)]
     pub namespace: Option<String>,
@@ -270,23 +281,23 @@ async fn cancel(
     args: CancelArgs,
     out: &mut dyn Write,
 ) -> Result<(), ControllerError> {
-    use crate::cancellation::{PHASE_APPLIED, RunCancellation, RunCancellationSpec};
+    use crate::cancellation::{PHASE_APPLIED, RunCancellation, Stop};
+    use toolgate_policy::{RunId, Scope};
     let api: Api<RunCancellation> = match &args.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::default_namespaced(client.clone()),
     };
     // The run in its canonical spelling: `RUN-1` and `run-1` are one run,
     // so one object; a look-alike is refused here, not left to fail.
-    let run_id = toolgate_policy::RunId::parse(&args.run_id)
-        .map_err(|e| ControllerError::InvalidObject(e.to_string()))?;
-    let name = crate::cancellation::object_name(run_id.as_str());
-    let object = RunCancellation::new(
-        &name,
-        RunCancellationSpec {
-            run_id: run_id.to_string(),
-            reason: args.reason.clone(),
-        },
-    );
+    let stop = match (&args.pod, &args.profile, &args.run_id) {
+        (Some(pod), _, _) => Scope::parse("pod", Some(pod)).map(Stop::Scope),
+        (_, Some(profile), _) => Scope::parse("profile", Some(profile)).map(Stop::Scope),
+        _ if args.all => Ok(Stop::Scope(Scope::Namespace)),
+        (_, _, run) => RunId::parse(run.as_deref().unwrap_or_default()).map(Stop::Run),
+    }
+    .map_err(|e| ControllerError::InvalidObject(e.to_string()))?;
+    let name = stop.object_name();
+    let object = RunCancellation::new(&name, stop.spec(args.reason.clone()));
     match api.create(&kube::api::PostParams::default(), &object).await {
         Ok(_) => {}
         // Cancelled before: the first request stands.
@@ -301,7 +312,7 @@ async fn cancel(
         if status.phase.as_deref() == Some(PHASE_APPLIED) {
             return writeln!(
                 out,
-                "runcancellation.toolgate.dev/{name} applied: run {run_id} cancelled at {}, {} pending approval(s) cancelled",
+                "runcancellation.toolgate.dev/{name} applied: {stop} cancelled at {}, {} pending approval(s) cancelled",
                 status.cancel_requested_at.as_deref().unwrap_or("?"),
                 status.approvals_cancelled.unwrap_or(0)
             )

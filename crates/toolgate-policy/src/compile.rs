@@ -302,10 +302,7 @@ impl CompiledPolicy {
             for (field, value) in [
                 ("maxCallsPerRun", budgets.max_calls_per_run),
                 ("maxRunSeconds", budgets.max_run_seconds),
-                (
-                    "perPod.maxCalls",
-                    budgets.per_pod.and_then(|p| p.max_calls),
-                ),
+                ("perPod.maxCalls", budgets.per_pod.and_then(|p| p.max_calls)),
             ] {
                 if value == Some(0) {
                     return Err(PolicyError::InvalidValue {

@@ -160,7 +160,7 @@ impl PartialEq<&str> for RunId {
 crate::wire_enum! {
     /// How much one cancellation stops: a run, or every run of a pod, of a
     /// profile or of the whole namespace (the tenant).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
     pub enum ScopeKind {
         /// One run, by its [`RunId`].
         Run = "run",

@@ -45,7 +45,8 @@ pub use error::PolicyError;
 pub use eval::{Call, Context};
 pub use ids::{RunId, Scope, ScopeKind};
 pub use model::{
-    Budgets, Enforcement, PodBudgets, Grant, Mode, PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect,
+    Budgets, Enforcement, Grant, Mode, PodBudgets, PolicyManifest, PolicySpec, Risk, SideEffect,
+    ToolEffect,
 };
 pub use verdict::{ApprovalDecision, Decision, Reason, Verdict, intent_required};
 

@@ -176,6 +176,7 @@ impl Sidecar {
             tenant: config.tenant.clone(),
             stream,
             identity: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
+            pod: config.pod_name.clone(),
             allowed: Default::default(),
             workspace_slots: Arc::new(tokio::sync::Semaphore::new(api::WORKSPACE_SLOTS)),
             local_hosts: config

@@ -12,6 +12,11 @@
 //! calls consult [`CancelledRuns`], which this sidecar fills at once for its own
 //! cancellations and by polling the database every [`CANCEL_POLL`] for
 //! cancellations made elsewhere (the CLI, the controller, another sidecar).
+//!
+//! A run id is the agent's to choose, so two stops do not depend on it: a
+//! cancelled scope (this pod, its profile, the namespace) refuses every run
+//! id, and `spec.budgets.perPod` counts every call of the pod together.
+//! Both are read and charged in the same places as the run's own.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -21,8 +26,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
-use toolgate_policy::{Decision, Enforcement, Reason, RunId, SideEffect, Verdict};
-use toolgate_store::{Admission, RunLimits, Store};
+use toolgate_policy::{Decision, Enforcement, Reason, RunId, Scope, SideEffect, Verdict};
+use toolgate_store::{Admission, PodLimits, RunLimits, Store};
 
 use crate::api::{AppState, AuthorizeRequest, AuthorizeResponse, StrictJson};
 use crate::error::ApiError;
@@ -40,10 +45,11 @@ const MAX_REMEMBERED: usize = 100_000;
 /// Most calls one batch may hold.
 pub const MAX_BATCH_CALLS: usize = 64;
 
-/// Run ids of this tenant known to be cancelled.
+/// Run ids and scopes of this tenant known to be cancelled.
 #[derive(Debug, Default)]
 pub struct CancelledRuns {
     inner: Mutex<(HashSet<String>, VecDeque<String>)>,
+    scopes: Mutex<Vec<Scope>>,
 }
 
 impl CancelledRuns {
@@ -54,6 +60,30 @@ impl CancelledRuns {
             .unwrap_or_else(|p| p.into_inner())
             .0
             .contains(run_id.as_str())
+    }
+
+    /// True when `run_id` of `pod` under `profile` is known to be stopped:
+    /// the run itself, or a scope holding it.
+    pub fn holds(&self, run_id: &RunId, pod: &str, profile: Option<&str>) -> bool {
+        self.scope_holding(pod, profile).is_some() || self.contains(run_id)
+    }
+
+    /// The first known cancelled scope holding `pod` under `profile`.
+    pub fn scope_holding(&self, pod: &str, profile: Option<&str>) -> Option<Scope> {
+        self.scopes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|s| s.covers(Some(pod), profile))
+            .cloned()
+    }
+
+    /// Remembers a cancelled scope.
+    pub fn insert_scope(&self, scope: Scope) {
+        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
     }
 
     /// Remembers a cancelled run, as the database spells it (rows written
@@ -94,6 +124,14 @@ pub(crate) async fn watch_cancellations(
             }
             Err(e) => tracing::warn!(error = %e, "could not read run cancellations"),
         }
+        match store.runs().scope_cancellations(&tenant).await {
+            Ok(scopes) => {
+                for stop in scopes {
+                    cancelled.insert_scope(stop.scope);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read scoped cancellations"),
+        }
         tokio::select! {
             _ = tokio::time::sleep(CANCEL_POLL) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
@@ -108,6 +146,13 @@ pub(crate) fn limits(policy: &toolgate_policy::CompiledPolicy) -> RunLimits {
         max_calls: b.max_calls_per_run,
         max_high_risk_calls: b.max_high_risk_calls_per_run,
         max_run_seconds: b.max_run_seconds,
+        per_pod: b
+            .per_pod
+            .map(|p| PodLimits {
+                max_calls: p.max_calls,
+                max_high_risk_calls: p.max_high_risk_calls,
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -182,6 +227,10 @@ pub struct RunStatus {
     pub cancel_requested_at: Option<Timestamp>,
     /// The reason given.
     pub cancel_reason: Option<String>,
+    /// When a wider stop holds the run: `pod NAME`, `profile NAME` or
+    /// `namespace` (its time and reason are then the ones above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_scope: Option<String>,
     /// Calls, high-risk calls and seconds, each used / limit / left.
     pub budgets: RunBudgets,
     /// Intents of the run still open, as `GET /v1/intents` lists them
@@ -198,6 +247,10 @@ pub struct RunBudgets {
     pub high_risk_calls: BudgetUse,
     /// `maxRunSeconds`, from the run's first counted call.
     pub run_seconds: BudgetUse,
+    /// `perPod.maxCalls`: every call of this pod, over all its runs.
+    pub pod_calls: BudgetUse,
+    /// `perPod.maxHighRiskCalls`.
+    pub pod_high_risk_calls: BudgetUse,
 }
 
 pub(crate) async fn run_status(
@@ -205,27 +258,43 @@ pub(crate) async fn run_status(
     Path(run_id): Path<String>,
 ) -> Result<Json<RunStatus>, ApiError> {
     let run_id = crate::api::run_id(&run_id)?;
-    let state = app.store.runs().state(&app.tenant, &run_id).await?;
+    let runs = app.store.runs();
+    let state = runs.state(&app.tenant, &run_id).await?;
     if state.cancel_requested_at.is_some() {
         app.cancelled.insert(run_id.as_str());
     }
-    let limits = app
-        .policy
-        .current()
-        .map(|e| limits(&e.policy))
-        .unwrap_or_default();
+    let enforced = app.policy.current();
+    let scoped = runs
+        .scope_cancellation(app.caller(enforced.as_deref()))
+        .await?;
+    let (pod_calls, pod_high) = runs.pod_usage(&app.tenant, &app.pod).await?;
+    let limits = enforced.map(|e| limits(&e.policy)).unwrap_or_default();
+    let (cancel_at, cancel_reason, cancelled_scope) = match scoped {
+        Some(stop) => {
+            app.cancelled.insert_scope(stop.scope.clone());
+            (
+                Some(stop.requested_at),
+                stop.reason,
+                Some(stop.scope.to_string()),
+            )
+        }
+        None => (state.cancel_requested_at, state.cancel_reason, None),
+    };
     let elapsed = state
         .started_at
         .map(|s| u64::try_from((Timestamp::now() - s).get_seconds()).unwrap_or(0))
         .unwrap_or(0);
     Ok(Json(RunStatus {
-        cancel_requested: state.cancel_requested_at.is_some(),
-        cancel_requested_at: state.cancel_requested_at,
-        cancel_reason: state.cancel_reason,
+        cancel_requested: cancel_at.is_some(),
+        cancel_requested_at: cancel_at,
+        cancel_reason,
+        cancelled_scope,
         budgets: RunBudgets {
             calls: BudgetUse::new(state.calls, limits.max_calls),
             high_risk_calls: BudgetUse::new(state.high_risk_calls, limits.max_high_risk_calls),
             run_seconds: BudgetUse::new(elapsed, limits.max_run_seconds),
+            pod_calls: BudgetUse::new(pod_calls, limits.per_pod.max_calls),
+            pod_high_risk_calls: BudgetUse::new(pod_high, limits.per_pod.max_high_risk_calls),
         },
         open_intents: state
             .open_intents
@@ -292,6 +361,59 @@ pub(crate) async fn cancel_run(
     );
     Ok(Json(CancelResponse {
         run_id,
+        cancel_requested_at: done.requested_at,
+        newly_cancelled: done.newly_cancelled,
+        approvals_cancelled: done.approvals_cancelled,
+    }))
+}
+
+/// Answer of `POST /v1/pod/cancel`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PodCancelResponse {
+    /// What was stopped: `pod NAME`.
+    pub scope: String,
+    /// When the pod's cancellation was first requested.
+    pub cancel_requested_at: Timestamp,
+    /// False when it was already cancelled.
+    pub newly_cancelled: bool,
+    /// Pending approvals this sidecar asked for that this request cancelled.
+    pub approvals_cancelled: u64,
+}
+
+/// Stops every run of this pod, whatever run id it uses: the stop an
+/// agent (or its supervisor) asks of its own sidecar. Wider scopes (a
+/// profile, the namespace) are not the agent's to stop: they are asked
+/// through the CLI or a `RunCancellation`.
+pub(crate) async fn cancel_pod(
+    State(app): State<Arc<AppState>>,
+    body: axum::body::Bytes,
+) -> Result<Json<PodCancelResponse>, ApiError> {
+    let req: CancelRequest = if body.is_empty() {
+        CancelRequest::default()
+    } else {
+        crate::api::parse_body(&body)?
+    };
+    if let Some(reason) = &req.reason {
+        toolgate_store::check_field("reason", reason)
+            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    }
+    let scope =
+        Scope::parse("pod", Some(&app.pod)).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    let done = app
+        .store
+        .runs()
+        .cancel_scope(
+            &app.tenant,
+            &scope,
+            req.reason.as_deref(),
+            &app.identity,
+            Timestamp::now(),
+        )
+        .await?;
+    app.cancelled.insert_scope(scope.clone());
+    tracing::info!(scope = %scope, newly = done.newly_cancelled, "pod cancelled");
+    Ok(Json(PodCancelResponse {
+        scope: scope.to_string(),
         cancel_requested_at: done.requested_at,
         newly_cancelled: done.newly_cancelled,
         approvals_cancelled: done.approvals_cancelled,

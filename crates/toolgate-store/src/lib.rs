@@ -58,7 +58,8 @@ pub use intents::{
 };
 pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
 pub use runs::{
-    Admission, Budget, Caller, Cancellation, PodLimits, RunLimits, RunState, Runs, ScopeCancellation,
+    Admission, Budget, Caller, Cancellation, PodLimits, RunLimits, RunState, Runs,
+    ScopeCancellation,
 };
 pub use tenancy::TenantCredentials;
 

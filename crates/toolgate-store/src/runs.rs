@@ -15,7 +15,7 @@ use toolgate_policy::RunId;
 
 use crate::decisions::{ChainedDecision, DecisionRecord};
 use crate::intents::{IntentRow, PendingIntent, ResumeClass};
-use crate::{BeginWrite, Result, Store, StoreError, on_pool, opt_ts_from_ms, require, require_opt};
+use crate::{BeginWrite, Result, Store, StoreError, on_pool, opt_ts_from_ms, require};
 
 /// The limits a call is charged against, as a profile's `spec.budgets`
 /// sets them: its run's and its pod's. `None` is no limit.
@@ -156,6 +156,7 @@ const READ_RUN: &str = "SELECT started_at, calls, high_risk_calls, cancel_reques
 
 type RunRow = (i64, i64, i64, Option<i64>, Option<String>);
 
+mod cancel;
 mod pods;
 mod refusal;
 mod scopes;
@@ -189,73 +190,86 @@ macro_rules! charge_in {
         if let Some(reason) = scoped {
             Admission::Cancelled { reason }
         } else {
-        sqlx::query(ENSURE_RUN)
-            .bind(tenant)
-            .bind($run)
-            .bind($now)
-            .execute(&mut *$tx)
-            .await?;
-        if let Some(pod) = pod {
-            sqlx::query(pods::ENSURE).bind(tenant).bind(pod).bind($now).execute(&mut *$tx).await?;
-            sqlx::query("SAVEPOINT toolgate_charge").execute(&mut *$tx).await?;
-        }
-        let counted: Option<(i64, i64)> = sqlx::query_as(CHARGE)
-            .bind(tenant)
-            .bind($run)
-            .bind(high)
-            .bind(limit($limits.max_calls))
-            .bind(limit($limits.max_high_risk_calls))
-            .bind(limit($limits.max_run_seconds).map(|s| s.saturating_mul(1000)))
-            .bind($now)
-            .fetch_optional(&mut *$tx)
-            .await?;
-        let admission = match counted {
-            Some((calls, high_risk_calls)) => Admission::Admitted {
-                calls: count(calls),
-                high_risk_calls: count(high_risk_calls),
-            },
-            None => {
-                let row: Option<RunRow> = sqlx::query_as(READ_RUN)
-                    .bind(tenant)
-                    .bind($run)
-                    .fetch_optional(&mut *$tx)
-                    .await?;
-                refusal(row, $limits, $high, $now)
-            }
-        };
-        match pod {
-            Some(pod) if admission.is_admitted() => {
-                let charged: Option<(i64, i64)> = sqlx::query_as(pods::CHARGE)
+            sqlx::query(ENSURE_RUN)
+                .bind(tenant)
+                .bind($run)
+                .bind($now)
+                .execute(&mut *$tx)
+                .await?;
+            if let Some(pod) = pod {
+                sqlx::query(pods::ENSURE)
                     .bind(tenant)
                     .bind(pod)
-                    .bind(high)
-                    .bind(limit($limits.per_pod.max_calls))
-                    .bind(limit($limits.per_pod.max_high_risk_calls))
-                    .fetch_optional(&mut *$tx)
+                    .bind($now)
+                    .execute(&mut *$tx)
                     .await?;
-                if charged.is_some() {
-                    sqlx::query("RELEASE SAVEPOINT toolgate_charge").execute(&mut *$tx).await?;
-                    admission
-                } else {
-                    // The run's charge goes too: both or neither.
-                    sqlx::query("ROLLBACK TO SAVEPOINT toolgate_charge")
-                        .execute(&mut *$tx)
-                        .await?;
-                    sqlx::query("RELEASE SAVEPOINT toolgate_charge").execute(&mut *$tx).await?;
-                    let row: Option<(i64, i64)> = sqlx::query_as(pods::READ)
+                sqlx::query("SAVEPOINT toolgate_charge")
+                    .execute(&mut *$tx)
+                    .await?;
+            }
+            let counted: Option<(i64, i64)> = sqlx::query_as(CHARGE)
+                .bind(tenant)
+                .bind($run)
+                .bind(high)
+                .bind(limit($limits.max_calls))
+                .bind(limit($limits.max_high_risk_calls))
+                .bind(limit($limits.max_run_seconds).map(|s| s.saturating_mul(1000)))
+                .bind($now)
+                .fetch_optional(&mut *$tx)
+                .await?;
+            let admission = match counted {
+                Some((calls, high_risk_calls)) => Admission::Admitted {
+                    calls: count(calls),
+                    high_risk_calls: count(high_risk_calls),
+                },
+                None => {
+                    let row: Option<RunRow> = sqlx::query_as(READ_RUN)
                         .bind(tenant)
-                        .bind(pod)
+                        .bind($run)
                         .fetch_optional(&mut *$tx)
                         .await?;
-                    pods::refusal(row, &$limits.per_pod, $high)
+                    refusal(row, $limits, $high, $now)
                 }
+            };
+            match pod {
+                Some(pod) if admission.is_admitted() => {
+                    let charged: Option<(i64, i64)> = sqlx::query_as(pods::CHARGE)
+                        .bind(tenant)
+                        .bind(pod)
+                        .bind(high)
+                        .bind(limit($limits.per_pod.max_calls))
+                        .bind(limit($limits.per_pod.max_high_risk_calls))
+                        .fetch_optional(&mut *$tx)
+                        .await?;
+                    if charged.is_some() {
+                        sqlx::query("RELEASE SAVEPOINT toolgate_charge")
+                            .execute(&mut *$tx)
+                            .await?;
+                        admission
+                    } else {
+                        // The run's charge goes too: both or neither.
+                        sqlx::query("ROLLBACK TO SAVEPOINT toolgate_charge")
+                            .execute(&mut *$tx)
+                            .await?;
+                        sqlx::query("RELEASE SAVEPOINT toolgate_charge")
+                            .execute(&mut *$tx)
+                            .await?;
+                        let row: Option<(i64, i64)> = sqlx::query_as(pods::READ)
+                            .bind(tenant)
+                            .bind(pod)
+                            .fetch_optional(&mut *$tx)
+                            .await?;
+                        pods::refusal(row, &$limits.per_pod, $high)
+                    }
+                }
+                Some(_) => {
+                    sqlx::query("RELEASE SAVEPOINT toolgate_charge")
+                        .execute(&mut *$tx)
+                        .await?;
+                    admission
+                }
+                None => admission,
             }
-            Some(_) => {
-                sqlx::query("RELEASE SAVEPOINT toolgate_charge").execute(&mut *$tx).await?;
-                admission
-            }
-            None => admission,
-        }
         }
     }};
 }
@@ -313,7 +327,9 @@ impl Runs<'_> {
                 .fetch_optional(pool)
                 .await?
         });
-        if let Some(refusal) = row.and_then(|row| refused(row, limits, high_risk, now.as_millisecond())) {
+        if let Some(refusal) =
+            row.and_then(|row| refused(row, limits, high_risk, now.as_millisecond()))
+        {
             return Ok(Some(refusal));
         }
         match caller.pod.filter(|_| !limits.per_pod.is_unlimited()) {
@@ -383,100 +399,6 @@ impl Runs<'_> {
         }
     }
 
-    /// Cancels `tenant`'s run: from now on its calls are refused. Pending
-    /// approvals of the run become `cancelled` (each with a run event, and
-    /// their waiters woken); open intents are left as they are, to be
-    /// resumed or inspected, never replayed. Idempotent: cancelling again
-    /// changes nothing and reports the first request's time.
-    pub async fn cancel(
-        &self,
-        tenant: &str,
-        run_id: &RunId,
-        reason: Option<&str>,
-        by: &str,
-        now: Timestamp,
-    ) -> Result<Cancellation> {
-        require("tenant", tenant)?;
-        let run_id = run_id.as_str();
-        require("by", by)?;
-        require_opt("reason", reason)?;
-        self.store.check_file()?;
-        let now = now.as_millisecond();
-        let (at, newly, reaped): (Option<i64>, bool, i64) = match &self.store.backend {
-            crate::Backend::Postgres(pool) => {
-                let (at, newly, reaped): (Option<i64>, bool, i32) =
-                    sqlx::query_as("SELECT * FROM toolgate_cancel_run($1, $2, $3, $4, $5)")
-                        .bind(tenant)
-                        .bind(run_id)
-                        .bind(reason)
-                        .bind(by)
-                        .bind(now)
-                        .fetch_one(pool)
-                        .await?;
-                (at, newly, i64::from(reaped))
-            }
-            crate::Backend::Sqlite(pool) => {
-                let mut tx = pool.begin_write().await?;
-                let out = cancel_sqlite(&mut tx, tenant, run_id, reason, by, now).await?;
-                tx.commit().await?;
-                out
-            }
-        };
-        let at = at.ok_or_else(|| StoreError::Corrupt("cancelled run has no time".into()))?;
-        Ok(Cancellation {
-            requested_at: crate::ts_from_ms(at)?,
-            newly_cancelled: newly,
-            approvals_cancelled: count(reaped),
-        })
-    }
-
-    /// When the caller's run, or a scope holding it, was cancelled, if
-    /// either was (the scope's time when both were).
-    pub async fn cancelled_at<'c>(
-        &self,
-        caller: impl Into<Caller<'c>>,
-        run_id: &RunId,
-    ) -> Result<Option<Timestamp>> {
-        let caller = caller.into();
-        caller.check()?;
-        if let Some(scoped) = self.scope_cancellation(caller).await? {
-            return Ok(Some(scoped.requested_at));
-        }
-        let sql = "SELECT cancel_requested_at FROM runs WHERE tenant = $1 AND run_id = $2";
-        let at: Option<Option<i64>> = on_pool!(self.store, pool => {
-            sqlx::query_scalar(sql)
-                .bind(caller.tenant)
-                .bind(run_id.as_str())
-                .fetch_optional(pool)
-                .await?
-        });
-        opt_ts_from_ms(at.flatten())
-    }
-
-    /// Runs of `tenant` whose cancellation was requested at or after
-    /// `since`, with that time: how a sidecar learns of cancellations made
-    /// elsewhere (the CLI, the controller, another sidecar).
-    pub async fn cancelled_since(
-        &self,
-        tenant: &str,
-        since: Timestamp,
-    ) -> Result<Vec<(String, Timestamp)>> {
-        require("tenant", tenant)?;
-        let sql = "SELECT run_id, cancel_requested_at FROM runs WHERE tenant = $1 \
-            AND cancel_requested_at IS NOT NULL AND cancel_requested_at >= $2 \
-            ORDER BY cancel_requested_at LIMIT 10000";
-        let rows: Vec<(String, i64)> = on_pool!(self.store, pool => {
-            sqlx::query_as(sql)
-                .bind(tenant)
-                .bind(since.as_millisecond())
-                .fetch_all(pool)
-                .await?
-        });
-        rows.into_iter()
-            .map(|(run, at)| Ok((run, crate::ts_from_ms(at)?)))
-            .collect()
-    }
-
     /// The run's cancellation, counters and open intents, read in one query.
     /// A run never seen is returned with zero counters.
     pub async fn state(&self, tenant: &str, run_id: &RunId) -> Result<RunState> {
@@ -526,79 +448,6 @@ impl Runs<'_> {
         }
         Ok(state)
     }
-}
-
-async fn cancel_sqlite(
-    tx: &mut sqlx::SqliteConnection,
-    tenant: &str,
-    run_id: &str,
-    reason: Option<&str>,
-    by: &str,
-    now: i64,
-) -> Result<(Option<i64>, bool, i64)> {
-    const EVENT: &str = "INSERT INTO run_events (tenant, run_id, kind, subject_id, payload, \
-        created_at) VALUES ($1, $2, $3, $4, $5, $6)";
-    sqlx::query(ENSURE_RUN)
-        .bind(tenant)
-        .bind(run_id)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    let marked = sqlx::query(
-        "UPDATE runs SET cancel_requested_at = $3, cancel_reason = $4, cancelled_by = $5 \
-         WHERE tenant = $1 AND run_id = $2 AND cancel_requested_at IS NULL",
-    )
-    .bind(tenant)
-    .bind(run_id)
-    .bind(now)
-    .bind(reason)
-    .bind(by)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if marked == 0 {
-        let at: Option<i64> = sqlx::query_scalar(
-            "SELECT cancel_requested_at FROM runs WHERE tenant = $1 AND run_id = $2",
-        )
-        .bind(tenant)
-        .bind(run_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        return Ok((at, false, 0));
-    }
-    sqlx::query(EVENT)
-        .bind(tenant)
-        .bind(run_id)
-        .bind("run.cancelled")
-        .bind(run_id)
-        .bind(serde_json::json!({"reason": reason, "by": by}).to_string())
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    let reaped: Vec<(String,)> = sqlx::query_as(
-        "UPDATE approvals SET status = 'cancelled', resolved_at = $3, resolved_by = $4, \
-         reason = COALESCE($5, 'run cancelled') \
-         WHERE tenant = $1 AND run_id = $2 AND status = 'pending' RETURNING id",
-    )
-    .bind(tenant)
-    .bind(run_id)
-    .bind(now)
-    .bind(by)
-    .bind(reason)
-    .fetch_all(&mut *tx)
-    .await?;
-    for (id,) in &reaped {
-        sqlx::query(EVENT)
-            .bind(tenant)
-            .bind(run_id)
-            .bind("approval.cancelled")
-            .bind(id)
-            .bind(serde_json::json!({"approval_id": id}).to_string())
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-    }
-    Ok((Some(now), true, reaped.len() as i64))
 }
 
 #[derive(sqlx::FromRow)]

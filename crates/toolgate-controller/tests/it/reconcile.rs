@@ -1789,8 +1789,9 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
         "cancel-run-7",
         toolgate_controller::cancellation::RunCancellationSpec {
             // Recorded under the run's canonical spelling, `run-7`.
-            run_id: "Run-7".into(),
+            run_id: Some("Run-7".into()),
             reason: Some("runaway".into()),
+            ..Default::default()
         },
     );
     rc.metadata.namespace = Some("agents".into());

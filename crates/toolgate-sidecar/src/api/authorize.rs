@@ -13,7 +13,9 @@ use sha2::{Digest, Sha256};
 use toolgate_policy::{
     Call, CompiledPolicy, Context, Decision, Enforcement, Reason, Risk, RunId, Verdict,
 };
-use toolgate_store::{ApprovalStatus, ApprovedCall, DecisionRecord, NewApproval, RunLimits};
+use toolgate_store::{
+    ApprovalStatus, ApprovedCall, Caller, DecisionRecord, NewApproval, RunLimits,
+};
 
 use super::allowed::AllowedCall;
 use super::{
@@ -89,7 +91,8 @@ async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decid
         // or one whose budget could not pay for the call: a human is never
         // asked about a call that would be refused anyway. An approved call
         // is charged once, when it passes (in `record`).
-        refuse_if_unpayable(app, &req.run_id, &limits, mode, &mut verdict, now).await;
+        let caller = app.caller(enforced.as_deref());
+        refuse_if_unpayable(app, caller, &req.run_id, &limits, mode, &mut verdict, now).await;
     }
     if verdict.verdict == Decision::Escalate {
         // An escalation only comes from a live bundle.
@@ -154,8 +157,13 @@ fn evaluate(
             Some(format!("definition:{pinned}")),
         );
     }
-    // A cancelled run gets nothing more, in every mode.
-    if verdict.verdict != Decision::Deny && app.cancelled.contains(&req.run_id) {
+    // A cancelled run, or one of a cancelled scope, gets nothing more, in
+    // every mode.
+    if verdict.verdict != Decision::Deny
+        && app
+            .cancelled
+            .holds(&req.run_id, &app.pod, enforced.map(|e| e.profile.as_str()))
+    {
         crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
     }
     verdict
@@ -206,7 +214,13 @@ async fn record(app: &AppState, req: &AuthorizeRequest, d: &mut Decided) -> Resu
         // Nothing to count without budgets, but a high-risk call still sees
         // a cancellation made anywhere: one read by key before the append.
         if d.verdict.verdict == Decision::Allow {
-            refuse_if_cancelled(app, &req.run_id, &mut d.verdict).await;
+            refuse_if_cancelled(
+                app,
+                app.caller(d.enforced.as_deref()),
+                &req.run_id,
+                &mut d.verdict,
+            )
+            .await;
         }
         app.store
             .decisions()
@@ -239,10 +253,11 @@ async fn charge(
     high_risk: bool,
 ) -> Result<(), toolgate_store::StoreError> {
     let runs = app.store.runs();
+    let caller = app.caller(d.enforced.as_deref());
     let admission = if high_risk {
         let d = &*d;
         runs.admit_and_record(
-            &app.tenant,
+            caller,
             &app.stream,
             &req.run_id,
             true,
@@ -257,7 +272,7 @@ async fn charge(
         .await?
         .0
     } else {
-        runs.admit(&app.tenant, &req.run_id, false, &d.limits, d.now)
+        runs.admit(caller, &req.run_id, false, &d.limits, d.now)
             .await?
     };
     if matches!(admission, toolgate_store::Admission::Cancelled { .. }) {
@@ -360,8 +375,13 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
 /// Reads the run's cancellation from the database (a cancellation made
 /// anywhere) and refuses `verdict` when there is one; an unreadable run
 /// state denies `audit_unavailable`.
-async fn refuse_if_cancelled(app: &AppState, run_id: &RunId, verdict: &mut Verdict) {
-    match app.store.runs().cancelled_at(&app.tenant, run_id).await {
+async fn refuse_if_cancelled(
+    app: &AppState,
+    caller: Caller<'_>,
+    run_id: &RunId,
+    verdict: &mut Verdict,
+) {
+    match app.store.runs().cancelled_at(caller, run_id).await {
         Ok(None) => {}
         Ok(Some(_)) => {
             app.cancelled.insert(run_id.as_str());
@@ -377,8 +397,11 @@ async fn refuse_if_cancelled(app: &AppState, run_id: &RunId, verdict: &mut Verdi
 /// Refuses an escalation its run could not pay for: cancelled, or (under
 /// budgets) a budget the call would need is used up, read without
 /// charging. Without budgets only the cancellation is read.
+// Each argument is a plain value the caller has at hand.
+#[allow(clippy::too_many_arguments)]
 async fn refuse_if_unpayable(
     app: &AppState,
+    caller: Caller<'_>,
     run_id: &RunId,
     limits: &RunLimits,
     mode: Enforcement,
@@ -386,13 +409,13 @@ async fn refuse_if_unpayable(
     now: Timestamp,
 ) {
     if *limits == RunLimits::default() {
-        return refuse_if_cancelled(app, run_id, verdict).await;
+        return refuse_if_cancelled(app, caller, run_id, verdict).await;
     }
     let high_risk = verdict.risk == Risk::High;
     match app
         .store
         .runs()
-        .would_refuse(&app.tenant, run_id, high_risk, limits, now)
+        .would_refuse(caller, run_id, high_risk, limits, now)
         .await
     {
         Ok(None) => {}

@@ -66,6 +66,9 @@ pub struct AppState {
     pub stream: String,
     /// Who this sidecar is (for `requested_by`).
     pub identity: String,
+    /// The pod this sidecar serves: what a pod-scoped cancellation and a
+    /// per-pod budget are keyed by.
+    pub pod: String,
     /// Allowed high-risk decisions awaiting their intent.
     pub(crate) allowed: Mutex<AllowedDecisions>,
     /// Bounds concurrent workspace I/O (see [`WORKSPACE_SLOTS`]).
@@ -79,6 +82,21 @@ pub struct AppState {
     pub cancelled: Arc<crate::runs::CancelledRuns>,
 }
 
+impl AppState {
+    /// This sidecar as the store charges and stops it: tenant, pod, and the
+    /// profile of the bundle it enforces (none without one).
+    pub(crate) fn caller<'a>(
+        &'a self,
+        enforced: Option<&'a crate::policy_state::Enforced>,
+    ) -> toolgate_store::Caller<'a> {
+        toolgate_store::Caller::new(
+            &self.tenant,
+            &self.pod,
+            enforced.map(|e| e.profile.as_str()),
+        )
+    }
+}
+
 /// Builds the router.
 pub fn router(state: Arc<AppState>) -> Router {
     let guard = axum::middleware::from_fn_with_state(state.clone(), crate::guard::local_json_only);
@@ -87,6 +105,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/authorize/batch", post(crate::runs::authorize_batch))
         .route("/v1/runs/{run_id}", get(crate::runs::run_status))
         .route("/v1/runs/{run_id}/cancel", post(crate::runs::cancel_run))
+        .route("/v1/pod/cancel", post(crate::runs::cancel_pod))
         .route("/v1/intents", post(begin_intent).get(list_intents))
         .route("/v1/intents/{id}/effect-sent", post(effect_sent))
         .route("/v1/intents/{id}/complete", post(complete_intent))

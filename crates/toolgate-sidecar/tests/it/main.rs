@@ -11,5 +11,6 @@ mod http;
 mod mcp_upstream;
 mod paths;
 mod run_ids;
+mod run_scopes;
 mod runs;
 mod workspace;

@@ -2,7 +2,8 @@
 //! together, whatever run ids its agent uses. Charged in the transaction
 //! that charges the run (see `charge_in!`): both or neither.
 
-use super::{Admission, Budget, PodLimits, count};
+use super::{Admission, Budget, PodLimits, Runs, count};
+use crate::{Result, on_pool, require};
 
 pub(super) const ENSURE: &str = "INSERT INTO pod_budgets (tenant, pod, started_at) \
     VALUES ($1, $2, $3) ON CONFLICT (tenant, pod) DO NOTHING";
@@ -44,6 +45,19 @@ pub(super) fn refusal(row: Option<(i64, i64)>, limits: &PodLimits, high_risk: bo
         .unwrap_or_else(|| Admission::Cancelled {
             reason: Some("pod budget changed while charging".into()),
         })
+}
+
+impl Runs<'_> {
+    /// Calls and high-risk calls `pod` of `tenant` has been charged, over
+    /// all its runs (zero for a pod never charged).
+    pub async fn pod_usage(&self, tenant: &str, pod: &str) -> Result<(u64, u64)> {
+        require("tenant", tenant)?;
+        require("pod", pod)?;
+        let row: Option<(i64, i64)> = on_pool!(self.store, pool => {
+            sqlx::query_as(READ).bind(tenant).bind(pod).fetch_optional(pool).await?
+        });
+        Ok(row.map_or((0, 0), |(c, h)| (count(c), count(h))))
+    }
 }
 
 #[cfg(test)]

@@ -119,17 +119,16 @@ impl Runs<'_> {
         let now = now.as_millisecond();
         let (at, newly, reaped): (Option<i64>, bool, i64) = match &self.store.backend {
             crate::Backend::Postgres(pool) => {
-                let (at, newly, reaped): (Option<i64>, bool, i32) = sqlx::query_as(
-                    "SELECT * FROM toolgate_cancel_scope($1, $2, $3, $4, $5, $6)",
-                )
-                .bind(tenant)
-                .bind(kind)
-                .bind(target)
-                .bind(reason)
-                .bind(by)
-                .bind(now)
-                .fetch_one(pool)
-                .await?;
+                let (at, newly, reaped): (Option<i64>, bool, i32) =
+                    sqlx::query_as("SELECT * FROM toolgate_cancel_scope($1, $2, $3, $4, $5, $6)")
+                        .bind(tenant)
+                        .bind(kind)
+                        .bind(target)
+                        .bind(reason)
+                        .bind(by)
+                        .bind(now)
+                        .fetch_one(pool)
+                        .await?;
                 (at, newly, i64::from(reaped))
             }
             crate::Backend::Sqlite(pool) => {

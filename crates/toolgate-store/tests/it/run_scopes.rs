@@ -47,78 +47,104 @@ fn is_cancelled(a: &Admission) -> bool {
     matches!(a, Admission::Cancelled { .. })
 }
 
-both_backends!(a_cancelled_pod_refuses_every_run_id_of_that_pod_only, |db| {
-    let runs = db.store.runs();
-    let none = RunLimits::default();
-    let pod = Scope::parse("pod", Some("agent-a")).unwrap();
-    let first = runs
-        .cancel_scope("acme", &pod, Some("loop"), "alice", Timestamp::now())
-        .await
-        .unwrap();
-    assert!(first.newly_cancelled);
-    // A new run id, as an agent would pick to step around a run stop.
-    for _ in 0..3 {
-        assert!(is_cancelled(&admitted(&db.store, POD_A, &none).await));
-    }
-    // The same checks the sidecar makes without charging.
-    let run = fresh_run();
-    assert!(runs.cancelled_at(POD_A, &run).await.unwrap().is_some());
-    assert!(is_cancelled(
-        &runs
-            .would_refuse(POD_A, &run, true, &none, Timestamp::now())
+both_backends!(
+    a_cancelled_pod_refuses_every_run_id_of_that_pod_only,
+    |db| {
+        let runs = db.store.runs();
+        let none = RunLimits::default();
+        let pod = Scope::parse("pod", Some("agent-a")).unwrap();
+        let first = runs
+            .cancel_scope("acme", &pod, Some("loop"), "alice", Timestamp::now())
             .await
-            .unwrap()
-            .expect("refused")
-    ));
-    // Another pod, and the same pod name in another tenant, are untouched.
-    assert!(admitted(&db.store, POD_B, &none).await.is_admitted());
-    let elsewhere = Caller {
-        tenant: "other",
-        ..POD_A
-    };
-    assert!(admitted(&db.store, elsewhere, &none).await.is_admitted());
-    assert!(runs.cancelled_at(POD_B, &run).await.unwrap().is_none());
-    // Idempotent: the first request's time stands.
-    let again = runs
-        .cancel_scope("acme", &pod, None, "bob", Timestamp::now())
-        .await
-        .unwrap();
-    assert!(!again.newly_cancelled);
-    assert_eq!(again.requested_at, first.requested_at);
-    let listed = runs.scope_cancellations("acme").await.unwrap();
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].scope, pod);
-    assert_eq!(listed[0].reason.as_deref(), Some("loop"));
-    assert_eq!(listed[0].cancelled_by, "alice");
-});
-
-both_backends!(profile_and_namespace_scopes_hold_every_pod_under_them, |db| {
-    let runs = db.store.runs();
-    let none = RunLimits::default();
-    let profile = Scope::parse("profile", Some("coding")).unwrap();
-    runs.cancel_scope("acme", &profile, None, "alice", Timestamp::now())
-        .await
-        .unwrap();
-    assert!(is_cancelled(&admitted(&db.store, POD_A, &none).await));
-    assert!(admitted(&db.store, POD_B, &none).await.is_admitted());
-    // A caller without pod or profile is held by the namespace scope only.
-    assert!(admitted(&db.store, Caller::from("acme"), &none).await.is_admitted());
-    runs.cancel_scope("acme", &Scope::Namespace, Some("incident"), "alice", Timestamp::now())
-        .await
-        .unwrap();
-    for caller in [POD_A, POD_B, Caller::from("acme")] {
-        assert!(is_cancelled(&admitted(&db.store, caller, &none).await));
+            .unwrap();
+        assert!(first.newly_cancelled);
+        // A new run id, as an agent would pick to step around a run stop.
+        for _ in 0..3 {
+            assert!(is_cancelled(&admitted(&db.store, POD_A, &none).await));
+        }
+        // The same checks the sidecar makes without charging.
+        let run = fresh_run();
+        assert!(runs.cancelled_at(POD_A, &run).await.unwrap().is_some());
+        assert!(is_cancelled(
+            &runs
+                .would_refuse(POD_A, &run, true, &none, Timestamp::now())
+                .await
+                .unwrap()
+                .expect("refused")
+        ));
+        // Another pod, and the same pod name in another tenant, are untouched.
+        assert!(admitted(&db.store, POD_B, &none).await.is_admitted());
+        let elsewhere = Caller {
+            tenant: "other",
+            ..POD_A
+        };
+        assert!(admitted(&db.store, elsewhere, &none).await.is_admitted());
+        assert!(runs.cancelled_at(POD_B, &run).await.unwrap().is_none());
+        // Idempotent: the first request's time stands.
+        let again = runs
+            .cancel_scope("acme", &pod, None, "bob", Timestamp::now())
+            .await
+            .unwrap();
+        assert!(!again.newly_cancelled);
+        assert_eq!(again.requested_at, first.requested_at);
+        let listed = runs.scope_cancellations("acme").await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].scope, pod);
+        assert_eq!(listed[0].reason.as_deref(), Some("loop"));
+        assert_eq!(listed[0].cancelled_by, "alice");
     }
-    // A charge recorded with its decision is refused the same way.
-    let (admission, _) = runs
-        .admit_and_record(POD_B, S, &fresh_run(), true, &none, Timestamp::now(), |_| {
-            record(1)
-        })
+);
+
+both_backends!(
+    profile_and_namespace_scopes_hold_every_pod_under_them,
+    |db| {
+        let runs = db.store.runs();
+        let none = RunLimits::default();
+        let profile = Scope::parse("profile", Some("coding")).unwrap();
+        runs.cancel_scope("acme", &profile, None, "alice", Timestamp::now())
+            .await
+            .unwrap();
+        assert!(is_cancelled(&admitted(&db.store, POD_A, &none).await));
+        assert!(admitted(&db.store, POD_B, &none).await.is_admitted());
+        // A caller without pod or profile is held by the namespace scope only.
+        assert!(
+            admitted(&db.store, Caller::from("acme"), &none)
+                .await
+                .is_admitted()
+        );
+        runs.cancel_scope(
+            "acme",
+            &Scope::Namespace,
+            Some("incident"),
+            "alice",
+            Timestamp::now(),
+        )
         .await
         .unwrap();
-    assert!(is_cancelled(&admission));
-    assert!(admitted(&db.store, Caller::from("other"), &none).await.is_admitted());
-});
+        for caller in [POD_A, POD_B, Caller::from("acme")] {
+            assert!(is_cancelled(&admitted(&db.store, caller, &none).await));
+        }
+        // A charge recorded with its decision is refused the same way.
+        let (admission, _) = runs
+            .admit_and_record(
+                POD_B,
+                S,
+                &fresh_run(),
+                true,
+                &none,
+                Timestamp::now(),
+                |_| record(1),
+            )
+            .await
+            .unwrap();
+        assert!(is_cancelled(&admission));
+        assert!(
+            admitted(&db.store, Caller::from("other"), &none)
+                .await
+                .is_admitted()
+        );
+    }
+);
 
 both_backends!(pod_and_namespace_stops_reap_their_pending_approvals, |db| {
     let a = db.store.approvals();
@@ -129,7 +155,10 @@ both_backends!(pod_and_namespace_stops_reap_their_pending_approvals, |db| {
     let other = a.request(other, now).await.unwrap();
     let pod = Scope::parse("pod", Some("pod-1")).unwrap();
     let runs = db.store.runs();
-    let done = runs.cancel_scope("acme", &pod, None, "alice", now).await.unwrap();
+    let done = runs
+        .cancel_scope("acme", &pod, None, "alice", now)
+        .await
+        .unwrap();
     assert_eq!(done.approvals_cancelled, 1);
     let status = |id: String| async move { a.get("acme", &id, now).await.unwrap().status };
     assert_eq!(status(mine.id.clone()).await.as_str(), "cancelled");
@@ -171,12 +200,22 @@ both_backends!(a_pod_budget_counts_every_run_of_the_pod_together, |db| {
     );
     // Other pods keep their own budget; no pod, no pod budget.
     assert!(admitted(&db.store, POD_B, &limits).await.is_admitted());
-    assert!(admitted(&db.store, Caller::from("acme"), &limits).await.is_admitted());
+    assert!(
+        admitted(&db.store, Caller::from("acme"), &limits)
+            .await
+            .is_admitted()
+    );
     // High-risk calls are counted per pod too.
     let high = |caller| async move {
-        runs.admit(caller, &fresh_run(), true, &per_pod(None, Some(1)), Timestamp::now())
-            .await
-            .unwrap()
+        runs.admit(
+            caller,
+            &fresh_run(),
+            true,
+            &per_pod(None, Some(1)),
+            Timestamp::now(),
+        )
+        .await
+        .unwrap()
     };
     let pod_c = Caller {
         pod: Some("agent-c"),
@@ -234,7 +273,13 @@ async fn a_tenant_role_cannot_lift_a_stop_or_reset_a_pod_budget() {
         assert!(sqlx::query(sql).execute(pool).await.is_err(), "{sql}");
     }
     let caller = Caller::new(&ta, "agent-a", None);
-    assert!(a.runs().cancelled_at(caller, &fresh_run()).await.unwrap().is_some());
+    assert!(
+        a.runs()
+            .cancelled_at(caller, &fresh_run())
+            .await
+            .unwrap()
+            .is_some()
+    );
     // Cancelling another tenant's namespace is refused.
     let err = b
         .runs()
@@ -247,7 +292,13 @@ async fn a_tenant_role_cannot_lift_a_stop_or_reset_a_pod_budget() {
     // Pod counters only go up.
     let limits = per_pod(Some(1), None);
     let b_pod = Caller::new(&tb, "agent-b", None);
-    assert!(b.runs().admit(b_pod, &fresh_run(), false, &limits, Timestamp::now()).await.unwrap().is_admitted());
+    assert!(
+        b.runs()
+            .admit(b_pod, &fresh_run(), false, &limits, Timestamp::now())
+            .await
+            .unwrap()
+            .is_admitted()
+    );
     let pool = b.as_postgres().unwrap();
     assert!(
         sqlx::query("UPDATE pod_budgets SET calls = 0")
@@ -256,9 +307,18 @@ async fn a_tenant_role_cannot_lift_a_stop_or_reset_a_pod_budget() {
             .is_err()
     );
     assert!(
-        sqlx::query("DELETE FROM pod_budgets").execute(pool).await.is_err()
+        sqlx::query("DELETE FROM pod_budgets")
+            .execute(pool)
+            .await
+            .is_err()
     );
-    assert!(!b.runs().admit(b_pod, &fresh_run(), false, &limits, Timestamp::now()).await.unwrap().is_admitted());
+    assert!(
+        !b.runs()
+            .admit(b_pod, &fresh_run(), false, &limits, Timestamp::now())
+            .await
+            .unwrap()
+            .is_admitted()
+    );
     a.close().await;
     b.close().await;
 }

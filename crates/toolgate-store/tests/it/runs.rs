@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use toolgate_store::{
-    Admission, ApprovalStatus, Budget, DecisionRecord, NewApproval, NewIntent, ResumeClass,
-    PodLimits, RunLimits, Store,
+    Admission, ApprovalStatus, Budget, DecisionRecord, NewApproval, NewIntent, PodLimits,
+    ResumeClass, RunLimits, Store,
 };
 
 fn unique(prefix: &str) -> String {

@@ -1,0 +1,157 @@
+//! Stops an agent cannot step around (issue #31, item 8): a run id is the
+//! agent's to choose, so after its run is cancelled or its budget spent it
+//! can simply start another. A cancelled pod, profile or namespace refuses
+//! every run id, and `spec.budgets.perPod` counts every run of the pod.
+
+use serde_json::{Value, json};
+use toolgate_policy::Scope;
+
+use crate::common::*;
+
+/// The verdict's (verdict, reason) for one call of `tool` in a fresh run.
+async fn in_new_run(h: &Harness, tool: &str, arguments: Value) -> (String, String) {
+    let v = h.authorize(tool, arguments, &unique("run")).await;
+    (
+        v["verdict"].as_str().unwrap_or_default().to_owned(),
+        v["reason"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+fn cancelled() -> (String, String) {
+    ("deny".into(), "run_cancelled".into())
+}
+
+#[tokio::test]
+async fn a_new_run_id_does_not_step_around_a_pod_stop() {
+    each_backend!(SPEC, |h| {
+        // A run stop alone: the agent picks a new run id and goes on.
+        let run = unique("run");
+        let (status, _) = h.post(&format!("/v1/runs/{run}/cancel"), json!({})).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            in_new_run(&h, "reader", json!({"path": "a"})).await.0,
+            "allow"
+        );
+
+        let (status, done) = h
+            .post("/v1/pod/cancel", json!({"reason": "agent gone wrong"}))
+            .await;
+        assert_eq!(status, 200, "{done}");
+        assert_eq!(done["scope"], "pod local", "{done}");
+        assert_eq!(done["newly_cancelled"], true, "{done}");
+        for (tool, args) in [
+            ("reader", json!({"path": "a"})),
+            ("bash", json!({"command": "ls"})),
+            ("deploy", json!({"env": "prod"})),
+        ] {
+            assert_eq!(in_new_run(&h, tool, args).await, cancelled(), "{tool}");
+        }
+        let fresh = unique("run");
+        let (_, batch) = h
+            .post(
+                "/v1/authorize/batch",
+                json!({"run_id": fresh, "calls": [{"tool": "reader", "arguments": {"path": "a"}}]}),
+            )
+            .await;
+        assert_eq!(batch["verdicts"][0]["reason"], "run_cancelled", "{batch}");
+        let (_, read) = h
+            .post("/v1/workspace/read", json!({"run_id": fresh, "path": "a"}))
+            .await;
+        assert_eq!(read["verdict"]["reason"], "run_cancelled", "{read}");
+        let (_, state) = h.get_json(&format!("/v1/runs/{fresh}")).await;
+        assert_eq!(state["cancel_requested"], true, "{state}");
+        assert_eq!(state["cancelled_scope"], "pod local", "{state}");
+        assert_eq!(state["cancel_reason"], "agent gone wrong", "{state}");
+        // No human is asked about a call of a stopped pod.
+        let approvals = h
+            .store
+            .approvals()
+            .list(&h.tenant, None, jiff::Timestamp::now())
+            .await
+            .unwrap();
+        assert!(approvals.is_empty(), "{approvals:?}");
+        let (_, again) = h.post("/v1/pod/cancel", json!({})).await;
+        assert_eq!(again["newly_cancelled"], false, "{again}");
+        assert_eq!(again["cancel_requested_at"], done["cancel_requested_at"]);
+        // The body is checked like every other.
+        let (status, err) = h
+            .post("/v1/pod/cancel", json!({"scope": "namespace"}))
+            .await;
+        assert_eq!(status, 400, "{err}");
+    });
+}
+
+#[tokio::test]
+async fn a_scope_cancelled_elsewhere_reaches_the_sidecar() {
+    each_backend!(SPEC, |h| {
+        let runs = h.store.runs();
+        let other = Scope::parse("profile", Some("review")).unwrap();
+        runs.cancel_scope(&h.tenant, &other, None, "cli", jiff::Timestamp::now())
+            .await
+            .unwrap();
+        assert_eq!(
+            in_new_run(&h, "bash", json!({"command": "ls"})).await.0,
+            "allow"
+        );
+        // This sidecar's profile, stopped by the CLI or the controller.
+        let mine = Scope::parse("profile", Some("coding")).unwrap();
+        runs.cancel_scope(
+            &h.tenant,
+            &mine,
+            Some("incident"),
+            "cli",
+            jiff::Timestamp::now(),
+        )
+        .await
+        .unwrap();
+        // A high-risk call reads the database: refused at once.
+        assert_eq!(
+            in_new_run(&h, "bash", json!({"command": "ls"})).await,
+            cancelled()
+        );
+        // A read is refused once the sidecar's poll has seen the stop.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let got = in_new_run(&h, "reader", json!({"path": "a"})).await;
+            if got == cancelled() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "still {got:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_pod_budget_holds_across_run_ids() {
+    let spec = format!("{SPEC}budgets: {{perPod: {{maxCalls: 3}}}}\n");
+    each_backend!(&spec, |h| {
+        for _ in 0..3 {
+            assert_eq!(
+                in_new_run(&h, "reader", json!({"path": "a"})).await.0,
+                "allow"
+            );
+        }
+        let fresh = unique("run");
+        let v = h.authorize("reader", json!({"path": "a"}), &fresh).await;
+        assert_eq!(v["reason"], "budget_exhausted", "{v}");
+        assert_eq!(v["matched_rule"], "budget:perPod.maxCalls=3", "{v}");
+        // An escalation the pod could not pay for is refused, not asked.
+        let (_, reason) = in_new_run(&h, "deploy", json!({"env": "prod"})).await;
+        assert_eq!(reason, "budget_exhausted");
+        let approvals = h
+            .store
+            .approvals()
+            .list(&h.tenant, None, jiff::Timestamp::now())
+            .await
+            .unwrap();
+        assert!(approvals.is_empty(), "{approvals:?}");
+        let (_, state) = h.get_json(&format!("/v1/runs/{fresh}")).await;
+        assert_eq!(
+            state["budgets"]["pod_calls"],
+            json!({"used": 3, "limit": 3, "left": 0}),
+            "{state}"
+        );
+        assert_eq!(state["budgets"]["calls"]["used"], 0, "{state}");
+    });
+}
