@@ -8,9 +8,10 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 pub use toolgate_k8s::cancellation::{
-    PHASE_APPLIED, PHASE_FAILED, RunCancellation, RunCancellationSpec, RunCancellationStatus, Stop,
-    cancelled_by, object_name,
+    PHASE_APPLIED, PHASE_FAILED, RunCancellation, RunCancellationSpec, RunCancellationStatus,
+    cancelled_by, object_name, stop_object_name,
 };
+use toolgate_policy::Stop;
 
 use crate::context::Context;
 use crate::error::ControllerError;
@@ -33,7 +34,7 @@ pub async fn reconcile(
     })?;
     // The run in its canonical spelling, as every sidecar keys it, or the
     // scope; a spec naming neither fails for good (retrying cannot help).
-    let stop = match Stop::of(&obj.spec) {
+    let stop = match obj.spec.stop() {
         Ok(stop) => stop,
         Err(e) => {
             let status = RunCancellationStatus {

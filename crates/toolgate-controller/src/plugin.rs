@@ -281,23 +281,23 @@ async fn cancel(
     args: CancelArgs,
     out: &mut dyn Write,
 ) -> Result<(), ControllerError> {
-    use crate::cancellation::{PHASE_APPLIED, RunCancellation, Stop};
-    use toolgate_policy::{RunId, Scope};
+    use crate::cancellation::{PHASE_APPLIED, RunCancellation, RunCancellationSpec};
+    use toolgate_policy::Stop;
     let api: Api<RunCancellation> = match &args.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::default_namespaced(client.clone()),
     };
     // The run in its canonical spelling: `RUN-1` and `run-1` are one run,
     // so one object; a look-alike is refused here, not left to fail.
-    let stop = match (&args.pod, &args.profile, &args.run_id) {
-        (Some(pod), _, _) => Scope::parse("pod", Some(pod)).map(Stop::Scope),
-        (_, Some(profile), _) => Scope::parse("profile", Some(profile)).map(Stop::Scope),
-        _ if args.all => Ok(Stop::Scope(Scope::Namespace)),
-        (_, _, run) => RunId::parse(run.as_deref().unwrap_or_default()).map(Stop::Run),
-    }
+    let stop = Stop::named(
+        args.run_id.as_deref(),
+        args.pod.as_deref(),
+        args.profile.as_deref(),
+        args.all,
+    )
     .map_err(|e| ControllerError::InvalidObject(e.to_string()))?;
-    let name = stop.object_name();
-    let object = RunCancellation::new(&name, stop.spec(args.reason.clone()));
+    let name = crate::cancellation::stop_object_name(&stop);
+    let object = RunCancellation::new(&name, RunCancellationSpec::of(&stop, args.reason.clone()));
     match api.create(&kube::api::PostParams::default(), &object).await {
         Ok(_) => {}
         // Cancelled before: the first request stands.

@@ -20,7 +20,7 @@
 use kube::{CustomResource, KubeSchema, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::{PolicyError, RunId, Scope, ScopeKind};
+use toolgate_policy::{PolicyError, RunId, Scope, ScopeKind, Stop};
 
 /// Phase once the cancellation is in the database.
 pub const PHASE_APPLIED: &str = "Applied";
@@ -128,23 +128,15 @@ pub struct RunCancellationStatus {
     pub message: Option<String>,
 }
 
-/// What one `RunCancellation` stops, read once from its spec.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
-    /// One run.
-    Run(RunId),
-    /// Every run of a pod, a profile or the namespace.
-    Scope(Scope),
-}
-
-impl Stop {
-    /// The stop `spec` names, or why it names none (the API server's rules
-    /// refuse the same specs; this is the check for objects that got in
-    /// before them, and for the plugin before it creates one).
-    pub fn of(spec: &RunCancellationSpec) -> Result<Self, PolicyError> {
+impl RunCancellationSpec {
+    /// The stop this spec names, or why it names none (the API server's
+    /// rules refuse the same specs; this is the check for objects that got
+    /// in before them).
+    pub fn stop(&self) -> Result<Stop, PolicyError> {
+        let spec = self;
         match spec.scope.unwrap_or(ScopeKind::Run) {
             ScopeKind::Run => match (&spec.run_id, &spec.target) {
-                (Some(run), None) => Ok(Self::Run(RunId::parse(run)?)),
+                (Some(run), None) => Ok(Stop::Run(RunId::parse(run)?)),
                 _ => Err(PolicyError::InvalidScope {
                     message: "scope run needs runId and no target".into(),
                 }),
@@ -152,45 +144,36 @@ impl Stop {
             kind if spec.run_id.is_some() => Err(PolicyError::InvalidScope {
                 message: format!("scope {} takes no runId", kind.as_str()),
             }),
-            kind => Ok(Self::Scope(Scope::parse(
+            kind => Ok(Stop::Scope(Scope::parse(
                 kind.as_str(),
                 spec.target.as_deref(),
             )?)),
         }
     }
 
-    /// The spec that names this stop.
-    pub fn spec(&self, reason: Option<String>) -> RunCancellationSpec {
-        let (scope, run_id, target) = match self {
-            Self::Run(run) => (None, Some(run.to_string()), None),
-            Self::Scope(Scope::Namespace) => (Some(ScopeKind::Namespace), None, None),
-            Self::Scope(s) => (Some(s.kind()), None, Some(s.target().to_owned())),
+    /// The spec that names `stop`.
+    pub fn of(stop: &Stop, reason: Option<String>) -> Self {
+        let (scope, run_id, target) = match stop {
+            Stop::Run(run) => (None, Some(run.to_string()), None),
+            Stop::Scope(Scope::Namespace) => (Some(ScopeKind::Namespace), None, None),
+            Stop::Scope(s) => (Some(s.kind()), None, Some(s.target().to_owned())),
         };
-        RunCancellationSpec {
+        Self {
             scope,
             run_id,
             target,
             reason,
         }
     }
-
-    /// Object name `kubectl toolgate cancel` uses: deterministic, so
-    /// cancelling twice finds the first request. A scope's key holds a `/`,
-    /// which no run id does, so a run and a scope never share a name.
-    pub fn object_name(&self) -> String {
-        match self {
-            Self::Run(run) => object_name(run.as_str()),
-            Self::Scope(s) => object_name(&format!("{}/{}", s.kind().as_str(), s.target())),
-        }
-    }
 }
 
-impl std::fmt::Display for Stop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Run(run) => write!(f, "run {run}"),
-            Self::Scope(s) => write!(f, "{s}"),
-        }
+/// Object name `kubectl toolgate cancel` uses for `stop`: deterministic, so
+/// cancelling twice finds the first request. A scope's key holds a `/`,
+/// which no run id does, so a run and a scope never share a name.
+pub fn stop_object_name(stop: &Stop) -> String {
+    match stop {
+        Stop::Run(run) => object_name(run.as_str()),
+        Stop::Scope(s) => object_name(&format!("{}/{}", s.kind().as_str(), s.target())),
     }
 }
 

@@ -173,9 +173,6 @@ crate::wire_enum! {
     }
 }
 
-/// Longest pod or profile name a scope names (a Kubernetes object name).
-pub const MAX_SCOPE_TARGET_LEN: usize = 253;
-
 /// A cancellation wider than one run: what an agent cannot step around by
 /// choosing a new run id. Pod and profile names are Kubernetes object names
 /// (RFC 1123 subdomains: 1-253 of `a-z 0-9 . -`, alphanumeric at both
@@ -258,24 +255,54 @@ impl fmt::Display for Scope {
     }
 }
 
+/// What one cancellation stops: one run, or every run of a scope.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Stop {
+    /// One run.
+    Run(RunId),
+    /// Every run of a pod, a profile or the namespace.
+    Scope(Scope),
+}
+
+impl Stop {
+    /// The stop a command line names: `--pod NAME`, `--profile NAME`,
+    /// `--all` (the namespace) or else a run id (what both `toolgate runs
+    /// cancel` and `kubectl toolgate cancel` take).
+    pub fn named(
+        run_id: Option<&str>,
+        pod: Option<&str>,
+        profile: Option<&str>,
+        all: bool,
+    ) -> Result<Self, PolicyError> {
+        match (pod, profile) {
+            (Some(pod), _) => Scope::parse("pod", Some(pod)).map(Self::Scope),
+            (_, Some(profile)) => Scope::parse("profile", Some(profile)).map(Self::Scope),
+            _ if all => Ok(Self::Scope(Scope::Namespace)),
+            _ => RunId::parse(run_id.unwrap_or_default()).map(Self::Run),
+        }
+    }
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Run(run) => write!(f, "run {run}"),
+            Self::Scope(s) => write!(f, "{s}"),
+        }
+    }
+}
+
 /// `name` when it is a Kubernetes object name, else why not.
 fn object_name(name: &str) -> Result<String, String> {
-    let shown: String = name.chars().take(64).collect();
-    let ok = !name.is_empty()
-        && name.len() <= MAX_SCOPE_TARGET_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
-    if ok {
-        Ok(name.to_owned())
-    } else {
-        Err(format!(
-            "{shown:?} is not a Kubernetes object name (1-{MAX_SCOPE_TARGET_LEN} of a-z 0-9 . -, \
-             alphanumeric at both ends)"
-        ))
+    if crate::load::is_object_name(name) {
+        return Ok(name.to_owned());
     }
+    let shown: String = name.chars().take(64).collect();
+    Err(format!(
+        "{shown:?} is not a Kubernetes object name (1-{} of a-z 0-9 . -, \
+         alphanumeric at both ends)",
+        crate::load::MAX_OBJECT_NAME_LEN
+    ))
 }
 
 #[cfg(test)]

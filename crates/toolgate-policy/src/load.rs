@@ -53,16 +53,24 @@ pub fn parse_manifest(text: &str) -> Result<PolicyManifest, PolicyError> {
     Ok(manifest)
 }
 
-/// Checks a Kubernetes-style object name (RFC 1123 subdomain).
-pub fn validate_object_name(field: &str, name: &str) -> Result<(), PolicyError> {
-    let ok = !name.is_empty()
-        && name.len() <= 253
+/// Longest Kubernetes object name (an RFC 1123 subdomain).
+pub const MAX_OBJECT_NAME_LEN: usize = 253;
+
+/// True when `name` is a Kubernetes object name: 1-253 of `a-z 0-9 . -`,
+/// alphanumeric at both ends (an RFC 1123 subdomain).
+pub fn is_object_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_OBJECT_NAME_LEN
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
-    if ok {
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+}
+
+/// Checks a Kubernetes-style object name (RFC 1123 subdomain).
+pub fn validate_object_name(field: &str, name: &str) -> Result<(), PolicyError> {
+    if is_object_name(name) {
         Ok(())
     } else {
         Err(PolicyError::InvalidValue {

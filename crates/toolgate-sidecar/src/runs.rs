@@ -314,6 +314,23 @@ pub struct CancelRequest {
     pub reason: Option<String>,
 }
 
+impl CancelRequest {
+    /// The body of a cancellation: empty, or strict JSON with a reason the
+    /// store would accept.
+    fn read(body: &axum::body::Bytes) -> Result<Self, ApiError> {
+        let req: Self = if body.is_empty() {
+            Self::default()
+        } else {
+            crate::api::parse_body(body)?
+        };
+        if let Some(reason) = &req.reason {
+            toolgate_store::check_field("reason", reason)
+                .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        }
+        Ok(req)
+    }
+}
+
 /// Answer of a cancellation.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct CancelResponse {
@@ -333,15 +350,7 @@ pub(crate) async fn cancel_run(
     body: axum::body::Bytes,
 ) -> Result<Json<CancelResponse>, ApiError> {
     let run_id = crate::api::run_id(&run_id)?;
-    let req: CancelRequest = if body.is_empty() {
-        CancelRequest::default()
-    } else {
-        crate::api::parse_body(&body)?
-    };
-    if let Some(reason) = &req.reason {
-        toolgate_store::check_field("reason", reason)
-            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-    }
+    let req = CancelRequest::read(&body)?;
     let done = app
         .store
         .runs()
@@ -388,15 +397,7 @@ pub(crate) async fn cancel_pod(
     State(app): State<Arc<AppState>>,
     body: axum::body::Bytes,
 ) -> Result<Json<PodCancelResponse>, ApiError> {
-    let req: CancelRequest = if body.is_empty() {
-        CancelRequest::default()
-    } else {
-        crate::api::parse_body(&body)?
-    };
-    if let Some(reason) = &req.reason {
-        toolgate_store::check_field("reason", reason)
-            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-    }
+    let req = CancelRequest::read(&body)?;
     let scope =
         Scope::parse("pod", Some(&app.pod)).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let done = app

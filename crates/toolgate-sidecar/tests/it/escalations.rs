@@ -7,14 +7,6 @@ use toolgate_store::{ApprovalDecision, ApprovalStatus};
 
 use crate::common::*;
 
-async fn approvals(h: &Harness) -> Vec<toolgate_store::Approval> {
-    h.store
-        .approvals()
-        .list(&h.tenant, None, jiff::Timestamp::now())
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn escalations_with_a_spent_budget_ask_no_one() {
     let spec = format!("{SPEC}budgets: {{maxCallsPerRun: 2}}\n");
@@ -49,13 +41,13 @@ async fn escalations_with_a_spent_budget_ask_no_one() {
             batch["verdicts"][0]["reason"], "budget_exhausted",
             "{batch}"
         );
-        assert!(approvals(&h).await.is_empty(), "a human was asked");
+        assert!(h.approvals().await.is_empty(), "a human was asked");
         // Another run's escalation is still put to a human.
         let v = h
             .authorize("deploy", json!({"env": "prod"}), &unique("run"))
             .await;
         assert_eq!(v["verdict"], "escalate", "{v}");
-        assert_eq!(approvals(&h).await.len(), 1);
+        assert_eq!(h.approvals().await.len(), 1);
     });
 }
 
@@ -79,7 +71,7 @@ async fn a_spent_high_risk_budget_refuses_high_risk_escalations_only() {
         // `deploy` (risk write) still escalates.
         let v = h.authorize("deploy", json!({"env": "prod"}), &run).await;
         assert_eq!(v["verdict"], "escalate", "{v}");
-        assert_eq!(approvals(&h).await.len(), 1);
+        assert_eq!(h.approvals().await.len(), 1);
     });
 }
 

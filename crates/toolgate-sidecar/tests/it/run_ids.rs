@@ -97,12 +97,7 @@ async fn look_alikes_of_a_cancelled_run_are_refused_or_cancelled() {
             );
         }
         // No approval was asked for any of them.
-        let approvals = h
-            .store
-            .approvals()
-            .list(&h.tenant, None, jiff::Timestamp::now())
-            .await
-            .unwrap();
+        let approvals = h.approvals().await;
         assert!(approvals.is_empty(), "{approvals:?}");
     });
 }

@@ -63,12 +63,7 @@ async fn a_new_run_id_does_not_step_around_a_pod_stop() {
         assert_eq!(state["cancelled_scope"], "pod local", "{state}");
         assert_eq!(state["cancel_reason"], "agent gone wrong", "{state}");
         // No human is asked about a call of a stopped pod.
-        let approvals = h
-            .store
-            .approvals()
-            .list(&h.tenant, None, jiff::Timestamp::now())
-            .await
-            .unwrap();
+        let approvals = h.approvals().await;
         assert!(approvals.is_empty(), "{approvals:?}");
         let (_, again) = h.post("/v1/pod/cancel", json!({})).await;
         assert_eq!(again["newly_cancelled"], false, "{again}");
@@ -139,12 +134,7 @@ async fn a_pod_budget_holds_across_run_ids() {
         // An escalation the pod could not pay for is refused, not asked.
         let (_, reason) = in_new_run(&h, "deploy", json!({"env": "prod"})).await;
         assert_eq!(reason, "budget_exhausted");
-        let approvals = h
-            .store
-            .approvals()
-            .list(&h.tenant, None, jiff::Timestamp::now())
-            .await
-            .unwrap();
+        let approvals = h.approvals().await;
         assert!(approvals.is_empty(), "{approvals:?}");
         let (_, state) = h.get_json(&format!("/v1/runs/{fresh}")).await;
         assert_eq!(

@@ -26,9 +26,9 @@ impl Runs<'_> {
         require_opt("reason", reason)?;
         self.store.check_file()?;
         let now = now.as_millisecond();
-        let (at, newly, reaped): (Option<i64>, bool, i64) = match &self.store.backend {
+        let recorded = match &self.store.backend {
             crate::Backend::Postgres(pool) => {
-                let (at, newly, reaped): (Option<i64>, bool, i32) =
+                let row: PgCancelRow =
                     sqlx::query_as("SELECT * FROM toolgate_cancel_run($1, $2, $3, $4, $5)")
                         .bind(tenant)
                         .bind(run_id)
@@ -37,7 +37,7 @@ impl Runs<'_> {
                         .bind(now)
                         .fetch_one(pool)
                         .await?;
-                (at, newly, i64::from(reaped))
+                from_pg(row)
             }
             crate::Backend::Sqlite(pool) => {
                 let mut tx = pool.begin_write().await?;
@@ -46,12 +46,7 @@ impl Runs<'_> {
                 out
             }
         };
-        let at = at.ok_or_else(|| StoreError::Corrupt("cancelled run has no time".into()))?;
-        Ok(Cancellation {
-            requested_at: crate::ts_from_ms(at)?,
-            newly_cancelled: newly,
-            approvals_cancelled: count(reaped),
-        })
+        answer(recorded)
     }
 
     /// When the caller's run, or a scope holding it, was cancelled, if
@@ -100,6 +95,27 @@ impl Runs<'_> {
             .map(|(run, at)| Ok((run, crate::ts_from_ms(at)?)))
             .collect()
     }
+}
+
+/// What a cancel function answers on PostgreSQL: when the cancellation was
+/// first recorded, whether by this call, and the approvals it reaped.
+pub(super) type PgCancelRow = (Option<i64>, bool, i32);
+
+/// The same answer as the SQLite implementations give it.
+pub(super) type CancelRow = (Option<i64>, bool, i64);
+
+pub(super) fn from_pg((at, newly, reaped): PgCancelRow) -> CancelRow {
+    (at, newly, i64::from(reaped))
+}
+
+/// The [`Cancellation`] a cancel function's answer reports.
+pub(super) fn answer((at, newly, reaped): CancelRow) -> Result<Cancellation> {
+    let at = at.ok_or_else(|| StoreError::Corrupt("cancellation has no time".into()))?;
+    Ok(Cancellation {
+        requested_at: crate::ts_from_ms(at)?,
+        newly_cancelled: newly,
+        approvals_cancelled: count(reaped),
+    })
 }
 
 async fn cancel_sqlite(

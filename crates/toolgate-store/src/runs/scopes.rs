@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 use toolgate_policy::{Scope, ScopeKind};
 
-use super::{Cancellation, Runs, count};
+use super::{Cancellation, Runs, cancel};
 use crate::{Result, StoreError, on_pool, require, require_opt};
 
 /// Who a call is charged for: the tenant, and the pod and profile of the
@@ -117,9 +117,9 @@ impl Runs<'_> {
         self.store.check_file()?;
         let (kind, target) = (scope.kind().as_str(), scope.target());
         let now = now.as_millisecond();
-        let (at, newly, reaped): (Option<i64>, bool, i64) = match &self.store.backend {
+        let recorded = match &self.store.backend {
             crate::Backend::Postgres(pool) => {
-                let (at, newly, reaped): (Option<i64>, bool, i32) =
+                let row: cancel::PgCancelRow =
                     sqlx::query_as("SELECT * FROM toolgate_cancel_scope($1, $2, $3, $4, $5, $6)")
                         .bind(tenant)
                         .bind(kind)
@@ -129,7 +129,7 @@ impl Runs<'_> {
                         .bind(now)
                         .fetch_one(pool)
                         .await?;
-                (at, newly, i64::from(reaped))
+                cancel::from_pg(row)
             }
             crate::Backend::Sqlite(pool) => {
                 use crate::BeginWrite;
@@ -139,12 +139,7 @@ impl Runs<'_> {
                 out
             }
         };
-        let at = at.ok_or_else(|| StoreError::Corrupt("cancelled scope has no time".into()))?;
-        Ok(Cancellation {
-            requested_at: crate::ts_from_ms(at)?,
-            newly_cancelled: newly,
-            approvals_cancelled: count(reaped),
-        })
+        cancel::answer(recorded)
     }
 
     /// The earliest cancelled scope holding `caller`, if any.
@@ -187,7 +182,7 @@ async fn cancel_scope_sqlite(
     reason: Option<&str>,
     by: &str,
     now: i64,
-) -> Result<(Option<i64>, bool, i64)> {
+) -> Result<cancel::CancelRow> {
     let (kind, target) = (scope.kind().as_str(), scope.target());
     let inserted = sqlx::query(
         "INSERT INTO cancelled_scopes (tenant, scope, target, requested_at, reason, \

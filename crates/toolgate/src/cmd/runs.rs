@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use toolgate_policy::{RunId, Scope};
+use toolgate_policy::{RunId, Stop};
 use toolgate_store::Store;
 
 use crate::cli_error::CliError;
@@ -77,48 +77,22 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
                 reason,
                 by,
             } => {
-                let scope = match (&pod, &profile) {
-                    (Some(pod), _) => Some(Scope::parse("pod", Some(pod))?),
-                    (_, Some(profile)) => Some(Scope::parse("profile", Some(profile))?),
-                    _ if all => Some(Scope::Namespace),
-                    _ => None,
-                };
-                if let Some(scope) = scope {
-                    let store = Store::connect(&database).await?;
-                    let done = store
-                        .runs()
-                        .cancel_scope(
-                            &tenant,
-                            &scope,
-                            reason.as_deref(),
-                            &by,
-                            jiff::Timestamp::now(),
-                        )
-                        .await?;
-                    print_json(&serde_json::json!({
-                        "tenant": tenant,
-                        "scope": scope.to_string(),
-                        "cancel_requested_at": done.requested_at,
-                        "newly_cancelled": done.newly_cancelled,
-                        "approvals_cancelled": done.approvals_cancelled,
-                    }));
-                    return Ok(ExitCode::SUCCESS);
-                }
-                let run_id = RunId::parse(run_id.as_deref().unwrap_or_default())?;
+                let stop = Stop::named(run_id.as_deref(), pod.as_deref(), profile.as_deref(), all)?;
                 let store = Store::connect(&database).await?;
-                let done = store
-                    .runs()
-                    .cancel(
-                        &tenant,
-                        &run_id,
-                        reason.as_deref(),
-                        &by,
-                        jiff::Timestamp::now(),
-                    )
-                    .await?;
+                let (runs, reason, now) = (store.runs(), reason.as_deref(), jiff::Timestamp::now());
+                let (stopped, done) = match &stop {
+                    Stop::Scope(scope) => (
+                        ("scope", scope.to_string()),
+                        runs.cancel_scope(&tenant, scope, reason, &by, now).await?,
+                    ),
+                    Stop::Run(run) => (
+                        ("run_id", run.to_string()),
+                        runs.cancel(&tenant, run, reason, &by, now).await?,
+                    ),
+                };
                 print_json(&serde_json::json!({
                     "tenant": tenant,
-                    "run_id": run_id,
+                    stopped.0: stopped.1,
                     "cancel_requested_at": done.requested_at,
                     "newly_cancelled": done.newly_cancelled,
                     "approvals_cancelled": done.approvals_cancelled,

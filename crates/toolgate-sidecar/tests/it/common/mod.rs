@@ -260,6 +260,15 @@ impl Harness {
 
     /// Every decision of this harness's tenant, stream by stream (each
     /// sidecar instance writes its own stream).
+    /// Every approval of this sidecar's tenant, as the store holds them.
+    pub async fn approvals(&self) -> Vec<toolgate_store::Approval> {
+        self.store
+            .approvals()
+            .list(&self.tenant, None, Timestamp::now())
+            .await
+            .unwrap()
+    }
+
     pub async fn tenant_log(&self) -> Vec<toolgate_store::ChainedDecision> {
         let mut out = Vec::new();
         for stream in self.store.decisions().streams(&self.tenant).await.unwrap() {
