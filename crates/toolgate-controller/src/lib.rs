@@ -28,6 +28,7 @@ pub mod plugin;
 pub mod profile;
 mod run;
 pub mod status;
+pub mod stdout;
 pub mod tenancy;
 
 pub use config::{ControllerArgs, ControllerConfig};

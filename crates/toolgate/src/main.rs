@@ -1,5 +1,23 @@
 //! `toolgate`: one binary for every part of the system.
 
+/// `println!` for command output: a reader that went away ends the process
+/// quietly (see [`toolgate_controller::stdout`]).
+macro_rules! outln {
+    () => {
+        toolgate_controller::stdout::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        toolgate_controller::stdout::line(format_args!($($arg)*))
+    };
+}
+
+/// `print!` for command output (see [`outln!`]).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        toolgate_controller::stdout::text(format_args!($($arg)*))
+    };
+}
+
 mod cli_error;
 mod cmd;
 mod logging;
@@ -81,7 +99,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            println!("{}", err.to_json());
+            outln!("{}", err.to_json());
             ExitCode::from(2)
         }
     }

@@ -9,7 +9,7 @@ use toolgate_controller::plugin::{PluginCli, run_plugin};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = PluginCli::parse();
-    let mut stdout = std::io::stdout();
+    let mut stdout = toolgate_controller::stdout::Stdout;
     match run_plugin(cli, &mut stdout).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -68,7 +68,7 @@ pub fn run(args: ApprovalsArgs) -> Result<ExitCode, CliError> {
                     Some(t) => store.approvals().list(&t, status, Timestamp::now()).await?,
                     None => store.approvals().list_all(status, Timestamp::now()).await?,
                 };
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&list).unwrap_or_default()
                 );
@@ -104,7 +104,7 @@ async fn resolve(r: Resolve, decision: ApprovalDecision) -> Result<ExitCode, Cli
             Timestamp::now(),
         )
         .await?;
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&approval).unwrap_or_default()
     );

@@ -113,7 +113,7 @@ async fn verify(
         body["ok"] = ok.into();
         body["checkpoints"] = serde_json::json!({"checked": checked, "failures": failures});
     }
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&body).unwrap_or_default()
     );
@@ -208,7 +208,7 @@ async fn checkpoint(
     // A stream whose name the store refuses is reported, never signed, and
     // stops nothing: every other stream was signed all the same.
     let ok = report.refused.is_empty() && report.invalid.is_empty();
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&serde_json::json!({
             "ok": ok,
@@ -240,7 +240,7 @@ pub fn migrate(args: MigrateArgs) -> Result<ExitCode, CliError> {
     crate::runtime()?.block_on(async move {
         let store = Store::connect(&args.database).await?;
         store.migrate().await?;
-        println!("{}", serde_json::json!({"migrated": true}));
+        outln!("{}", serde_json::json!({"migrated": true}));
         Ok(ExitCode::SUCCESS)
     })
 }

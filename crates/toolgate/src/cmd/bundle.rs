@@ -105,7 +105,7 @@ pub fn run(command: BundleCommand) -> Result<ExitCode, CliError> {
             value
         }
     };
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&report).unwrap_or_default()
     );

@@ -111,7 +111,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CliError> {
             subject: args.subject.as_deref(),
         },
     );
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&verdict).unwrap_or_default()
     );

@@ -18,7 +18,7 @@ pub struct CrdgenArgs {
 /// Prints or writes the CRDs generated from the Rust types.
 pub fn run(args: CrdgenArgs) -> Result<ExitCode, CliError> {
     match args.out {
-        None => print!("{}", toolgate_k8s::crdgen()),
+        None => out!("{}", toolgate_k8s::crdgen()),
         Some(dir) => toolgate_k8s::write_crds(&dir)?,
     }
     Ok(ExitCode::SUCCESS)

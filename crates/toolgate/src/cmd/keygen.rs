@@ -40,7 +40,7 @@ pub fn run(args: KeygenArgs) -> Result<ExitCode, CliError> {
         "private_key": private.display().to_string(),
         "public_key": public.display().to_string(),
     });
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&report).unwrap_or_default()
     );

@@ -114,7 +114,7 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
 }
 
 fn print_json(value: &impl serde::Serialize) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()
     );

@@ -39,7 +39,7 @@ pub fn run(args: TenantArgs) -> Result<ExitCode, CliError> {
                 let result = store.provision_tenant(&tenant).await;
                 store.close().await;
                 let creds = result?;
-                println!("{}", serde_json::to_string(&creds).unwrap_or_default());
+                outln!("{}", serde_json::to_string(&creds).unwrap_or_default());
                 Ok(ExitCode::SUCCESS)
             }
         }

@@ -114,7 +114,7 @@ pub fn run(args: TestArgs) -> Result<ExitCode, CliError> {
                 (Some(v), Some(r)) => format!(", would {} ({})", v.as_str(), r.as_str()),
                 _ => String::new(),
             };
-            println!(
+            outln!(
                 "FAIL {}: expected {expected}, got {} ({}){would}, matched rule {}",
                 case.name,
                 verdict.verdict.as_str(),
@@ -127,7 +127,7 @@ pub fn run(args: TestArgs) -> Result<ExitCode, CliError> {
             );
         }
     }
-    println!("{passed} passed, {failed} failed");
+    outln!("{passed} passed, {failed} failed");
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {

@@ -48,9 +48,7 @@ impl Demo {
                         now,
                     )
                     .await?;
-                println!(
-                    "   (alice approves, as `toolgate approvals approve {id} --by {by}` would)"
-                );
+                outln!("   (alice approves, as `toolgate approvals approve {id} --by {by}` would)");
                 Ok(Answer::default())
             }
             Act::WaitForApproval(id) => agent.get(&format!("/v1/approvals/{id}?wait=5")).await,
@@ -81,7 +79,7 @@ impl Agent {
     async fn authorize(&self, req: &AuthorizeRequest) -> Result<Answer, CliError> {
         let mut answer = self.post("/v1/authorize", req).await?;
         answer.verdict = serde_json::from_value(answer.body.clone()).ok();
-        println!(
+        outln!(
             "   -> {} {}: {} ({})",
             req.tool,
             Value::Object(req.arguments.clone()),

@@ -73,10 +73,10 @@ fn policy_table() -> Result<usize, CliError> {
         .map(str::to_owned),
     ];
     let mut unexpected = 0;
-    println!("== Policy: the example calls against the example profiles\n");
+    outln!("== Policy: the example calls against the example profiles\n");
     for (name, profile, cases) in EXAMPLES {
         let policy = toolgate_policy::compile_manifest(profile)?;
-        println!("{name}: {}", policy.version().version);
+        outln!("{name}: {}", policy.version().version);
         for case in parse_cases(cases)? {
             let verdict = evaluate_case(&policy, &case, now);
             if !case_passes(&case, &verdict) {
@@ -92,9 +92,9 @@ fn policy_table() -> Result<usize, CliError> {
             ]);
         }
     }
-    println!();
+    outln!();
     print_table(&rows);
-    println!(
+    outln!(
         "\n{} calls evaluated, {unexpected} differed from the example cases",
         rows.len() - 1
     );
@@ -104,7 +104,7 @@ fn policy_table() -> Result<usize, CliError> {
 /// Prints one `ok` / `FAIL` line and folds it into the session's outcome.
 fn report(ok: &mut bool, check: &Check) {
     let mark = if check.passed { "ok  " } else { "FAIL" };
-    println!("   {mark} {}", check.line);
+    outln!("   {mark} {}", check.line);
     *ok &= check.passed;
 }
 
@@ -127,7 +127,7 @@ async fn session() -> Result<bool, CliError> {
         workspace: dir.path().join("workspaces").join(TENANT).join(RUN),
         upstream_calls,
     };
-    println!(
+    outln!(
         "\n== Session: a scripted agent talks to a sidecar on {} (SQLite: {})\n",
         sidecar.addr,
         dir.path().join("toolgate.db").display()
@@ -136,7 +136,7 @@ async fn session() -> Result<bool, CliError> {
     let mut memory = Memory::default();
     for step in SCRIPT {
         if let Some(scene) = step.scene {
-            println!("{scene}");
+            outln!("{scene}");
         }
         let answer = demo.perform((step.act)(&memory), &mut memory).await?;
         memory.learn(&answer);
@@ -146,10 +146,10 @@ async fn session() -> Result<bool, CliError> {
     }
 
     sidecar.shutdown().await;
-    println!("\n== Audit: the decision log");
+    outln!("\n== Audit: the decision log");
     let reports = store.decisions().verify(Some(TENANT)).await?;
     for r in &reports {
-        println!(
+        outln!(
             "   tenant {} stream {}: {} decisions, chain {}",
             r.tenant,
             r.stream,
@@ -170,7 +170,7 @@ async fn session() -> Result<bool, CliError> {
     } else {
         "had failures"
     };
-    println!("\nsession {outcome}");
+    outln!("\nsession {outcome}");
     Ok(ok)
 }
 
@@ -268,6 +268,6 @@ fn print_table<const N: usize>(rows: &[[String; N]]) {
             .zip(widths)
             .map(|(cell, w)| format!("{cell:<w$}"))
             .collect();
-        println!("{}", line.join("  ").trim_end());
+        outln!("{}", line.join("  ").trim_end());
     }
 }
