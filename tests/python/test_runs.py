@@ -86,7 +86,8 @@ def test_async_client_reads_the_heartbeat(sidecar, run_id):
             await client.authorize('lookup', {'q': 'a'})
             status = await client.run_status()
             assert status.run_id == run_id and not status.cancel_requested
-            assert set(status.budgets) == {'calls', 'high_risk_calls', 'run_seconds'}
+            assert set(status.budgets) == {'calls', 'high_risk_calls', 'run_seconds', 'pod_calls',
+                                           'pod_high_risk_calls'}
             await client.cancel_run('done')
             v = await client.authorize('lookup', {'q': 'b'})
             assert (v.verdict, v.reason) == ('deny', 'run_cancelled')

@@ -11,14 +11,24 @@
 
 pub mod api;
 pub mod config;
-mod decision_log;
 mod error;
 mod guard;
 pub mod mcp;
-pub mod metrics;
-pub mod policy_state;
-pub mod runs;
-pub mod workspace;
+
+pub use toolgate_gate::{policy_state, runs, workspace};
+
+/// The sidecar's metrics: the gate's, plus the build-info and process
+/// metrics every toolgate component exports.
+pub mod metrics {
+    pub use toolgate_gate::metrics::*;
+
+    /// A registry of the sidecar's own with every family registered.
+    pub fn sidecar_metrics() -> Metrics {
+        let metrics = Metrics::new();
+        toolgate_k8s::telemetry::register_common(metrics.registry(), "sidecar");
+        metrics
+    }
+}
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,11 +39,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use toolgate_store::{Heartbeat, Store};
 
+use toolgate_gate::{BundleFiles, DecisionLog, Gate, GateParts, PolicyState, Workspaces};
+
 use crate::api::AppState;
-use crate::decision_log::DecisionLog;
-use crate::metrics::Metrics;
-use crate::policy_state::{BundleFiles, PolicyState};
-use crate::workspace::Workspaces;
 
 /// Why a sidecar could not start.
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +140,7 @@ impl Sidecar {
 
     /// Like [`Sidecar::start`] with an already connected store.
     pub async fn start_with_store(config: SidecarConfig, store: Store) -> Result<Self, StartError> {
-        let metrics = Metrics::new();
+        let metrics = metrics::sidecar_metrics();
         let policy = Arc::new(PolicyState::new(metrics.clone()));
         let files = BundleFiles {
             bundle: config.bundle.clone(),
@@ -165,9 +173,8 @@ impl Sidecar {
         );
         metrics.precreate_mcp(config.mcp_upstreams.iter().map(|(n, _)| n.as_str()));
         let workspaces = Workspaces::new(&config.workspace_base, &config.tenant)?;
-        let cancelled = Arc::new(runs::CancelledRuns::default());
         let mcp_http = mcp::upstream_client(policy.clone()).map_err(StartError::McpClient)?;
-        let state = Arc::new_cyclic(|weak| AppState {
+        let gate = Arc::new(Gate::new(GateParts {
             policy: policy.clone(),
             store: store.clone(),
             decision_log,
@@ -177,16 +184,17 @@ impl Sidecar {
             stream,
             identity: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
             pod: config.pod_name.clone(),
-            allowed: Default::default(),
-            workspace_slots: Arc::new(tokio::sync::Semaphore::new(api::WORKSPACE_SLOTS)),
+        }));
+        let cancelled = gate.cancelled.clone();
+        let state = Arc::new(AppState {
+            mcp: mcp::McpUpstreams::new(&config.mcp_upstreams, gate.clone(), mcp_http),
+            gate,
             local_hosts: config
                 .allowed_hosts
                 .iter()
                 .cloned()
                 .chain(std::iter::once(config.pod_name.clone()))
                 .collect(),
-            mcp: mcp::McpUpstreams::new(&config.mcp_upstreams, weak.clone(), mcp_http),
-            cancelled: cancelled.clone(),
         });
 
         let listener = TcpListener::bind(config.listen)

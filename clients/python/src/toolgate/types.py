@@ -206,7 +206,8 @@ class RunStatus:
     run_id: str
     cancel_requested: bool
     budgets: Mapping[str, Any]
-    """``calls``, ``high_risk_calls``, ``run_seconds``: each ``{used, limit, left}``
+    """``calls``, ``high_risk_calls``, ``run_seconds`` of the run, ``pod_calls`` and
+    ``pod_high_risk_calls`` of its pod (``spec.budgets.perPod``): each ``{used, limit, left}``
     (``limit``/``left`` are ``None`` when unlimited)."""
     open_intents: tuple[Intent, ...] = ()
     cancel_requested_at: Optional[str] = None

@@ -25,10 +25,10 @@ pub(crate) fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiErr
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = T::deserialize(&mut de).map_err(|e| {
         run_id_fault(bytes)
-            .unwrap_or_else(|| ApiError::InvalidRequest(format!("invalid request body: {e}")))
+            .unwrap_or_else(|| ApiError::invalid_request(format!("invalid request body: {e}")))
     })?;
     de.end()
-        .map_err(|e| ApiError::InvalidRequest(format!("trailing data after JSON body: {e}")))?;
+        .map_err(|e| ApiError::invalid_request(format!("trailing data after JSON body: {e}")))?;
     Ok(value)
 }
 
@@ -41,6 +41,6 @@ fn run_id_fault(bytes: &Bytes) -> Option<ApiError> {
         serde_json::Value::String(text) => {
             toolgate_policy::RunId::parse(text).err().map(Into::into)
         }
-        _ => Some(ApiError::InvalidRunId("run_id: must be a string".into())),
+        _ => Some(ApiError::invalid_run_id("run_id: must be a string".into())),
     }
 }

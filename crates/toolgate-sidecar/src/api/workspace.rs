@@ -1,271 +1,40 @@
-//! Every workspace operation is the tool call `workspace.<op>` with arguments
-//! `{"path": …}` (write adds `"content"`), decided by [`authorize_call`] exactly as
-//! `/v1/authorize` would decide it and recorded in the decision log. A
-//! profile that declares no `workspace.*` tool denies them (`unknown_tool`);
-//! a hardline path rule denies them in every mode. A high-risk write records
-//! its intent around the write itself.
+//! The workspace endpoints over [`Gate`](toolgate_gate::Gate): each is the
+//! governed tool call `workspace.<op>`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
-use toolgate_policy::{Decision, RunId};
-use toolgate_store::{IntentOutcome, NewIntent};
+use toolgate_gate::workspace::{FileRead, FileWritten, Listing, Stat};
+use toolgate_gate::{Governed, PathRequest, WriteRequest};
 
-use super::{AppState, AuthorizeRequest, AuthorizeResponse, NO_STEP, StrictJson, authorize_call};
+use super::{AppState, StrictJson};
 use crate::error::ApiError;
-use crate::workspace::{FileRead, FileWritten, Listing, Stat, WorkspaceError, Workspaces};
-
-/// Body of workspace `read`, `list` and `stat`.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PathRequest {
-    /// Run whose workspace to use, in its canonical spelling.
-    pub run_id: RunId,
-    /// Relative path; `""` is the root (list and stat only).
-    pub path: String,
-    /// Step within the run, for the decision record.
-    #[serde(default)]
-    pub step_id: Option<String>,
-}
-
-/// Body of workspace `write`.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WriteRequest {
-    /// Run whose workspace to use, in its canonical spelling.
-    pub run_id: RunId,
-    /// Relative path.
-    pub path: String,
-    /// UTF-8 text to write.
-    pub content: String,
-    /// Step within the run, for the decision record.
-    #[serde(default)]
-    pub step_id: Option<String>,
-}
-
-/// A workspace result with the decision that allowed it.
-#[derive(Debug, Serialize)]
-pub struct Governed<T> {
-    /// The allowing decision.
-    pub decision_id: String,
-    /// What the operation returned.
-    #[serde(flatten)]
-    pub result: T,
-}
-
-/// Concurrent workspace operations; the rest wait (bounded) for a slot, so
-/// stuck file I/O can never take every blocking thread.
-pub const WORKSPACE_SLOTS: usize = 8;
-/// How long a workspace request waits for a slot.
-const WORKSPACE_QUEUE_WAIT: Duration = Duration::from_secs(5);
-/// How long one workspace operation may take.
-const WORKSPACE_IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Runs file I/O on the blocking pool, holding one of [`WORKSPACE_SLOTS`].
-/// A timed-out operation keeps its slot until its thread returns, so even
-/// operations that never return cannot exceed the bound.
-async fn workspace_io<T: Send + 'static>(
-    app: &AppState,
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let permit = tokio::time::timeout(
-        WORKSPACE_QUEUE_WAIT,
-        app.workspace_slots.clone().acquire_owned(),
-    )
-    .await
-    .map_err(|_| ApiError::WorkspaceBusy("every workspace I/O slot is busy".into()))?
-    .map_err(|_| ApiError::WorkspaceBusy("workspace I/O is shut down".into()))?;
-    let task = tokio::task::spawn_blocking(move || {
-        let _slot = permit;
-        f()
-    });
-    match tokio::time::timeout(WORKSPACE_IO_TIMEOUT, task).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(_)) => Err(ApiError::StoreUnavailable("workspace task failed".into())),
-        Err(_) => Err(ApiError::WorkspaceTimeout(format!(
-            "workspace operation exceeded {} s",
-            WORKSPACE_IO_TIMEOUT.as_secs()
-        ))),
-    }
-}
-
-/// Decides `workspace.<op>` for these arguments; anything but an allow is a
-/// 403 carrying the verdict.
-async fn govern(
-    app: &AppState,
-    op: &str,
-    run_id: &RunId,
-    step_id: Option<String>,
-    arguments: serde_json::Map<String, serde_json::Value>,
-) -> Result<AuthorizeResponse, ApiError> {
-    // A run id that cannot name a workspace is refused as such, before it
-    // is decided or recorded.
-    crate::workspace::check_id("run_id", run_id.as_str())?;
-    let answer = authorize_call(
-        app,
-        &AuthorizeRequest {
-            tool: format!("workspace.{op}"),
-            action: None,
-            arguments,
-            run_id: run_id.clone(),
-            step_id,
-            tenant: None,
-            definition_digest: None,
-        },
-    )
-    .await?;
-    if answer.verdict.verdict == Decision::Allow {
-        return Ok(answer);
-    }
-    let code = if answer.verdict.verdict == Decision::Escalate {
-        "approval_required"
-    } else {
-        "policy_denied"
-    };
-    let message = format!(
-        "workspace.{op}: {} ({})",
-        answer.verdict.verdict.as_str(),
-        answer.verdict.reason.as_str()
-    );
-    Err(ApiError::PolicyDenied {
-        code,
-        message,
-        verdict: Box::new(serde_json::to_value(&answer).unwrap_or_default()),
-    })
-}
-
-/// Counts a refused workspace request in `toolgate_workspace_refusals_total{code}`.
-fn counted_refusal<T>(app: &AppState, result: Result<T, ApiError>) -> Result<T, ApiError> {
-    if let Err(e) = &result {
-        app.metrics
-            .workspace_refusals
-            .with_label_values(&[e.code()])
-            .inc();
-    }
-    result
-}
-
-fn path_arguments(path: &str) -> serde_json::Map<String, serde_json::Value> {
-    let mut args = serde_json::Map::new();
-    args.insert("path".into(), path.into());
-    args
-}
 
 pub(super) async fn workspace_write(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<WriteRequest>,
 ) -> Result<Json<Governed<FileWritten>>, ApiError> {
-    counted_refusal(&app, workspace_write_inner(app.clone(), req).await)
-}
-
-async fn workspace_write_inner(
-    app: Arc<AppState>,
-    req: WriteRequest,
-) -> Result<Json<Governed<FileWritten>>, ApiError> {
-    let mut args = path_arguments(&req.path);
-    args.insert("content".into(), req.content.clone().into());
-    let step = req.step_id.clone();
-    let answer = govern(&app, "write", &req.run_id, step.clone(), args).await?;
-    // A high-risk write is recorded like any high-risk call: pending before
-    // the effect, watermarked, then closed with its outcome.
-    let intents = app.store.intents();
-    let intent = if answer.verdict.intent_required {
-        let intent = intents
-            .begin(
-                NewIntent {
-                    tenant: app.tenant.clone(),
-                    run_id: req.run_id.as_str().to_owned(),
-                    step_id: step.unwrap_or_else(|| NO_STEP.to_owned()),
-                    tool: "workspace.write".into(),
-                    args_digest: answer.verdict.args_digest.clone(),
-                    call_digest: Some(answer.verdict.call_digest.clone()),
-                    decision_id: answer.decision_id.clone(),
-                    risk: answer.verdict.risk.as_str().to_owned(),
-                    verification_probe: None,
-                },
-                Timestamp::now(),
-            )
-            .await?;
-        intents
-            .mark_effect_sent(&app.tenant, &intent.id, Timestamp::now())
-            .await?;
-        Some(intent.id)
-    } else {
-        None
-    };
-    let state = app.clone();
-    let (run_id, path, content) = (req.run_id, req.path, req.content);
-    let written = workspace_io(&app, move || {
-        Ok(state.workspaces.write(run_id.as_str(), &path, &content)?)
-    })
-    .await;
-    if let Some(id) = intent {
-        let (outcome, detail) = match &written {
-            Ok(_) => (IntentOutcome::Completed, None),
-            Err(e) => (IntentOutcome::Error, Some(e.code().to_owned())),
-        };
-        intents
-            .complete(&app.tenant, &id, outcome, detail, Timestamp::now())
-            .await?;
-    }
-    Ok(Json(Governed {
-        decision_id: answer.decision_id,
-        result: written?,
-    }))
-}
-
-/// Decides `workspace.<op>` for a path request and, when allowed, runs
-/// `op` on the run's workspace; refusals are counted.
-async fn governed_path<T: Send + 'static>(
-    app: Arc<AppState>,
-    req: PathRequest,
-    op: &'static str,
-    run: fn(&Workspaces, &str, &str) -> Result<T, WorkspaceError>,
-) -> Result<Json<Governed<T>>, ApiError> {
-    let outcome = async {
-        let answer = govern(
-            &app,
-            op,
-            &req.run_id,
-            req.step_id.clone(),
-            path_arguments(&req.path),
-        )
-        .await?;
-        let state = app.clone();
-        let result = workspace_io(&app, move || {
-            Ok(run(&state.workspaces, req.run_id.as_str(), &req.path)?)
-        })
-        .await?;
-        Ok(Json(Governed {
-            decision_id: answer.decision_id,
-            result,
-        }))
-    }
-    .await;
-    counted_refusal(&app, outcome)
+    Ok(Json(app.gate.workspace_write(req).await?))
 }
 
 pub(super) async fn workspace_read(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<PathRequest>,
 ) -> Result<Json<Governed<FileRead>>, ApiError> {
-    governed_path(app, req, "read", Workspaces::read).await
+    Ok(Json(app.gate.workspace_read(req).await?))
 }
 
 pub(super) async fn workspace_list(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<PathRequest>,
 ) -> Result<Json<Governed<Listing>>, ApiError> {
-    governed_path(app, req, "list", Workspaces::list).await
+    Ok(Json(app.gate.workspace_list(req).await?))
 }
 
 pub(super) async fn workspace_stat(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<PathRequest>,
 ) -> Result<Json<Governed<Stat>>, ApiError> {
-    governed_path(app, req, "stat", Workspaces::stat).await
+    Ok(Json(app.gate.workspace_stat(req).await?))
 }

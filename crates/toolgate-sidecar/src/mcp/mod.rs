@@ -25,7 +25,7 @@
 //!   followed.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -34,11 +34,13 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use toolgate_mcp::McpError;
-use toolgate_mcp::gateway::{Decider, Gateway, ToolCall, intent_id};
+use toolgate_mcp::gateway::{Decider, Gateway, ToolCall};
 use toolgate_mcp::message;
 use toolgate_mcp::relay::{ClientStep, Route};
 
-use crate::api::{self, AppState, AuthorizeRequest};
+use toolgate_gate::{AuthorizeRequest, BeginIntentRequest, CompleteRequest, Gate, GateError};
+
+use crate::api::AppState;
 use crate::error::ApiError;
 use crate::policy_state::PolicyState;
 
@@ -47,8 +49,6 @@ mod resolve;
 
 /// JSON-RPC: a request header contradicts the body (protocol 2026-07-28).
 pub const HEADER_MISMATCH: i64 = -32020;
-/// Largest request body forwarded.
-const MAX_BODY_BYTES: usize = 16 << 20;
 /// Request headers passed to the upstream (everything else, `Host` and
 /// `Origin` included, stays here).
 const FORWARDED_REQUEST_HEADERS: [&str; 6] = [
@@ -73,12 +73,11 @@ pub struct McpUpstreams {
 }
 
 impl McpUpstreams {
-    /// The upstreams `NAME=URL`, deciding through `app` (the sidecar's own
-    /// state, not yet built: hence the weak reference), reached with `http`
-    /// (an [`upstream_client`]).
+    /// The upstreams `NAME=URL`, deciding through `gate`, reached with
+    /// `http` (an [`upstream_client`]).
     pub(crate) fn new(
         upstreams: &[(String, String)],
-        app: Weak<AppState>,
+        gate: Arc<Gate>,
         http: reqwest::Client,
     ) -> Self {
         let servers = upstreams
@@ -90,7 +89,7 @@ impl McpUpstreams {
                     gateway: Gateway::new(
                         name.clone(),
                         Duration::ZERO,
-                        InProcess { app: app.clone() },
+                        InProcess { gate: gate.clone() },
                     ),
                 };
                 (name.clone(), Arc::new(upstream))
@@ -118,36 +117,21 @@ pub(crate) fn upstream_client(policy: Arc<PolicyState>) -> Result<reqwest::Clien
         .build()
 }
 
-/// Decides through this sidecar's own paths (no HTTP round trip).
+/// Decides through the sidecar's [`Gate`], in process: no HTTP round trip
+/// and no second reading of the answer.
 pub(crate) struct InProcess {
-    app: Weak<AppState>,
+    gate: Arc<Gate>,
 }
 
-impl InProcess {
-    fn app(&self) -> Result<Arc<AppState>, McpError> {
-        self.app
-            .upgrade()
-            .ok_or_else(|| McpError::Sidecar("shutting down".into()))
-    }
-}
-
-fn refused(e: ApiError) -> McpError {
+fn refused(e: GateError) -> McpError {
     McpError::Refused {
         code: e.code().to_owned(),
         message: e.to_string(),
     }
 }
 
-async fn json_of(response: Response) -> Result<Value, McpError> {
-    let bytes = axum::body::to_bytes(response.into_body(), MAX_BODY_BYTES)
-        .await
-        .map_err(|e| McpError::Sidecar(e.to_string()))?;
-    serde_json::from_slice(&bytes).map_err(|e| McpError::Sidecar(e.to_string()))
-}
-
 impl Decider for InProcess {
     async fn authorize(&self, call: ToolCall<'_>) -> Result<Value, McpError> {
-        let app = self.app()?;
         let request = AuthorizeRequest {
             tool: call.tool.to_owned(),
             action: None,
@@ -157,7 +141,7 @@ impl Decider for InProcess {
             tenant: None,
             definition_digest: call.definition_digest.map(str::to_owned),
         };
-        let answer = api::authorize_call(&app, &request).await.map_err(refused)?;
+        let answer = self.gate.authorize(&request).await.map_err(refused)?;
         serde_json::to_value(answer).map_err(|e| McpError::Sidecar(e.to_string()))
     }
 
@@ -166,14 +150,12 @@ impl Decider for InProcess {
         tools: &[String],
         definitions: &HashMap<String, String>,
     ) -> Result<Vec<String>, McpError> {
-        let app = self.app()?;
-        Ok(api::visible_of(&app, tools, definitions))
+        self.gate.visible_tools(tools, definitions).map_err(refused)
     }
 
     async fn begin_intent(&self, verdict: &Value, call: ToolCall<'_>) -> Result<String, McpError> {
-        let app = self.app()?;
         let text = |k: &str| verdict[k].as_str().unwrap_or_default().to_owned();
-        let request = api::BeginIntentRequest {
+        let request = BeginIntentRequest {
             decision_id: text("decision_id"),
             run_id: call.run_id.clone(),
             step_id: call.step_id.to_owned(),
@@ -182,14 +164,9 @@ impl Decider for InProcess {
             call_digest: verdict["call_digest"].as_str().map(str::to_owned),
             verification_probe: None,
         };
-        let response = api::begin_intent(State(app.clone()), api::StrictJson(request))
-            .await
-            .map_err(refused)?;
-        let id = intent_id(&json_of(response).await?)?;
-        let _sent = api::effect_sent(State(app), Path(id.clone()), Bytes::new())
-            .await
-            .map_err(refused)?;
-        Ok(id)
+        let intent = self.gate.begin_intent(request).await.map_err(refused)?;
+        self.gate.effect_sent(&intent.id).await.map_err(refused)?;
+        Ok(intent.id)
     }
 
     async fn complete_intent(
@@ -203,31 +180,19 @@ impl Decider for InProcess {
         } else {
             toolgate_store::IntentOutcome::Completed
         };
-        api::complete_intent(
-            State(self.app()?),
-            Path(id.to_owned()),
-            api::StrictJson(api::CompleteRequest {
-                outcome,
-                detail: detail.map(str::to_owned),
-            }),
-        )
-        .await
-        .map(|_| ())
-        .map_err(refused)
+        let req = CompleteRequest {
+            outcome,
+            detail: detail.map(str::to_owned),
+        };
+        self.gate
+            .complete_intent(id, req)
+            .await
+            .map(|_| ())
+            .map_err(refused)
     }
 
     async fn wait_for_approval(&self, id: &str, wait: Duration) -> Result<String, McpError> {
-        let app = self.app()?;
-        let approval = app
-            .store
-            .approvals()
-            .wait(
-                &app.tenant,
-                id,
-                wait.min(Duration::from_secs(api::MAX_WAIT_SECONDS)),
-            )
-            .await
-            .map_err(|e| refused(e.into()))?;
+        let approval = self.gate.approval(id, Some(wait)).await.map_err(refused)?;
         Ok(approval.status.as_str().to_owned())
     }
 }
@@ -269,9 +234,9 @@ fn request_run(
 ) -> Result<toolgate_policy::RunId, ApiError> {
     if let Some(value) = headers.get("x-toolgate-run-id") {
         let text = value.to_str().map_err(|_| {
-            ApiError::InvalidRunId("X-Toolgate-Run-Id: run ids are ASCII text".into())
+            ApiError::invalid_run_id("X-Toolgate-Run-Id: run ids are ASCII text".into())
         })?;
-        return api::run_id(text);
+        return Ok(toolgate_gate::run_id(text)?);
     }
     Ok(match header(headers, "mcp-session-id") {
         Some(session) => toolgate_policy::RunId::derived("mcp-session", session),
@@ -297,13 +262,10 @@ pub(crate) async fn proxy(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let upstream = app
-        .mcp
-        .servers
-        .get(&server)
-        .cloned()
-        .ok_or_else(|| ApiError::McpUnknownServer(api::truncate(&server, 64).to_owned()))?;
-    match app.policy.current() {
+    let upstream = app.mcp.servers.get(&server).cloned().ok_or_else(|| {
+        ApiError::McpUnknownServer(toolgate_gate::labels::truncate(&server, 64).to_owned())
+    })?;
+    match app.gate.policy.current() {
         Some(e) if jiff::Timestamp::now() < e.expires_at => {
             if let Some(reason) = e.policy.egress_refusal(&upstream.url) {
                 return Err(ApiError::McpUpstreamNotAllowed(format!(
@@ -385,7 +347,8 @@ pub(crate) async fn proxy(
             if let Some(why) = resolve::hardline_cause(&e) {
                 return Err(ApiError::McpUpstreamNotAllowed(format!("{server}: {why}")));
             }
-            app.metrics
+            app.gate
+                .metrics
                 .mcp_upstream_errors
                 .with_label_values(&[upstream.gateway.server()])
                 .inc();
@@ -394,12 +357,14 @@ pub(crate) async fn proxy(
             return Err(ApiError::McpUpstream(e.to_string()));
         }
     };
-    app.metrics
+    app.gate
+        .metrics
         .mcp_forward_seconds
         .with_label_values(&[upstream.gateway.server()])
         .observe(started.elapsed().as_secs_f64());
     if response.status().is_server_error() {
-        app.metrics
+        app.gate
+            .metrics
             .mcp_upstream_errors
             .with_label_values(&[upstream.gateway.server()])
             .inc();

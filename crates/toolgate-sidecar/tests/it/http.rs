@@ -110,7 +110,7 @@ async fn each_start_writes_its_own_linked_stream() {
         std::fs::create_dir_all(&dir).unwrap();
         let mut h = Harness::start(&dir, &url, Some(&bundle(SPEC, 1, day(), &key()))).await;
         let run = unique("run");
-        let first = h.sidecar.as_ref().unwrap().state.stream.clone();
+        let first = h.sidecar.as_ref().unwrap().state.gate.stream.clone();
         assert!(first.starts_with("local/"), "{first}");
         h.authorize("bash", json!({"command": "ls"}), &run).await;
         h.authorize("reader", json!({"path": "a.rs"}), &run).await;
@@ -127,7 +127,7 @@ async fn each_start_writes_its_own_linked_stream() {
 
         let mut again =
             Harness::start_as(&dir, &url, Some(&bundle(SPEC, 1, day(), &key())), &h.tenant).await;
-        let second = again.sidecar.as_ref().unwrap().state.stream.clone();
+        let second = again.sidecar.as_ref().unwrap().state.gate.stream.clone();
         assert_ne!(second, first);
         again
             .authorize("bash", json!({"command": "ls"}), &run)
@@ -212,6 +212,7 @@ async fn bad_bundles_never_replace_the_good_one() {
             .as_ref()
             .unwrap()
             .state
+            .gate
             .policy
             .current()
             .unwrap()
@@ -233,6 +234,7 @@ async fn bad_bundles_never_replace_the_good_one() {
             .as_ref()
             .unwrap()
             .state
+            .gate
             .policy
             .last_failure()
             .expect("rejection recorded");
@@ -242,6 +244,7 @@ async fn bad_bundles_never_replace_the_good_one() {
                 .as_ref()
                 .unwrap()
                 .state
+                .gate
                 .policy
                 .current()
                 .unwrap()
@@ -264,6 +267,7 @@ async fn bad_bundles_never_replace_the_good_one() {
                 .as_ref()
                 .unwrap()
                 .state
+                .gate
                 .policy
                 .last_failure()
                 .unwrap()
@@ -280,6 +284,7 @@ async fn bad_bundles_never_replace_the_good_one() {
             .as_ref()
             .unwrap()
             .state
+            .gate
             .policy
             .current()
             .unwrap()
@@ -292,6 +297,7 @@ async fn bad_bundles_never_replace_the_good_one() {
                 .as_ref()
                 .unwrap()
                 .state
+                .gate
                 .policy
                 .last_failure()
                 .unwrap()
@@ -303,6 +309,7 @@ async fn bad_bundles_never_replace_the_good_one() {
                 .as_ref()
                 .unwrap()
                 .state
+                .gate
                 .policy
                 .current()
                 .unwrap()
@@ -351,6 +358,7 @@ async fn hot_swap_under_load_never_mixes_policies() {
                 .as_ref()
                 .unwrap()
                 .state
+                .gate
                 .policy
                 .current()
                 .unwrap()
@@ -363,6 +371,7 @@ async fn hot_swap_under_load_never_mixes_policies() {
             .as_ref()
             .unwrap()
             .state
+            .gate
             .policy
             .current()
             .unwrap()
@@ -398,6 +407,7 @@ async fn hot_swap_under_load_never_mixes_policies() {
                 .as_ref()
                 .unwrap()
                 .state
+                .gate
                 .policy
                 .current()
                 .unwrap()
@@ -412,6 +422,7 @@ async fn hot_swap_under_load_never_mixes_policies() {
                 .as_ref()
                 .unwrap()
                 .state
+                .gate
                 .policy
                 .current()
                 .unwrap()

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde_json::Value;
-use toolgate_sidecar::metrics::{METRIC_NAMES, Metrics};
+use toolgate_sidecar::metrics::{METRIC_NAMES, sidecar_metrics};
 
 /// One exported metric family: its type, and the values of each label in
 /// the rendered samples.
@@ -178,7 +178,7 @@ fn families(exposition: &str) -> BTreeMap<String, Family> {
 
 /// The sidecar's registry with every labelled family touched once.
 fn sidecar_families() -> BTreeMap<String, Family> {
-    let m = Metrics::new();
+    let m = sidecar_metrics();
     m.decisions
         .with_label_values(&["allow", "allow_rule", "bash", "safe-coding", "true"])
         .inc();

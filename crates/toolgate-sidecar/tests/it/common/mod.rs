@@ -249,7 +249,7 @@ impl Harness {
     /// Waits until the served policy version satisfies `pred`.
     pub async fn wait_for_version(&self, pred: impl Fn(Option<&str>) -> bool) {
         for _ in 0..200 {
-            let current = self.sidecar.as_ref().unwrap().state.policy.current();
+            let current = self.sidecar.as_ref().unwrap().state.gate.policy.current();
             if pred(current.as_deref().map(|e| e.policy_version.as_str())) {
                 return;
             }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
-use toolgate_sidecar::api::{AuthorizeRequest, EffectSentRequest};
+use toolgate_gate::AuthorizeRequest;
+use toolgate_sidecar::api::EffectSentRequest;
 use toolgate_store::ApprovalDecision;
 
 use super::script::{Act, Answer, Memory, TENANT};

@@ -3,11 +3,11 @@
 //! learned, and judges the answer.
 
 use serde_json::{Value, json};
-use toolgate_policy::{Decision, Reason, RunId};
-use toolgate_sidecar::api::{
+use toolgate_gate::{
     AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, PathRequest,
     WriteRequest,
 };
+use toolgate_policy::{Decision, Reason, RunId};
 use toolgate_store::IntentOutcome;
 
 /// The run every scripted call belongs to.

@@ -200,8 +200,8 @@ impl Metrics {
         decisions.with_label_values(&[
             "deny",
             toolgate_policy::Reason::NoBundle.as_str(),
-            crate::api::OTHER_TOOL,
-            crate::api::NO_PROFILE,
+            crate::labels::OTHER_TOOL,
+            crate::labels::NO_PROFILE,
             "true",
         ]);
         for collector in [
@@ -220,7 +220,6 @@ impl Metrics {
         ] {
             registry.register(collector).expect("unique metric names");
         }
-        toolgate_k8s::telemetry::register_common(&registry, "sidecar");
         Self {
             registry,
             decisions,
@@ -239,23 +238,29 @@ impl Metrics {
     }
 
     /// Creates, at 0, the MCP series of each configured upstream.
-    pub(crate) fn precreate_mcp<'a>(&self, servers: impl Iterator<Item = &'a str>) {
+    /// The registry every metric here is registered in (the sidecar adds
+    /// the build-info and process metrics every component exports).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn precreate_mcp<'a>(&self, servers: impl Iterator<Item = &'a str>) {
         for server in servers {
-            let server = crate::api::truncate(server, crate::api::MAX_LABEL_CHARS);
+            let server = crate::labels::truncate(server, crate::labels::MAX_LABEL_CHARS);
             self.mcp_upstream_errors.with_label_values(&[server]);
             self.mcp_forward_seconds.with_label_values(&[server]);
         }
     }
 
     /// Creates, at 0, the decision series of every (verdict, reason) pair
-    /// for each tool the profile declares (and for [`crate::api::OTHER_TOOL`]).
-    pub(crate) fn precreate_decisions(&self, e: &crate::policy_state::Enforced) {
-        let profile = crate::api::truncate(&e.profile, crate::api::MAX_LABEL_CHARS);
+    /// for each tool the profile declares (and for [`crate::labels::OTHER_TOOL`]).
+    pub fn precreate_decisions(&self, e: &crate::policy_state::Enforced) {
+        let profile = crate::labels::truncate(&e.profile, crate::labels::MAX_LABEL_CHARS);
         let declared = e.policy.spec().effects.keys().take(MAX_PRECREATED_TOOLS);
         let reporting = e.policy.reports_only_somewhere();
         for tool in declared
-            .map(|t| crate::api::truncate(t, crate::api::MAX_LABEL_CHARS))
-            .chain([crate::api::OTHER_TOOL])
+            .map(|t| crate::labels::truncate(t, crate::labels::MAX_LABEL_CHARS))
+            .chain([crate::labels::OTHER_TOOL])
         {
             for reason in toolgate_policy::Reason::ALL {
                 if reason == toolgate_policy::Reason::NotEnforced {

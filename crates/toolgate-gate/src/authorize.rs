@@ -1,35 +1,57 @@
-//! `POST /v1/authorize`: every call is decided, recorded and remembered
-//! exactly once, here. The workspace endpoints, batches and the MCP proxy
-//! authorize through [`authorize_call`] too, so none of them can be more
-//! permissive than `/v1/authorize`.
+//! Every call is decided, recorded and remembered exactly once, here:
+//! `/v1/authorize`, the workspace operations, batches and the MCP gateway
+//! all come through [`Gate::authorize`], so none of them can be more
+//! permissive than another.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Json;
-use axum::extract::State;
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
-use toolgate_policy::{
-    Call, CompiledPolicy, Context, Decision, Enforcement, Reason, Risk, RunId, Verdict,
-};
+use toolgate_policy::{Call, Context, Decision, Enforcement, Reason, Risk, RunId, Verdict};
 use toolgate_store::{
     ApprovalStatus, ApprovedCall, Caller, DecisionRecord, NewApproval, RunLimits,
 };
 
-use super::allowed::AllowedCall;
-use super::{
-    AppState, AuthorizeRequest, AuthorizeResponse, MAX_APPROVAL_ROUNDS, MAX_LABEL_CHARS, NO_POLICY,
-    NO_PROFILE, NO_STEP, OTHER_TOOL, StrictJson, truncate, validate_call,
+use crate::Enforced;
+use crate::allowed::AllowedCall;
+use crate::labels::{MAX_LABEL_CHARS, NO_PROFILE, OTHER_TOOL, metric_tool_label, truncate};
+use crate::{
+    AuthorizeRequest, AuthorizeResponse, Gate, GateError, MAX_APPROVAL_ROUNDS, NO_POLICY, NO_STEP,
+    require_id,
 };
-use crate::error::ApiError;
-use crate::policy_state::Enforced;
 
-pub(super) async fn authorize(
-    State(app): State<Arc<AppState>>,
-    StrictJson(req): StrictJson<AuthorizeRequest>,
-) -> Result<Json<AuthorizeResponse>, ApiError> {
-    authorize_call(&app, &req).await.map(Json)
+impl Gate {
+    /// Authorizes one call: decides it under the held bundle, records it
+    /// (durably before answering for a high-risk tool), remembers an allow
+    /// for its intent, and counts it.
+    pub async fn authorize(&self, req: &AuthorizeRequest) -> Result<AuthorizeResponse, GateError> {
+        authorize_call(self, req).await
+    }
+
+    /// Every agent-supplied field of a call, checked before it is decided
+    /// (the run id was checked when it was read).
+    pub fn validate_call(&self, req: &AuthorizeRequest) -> Result<(), GateError> {
+        require_id("tool", &req.tool)?;
+        if let Some(step) = req.step_id.as_deref().filter(|s| !s.is_empty()) {
+            require_id("step_id", step)?;
+        }
+        if let Some(action) = &req.action {
+            require_id("action", action)?;
+        }
+        if let Some(digest) = &req.definition_digest {
+            require_id("definition_digest", digest)?;
+        }
+        if let Some(t) = &req.tenant
+            && *t != self.tenant
+        {
+            return Err(GateError::InvalidRequest(format!(
+                "tenant `{}` is not served by this sidecar",
+                truncate(t, MAX_LABEL_CHARS)
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// One call on its way through [`authorize_call`].
@@ -50,12 +72,12 @@ struct Decided {
 /// Authorizes one call: [`decide`] it under the held bundle, [`record`] it
 /// (durably before answering for a high-risk tool), [`remember`] an allow
 /// for its intent, and count it.
-pub(crate) async fn authorize_call(
-    app: &AppState,
+async fn authorize_call(
+    app: &Gate,
     req: &AuthorizeRequest,
-) -> Result<AuthorizeResponse, ApiError> {
+) -> Result<AuthorizeResponse, GateError> {
     let started = Instant::now();
-    validate_call(app, req)?;
+    app.validate_call(req)?;
     let mut decided = decide(app, req, Timestamp::now()).await;
     record(app, req, &mut decided).await?;
     remember(app, req, &decided);
@@ -69,7 +91,7 @@ pub(crate) async fn authorize_call(
 
 /// Decides the call at `now`: [`evaluate`] it, then resolve an escalation
 /// through its approval.
-async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decided {
+async fn decide(app: &Gate, req: &AuthorizeRequest, now: Timestamp) -> Decided {
     let step_id = req
         .step_id
         .clone()
@@ -122,7 +144,7 @@ async fn decide(app: &AppState, req: &AuthorizeRequest, now: Timestamp) -> Decid
 /// refused when the tool's pinned definition differs or the run is known
 /// to be cancelled.
 fn evaluate(
-    app: &AppState,
+    app: &Gate,
     req: &AuthorizeRequest,
     enforced: Option<&Enforced>,
     now: Timestamp,
@@ -199,11 +221,11 @@ fn record_of(req: &AuthorizeRequest, d: &Decided, verdict: &Verdict) -> Decision
 /// any other through the background log. A decision that cannot be
 /// recorded, or a run that cannot be charged, turns into a denial
 /// (`audit_unavailable`).
-async fn record(app: &AppState, req: &AuthorizeRequest, d: &mut Decided) -> Result<(), ApiError> {
+async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(), GateError> {
     if let Err(e) = record_of(req, d, &d.verdict).validate() {
         // Every agent field was checked above, so this is a sidecar bug;
         // refuse rather than answer with a decision the log cannot hold.
-        return Err(ApiError::InvalidRequest(e.to_string()));
+        return Err(GateError::InvalidRequest(e.to_string()));
     }
     let high_risk = d.verdict.risk == Risk::High;
     let durable = if crate::runs::needs_admission(&d.verdict, &d.limits) {
@@ -247,7 +269,7 @@ async fn record(app: &AppState, req: &AuthorizeRequest, d: &mut Decided) -> Resu
 /// of the run sees it, and applies the answer; a high-risk call in the
 /// transaction that records its decision.
 async fn charge(
-    app: &AppState,
+    app: &Gate,
     req: &AuthorizeRequest,
     d: &mut Decided,
     high_risk: bool,
@@ -286,7 +308,7 @@ async fn charge(
 /// against exactly the call it allowed.
 /// Only a decision that needs an intent is remembered for one: the map then
 /// grows with high-risk traffic, not with every allowed read.
-fn remember(app: &AppState, req: &AuthorizeRequest, d: &Decided) {
+fn remember(app: &Gate, req: &AuthorizeRequest, d: &Decided) {
     if d.verdict.verdict != Decision::Allow || !d.verdict.intent_required {
         return;
     }
@@ -312,7 +334,7 @@ fn remember(app: &AppState, req: &AuthorizeRequest, d: &Decided) {
 }
 
 /// Counts the decision and its latency.
-fn count(app: &AppState, req: &AuthorizeRequest, d: &Decided, started: Instant) {
+fn count(app: &Gate, req: &AuthorizeRequest, d: &Decided, started: Instant) {
     let verdict = &d.verdict;
     let (tool_label, profile_label) = match &d.enforced {
         Some(e) => (
@@ -343,17 +365,6 @@ fn count(app: &AppState, req: &AuthorizeRequest, d: &Decided, started: Instant) 
         .observe(started.elapsed().as_secs_f64());
 }
 
-/// The `tool` label of a call: the canonical name when the held profile
-/// declares it, else [`OTHER_TOOL`]. Agent text never becomes a label, so
-/// label cardinality is bounded by the profile.
-pub(crate) fn metric_tool_label<'a>(policy: &'a CompiledPolicy, tool: &'a str) -> &'a str {
-    if policy.effect(tool).is_some() {
-        truncate(policy.canonical_tool(tool), MAX_LABEL_CHARS)
-    } else {
-        OTHER_TOOL
-    }
-}
-
 fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Verdict {
     Verdict {
         verdict: Decision::Deny,
@@ -376,7 +387,7 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
 /// anywhere) and refuses `verdict` when there is one; an unreadable run
 /// state denies `audit_unavailable`.
 async fn refuse_if_cancelled(
-    app: &AppState,
+    app: &Gate,
     caller: Caller<'_>,
     run_id: &RunId,
     verdict: &mut Verdict,
@@ -400,7 +411,7 @@ async fn refuse_if_cancelled(
 // Each argument is a plain value the caller has at hand.
 #[allow(clippy::too_many_arguments)]
 async fn refuse_if_unpayable(
-    app: &AppState,
+    app: &Gate,
     caller: Caller<'_>,
     run_id: &RunId,
     limits: &RunLimits,
@@ -480,14 +491,14 @@ fn invocation_base(tenant: &str, run_id: &RunId, step_id: &str, v: &Verdict) -> 
 /// Finds or creates the approval for an escalated call. An approved,
 /// unused approval for exactly this call turns the verdict into `approved`.
 async fn escalate(
-    app: &AppState,
+    app: &Gate,
     enforced: &Enforced,
     req: &AuthorizeRequest,
     step_id: &str,
     decision_id: &str,
     verdict: &mut Verdict,
     now: Timestamp,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<String>, GateError> {
     let tool = enforced.policy.canonical_tool(&req.tool).to_owned();
     let base = invocation_base(&app.tenant, &req.run_id, step_id, verdict);
     // What the approver is shown: the text the rules matched, masked.

@@ -22,15 +22,12 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Json;
-use axum::extract::{Path, State};
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use toolgate_policy::{Decision, Enforcement, Reason, RunId, Scope, SideEffect, Verdict};
 use toolgate_store::{Admission, PodLimits, RunLimits, Store};
 
-use crate::api::{AppState, AuthorizeRequest, AuthorizeResponse, StrictJson};
-use crate::error::ApiError;
+use crate::{AuthorizeRequest, AuthorizeResponse, Gate, GateError};
 
 /// How often cancellations made elsewhere are read from the database.
 pub const CANCEL_POLL: Duration = Duration::from_secs(1);
@@ -106,7 +103,7 @@ impl CancelledRuns {
 }
 
 /// Polls the database for this tenant's cancellations until shutdown.
-pub(crate) async fn watch_cancellations(
+pub async fn watch_cancellations(
     store: Store,
     tenant: String,
     cancelled: Arc<CancelledRuns>,
@@ -253,56 +250,58 @@ pub struct RunBudgets {
     pub pod_high_risk_calls: BudgetUse,
 }
 
-pub(crate) async fn run_status(
-    State(app): State<Arc<AppState>>,
-    Path(run_id): Path<String>,
-) -> Result<Json<RunStatus>, ApiError> {
-    let run_id = crate::api::run_id(&run_id)?;
-    let runs = app.store.runs();
-    let state = runs.state(&app.tenant, &run_id).await?;
-    if state.cancel_requested_at.is_some() {
-        app.cancelled.insert(run_id.as_str());
-    }
-    let enforced = app.policy.current();
-    let scoped = runs
-        .scope_cancellation(app.caller(enforced.as_deref()))
-        .await?;
-    let (pod_calls, pod_high) = runs.pod_usage(&app.tenant, &app.pod).await?;
-    let limits = enforced.map(|e| limits(&e.policy)).unwrap_or_default();
-    let (cancel_at, cancel_reason, cancelled_scope) = match scoped {
-        Some(stop) => {
-            app.cancelled.insert_scope(stop.scope.clone());
-            (
-                Some(stop.requested_at),
-                stop.reason,
-                Some(stop.scope.to_string()),
-            )
+impl Gate {
+    /// The run's cancellation (its own or a scope's), budgets and open
+    /// intents: what an agent checks between steps.
+    pub async fn run_status(&self, run_id: &RunId) -> Result<RunStatus, GateError> {
+        let app = self;
+        let run_id = run_id.clone();
+        let runs = app.store.runs();
+        let state = runs.state(&app.tenant, &run_id).await?;
+        if state.cancel_requested_at.is_some() {
+            app.cancelled.insert(run_id.as_str());
         }
-        None => (state.cancel_requested_at, state.cancel_reason, None),
-    };
-    let elapsed = state
-        .started_at
-        .map(|s| u64::try_from((Timestamp::now() - s).get_seconds()).unwrap_or(0))
-        .unwrap_or(0);
-    Ok(Json(RunStatus {
-        cancel_requested: cancel_at.is_some(),
-        cancel_requested_at: cancel_at,
-        cancel_reason,
-        cancelled_scope,
-        budgets: RunBudgets {
-            calls: BudgetUse::new(state.calls, limits.max_calls),
-            high_risk_calls: BudgetUse::new(state.high_risk_calls, limits.max_high_risk_calls),
-            run_seconds: BudgetUse::new(elapsed, limits.max_run_seconds),
-            pod_calls: BudgetUse::new(pod_calls, limits.per_pod.max_calls),
-            pod_high_risk_calls: BudgetUse::new(pod_high, limits.per_pod.max_high_risk_calls),
-        },
-        open_intents: state
-            .open_intents
-            .iter()
-            .map(crate::api::pending_json)
-            .collect(),
-        run_id,
-    }))
+        let enforced = app.policy.current();
+        let scoped = runs
+            .scope_cancellation(app.caller(enforced.as_deref()))
+            .await?;
+        let (pod_calls, pod_high) = runs.pod_usage(&app.tenant, &app.pod).await?;
+        let limits = enforced.map(|e| limits(&e.policy)).unwrap_or_default();
+        let (cancel_at, cancel_reason, cancelled_scope) = match scoped {
+            Some(stop) => {
+                app.cancelled.insert_scope(stop.scope.clone());
+                (
+                    Some(stop.requested_at),
+                    stop.reason,
+                    Some(stop.scope.to_string()),
+                )
+            }
+            None => (state.cancel_requested_at, state.cancel_reason, None),
+        };
+        let elapsed = state
+            .started_at
+            .map(|s| u64::try_from((Timestamp::now() - s).get_seconds()).unwrap_or(0))
+            .unwrap_or(0);
+        Ok(RunStatus {
+            cancel_requested: cancel_at.is_some(),
+            cancel_requested_at: cancel_at,
+            cancel_reason,
+            cancelled_scope,
+            budgets: RunBudgets {
+                calls: BudgetUse::new(state.calls, limits.max_calls),
+                high_risk_calls: BudgetUse::new(state.high_risk_calls, limits.max_high_risk_calls),
+                run_seconds: BudgetUse::new(elapsed, limits.max_run_seconds),
+                pod_calls: BudgetUse::new(pod_calls, limits.per_pod.max_calls),
+                pod_high_risk_calls: BudgetUse::new(pod_high, limits.per_pod.max_high_risk_calls),
+            },
+            open_intents: state
+                .open_intents
+                .iter()
+                .map(crate::intents::pending_json)
+                .collect(),
+            run_id,
+        })
+    }
 }
 
 /// Body of `POST /v1/runs/{run_id}/cancel` (may be empty).
@@ -312,23 +311,6 @@ pub struct CancelRequest {
     /// Why the run stops.
     #[serde(default)]
     pub reason: Option<String>,
-}
-
-impl CancelRequest {
-    /// The body of a cancellation: empty, or strict JSON with a reason the
-    /// store would accept.
-    fn read(body: &axum::body::Bytes) -> Result<Self, ApiError> {
-        let req: Self = if body.is_empty() {
-            Self::default()
-        } else {
-            crate::api::parse_body(body)?
-        };
-        if let Some(reason) = &req.reason {
-            toolgate_store::check_field("reason", reason)
-                .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-        }
-        Ok(req)
-    }
 }
 
 /// Answer of a cancellation.
@@ -342,38 +324,6 @@ pub struct CancelResponse {
     pub newly_cancelled: bool,
     /// Pending approvals of the run this request cancelled.
     pub approvals_cancelled: u64,
-}
-
-pub(crate) async fn cancel_run(
-    State(app): State<Arc<AppState>>,
-    Path(run_id): Path<String>,
-    body: axum::body::Bytes,
-) -> Result<Json<CancelResponse>, ApiError> {
-    let run_id = crate::api::run_id(&run_id)?;
-    let req = CancelRequest::read(&body)?;
-    let done = app
-        .store
-        .runs()
-        .cancel(
-            &app.tenant,
-            &run_id,
-            req.reason.as_deref(),
-            &app.identity,
-            Timestamp::now(),
-        )
-        .await?;
-    app.cancelled.insert(run_id.as_str());
-    tracing::info!(
-        run_id = run_id.as_str(),
-        newly = done.newly_cancelled,
-        "run cancelled"
-    );
-    Ok(Json(CancelResponse {
-        run_id,
-        cancel_requested_at: done.requested_at,
-        newly_cancelled: done.newly_cancelled,
-        approvals_cancelled: done.approvals_cancelled,
-    }))
 }
 
 /// Answer of `POST /v1/pod/cancel`.
@@ -393,32 +343,76 @@ pub struct PodCancelResponse {
 /// agent (or its supervisor) asks of its own sidecar. Wider scopes (a
 /// profile, the namespace) are not the agent's to stop: they are asked
 /// through the CLI or a `RunCancellation`.
-pub(crate) async fn cancel_pod(
-    State(app): State<Arc<AppState>>,
-    body: axum::body::Bytes,
-) -> Result<Json<PodCancelResponse>, ApiError> {
-    let req = CancelRequest::read(&body)?;
-    let scope =
-        Scope::parse("pod", Some(&app.pod)).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-    let done = app
-        .store
-        .runs()
-        .cancel_scope(
-            &app.tenant,
-            &scope,
-            req.reason.as_deref(),
-            &app.identity,
-            Timestamp::now(),
-        )
-        .await?;
-    app.cancelled.insert_scope(scope.clone());
-    tracing::info!(scope = %scope, newly = done.newly_cancelled, "pod cancelled");
-    Ok(Json(PodCancelResponse {
-        scope: scope.to_string(),
-        cancel_requested_at: done.requested_at,
-        newly_cancelled: done.newly_cancelled,
-        approvals_cancelled: done.approvals_cancelled,
-    }))
+impl Gate {
+    /// Cancels the run durably (idempotent): every later call of it is
+    /// refused, by every sidecar.
+    pub async fn cancel_run(
+        &self,
+        run_id: &RunId,
+        req: &CancelRequest,
+    ) -> Result<CancelResponse, GateError> {
+        let app = self;
+        let run_id = run_id.clone();
+        check_reason(req)?;
+        let done = app
+            .store
+            .runs()
+            .cancel(
+                &app.tenant,
+                &run_id,
+                req.reason.as_deref(),
+                &app.identity,
+                Timestamp::now(),
+            )
+            .await?;
+        app.cancelled.insert(run_id.as_str());
+        tracing::info!(
+            run_id = run_id.as_str(),
+            newly = done.newly_cancelled,
+            "run cancelled"
+        );
+        Ok(CancelResponse {
+            run_id,
+            cancel_requested_at: done.requested_at,
+            newly_cancelled: done.newly_cancelled,
+            approvals_cancelled: done.approvals_cancelled,
+        })
+    }
+
+    pub async fn cancel_pod(&self, req: &CancelRequest) -> Result<PodCancelResponse, GateError> {
+        let app = self;
+        check_reason(req)?;
+        let scope = Scope::parse("pod", Some(&app.pod))
+            .map_err(|e| GateError::InvalidRequest(e.to_string()))?;
+        let done = app
+            .store
+            .runs()
+            .cancel_scope(
+                &app.tenant,
+                &scope,
+                req.reason.as_deref(),
+                &app.identity,
+                Timestamp::now(),
+            )
+            .await?;
+        app.cancelled.insert_scope(scope.clone());
+        tracing::info!(scope = %scope, newly = done.newly_cancelled, "pod cancelled");
+        Ok(PodCancelResponse {
+            scope: scope.to_string(),
+            cancel_requested_at: done.requested_at,
+            newly_cancelled: done.newly_cancelled,
+            approvals_cancelled: done.approvals_cancelled,
+        })
+    }
+}
+
+/// A reason the store would refuse is refused before anything is written.
+fn check_reason(req: &CancelRequest) -> Result<(), GateError> {
+    if let Some(reason) = &req.reason {
+        toolgate_store::check_field("reason", reason)
+            .map_err(|e| GateError::InvalidRequest(e.to_string()))?;
+    }
+    Ok(())
 }
 
 // ---- POST /v1/authorize/batch ----
@@ -504,58 +498,60 @@ pub(crate) fn sequential_reason(
     None
 }
 
-pub(crate) async fn authorize_batch(
-    State(app): State<Arc<AppState>>,
-    StrictJson(req): StrictJson<BatchRequest>,
-) -> Result<Json<BatchResponse>, ApiError> {
-    if req.calls.is_empty() || req.calls.len() > MAX_BATCH_CALLS {
-        return Err(ApiError::InvalidRequest(format!(
-            "a batch holds 1-{MAX_BATCH_CALLS} calls"
-        )));
-    }
-    let mut verdicts = Vec::with_capacity(req.calls.len());
-    let mut first_refusal: Option<(usize, &'static str)> = None;
-    let requests: Vec<AuthorizeRequest> = req
-        .calls
-        .into_iter()
-        .map(|c| AuthorizeRequest {
-            tool: c.tool,
-            action: c.action,
-            arguments: c.arguments,
-            run_id: req.run_id.clone(),
-            step_id: c.step_id,
-            tenant: req.tenant.clone(),
-            definition_digest: c.definition_digest,
-        })
-        .collect();
-    // Every call is checked before any is decided, so a malformed call
-    // rejects the batch without recording half of it.
-    for call in &requests {
-        crate::api::validate_call(&app, call)?;
-    }
-    for (i, call) in requests.iter().enumerate() {
-        let answer = crate::api::authorize_call(&app, call).await?;
-        let effect = app
-            .policy
-            .current()
-            .and_then(|e| e.policy.effect(&call.tool).cloned());
-        if first_refusal.is_none()
-            && let Some(reason) = sequential_reason(&answer.verdict, effect.as_ref())
-        {
-            first_refusal = Some((i, reason));
+impl Gate {
+    /// Decides each call of a batch as [`Gate::authorize`] would (each is
+    /// recorded and charged) and says whether they may all run at once.
+    pub async fn authorize_batch(&self, req: BatchRequest) -> Result<BatchResponse, GateError> {
+        let app = self;
+        if req.calls.is_empty() || req.calls.len() > MAX_BATCH_CALLS {
+            return Err(GateError::InvalidRequest(format!(
+                "a batch holds 1-{MAX_BATCH_CALLS} calls"
+            )));
         }
-        verdicts.push(answer);
+        let mut verdicts = Vec::with_capacity(req.calls.len());
+        let mut first_refusal: Option<(usize, &'static str)> = None;
+        let requests: Vec<AuthorizeRequest> = req
+            .calls
+            .into_iter()
+            .map(|c| AuthorizeRequest {
+                tool: c.tool,
+                action: c.action,
+                arguments: c.arguments,
+                run_id: req.run_id.clone(),
+                step_id: c.step_id,
+                tenant: req.tenant.clone(),
+                definition_digest: c.definition_digest,
+            })
+            .collect();
+        // Every call is checked before any is decided, so a malformed call
+        // rejects the batch without recording half of it.
+        for call in &requests {
+            app.validate_call(call)?;
+        }
+        for (i, call) in requests.iter().enumerate() {
+            let answer = app.authorize(call).await?;
+            let effect = app
+                .policy
+                .current()
+                .and_then(|e| e.policy.effect(&call.tool).cloned());
+            if first_refusal.is_none()
+                && let Some(reason) = sequential_reason(&answer.verdict, effect.as_ref())
+            {
+                first_refusal = Some((i, reason));
+            }
+            verdicts.push(answer);
+        }
+        let (parallel, reason, call_index) = match first_refusal {
+            None => (true, "batch_parallel", None),
+            Some((i, reason)) => (false, reason, Some(i)),
+        };
+        Ok(BatchResponse {
+            parallel,
+            reason: reason.to_owned(),
+            call_index,
+            verdicts,
+        })
     }
-    let (parallel, reason, call_index) = match first_refusal {
-        None => (true, "batch_parallel", None),
-        Some((i, reason)) => (false, reason, Some(i)),
-    };
-    Ok(Json(BatchResponse {
-        parallel,
-        reason: reason.to_owned(),
-        call_index,
-        verdicts,
-    }))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ const MAX_BATCH: usize = 256;
 const ATTEMPTS: u32 = 5;
 
 /// Sending half: cheap to clone, never blocks. Every record goes to this
-/// sidecar's own stream (see [`crate::SidecarConfig`]), so the writer never
+/// sidecar's own stream (see the sidecar's configuration), so the writer never
 /// waits for another sidecar's appends.
 #[derive(Clone)]
 pub struct DecisionLog {

@@ -114,7 +114,7 @@ pub enum LoadOutcome {
 
 impl PolicyState {
     /// The metrics this state updates.
-    pub(crate) fn metrics(&self) -> &Metrics {
+    pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 

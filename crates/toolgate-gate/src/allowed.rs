@@ -44,7 +44,7 @@ pub(crate) enum Remembered {
 
 /// Recent allowed decisions, oldest evicted first.
 #[derive(Debug, Default)]
-pub(crate) struct AllowedDecisions {
+pub struct AllowedDecisions {
     map: HashMap<Arc<str>, Remembered>,
     order: VecDeque<(Instant, Arc<str>)>,
 }

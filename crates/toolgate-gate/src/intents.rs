@@ -1,0 +1,161 @@
+//! Intents: record a pending intent for an allowed high-risk call,
+//! watermark it before the side effect, close it with its outcome, and list
+//! a run's open intents for resume. Every store call is scoped to this
+//! sidecar's tenant, so another tenant's intent is simply not found.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use toolgate_policy::RunId;
+use toolgate_store::{Intent, IntentOutcome, NewIntent, PendingIntent};
+
+use crate::allowed::{REMEMBER_FOR, Remembered};
+use crate::{Gate, GateError, json_with, require_id};
+
+/// An intent to begin: what `POST /v1/intents` carries.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BeginIntentRequest {
+    /// The allowing decision.
+    pub decision_id: String,
+    /// Run id (must match the decision's).
+    pub run_id: RunId,
+    /// Step id.
+    pub step_id: String,
+    /// Tool (must match the decision's).
+    pub tool: String,
+    /// Argument digest (must match the decision's).
+    pub args_digest: String,
+    /// Whole-call digest (must match the decision's when given).
+    #[serde(default)]
+    pub call_digest: Option<String>,
+    /// How a resume flow can check whether the effect happened.
+    #[serde(default)]
+    pub verification_probe: Option<serde_json::Value>,
+}
+
+/// How an intent ended: what `POST /v1/intents/{id}/complete` carries.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    /// completed | not_completed | error.
+    pub outcome: IntentOutcome,
+    /// Free-form detail.
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+impl Gate {
+    /// Records the pending intent of the call decision `req.decision_id`
+    /// allowed: exactly that call, once.
+    pub async fn begin_intent(&self, req: BeginIntentRequest) -> Result<Intent, GateError> {
+        require_id("decision_id", &req.decision_id)?;
+        require_id("step_id", &req.step_id)?;
+        require_id("tool", &req.tool)?;
+        require_id("args_digest", &req.args_digest)?;
+        let (risk, call_digest) = {
+            let allowed = self.allowed.lock().unwrap_or_else(|p| p.into_inner());
+            let call = match allowed.get(&req.decision_id) {
+                Some(Remembered::Open(call)) => call,
+                Some(Remembered::Used) => {
+                    return Err(GateError::IntentExists(format!(
+                        "decision {} already has an intent",
+                        req.decision_id
+                    )));
+                }
+                None => {
+                    return Err(GateError::DecisionNotAllowed(format!(
+                        "decision {} did not allow a call that needs an intent (unknown, denied, \
+                         escalated, not high-risk, or allowed more than {} s ago)",
+                        req.decision_id,
+                        REMEMBER_FOR.as_secs()
+                    )));
+                }
+            };
+            if call.args_digest != req.args_digest
+                || req
+                    .call_digest
+                    .as_ref()
+                    .is_some_and(|d| *d != call.call_digest)
+                || (call.tool != req.tool && call.canonical_tool != req.tool)
+                || call.run_id != req.run_id
+            {
+                return Err(GateError::IntentDigestMismatch(format!(
+                    "decision {} allowed tool `{}` with {} in run `{}`, not these arguments",
+                    req.decision_id, call.tool, call.args_digest, call.run_id
+                )));
+            }
+            (call.risk, call.call_digest.clone())
+        };
+        let intent = self
+            .store
+            .intents()
+            .begin(
+                NewIntent {
+                    tenant: self.tenant.clone(),
+                    run_id: req.run_id.into_string(),
+                    step_id: req.step_id,
+                    tool: req.tool,
+                    args_digest: req.args_digest,
+                    call_digest: Some(call_digest),
+                    decision_id: req.decision_id.clone(),
+                    risk: risk.as_str().to_owned(),
+                    verification_probe: req.verification_probe,
+                },
+                Timestamp::now(),
+            )
+            .await?;
+        self.allowed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .mark_used(&req.decision_id);
+        self.metrics.intents.with_label_values(&["pending"]).inc();
+        Ok(intent)
+    }
+
+    /// Watermarks intent `id`: its effect is about to be sent.
+    pub async fn effect_sent(&self, id: &str) -> Result<Intent, GateError> {
+        Ok(self
+            .store
+            .intents()
+            .mark_effect_sent(&self.tenant, id, Timestamp::now())
+            .await?)
+    }
+
+    /// Closes intent `id` with its outcome.
+    pub async fn complete_intent(
+        &self,
+        id: &str,
+        req: CompleteRequest,
+    ) -> Result<Intent, GateError> {
+        let intent = self
+            .store
+            .intents()
+            .complete(&self.tenant, id, req.outcome, req.detail, Timestamp::now())
+            .await?;
+        self.metrics
+            .intents
+            .with_label_values(&[intent.status.as_str()])
+            .inc();
+        Ok(intent)
+    }
+
+    /// The run's open intents, each with its resume class.
+    pub async fn pending_intents(&self, run_id: &RunId) -> Result<Vec<PendingIntent>, GateError> {
+        Ok(self
+            .store
+            .intents()
+            .pending(&self.tenant, run_id.as_str())
+            .await?)
+    }
+}
+
+/// An intent row as the API shows it: its id as `intent_id`, as
+/// `POST /v1/intents` answers (`id` stays one release for older clients).
+pub fn intent_json(intent: &Intent) -> serde_json::Value {
+    json_with(intent, "intent_id", intent.id.clone().into())
+}
+
+/// An open intent as the API shows it: the row plus its `resume` class.
+pub fn pending_json(p: &PendingIntent) -> serde_json::Value {
+    json_with(&intent_json(&p.intent), "resume", p.class.as_str().into())
+}

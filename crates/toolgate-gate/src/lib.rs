@@ -1,0 +1,251 @@
+//! The decision core of toolgate: every way into a decision — the HTTP API
+//! (`/v1/authorize`, batches, intents, the workspace API), the MCP gateway
+//! over HTTP and the hook — calls [`Gate`], so each keeps the one promise
+//! in one place: a call is decided, recorded and remembered exactly once.
+//!
+//! No HTTP, no Kubernetes: the sidecar's HTTP module and the MCP gateway are
+//! adapters over this crate, and it depends only on the policy, the bundle
+//! and the store.
+
+mod allowed;
+mod authorize;
+pub mod decision_log;
+mod error;
+mod governed;
+pub mod intents;
+pub mod labels;
+pub mod metrics;
+pub mod policy_state;
+pub mod runs;
+pub mod workspace;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use toolgate_policy::{RunId, Verdict};
+use toolgate_store::Store;
+
+use allowed::AllowedDecisions;
+pub use decision_log::DecisionLog;
+pub use error::GateError;
+pub use governed::{Governed, PathRequest, WORKSPACE_SLOTS, WriteRequest};
+pub use intents::{BeginIntentRequest, CompleteRequest};
+pub use metrics::Metrics;
+pub use policy_state::{BundleFiles, Enforced, PolicyState};
+pub use runs::CancelledRuns;
+pub use workspace::Workspaces;
+
+/// Longest `?wait=` an approval long-poll may ask for.
+pub const MAX_WAIT_SECONDS: u64 = 60;
+/// Step id recorded for calls made outside any step.
+pub const NO_STEP: &str = "-";
+/// Policy version recorded when no bundle is loaded.
+pub const NO_POLICY: &str = "none";
+/// How many fresh approvals one (run, step, call) may go through.
+pub(crate) const MAX_APPROVAL_ROUNDS: u32 = 32;
+/// Longest id-like field an agent may send (run, step, tool, action).
+pub const MAX_ID_BYTES: usize = 256;
+/// Most tool names one visibility query may ask about.
+pub const MAX_VISIBLE_QUERY: usize = 10_000;
+
+/// The sidecar's decision core: the held policy, the shared database, the
+/// decision log, workspaces, metrics, and who this sidecar is. Built once
+/// at start-up; every adapter holds it behind an `Arc`.
+pub struct Gate {
+    /// The enforced policy.
+    pub policy: Arc<PolicyState>,
+    /// The shared database.
+    pub store: Store,
+    /// Background writer for low-risk decisions.
+    pub decision_log: DecisionLog,
+    /// Workspace roots.
+    pub workspaces: Workspaces,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Tenant this sidecar serves.
+    pub tenant: String,
+    /// This sidecar instance's decision stream (`{pod}/{uuidv7}`).
+    pub stream: String,
+    /// Who this sidecar is (for `requested_by`).
+    pub identity: String,
+    /// The pod this sidecar serves: what a pod-scoped cancellation and a
+    /// per-pod budget are keyed by.
+    pub pod: String,
+    /// Allowed high-risk decisions awaiting their intent.
+    pub(crate) allowed: Mutex<AllowedDecisions>,
+    /// Bounds concurrent workspace I/O (see [`WORKSPACE_SLOTS`]).
+    pub(crate) workspace_slots: Arc<tokio::sync::Semaphore>,
+    /// Runs and scopes of this tenant known to be cancelled.
+    pub cancelled: Arc<CancelledRuns>,
+}
+
+/// What a [`Gate`] is made of (see its fields).
+pub struct GateParts {
+    pub policy: Arc<PolicyState>,
+    pub store: Store,
+    pub decision_log: DecisionLog,
+    pub workspaces: Workspaces,
+    pub metrics: Metrics,
+    pub tenant: String,
+    pub stream: String,
+    pub identity: String,
+    pub pod: String,
+}
+
+impl Gate {
+    /// The gate of one sidecar.
+    pub fn new(parts: GateParts) -> Self {
+        Self {
+            policy: parts.policy,
+            store: parts.store,
+            decision_log: parts.decision_log,
+            workspaces: parts.workspaces,
+            metrics: parts.metrics,
+            tenant: parts.tenant,
+            stream: parts.stream,
+            identity: parts.identity,
+            pod: parts.pod,
+            allowed: Mutex::new(AllowedDecisions::default()),
+            workspace_slots: Arc::new(tokio::sync::Semaphore::new(WORKSPACE_SLOTS)),
+            cancelled: Arc::new(CancelledRuns::default()),
+        }
+    }
+
+    /// This sidecar as the store charges and stops it: tenant, pod, and the
+    /// profile of the bundle it enforces (none without one).
+    pub(crate) fn caller<'a>(
+        &'a self,
+        enforced: Option<&'a Enforced>,
+    ) -> toolgate_store::Caller<'a> {
+        toolgate_store::Caller::new(
+            &self.tenant,
+            &self.pod,
+            enforced.map(|e| e.profile.as_str()),
+        )
+    }
+
+    /// Which of the named tools the held profile declares and could allow
+    /// or escalate, in the order asked, with their pinned definition where
+    /// one is pinned; nothing without a live bundle (fail closed).
+    pub fn visible_tools(
+        &self,
+        tools: &[String],
+        definitions: &HashMap<String, String>,
+    ) -> Result<Vec<String>, GateError> {
+        if tools.len() > MAX_VISIBLE_QUERY {
+            return Err(GateError::InvalidRequest(format!(
+                "tools: at most {MAX_VISIBLE_QUERY} names"
+            )));
+        }
+        Ok(match self.policy.current() {
+            Some(e) if Timestamp::now() < e.expires_at => tools
+                .iter()
+                .filter(|t| e.policy.may_permit(t))
+                .filter(|t| {
+                    e.policy.pinned_definition(t).is_none_or(|pinned| {
+                        definitions.get(*t).map(String::as_str) == Some(pinned)
+                    })
+                })
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        })
+    }
+
+    /// The approval `id` of this tenant, after waiting up to `wait` (at most
+    /// [`MAX_WAIT_SECONDS`]) for it to be resolved.
+    pub async fn approval(
+        &self,
+        id: &str,
+        wait: Option<Duration>,
+    ) -> Result<toolgate_store::Approval, GateError> {
+        let approvals = self.store.approvals();
+        Ok(match wait.filter(|w| !w.is_zero()) {
+            Some(wait) => {
+                approvals
+                    .wait(
+                        &self.tenant,
+                        id,
+                        wait.min(Duration::from_secs(MAX_WAIT_SECONDS)),
+                    )
+                    .await?
+            }
+            None => approvals.get(&self.tenant, id, Timestamp::now()).await?,
+        })
+    }
+}
+
+/// One call to decide: what `POST /v1/authorize` carries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorizeRequest {
+    /// Tool as the agent calls it.
+    pub tool: String,
+    /// Optional action.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// Exact arguments.
+    pub arguments: serde_json::Map<String, serde_json::Value>,
+    /// Run the call belongs to, in its canonical spelling (a look-alike
+    /// is refused when the body is read: `invalid_run_id`).
+    pub run_id: RunId,
+    /// Step within the run.
+    #[serde(default)]
+    pub step_id: Option<String>,
+    /// Must equal the sidecar's tenant when given.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// For MCP gateways: the `sha256:` digest of the tool's canonical
+    /// definition as the server announced it; checked against a pinned
+    /// `definitionDigest`.
+    #[serde(default)]
+    pub definition_digest: Option<String>,
+}
+
+/// The answer to one call: the verdict plus its identifiers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuthorizeResponse {
+    /// Id of this decision; intents name it.
+    pub decision_id: String,
+    /// The verdict.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// For `escalate`: the approval to wait on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+}
+
+/// Refuses an id-like field the decision log would refuse: empty, longer
+/// than [`MAX_ID_BYTES`], or holding control characters. Checked before any
+/// decision is made, so bad input is a 400, never a lost record or a
+/// spurious `audit_unavailable`.
+pub fn require_id(field: &str, value: &str) -> Result<(), GateError> {
+    if value.len() > MAX_ID_BYTES {
+        return Err(GateError::InvalidRequest(format!(
+            "{field} must be 1-{MAX_ID_BYTES} bytes"
+        )));
+    }
+    toolgate_store::check_field(field, value).map_err(|e| match e {
+        toolgate_store::StoreError::InvalidInput(m) => GateError::InvalidRequest(m),
+        other => GateError::InvalidRequest(other.to_string()),
+    })
+}
+
+/// The run a path segment, query or header names, in its canonical
+/// spelling; a look-alike is `invalid_run_id`.
+pub fn run_id(text: &str) -> Result<RunId, GateError> {
+    Ok(RunId::parse(text)?)
+}
+
+/// `value` as a JSON object with one more member: how a record is shown
+/// with its id under the name clients use (`intent_id`, `approval_id`).
+pub fn json_with(value: &impl Serialize, key: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut v = serde_json::to_value(value).unwrap_or_default();
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert(key.into(), extra);
+    }
+    v
+}
