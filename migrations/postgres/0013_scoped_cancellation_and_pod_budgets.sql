@@ -20,7 +20,12 @@ CREATE TABLE cancelled_scopes (
     reason       TEXT,
     cancelled_by TEXT NOT NULL,
     PRIMARY KEY (tenant, scope, target),
-    CHECK ((scope = 'namespace') = (target = ''))
+    CHECK ((scope = 'namespace') = (target = '')),
+    -- What the store's Scope::parse accepts (a Kubernetes object name) and
+    -- a time it can read: a row nothing can parse never enters.
+    CHECK (target = '' OR (pg_catalog.length(target) <= 253
+                           AND target ~ '^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$')),
+    CHECK (requested_at BETWEEN 0 AND 253402300799999)
 );
 
 CREATE TABLE pod_budgets (

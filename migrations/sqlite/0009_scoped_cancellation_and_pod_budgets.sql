@@ -10,7 +10,9 @@ CREATE TABLE cancelled_scopes (
     reason       TEXT,
     cancelled_by TEXT NOT NULL,
     PRIMARY KEY (tenant, scope, target),
-    CHECK ((scope = 'namespace') = (target = ''))
+    CHECK ((scope = 'namespace') = (target = '')),
+    CHECK (length(target) <= 253),
+    CHECK (requested_at BETWEEN 0 AND 253402300799999)
 );
 
 CREATE TABLE pod_budgets (

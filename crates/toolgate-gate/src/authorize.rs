@@ -297,7 +297,12 @@ async fn charge(
         runs.admit(caller, &req.run_id, false, &d.limits, d.now)
             .await?
     };
-    if matches!(admission, toolgate_store::Admission::Cancelled { .. }) {
+    // The run itself is remembered as cancelled; a stopped scope is
+    // learned by the poll (the run id alone says nothing about it).
+    if matches!(
+        admission,
+        toolgate_store::Admission::Cancelled { scoped: false, .. }
+    ) {
         app.cancelled.insert(req.run_id.as_str());
     }
     crate::runs::apply_admission(&mut d.verdict, &admission, d.mode);
@@ -394,10 +399,9 @@ async fn refuse_if_cancelled(
 ) {
     match app.store.runs().cancelled_at(caller, run_id).await {
         Ok(None) => {}
-        Ok(Some(_)) => {
-            app.cancelled.insert(run_id.as_str());
-            crate::runs::refuse(verdict, Reason::RunCancelled, None);
-        }
+        // Not remembered here: the run or one of its scopes may be the
+        // cause, and the poll learns either within a second.
+        Ok(Some(_)) => crate::runs::refuse(verdict, Reason::RunCancelled, None),
         Err(err) => {
             tracing::error!(error = %err, "run state unreadable; denying");
             deny_audit(verdict);
@@ -431,7 +435,10 @@ async fn refuse_if_unpayable(
     {
         Ok(None) => {}
         Ok(Some(refusal)) => {
-            if matches!(refusal, toolgate_store::Admission::Cancelled { .. }) {
+            if matches!(
+                refusal,
+                toolgate_store::Admission::Cancelled { scoped: false, .. }
+            ) {
                 app.cancelled.insert(run_id.as_str());
             }
             crate::runs::apply_admission(verdict, &refusal, mode);

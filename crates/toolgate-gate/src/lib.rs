@@ -116,10 +116,7 @@ impl Gate {
 
     /// This sidecar as the store charges and stops it: tenant, pod, and the
     /// profile of the bundle it enforces (none without one).
-    pub(crate) fn caller<'a>(
-        &'a self,
-        enforced: Option<&'a Enforced>,
-    ) -> toolgate_store::Caller<'a> {
+    pub fn caller<'a>(&'a self, enforced: Option<&'a Enforced>) -> toolgate_store::Caller<'a> {
         toolgate_store::Caller::new(
             &self.tenant,
             &self.pod,

@@ -25,7 +25,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use toolgate_policy::{Decision, Enforcement, Reason, RunId, Scope, SideEffect, Verdict};
-use toolgate_store::{Admission, PodLimits, RunLimits, Store};
+use toolgate_store::{Admission, PodLimits, RunLimits};
 
 use crate::{AuthorizeRequest, AuthorizeResponse, Gate, GateError};
 
@@ -102,31 +102,36 @@ impl CancelledRuns {
     }
 }
 
-/// Polls the database for this tenant's cancellations until shutdown.
+/// Polls the database until shutdown for this tenant's run cancellations
+/// and for the cancelled scopes that hold this sidecar (its pod, its
+/// profile, the namespace): only those rows are read, so no other scope
+/// row, however many or however written, can crowd them out or fail the
+/// read.
 pub async fn watch_cancellations(
-    store: Store,
-    tenant: String,
-    cancelled: Arc<CancelledRuns>,
+    gate: Arc<Gate>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut since = Timestamp::now() - CANCEL_LOOKBACK;
     loop {
         let polled_at = Timestamp::now();
-        match store.runs().cancelled_since(&tenant, since).await {
+        match gate.store.runs().cancelled_since(&gate.tenant, since).await {
             Ok(runs) => {
                 for (run, _) in runs {
-                    cancelled.insert(&run);
+                    gate.cancelled.insert(&run);
                 }
                 since = polled_at - CANCEL_OVERLAP;
             }
             Err(e) => tracing::warn!(error = %e, "could not read run cancellations"),
         }
-        match store.runs().scope_cancellations(&tenant).await {
-            Ok(scopes) => {
-                for stop in scopes {
-                    cancelled.insert_scope(stop.scope);
-                }
-            }
+        let enforced = gate.policy.current();
+        match gate
+            .store
+            .runs()
+            .scope_cancellation(gate.caller(enforced.as_deref()))
+            .await
+        {
+            Ok(Some(stop)) => gate.cancelled.insert_scope(stop.scope),
+            Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "could not read scoped cancellations"),
         }
         tokio::select! {

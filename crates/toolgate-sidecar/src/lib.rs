@@ -185,7 +185,7 @@ impl Sidecar {
             identity: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
             pod: config.pod_name.clone(),
         }));
-        let cancelled = gate.cancelled.clone();
+        let gate_for_poll = gate.clone();
         let state = Arc::new(AppState {
             mcp: mcp::McpUpstreams::new(&config.mcp_upstreams, gate.clone(), mcp_http),
             gate,
@@ -214,9 +214,7 @@ impl Sidecar {
                 shutdown_rx.clone(),
             )),
             tokio::spawn(runs::watch_cancellations(
-                store.clone(),
-                config.tenant.clone(),
-                cancelled,
+                gate_for_poll,
                 shutdown_rx.clone(),
             )),
             tokio::spawn(heartbeat_loop(

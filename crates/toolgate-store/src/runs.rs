@@ -82,6 +82,10 @@ pub enum Admission {
     Cancelled {
         /// The reason given when it was cancelled.
         reason: Option<String>,
+        /// True when a scope holding the run was cancelled, not the run
+        /// itself (the run id alone says nothing then).
+        #[serde(default)]
+        scoped: bool,
     },
     /// A budget is used up; nothing was counted.
     Exhausted {
@@ -188,7 +192,10 @@ macro_rules! charge_in {
             .await?;
         let pod = caller.pod.filter(|_| !$limits.per_pod.is_unlimited());
         if let Some(reason) = scoped {
-            Admission::Cancelled { reason }
+            Admission::Cancelled {
+                reason,
+                scoped: true,
+            }
         } else {
             sqlx::query(ENSURE_RUN)
                 .bind(tenant)
@@ -259,7 +266,7 @@ macro_rules! charge_in {
                             .bind(pod)
                             .fetch_optional(&mut *$tx)
                             .await?;
-                        pods::refusal(row, &$limits.per_pod, $high)
+                        pods::refusal(row, &$limits.per_pod, $high)?
                     }
                 }
                 Some(_) => {
@@ -317,6 +324,7 @@ impl Runs<'_> {
         caller.check()?;
         if let Some(scoped) = self.scope_cancellation(caller).await? {
             return Ok(Some(Admission::Cancelled {
+                scoped: true,
                 reason: scoped.reason,
             }));
         }

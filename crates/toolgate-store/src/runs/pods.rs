@@ -3,7 +3,7 @@
 //! that charges the run (see `charge_in!`): both or neither.
 
 use super::{Admission, Budget, PodLimits, Runs, count};
-use crate::{Result, on_pool, require};
+use crate::{Result, StoreError, on_pool, require};
 
 pub(super) const ENSURE: &str = "INSERT INTO pod_budgets (tenant, pod, started_at) \
     VALUES ($1, $2, $3) ON CONFLICT (tenant, pod) DO NOTHING";
@@ -39,12 +39,16 @@ pub(super) fn refused(row: (i64, i64), limits: &PodLimits, high_risk: bool) -> O
     }
 }
 
-/// Why a pod charge that changed no row was refused.
-pub(super) fn refusal(row: Option<(i64, i64)>, limits: &PodLimits, high_risk: bool) -> Admission {
+/// Why a pod charge that changed no row was refused. The row is locked by
+/// the transaction, so a charge that changed nothing has a budget to name;
+/// anything else is a fault, never a made-up cancellation.
+pub(super) fn refusal(
+    row: Option<(i64, i64)>,
+    limits: &PodLimits,
+    high_risk: bool,
+) -> Result<Admission> {
     row.and_then(|row| refused(row, limits, high_risk))
-        .unwrap_or_else(|| Admission::Cancelled {
-            reason: Some("pod budget changed while charging".into()),
-        })
+        .ok_or_else(|| StoreError::Corrupt("pod budget refused a charge without cause".into()))
 }
 
 impl Runs<'_> {

@@ -14,10 +14,12 @@ pub(super) fn refusal(
         // Inserted in this very transaction, so this cannot happen; refuse.
         return Admission::Cancelled {
             reason: Some("run row not visible".into()),
+            scoped: false,
         };
     };
     refused(row, limits, high_risk, now_ms).unwrap_or_else(|| Admission::Cancelled {
         reason: Some("run state changed while charging".into()),
+        scoped: false,
     })
 }
 
@@ -31,7 +33,10 @@ pub(super) fn refused(
 ) -> Option<Admission> {
     let (started_at, calls, high, cancelled, reason) = row;
     if cancelled.is_some() {
-        return Some(Admission::Cancelled { reason });
+        return Some(Admission::Cancelled {
+            reason,
+            scoped: false,
+        });
     }
     if let Some(max) = limits.max_calls
         && count(calls) >= max
@@ -104,7 +109,8 @@ mod tests {
                 1
             ),
             Admission::Cancelled {
-                reason: Some("stop".into())
+                reason: Some("stop".into()),
+                scoped: false
             }
         );
     }

@@ -322,3 +322,60 @@ async fn a_tenant_role_cannot_lift_a_stop_or_reset_a_pod_budget() {
     a.close().await;
     b.close().await;
 }
+
+/// A tenant's own role writing scope rows no sidecar could read (a name
+/// Kubernetes would refuse, a time out of range) is refused by the table,
+/// and a flood of other pods' stops does not hide the one that holds a pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_scope_rows_cannot_hide_a_stop() {
+    let Some(mut fx) = Fixture::new().await else {
+        return;
+    };
+    let t = format!("sj-{}", suffix());
+    let store = fx.tenant_store(&t).await;
+    let pool = store.as_postgres().unwrap();
+    for (target, at) in [
+        ("X", 0_i64),
+        ("agent-z", 9_000_000_000_000_000_000),
+        ("a b", 0),
+    ] {
+        let err = sqlx::query("SELECT * FROM toolgate_cancel_scope($1, 'pod', $2, NULL, 'x', $3)")
+            .bind(&t)
+            .bind(target)
+            .bind(at)
+            .execute(pool)
+            .await
+            .expect_err("a row no sidecar can read");
+        assert!(
+            err.to_string().contains("check constraint"),
+            "{target}: {err}"
+        );
+    }
+    for i in 0..200 {
+        sqlx::query("SELECT * FROM toolgate_cancel_scope($1, 'pod', $2, NULL, 'x', 0)")
+            .bind(&t)
+            .bind(format!("decoy-{i}"))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    let caller = Caller::new(&t, "agent-a", Some("coding"));
+    let runs = store.runs();
+    assert!(runs.scope_cancellation(caller).await.unwrap().is_none());
+    runs.cancel_scope(
+        &t,
+        &Scope::parse("pod", Some("agent-a")).unwrap(),
+        None,
+        "admin",
+        Timestamp::now(),
+    )
+    .await
+    .unwrap();
+    let held = runs
+        .scope_cancellation(caller)
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(held.scope, Scope::Pod("agent-a".into()));
+    store.close().await;
+}

@@ -200,7 +200,8 @@ both_backends!(would_refuse_reads_the_budget_without_charging, |db| {
             .await
             .unwrap(),
         Some(Admission::Cancelled {
-            reason: Some("stop".into())
+            reason: Some("stop".into()),
+            scoped: false,
         })
     );
 });
@@ -434,7 +435,8 @@ both_backends!(
                 .await
                 .unwrap(),
             Admission::Cancelled {
-                reason: Some("runaway loop".into())
+                reason: Some("runaway loop".into()),
+                scoped: false,
             }
         );
         // Cancelling again changes nothing.
