@@ -99,9 +99,6 @@ async fn govern(
     step_id: Option<String>,
     arguments: serde_json::Map<String, serde_json::Value>,
 ) -> Result<AuthorizeResponse, GateError> {
-    // A run id that cannot name a workspace is refused as such, before it
-    // is decided or recorded.
-    crate::workspace::check_id("run_id", run_id.as_str())?;
     let answer = app
         .authorize(&AuthorizeRequest {
             tool: format!("workspace.{op}"),
@@ -223,7 +220,7 @@ async fn workspace_write_inner(
     let state = app.clone();
     let (run_id, path, content) = (req.run_id, req.path, req.content);
     let written = workspace_io(&app, move || {
-        Ok(state.workspaces.write(run_id.as_str(), &path, &content)?)
+        Ok(state.workspaces.write(&run_id, &path, &content)?)
     })
     .await;
     if let Some(id) = intent {
@@ -247,7 +244,7 @@ async fn governed_path<T: Send + 'static>(
     app: Arc<Gate>,
     req: PathRequest,
     op: &'static str,
-    run: fn(&Workspaces, &str, &str) -> Result<T, WorkspaceError>,
+    run: fn(&Workspaces, &RunId, &str) -> Result<T, WorkspaceError>,
 ) -> Result<Governed<T>, GateError> {
     let outcome = async {
         let answer = govern(
@@ -260,7 +257,7 @@ async fn governed_path<T: Send + 'static>(
         .await?;
         let state = app.clone();
         let result = workspace_io(&app, move || {
-            Ok(run(&state.workspaces, req.run_id.as_str(), &req.path)?)
+            Ok(run(&state.workspaces, &req.run_id, &req.path)?)
         })
         .await?;
         Ok(Governed {

@@ -21,6 +21,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use toolgate_policy::RunId;
 
 /// Largest file the workspace API reads or writes, in bytes.
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -352,8 +353,12 @@ impl Workspaces {
         })
     }
 
-    fn root(&self, run_id: &str) -> Result<Dir, WorkspaceError> {
-        check_id("run_id", run_id)?;
+    /// The run's directory. A run id is one safe path component by its
+    /// alphabet (`a-z 0-9 . _ : -`, alphanumeric at both ends: never `.`,
+    /// `..` or a separator), so every run an agent can be authorized for
+    /// has a workspace.
+    fn root(&self, run_id: &RunId) -> Result<Dir, WorkspaceError> {
+        let run_id = run_id.as_str();
         let tenant_dir = Dir::open_ambient_dir(self.base.join(&self.tenant), ambient_authority())
             .map_err(WorkspaceError::from_io)?;
         match tenant_dir.create_dir(run_id) {
@@ -364,13 +369,15 @@ impl Workspaces {
         tenant_dir.open_dir(run_id).map_err(WorkspaceError::from_io)
     }
 
-    fn recorded(&self, run_id: &str, path: &RelPath) -> Option<Written> {
+    fn recorded(&self, run_id: &RunId, path: &RelPath) -> Option<Written> {
         let written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        written.get(&(run_id.to_owned(), path.0.clone())).cloned()
+        written
+            .get(&(run_id.as_str().to_owned(), path.0.clone()))
+            .cloned()
     }
 
     /// `INTERNAL_TOOL` only when `bytes` are exactly what this process wrote.
-    fn provenance(&self, run_id: &str, path: &RelPath, bytes: &[u8]) -> Provenance {
+    fn provenance(&self, run_id: &RunId, path: &RelPath, bytes: &[u8]) -> Provenance {
         match self.recorded(run_id, path) {
             Some(w) if w == Written::of(bytes) => Provenance::InternalTool,
             _ => Provenance::ExternalUntrusted,
@@ -380,7 +387,7 @@ impl Workspaces {
     /// Provenance without the content at hand (stat, list): files this
     /// process never wrote, or whose size changed, are untrusted at once;
     /// the rest are re-read (bounded) and hashed.
-    fn provenance_on_disk(&self, root: &Dir, run_id: &str, path: &RelPath) -> Provenance {
+    fn provenance_on_disk(&self, root: &Dir, run_id: &RunId, path: &RelPath) -> Provenance {
         let Some(w) = self.recorded(run_id, path) else {
             return Provenance::ExternalUntrusted;
         };
@@ -395,7 +402,7 @@ impl Workspaces {
     }
 
     /// Reads a UTF-8 file.
-    pub fn read(&self, run_id: &str, path: &str) -> Result<FileRead, WorkspaceError> {
+    pub fn read(&self, run_id: &RunId, path: &str) -> Result<FileRead, WorkspaceError> {
         let rel = RelPath::parse(path, false)?;
         let root = self.root(run_id)?;
         let (file, meta) = open_regular(&root, rel.as_path())?;
@@ -415,7 +422,7 @@ impl Workspaces {
     /// Writes a UTF-8 file, creating parent directories inside the root.
     pub fn write(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         path: &str,
         content: &str,
     ) -> Result<FileWritten, WorkspaceError> {
@@ -452,7 +459,7 @@ impl Workspaces {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(
-                (run_id.to_owned(), rel.0.clone()),
+                (run_id.as_str().to_owned(), rel.0.clone()),
                 Written::of(content.as_bytes()),
             );
         Ok(FileWritten {
@@ -463,7 +470,7 @@ impl Workspaces {
     }
 
     /// Lists a directory; `""` is the root.
-    pub fn list(&self, run_id: &str, path: &str) -> Result<Listing, WorkspaceError> {
+    pub fn list(&self, run_id: &RunId, path: &str) -> Result<Listing, WorkspaceError> {
         let rel = RelPath::parse(path, true)?;
         let root = self.root(run_id)?;
         let dir_root = root.try_clone().map_err(WorkspaceError::from_io)?;
@@ -522,7 +529,7 @@ impl Workspaces {
     }
 
     /// Size, kind and provenance of a path (symlinks inside the root are followed).
-    pub fn stat(&self, run_id: &str, path: &str) -> Result<Stat, WorkspaceError> {
+    pub fn stat(&self, run_id: &RunId, path: &str) -> Result<Stat, WorkspaceError> {
         let rel = RelPath::parse(path, true)?;
         let root = self.root(run_id)?;
         let meta = root
@@ -582,8 +589,8 @@ mod tests {
     #[test]
     fn ids_are_single_safe_components() {
         for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(129)] {
-            assert!(check_id("run_id", bad).is_err(), "{bad:?}");
+            assert!(check_id("tenant", bad).is_err(), "{bad:?}");
         }
-        check_id("run_id", "run-1.a_b").unwrap();
+        check_id("tenant", "team-1.a_b").unwrap();
     }
 }

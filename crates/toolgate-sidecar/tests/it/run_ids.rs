@@ -209,3 +209,34 @@ async fn runs_are_recorded_in_their_canonical_spelling() {
         assert_eq!(pending["intents"][0]["run_id"], run, "{pending}");
     });
 }
+
+/// One id rule (issue #34): every run id `/v1/authorize` takes has a
+/// workspace. The workspace API once had its own, narrower alphabet, so
+/// `team:run-1` was authorized yet refused its workspace.
+#[tokio::test]
+async fn every_run_that_can_be_authorized_has_a_workspace() {
+    each_backend!(SPEC, |h| {
+        for run in ["team:run-1", "a", "x.y_z-1", &"r".repeat(128)] {
+            let v = h.authorize("reader", json!({"path": "a"}), run).await;
+            assert_eq!(v["verdict"], "allow", "{run}: {v}");
+            let (status, written) = h
+                .post(
+                    "/v1/workspace/write",
+                    json!({"run_id": run, "path": "notes.txt", "content": run}),
+                )
+                .await;
+            assert_eq!(status, 200, "{run}: {written}");
+            let (status, read) = h
+                .post(
+                    "/v1/workspace/read",
+                    json!({"run_id": run, "path": "notes.txt"}),
+                )
+                .await;
+            assert_eq!(
+                (status, read["content"].as_str()),
+                (200, Some(run)),
+                "{read}"
+            );
+        }
+    });
+}
