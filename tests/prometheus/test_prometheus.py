@@ -168,7 +168,7 @@ def _start(toolgate, prometheus, d, procs):
         '--listen', f"127.0.0.1:{port}", '--ops-listen', f"127.0.0.1:{ops_port}",
         '--workspace-base', d / 'workspaces', '--tenant', 'agents',
         '--pod-name', 'agent-0', '--pod-namespace', 'agents',
-        '--reload-seconds', '1', '--heartbeat-seconds', '1',
+        '--reload-interval', '1s', '--heartbeat-interval', '1s',
     ], d / 'sidecar.log')
     ops = f"http://127.0.0.1:{ops_port}"
     _wait('sidecar /readyz', lambda: sidecar.poll() is None and _http('GET', ops + '/readyz')[0] == 200

@@ -33,7 +33,6 @@
 
 mod checkpoint;
 mod document;
-mod duration;
 mod envelope;
 mod error;
 mod keys;
@@ -42,13 +41,13 @@ mod verify;
 
 pub use checkpoint::{CHECKPOINT_PAYLOAD_TYPE, CheckpointPayload};
 pub use document::{BundleDocument, BundleInput, FORMAT_VERSION, PolicyHashes, ProfileRef};
-pub use duration::parse_duration;
 pub use envelope::{
     Envelope, EnvelopeSignature, MAX_ENVELOPE_BYTES, MAX_SIGNATURES, PAYLOAD_TYPE, Unverified,
     inspect, pae,
 };
 pub use error::BundleError;
 pub use keys::{PublicKey, SigningKey, key_id};
+pub use toolgate_contract::parse_duration;
 pub use trust::TrustSet;
 pub use verify::{VerifiedBundle, VerifyOptions, verify, verify_typed};
 

@@ -1,10 +1,8 @@
-//! Every name two toolgate components must agree on: annotations, labels,
-//! ConfigMap names and keys, the finalizer, the sidecar's ports, and the
-//! object names derived from database ids. The webhook writes what the
-//! controller and the sidecar read, so each is defined once, here.
-
-/// Name of the injected sidecar container.
-pub const SIDECAR_NAME: &str = "toolgate-sidecar";
+//! Every Kubernetes name two toolgate components must agree on:
+//! annotations, labels, the finalizer, and the object names derived from
+//! database ids, defined once, here. The names the webhook and the sidecar
+//! share (container, ports, ConfigMaps, volumes) are the contract's,
+//! re-exported below.
 
 /// Pod annotation (or label) `"false"`: opt the pod out of injection.
 pub const ANNOTATION_INJECT: &str = "toolgate.dev/inject";
@@ -61,36 +59,11 @@ pub const PART_OF: &str = "toolgate";
 /// Finalizer the controller puts on every PolicyProfile.
 pub const FINALIZER: &str = "toolgate.dev/cleanup";
 
-/// Prefix of a profile's bundle ConfigMap name; see [`bundle_configmap`].
-pub const BUNDLE_CONFIGMAP_PREFIX: &str = "toolgate-bundle-";
-/// Key of the DSSE envelope inside the bundle ConfigMap.
-pub const BUNDLE_KEY: &str = "bundle.json";
-/// ConfigMap (one per namespace) holding the trusted public keys.
-pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
-/// Key of the PEM inside [`TRUST_CONFIGMAP`].
-pub const TRUST_FIELD: &str = "trust.pem";
-
-/// Name of the bundle ConfigMap of profile `profile`: the controller writes
-/// it, the webhook mounts it into the sidecar.
-pub fn bundle_configmap(profile: &str) -> String {
-    format!("{BUNDLE_CONFIGMAP_PREFIX}{profile}")
-}
-
-/// Port the sidecar's agent API listens on, on loopback.
-pub const SIDECAR_PORT: u16 = 15031;
-/// Port of the sidecar's probes and metrics, on the pod IP (the agent API
-/// stays on loopback, where the kubelet cannot reach it).
-pub const OPS_PORT: u16 = 15032;
-/// Default listen address of the sidecar's agent API ([`SIDECAR_PORT`]).
-pub const SIDECAR_LISTEN: &str = "127.0.0.1:15031";
-/// Listen address of the injected sidecar's probes and metrics ([`OPS_PORT`]).
-pub const OPS_LISTEN: &str = "0.0.0.0:15032";
-/// What every app container gets as `TOOLGATE_URL`.
-pub const SIDECAR_URL: &str = "http://127.0.0.1:15031";
-/// Where the sidecar keeps `<tenant>/<run_id>` workspaces: the injected
-/// sidecar's workspace volume is mounted here, and `toolgate sidecar`
-/// defaults `--workspace-base` to it.
-pub const WORKSPACE_BASE: &str = "/var/lib/toolgate/workspaces";
+/// The names the webhook and the sidecar share: the contract's, in one place.
+pub use toolgate_contract::names::{
+    BUNDLE_CONFIGMAP_PREFIX, BUNDLE_KEY, OPS_LISTEN, OPS_PORT, SIDECAR_LISTEN, SIDECAR_NAME,
+    SIDECAR_PORT, SIDECAR_URL, TRUST_CONFIGMAP, TRUST_FIELD, WORKSPACE_BASE, bundle_configmap,
+};
 
 /// Why one `NAME=URL` entry of [`ANNOTATION_MCP_UPSTREAMS`] is unusable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,14 +147,6 @@ pub fn cancellation_name(run_id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn listen_addresses_use_the_ports() {
-        assert!(SIDECAR_LISTEN.ends_with(&format!(":{SIDECAR_PORT}")));
-        assert!(OPS_LISTEN.ends_with(&format!(":{OPS_PORT}")));
-        assert_eq!(SIDECAR_URL, format!("http://{SIDECAR_LISTEN}"));
-        assert_eq!(bundle_configmap("p"), "toolgate-bundle-p");
-    }
 
     #[test]
     fn cancellation_names_are_valid_deterministic_and_distinct() {

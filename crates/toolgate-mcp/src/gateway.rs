@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use toolgate_contract::ApprovalStatus;
 
 use serde_json::{Map, Value};
 
@@ -74,7 +75,7 @@ pub trait Decider: Send + Sync + 'static {
         &self,
         id: &str,
         wait: Duration,
-    ) -> impl Future<Output = Result<String, McpError>> + Send;
+    ) -> impl Future<Output = Result<ApprovalStatus, McpError>> + Send;
 }
 
 /// What to do with one `tools/call`.
@@ -318,7 +319,7 @@ impl<D: Decider> Gateway<D> {
                 .wait_for_approval(&approval, wait)
                 .await
                 .map_err(unavailable)?;
-            if status != "pending" {
+            if !status.is_pending() {
                 verdict = ask().await.map_err(unavailable)?;
             }
         }

@@ -139,7 +139,11 @@ impl Decider for Sidecar {
             .map(|_| ())
     }
 
-    async fn wait_for_approval(&self, id: &str, wait: Duration) -> Result<String, McpError> {
+    async fn wait_for_approval(
+        &self,
+        id: &str,
+        wait: Duration,
+    ) -> Result<toolgate_contract::ApprovalStatus, McpError> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -151,8 +155,13 @@ impl Decider for Sidecar {
                         .query(&[("wait", secs)]),
                 )
                 .await?;
-            let status = body["status"].as_str().unwrap_or("pending").to_owned();
-            if status != "pending" || tokio::time::Instant::now() >= deadline {
+            // A status the contract does not name is an unusable answer:
+            // fail closed rather than guess.
+            let status = body["status"]
+                .as_str()
+                .and_then(toolgate_contract::ApprovalStatus::from_wire)
+                .ok_or_else(|| McpError::Sidecar(format!("approval {id}: no readable status")))?;
+            if !status.is_pending() || tokio::time::Instant::now() >= deadline {
                 return Ok(status);
             }
         }

@@ -37,7 +37,6 @@ pub mod model;
 pub mod paths;
 pub mod preview;
 mod verdict;
-mod wire;
 
 pub use compile::{ANY_TOOL, CompiledPolicy, MAX_RUN_SECONDS};
 pub use digest::{PolicyVersion, args_digest, call_digest};
@@ -48,7 +47,8 @@ pub use model::{
     Budgets, Enforcement, Grant, Mode, PodBudgets, PolicyManifest, PolicySpec, Risk, SideEffect,
     ToolEffect,
 };
-pub use verdict::{ApprovalDecision, Decision, Reason, Verdict, intent_required};
+pub use toolgate_contract::{ApprovalDecision, wire_enum};
+pub use verdict::{Decision, Reason, Verdict, intent_required};
 
 /// Parses a manifest and compiles it without standing grants.
 pub fn compile_manifest(text: &str) -> Result<CompiledPolicy, PolicyError> {

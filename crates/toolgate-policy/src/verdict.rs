@@ -22,23 +22,6 @@ crate::wire_enum! {
 // from this type), the webhook and the controller all read it. The doc line
 // below is the CRD field's description.
 crate::wire_enum! {
-    /// A human's answer to an approval.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
-    pub enum ApprovalDecision {
-        /// Let the call through once (request) or activate the grant.
-        Approved = "approved",
-        /// Refuse the call (request) or keep the grant inactive.
-        Denied = "denied",
-    }
-}
-
-impl std::fmt::Display for ApprovalDecision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-crate::wire_enum! {
     /// Why a verdict was reached. Closed: dashboards and tests can rely on it.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
     pub enum Reason {

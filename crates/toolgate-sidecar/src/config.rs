@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use toolgate_k8s::names;
+use toolgate_contract::{env, names};
+use toolgate_k8s::names::{McpUpstreamFault, parse_mcp_upstream};
 
 use crate::StartError;
 
@@ -19,10 +20,10 @@ pub const DEFAULT_TENANT: &str = "default";
 pub const DEFAULT_POD_NAME: &str = "local";
 /// Default pod namespace for heartbeats when no downward API is present.
 pub const DEFAULT_POD_NAMESPACE: &str = "default";
-/// Default seconds between bundle file checks.
-pub const DEFAULT_RELOAD_SECONDS: u64 = 2;
-/// Default seconds between heartbeats.
-pub const DEFAULT_HEARTBEAT_SECONDS: u64 = 15;
+/// Default time between bundle file checks (`--reload-interval`).
+pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+/// Default time between heartbeats (`--heartbeat-interval`).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
 /// Default capacity of the low-risk decision queue.
 pub const DEFAULT_DECISION_QUEUE: usize = 65_536;
 
@@ -32,38 +33,38 @@ pub const DEFAULT_DECISION_QUEUE: usize = 65_536;
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct SidecarArgs {
     /// Signed bundle (DSSE envelope) to enforce; reloaded when it changes.
-    #[arg(long, env = "TOOLGATE_BUNDLE")]
+    #[arg(long, env = env::BUNDLE)]
     pub bundle: PathBuf,
     /// Trusted public keys (concatenated PEM blocks).
-    #[arg(long, env = "TOOLGATE_TRUST")]
+    #[arg(long, env = env::TRUST)]
     pub trust: PathBuf,
     /// Database URL: `postgres://…` or `sqlite://path?mode=rwc`.
-    #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+    #[arg(long, env = env::DATABASE_URL)]
     pub database: String,
     /// Address to serve on (keep it on loopback).
-    #[arg(long, env = "TOOLGATE_LISTEN", default_value = names::SIDECAR_LISTEN)]
+    #[arg(long, env = env::LISTEN, default_value = names::SIDECAR_LISTEN)]
     pub listen: SocketAddr,
     /// Address for `/healthz`, `/readyz` and `/metrics` (kubelet probes and
     /// Prometheus reach the pod IP, not loopback); `off` to disable.
-    #[arg(long, env = "TOOLGATE_OPS_LISTEN", default_value = names::OPS_LISTEN)]
+    #[arg(long, env = env::OPS_LISTEN, default_value = names::OPS_LISTEN)]
     pub ops_listen: String,
     /// Directory holding `<tenant>/<run_id>` workspaces.
-    #[arg(long, env = "TOOLGATE_WORKSPACE_BASE", default_value = DEFAULT_WORKSPACE_BASE)]
+    #[arg(long, env = env::WORKSPACE_BASE, default_value = DEFAULT_WORKSPACE_BASE)]
     pub workspace_base: PathBuf,
     /// Tenant this sidecar serves.
-    #[arg(long, env = "TOOLGATE_TENANT", default_value = DEFAULT_TENANT)]
+    #[arg(long, env = env::TENANT, default_value = DEFAULT_TENANT)]
     pub tenant: String,
     /// Pod name for heartbeats (downward API).
-    #[arg(long, env = "POD_NAME", default_value = DEFAULT_POD_NAME)]
+    #[arg(long, env = env::POD_NAME, default_value = DEFAULT_POD_NAME)]
     pub pod_name: String,
     /// Pod namespace for heartbeats (downward API).
-    #[arg(long, env = "POD_NAMESPACE", default_value = DEFAULT_POD_NAMESPACE)]
+    #[arg(long, env = env::POD_NAMESPACE, default_value = DEFAULT_POD_NAMESPACE)]
     pub pod_namespace: String,
     /// Extra `Host` names or addresses the agent API answers to, besides
     /// loopback, `localhost` and the pod name (repeatable or comma-separated).
     #[arg(
         long = "allowed-host",
-        env = "TOOLGATE_ALLOWED_HOSTS",
+        env = env::ALLOWED_HOSTS,
         value_delimiter = ','
     )]
     pub allowed_hosts: Vec<String>,
@@ -72,25 +73,35 @@ pub struct SidecarArgs {
     /// annotation `toolgate.dev/mcp-upstreams`).
     #[arg(
         long = "mcp-upstream",
-        env = "TOOLGATE_MCP_UPSTREAMS",
+        env = env::MCP_UPSTREAMS,
         value_delimiter = ',',
         value_parser = parse_upstream
     )]
     pub mcp_upstreams: Vec<(String, String)>,
-    /// Seconds between bundle file checks.
-    #[arg(long, env = "TOOLGATE_RELOAD_SECONDS", default_value_t = DEFAULT_RELOAD_SECONDS)]
-    pub reload_seconds: u64,
-    /// Seconds between heartbeats (fleet status) and refreshes of the
-    /// `toolgate_open_intents` gauge.
-    #[arg(long, env = "TOOLGATE_HEARTBEAT_SECONDS", default_value_t = DEFAULT_HEARTBEAT_SECONDS)]
-    pub heartbeat_seconds: u64,
+    /// Time between bundle file checks, in the duration syntax of every
+    /// flag (`2s`, `500ms`, `1m`; at least 100 ms).
+    #[arg(long, env = env::RELOAD_INTERVAL, default_value = "2s", value_parser = parse_interval)]
+    pub reload_interval: Duration,
+    /// Time between heartbeats (fleet status) and refreshes of the
+    /// `toolgate_open_intents` gauge (`15s`; at least 100 ms).
+    #[arg(long, env = env::HEARTBEAT_INTERVAL, default_value = "15s", value_parser = parse_interval)]
+    pub heartbeat_interval: Duration,
+}
+
+/// A loop interval in the one duration syntax, at least 100 ms (a zero or
+/// tiny interval would spin).
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let d = toolgate_contract::parse_duration(text)?.unsigned_abs();
+    if d < Duration::from_millis(100) {
+        return Err(format!("interval `{text}` must be at least 100ms"));
+    }
+    Ok(d)
 }
 
 /// `NAME=URL`: a server name usable as a path segment and tool prefix, and
 /// an `http(s)` URL (the rule the webhook applies to the pod annotation).
 fn parse_upstream(text: &str) -> Result<(String, String), String> {
-    use names::McpUpstreamFault;
-    match names::parse_mcp_upstream(text) {
+    match parse_mcp_upstream(text) {
         Ok((name, url)) => Ok((name.to_owned(), url.to_owned())),
         Err(McpUpstreamFault::NotNameUrl) => Err(format!("`{text}` is not NAME=URL")),
         Err(McpUpstreamFault::BadName(name)) => Err(format!(
@@ -153,8 +164,8 @@ impl SidecarConfig {
             tenant: DEFAULT_TENANT.into(),
             pod_name: DEFAULT_POD_NAME.into(),
             pod_namespace: DEFAULT_POD_NAMESPACE.into(),
-            reload_interval: Duration::from_secs(DEFAULT_RELOAD_SECONDS),
-            heartbeat_interval: Duration::from_secs(DEFAULT_HEARTBEAT_SECONDS),
+            reload_interval: DEFAULT_RELOAD_INTERVAL,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             decision_queue: DEFAULT_DECISION_QUEUE,
             allowed_hosts: Vec::new(),
             mcp_upstreams: Vec::new(),
@@ -183,8 +194,8 @@ impl TryFrom<SidecarArgs> for SidecarConfig {
             pod_namespace: args.pod_namespace,
             allowed_hosts: args.allowed_hosts,
             mcp_upstreams: args.mcp_upstreams,
-            reload_interval: Duration::from_secs(args.reload_seconds.max(1)),
-            heartbeat_interval: Duration::from_secs(args.heartbeat_seconds.max(1)),
+            reload_interval: args.reload_interval,
+            heartbeat_interval: args.heartbeat_interval,
             ..Self::new(args.bundle, args.trust, args.database)
         })
     }
@@ -240,8 +251,8 @@ mod tests {
             "a,b",
             "--mcp-upstream",
             "tickets=http://localhost:1/mcp",
-            "--reload-seconds",
-            "0",
+            "--reload-interval",
+            "500ms",
         ])
         .unwrap();
         let config = SidecarConfig::try_from(args).unwrap();
@@ -251,7 +262,13 @@ mod tests {
             config.mcp_upstreams,
             [("tickets".to_owned(), "http://localhost:1/mcp".to_owned())]
         );
-        assert_eq!(config.reload_interval, Duration::from_secs(1));
+        assert_eq!(config.reload_interval, Duration::from_millis(500));
+        for too_short in ["0", "0s", "50ms", "x"] {
+            assert!(
+                parse(&["--heartbeat-interval", too_short]).is_err(),
+                "{too_short}"
+            );
+        }
         assert!(parse(&["--mcp-upstream", "bad name=http://x"]).is_err());
         assert!(parse(&["--mcp-upstream", "x=ftp://x"]).is_err());
         let bad = SidecarConfig::try_from(parse(&["--ops-listen", "nowhere"]).unwrap());

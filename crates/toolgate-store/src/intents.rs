@@ -37,7 +37,7 @@ pub struct NewIntent {
     pub verification_probe: Option<serde_json::Value>,
 }
 
-toolgate_policy::wire_enum! {
+toolgate_contract::wire_enum! {
     /// Lifecycle state of an intent row.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
     pub enum IntentStatus {
@@ -68,7 +68,7 @@ impl FromStr for IntentStatus {
     }
 }
 
-toolgate_policy::wire_enum! {
+toolgate_contract::wire_enum! {
     /// The terminal outcome reported by [`Intents::complete`].
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
     pub enum IntentOutcome {
@@ -140,7 +140,7 @@ pub struct Intent {
     pub completed_at: Option<Timestamp>,
 }
 
-toolgate_policy::wire_enum! {
+toolgate_contract::wire_enum! {
     /// How the resume flow may treat an open intent.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
     pub enum ResumeClass {

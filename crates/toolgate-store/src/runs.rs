@@ -48,7 +48,7 @@ impl PodLimits {
     }
 }
 
-toolgate_policy::wire_enum! {
+toolgate_contract::wire_enum! {
     /// Which budget refused a call; its wire name is the profile field that
     /// set the budget.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -24,6 +24,7 @@ from .errors import (
     WorkspaceError,
 )
 from .types import (
+    APPROVAL_STATUSES,
     Admission,
     Approval,
     Batch,
@@ -41,6 +42,7 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "APPROVAL_STATUSES",
     "DEFAULT_TIMEOUT",
     "URL_ENV",
     "Admission",

@@ -109,13 +109,19 @@ class Intent:
     extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
 
 
+APPROVAL_STATUSES: tuple[str, ...] = ("pending", "approved", "denied", "expired", "cancelled")
+"""Every approval status, as the sidecar spells it (the Rust contract's
+``ApprovalStatus``; a test checks the two agree). Only ``pending`` is open."""
+
+
 @dataclass(frozen=True)
 class Approval:
     """An approval row, as ``GET /v1/approvals/{id}`` answers it."""
 
     approval_id: str
     status: str
-    """``pending``, ``approved``, ``denied`` or ``expired``."""
+    """One of :data:`APPROVAL_STATUSES`: ``pending``, ``approved``, ``denied``,
+    ``expired`` or ``cancelled`` (its run, or a scope holding it, was stopped)."""
     tool: Optional[str] = None
     run_id: Optional[str] = None
     resolved_by: Optional[str] = None

@@ -191,9 +191,13 @@ impl Decider for InProcess {
             .map_err(refused)
     }
 
-    async fn wait_for_approval(&self, id: &str, wait: Duration) -> Result<String, McpError> {
+    async fn wait_for_approval(
+        &self,
+        id: &str,
+        wait: Duration,
+    ) -> Result<toolgate_contract::ApprovalStatus, McpError> {
         let approval = self.gate.approval(id, Some(wait)).await.map_err(refused)?;
-        Ok(approval.status.as_str().to_owned())
+        Ok(approval.status)
     }
 }
 

@@ -5,8 +5,6 @@
 //! `(tenant, invocation_id)`; every state change commits together with its
 //! run event, and resolution is idempotent for the same answer.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -79,49 +77,9 @@ pub struct ApprovedCall<'a> {
     pub policy_version: &'a str,
 }
 
-toolgate_policy::wire_enum! {
-    /// Effective state of an approval. A `pending` row whose `expires_at` has
-    /// passed is reported as `Expired` even before [`Approvals::expire`] runs.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-    pub enum ApprovalStatus {
-        /// Waiting for a human.
-        Pending = "pending",
-        /// Approved; may be consumed once.
-        Approved = "approved",
-        /// Denied.
-        Denied = "denied",
-        /// Nobody answered in time.
-        Expired = "expired",
-        /// Its run was cancelled before anyone answered.
-        Cancelled = "cancelled",
-    }
-}
-
-impl fmt::Display for ApprovalStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ApprovalStatus {
-    type Err = StoreError;
-    fn from_str(s: &str) -> Result<Self> {
-        Self::from_wire(s)
-            .ok_or_else(|| StoreError::InvalidInput(format!("unknown approval status {s:?}")))
-    }
-}
-
-/// A human's answer: the policy crate's one set, shared with the CRD.
-pub use toolgate_policy::ApprovalDecision;
-
-impl From<ApprovalDecision> for ApprovalStatus {
-    fn from(d: ApprovalDecision) -> Self {
-        match d {
-            ApprovalDecision::Approved => ApprovalStatus::Approved,
-            ApprovalDecision::Denied => ApprovalStatus::Denied,
-        }
-    }
-}
+/// The approval status and a human's answer: the contract's one set,
+/// shared with the CRD, the sidecar, the gateway and the hook.
+pub use toolgate_contract::{ApprovalDecision, ApprovalStatus};
 
 /// One approval row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

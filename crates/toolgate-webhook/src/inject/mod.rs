@@ -31,23 +31,15 @@ use pod::{check_profile_name, foreign, recognise_own_injection};
 pub use pod::{normalize_container, resolve_tenant};
 use sidecar::{add, env_ops, mcp_upstreams, sidecar_container, sidecar_volumes};
 
+/// Env var pointing app containers at the sidecar.
+pub use toolgate_contract::env::URL as ENV_URL;
+pub(super) use toolgate_contract::names::{BUNDLE_DIR, TRUST_DIR, WORKSPACE_BASE as WORKSPACE_DIR};
+pub use toolgate_contract::names::{VOLUME_BUNDLE, VOLUME_TRUST, VOLUME_WORKSPACE};
 pub use toolgate_k8s::names::{
     ANNOTATION_INJECT, ANNOTATION_INJECTED, ANNOTATION_MCP_UPSTREAMS, ANNOTATION_PROFILE,
     ANNOTATION_PROFILE_INJECTED, ANNOTATION_TENANT, OPS_PORT, SIDECAR_NAME, SIDECAR_PORT,
     SIDECAR_URL, TRUST_CONFIGMAP,
 };
-/// Env var pointing app containers at the sidecar.
-pub const ENV_URL: &str = "TOOLGATE_URL";
-/// Volume holding the signed bundle (ConfigMap `toolgate-bundle-<profile>`).
-pub const VOLUME_BUNDLE: &str = "toolgate-bundle";
-/// Volume holding the trust set (ConfigMap `toolgate-trust`).
-pub const VOLUME_TRUST: &str = "toolgate-trust";
-/// Volume holding per-run workspaces (emptyDir, sidecar only).
-pub const VOLUME_WORKSPACE: &str = "toolgate-workspace";
-
-pub(super) const BUNDLE_DIR: &str = "/etc/toolgate/bundle";
-pub(super) const TRUST_DIR: &str = "/etc/toolgate/trust";
-pub(super) const WORKSPACE_DIR: &str = toolgate_k8s::names::WORKSPACE_BASE;
 /// Default user and group id of the sidecar.
 pub const RUN_AS: i64 = 65532;
 

@@ -129,7 +129,7 @@ pub(super) fn sidecar_container(
         env: Some(
             vec![
                 EnvVar {
-                    name: "TOOLGATE_DATABASE_URL".into(),
+                    name: toolgate_contract::env::DATABASE_URL.into(),
                     value_from: Some(EnvVarSource {
                         secret_key_ref: Some(SecretKeySelector {
                             name: config.database_secret.clone(),
@@ -141,16 +141,16 @@ pub(super) fn sidecar_container(
                     ..Default::default()
                 },
                 EnvVar {
-                    name: "TOOLGATE_TENANT".into(),
+                    name: toolgate_contract::env::TENANT.into(),
                     value: Some(tenant.into()),
                     ..Default::default()
                 },
-                field_env("POD_NAME", "metadata.name"),
-                field_env("POD_NAMESPACE", "metadata.namespace"),
+                field_env(toolgate_contract::env::POD_NAME, "metadata.name"),
+                field_env(toolgate_contract::env::POD_NAMESPACE, "metadata.namespace"),
             ]
             .into_iter()
             .chain(mcp.map(|upstreams| EnvVar {
-                name: "TOOLGATE_MCP_UPSTREAMS".into(),
+                name: toolgate_contract::env::MCP_UPSTREAMS.into(),
                 value: Some(upstreams.into()),
                 ..Default::default()
             }))

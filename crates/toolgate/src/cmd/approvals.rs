@@ -63,7 +63,10 @@ pub fn run(args: ApprovalsArgs) -> Result<ExitCode, CliError> {
                 status,
             } => {
                 let store = Store::connect(&database).await?;
-                let status = status.map(|s| s.parse::<ApprovalStatus>()).transpose()?;
+                let status = status
+                    .map(|s| s.parse::<ApprovalStatus>())
+                    .transpose()
+                    .map_err(|e| CliError::Usage(format!("--status: {e}")))?;
                 let list = match tenant {
                     Some(t) => store.approvals().list(&t, status, Timestamp::now()).await?,
                     None => store.approvals().list_all(status, Timestamp::now()).await?,

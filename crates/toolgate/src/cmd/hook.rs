@@ -18,6 +18,7 @@
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use toolgate_contract::ApprovalStatus;
 
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
@@ -191,7 +192,7 @@ async fn ask(url: &str, call: &HookCall, args: &PreToolUseArgs) -> Answer {
     let verdict = match (field(&verdict, "verdict"), field(&verdict, "approval_id")) {
         ("escalate", approval) if !approval.is_empty() && args.approval_wait > 0 => {
             match wait_for(&http, url, approval, deadline, args.timeout).await {
-                Ok(status) if status == "approved" || status == "denied" => {
+                Ok(status) if !status.is_pending() => {
                     // Decided: the same call again is `approved` once, or `approval_denied`.
                     match post(&http, &format!("{url}/v1/authorize"), &body).await {
                         Ok(v) => v,
@@ -289,7 +290,7 @@ async fn wait_for(
     approval: &str,
     deadline: Instant,
     timeout: u64,
-) -> Result<String, String> {
+) -> Result<ApprovalStatus, String> {
     let poll_client = reqwest::Client::builder()
         .timeout(Duration::from_secs(MAX_POLL_SECONDS + timeout.max(1)))
         .build()
@@ -304,8 +305,11 @@ async fn wait_for(
             .await
             .map_err(|e| format!("toolgate: the sidecar at {url} is unreachable ({e}); blocked"))?;
         let body = read(response).await?;
-        let status = field(&body, "status").to_owned();
-        if status != "pending" || Instant::now() >= deadline || left == 0 {
+        // A status the contract does not name blocks the call.
+        let status = ApprovalStatus::from_wire(field(&body, "status")).ok_or_else(|| {
+            format!("toolgate: the sidecar gave approval {approval} no readable status; blocked")
+        })?;
+        if !status.is_pending() || Instant::now() >= deadline || left == 0 {
             return Ok(status);
         }
     }

@@ -15,7 +15,7 @@
 /// variant in declaration order) and `NAMES` (their wire names).
 ///
 /// ```
-/// toolgate_policy::wire_enum! {
+/// toolgate_contract::wire_enum! {
 ///     /// Example.
 ///     #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 ///     pub enum Colour {

@@ -1,7 +1,5 @@
 //! The one duration syntax of toolgate's flags (`--valid-for`,
-//! `--bundle-validity`, `--checkpoint-interval`, ...), here because bundle
-//! validity is where durations started and every binary depends on this
-//! crate.
+//! `--bundle-validity`, `--checkpoint-interval`, `--reload-interval`, ...).
 
 use jiff::SignedDuration;
 

@@ -1,0 +1,62 @@
+//! Names the webhook writes into a pod and the sidecar (or the controller)
+//! reads back: the container, its ports, the ConfigMaps it mounts and the
+//! volumes and paths they are mounted at. Each is defined once, here.
+
+/// Name of the injected sidecar container.
+pub const SIDECAR_NAME: &str = "toolgate-sidecar";
+
+/// Prefix of a profile's bundle ConfigMap name; see [`bundle_configmap`].
+pub const BUNDLE_CONFIGMAP_PREFIX: &str = "toolgate-bundle-";
+/// Key of the DSSE envelope inside the bundle ConfigMap.
+pub const BUNDLE_KEY: &str = "bundle.json";
+/// ConfigMap (one per namespace) holding the trusted public keys.
+pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
+/// Key of the PEM inside [`TRUST_CONFIGMAP`].
+pub const TRUST_FIELD: &str = "trust.pem";
+
+/// Name of the bundle ConfigMap of profile `profile`: the controller writes
+/// it, the webhook mounts it into the sidecar.
+pub fn bundle_configmap(profile: &str) -> String {
+    format!("{BUNDLE_CONFIGMAP_PREFIX}{profile}")
+}
+
+/// Port the sidecar's agent API listens on, on loopback.
+pub const SIDECAR_PORT: u16 = 15031;
+/// Port of the sidecar's probes and metrics, on the pod IP (the agent API
+/// stays on loopback, where the kubelet cannot reach it).
+pub const OPS_PORT: u16 = 15032;
+/// Default listen address of the sidecar's agent API ([`SIDECAR_PORT`]).
+pub const SIDECAR_LISTEN: &str = "127.0.0.1:15031";
+/// Listen address of the injected sidecar's probes and metrics ([`OPS_PORT`]).
+pub const OPS_LISTEN: &str = "0.0.0.0:15032";
+/// What every app container gets as `TOOLGATE_URL`.
+pub const SIDECAR_URL: &str = "http://127.0.0.1:15031";
+
+/// Volume holding the signed bundle (ConfigMap `toolgate-bundle-<profile>`).
+pub const VOLUME_BUNDLE: &str = "toolgate-bundle";
+/// Volume holding the trust set (ConfigMap [`TRUST_CONFIGMAP`]).
+pub const VOLUME_TRUST: &str = "toolgate-trust";
+/// Volume holding per-run workspaces (emptyDir, sidecar only).
+pub const VOLUME_WORKSPACE: &str = "toolgate-workspace";
+/// Where the bundle volume is mounted in the sidecar.
+pub const BUNDLE_DIR: &str = "/etc/toolgate/bundle";
+/// Where the trust volume is mounted in the sidecar.
+pub const TRUST_DIR: &str = "/etc/toolgate/trust";
+/// Where the sidecar keeps `<tenant>/<run_id>` workspaces: the injected
+/// sidecar's workspace volume is mounted here, and `toolgate sidecar`
+/// defaults `--workspace-base` to it.
+pub const WORKSPACE_BASE: &str = "/var/lib/toolgate/workspaces";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses_use_the_ports() {
+        assert!(SIDECAR_LISTEN.ends_with(&format!(":{SIDECAR_PORT}")));
+        assert!(OPS_LISTEN.ends_with(&format!(":{OPS_PORT}")));
+        assert_eq!(SIDECAR_URL, format!("http://{SIDECAR_LISTEN}"));
+        assert_eq!(bundle_configmap("p"), "toolgate-bundle-p");
+        assert_eq!(VOLUME_TRUST, TRUST_CONFIGMAP);
+    }
+}
