@@ -9,6 +9,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolgate_contract::ApprovalStatus;
+use toolgate_gate::AuthorizeResponse;
+use toolgate_policy::{Decision, Reason};
 
 use serde_json::{Map, Value};
 
@@ -43,9 +45,12 @@ pub fn intent_id(answer: &Value) -> Result<String, McpError> {
 /// Who decides: the sidecar over HTTP ([`crate::sidecar::Sidecar`]) or,
 /// inside the sidecar, its own decision path.
 pub trait Decider: Send + Sync + 'static {
-    /// The verdict JSON of `/v1/authorize` (with `decision_id`).
-    fn authorize(&self, call: ToolCall<'_>)
-    -> impl Future<Output = Result<Value, McpError>> + Send;
+    /// The gate's answer to the call, typed: the verdict with its
+    /// `decision_id` and, for an escalation, its approval.
+    fn authorize(
+        &self,
+        call: ToolCall<'_>,
+    ) -> impl Future<Output = Result<AuthorizeResponse, McpError>> + Send;
 
     /// Which of `tools` may be offered, given the announced digests.
     fn visible(
@@ -58,7 +63,7 @@ pub trait Decider: Send + Sync + 'static {
     /// effect-sent; returns its id.
     fn begin_intent(
         &self,
-        verdict: &Value,
+        decided: &AuthorizeResponse,
         call: ToolCall<'_>,
     ) -> impl Future<Output = Result<String, McpError>> + Send;
 
@@ -310,45 +315,44 @@ impl<D: Decider> Gateway<D> {
             definition_digest,
         };
         let ask = || self.decider.authorize(call);
-        let mut verdict = ask().await.map_err(unavailable)?;
-        let field = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
-        if field(&verdict, "verdict") == "escalate" && !wait.is_zero() {
-            let approval = field(&verdict, "approval_id");
+        let mut answer = ask().await.map_err(unavailable)?;
+        if answer.verdict.verdict == Decision::Escalate && !wait.is_zero() {
+            let approval = answer.approval_id.clone().unwrap_or_default();
             let status = self
                 .decider
                 .wait_for_approval(&approval, wait)
                 .await
                 .map_err(unavailable)?;
             if !status.is_pending() {
-                verdict = ask().await.map_err(unavailable)?;
+                answer = ask().await.map_err(unavailable)?;
             }
         }
-        let reason = field(&verdict, "reason");
-        let decision = field(&verdict, "decision_id");
-        match field(&verdict, "verdict").as_str() {
-            "allow" => {}
-            "deny" if reason == "unknown_tool" => return Err(Refusal::UnknownTool),
-            "escalate" => {
-                let approval = field(&verdict, "approval_id");
+        let shown = |answer: &AuthorizeResponse| serde_json::to_value(answer).ok();
+        let (reason, decision) = (answer.verdict.reason, answer.decision_id.as_str());
+        match answer.verdict.verdict {
+            Decision::Allow => {}
+            Decision::Deny if reason == Reason::UnknownTool => return Err(Refusal::UnknownTool),
+            Decision::Escalate => {
+                let approval = answer.approval_id.as_deref().unwrap_or_default();
                 return Err(Refusal::Policy {
                     text: format!(
                         "toolgate: approval_required: approval {approval} must be approved by a \
                          human; retry the same call afterwards (decision {decision})"
                     ),
-                    verdict: Some(verdict),
+                    verdict: shown(&answer),
                 });
             }
-            _ => {
+            Decision::Deny => {
                 return Err(Refusal::Policy {
-                    text: format!("toolgate: {reason} (decision {decision})"),
-                    verdict: Some(verdict),
+                    text: format!("toolgate: {} (decision {decision})", reason.as_str()),
+                    verdict: shown(&answer),
                 });
             }
         }
-        if verdict["intent_required"].as_bool() != Some(true) {
+        if !answer.verdict.intent_required {
             return Ok(None);
         }
-        match self.decider.begin_intent(&verdict, call).await {
+        match self.decider.begin_intent(&answer, call).await {
             Ok(intent) => Ok(Some(intent)),
             Err(e) => Err(Refusal::Policy {
                 text: format!(
@@ -356,7 +360,7 @@ impl<D: Decider> Gateway<D> {
                      ({}: {e}); the call was not made (decision {decision})",
                     e.code()
                 ),
-                verdict: Some(verdict),
+                verdict: shown(&answer),
             }),
         }
     }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::time::Duration;
+use toolgate_gate::AuthorizeResponse;
 
 use serde_json::{Value, json};
 
@@ -69,7 +70,7 @@ impl Sidecar {
 }
 
 impl Decider for Sidecar {
-    async fn authorize(&self, call: ToolCall<'_>) -> Result<Value, McpError> {
+    async fn authorize(&self, call: ToolCall<'_>) -> Result<AuthorizeResponse, McpError> {
         let mut body = json!({
             "tool": call.tool,
             "arguments": call.arguments,
@@ -79,7 +80,10 @@ impl Decider for Sidecar {
         if let Some(d) = call.definition_digest {
             body["definition_digest"] = json!(d);
         }
-        self.post("/v1/authorize", &body).await
+        let answer = self.post("/v1/authorize", &body).await?;
+        // An answer that is not a verdict is unusable: fail closed.
+        serde_json::from_value(answer)
+            .map_err(|e| McpError::Sidecar(format!("/v1/authorize answered no verdict: {e}")))
     }
 
     async fn visible(
@@ -103,17 +107,21 @@ impl Decider for Sidecar {
             .unwrap_or_default())
     }
 
-    async fn begin_intent(&self, verdict: &Value, call: ToolCall<'_>) -> Result<String, McpError> {
+    async fn begin_intent(
+        &self,
+        decided: &AuthorizeResponse,
+        call: ToolCall<'_>,
+    ) -> Result<String, McpError> {
         let intent = self
             .post(
                 "/v1/intents",
                 &json!({
-                    "decision_id": verdict["decision_id"],
+                    "decision_id": decided.decision_id,
                     "run_id": call.run_id,
                     "step_id": call.step_id,
                     "tool": call.tool,
-                    "args_digest": verdict["args_digest"],
-                    "call_digest": verdict["call_digest"],
+                    "args_digest": decided.verdict.args_digest,
+                    "call_digest": decided.verdict.call_digest,
                 }),
             )
             .await?;

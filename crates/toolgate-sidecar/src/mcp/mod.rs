@@ -38,7 +38,9 @@ use toolgate_mcp::gateway::{Decider, Gateway, ToolCall};
 use toolgate_mcp::message;
 use toolgate_mcp::relay::{ClientStep, Route};
 
-use toolgate_gate::{AuthorizeRequest, BeginIntentRequest, CompleteRequest, Gate, GateError};
+use toolgate_gate::{
+    AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, Gate, GateError,
+};
 
 use crate::api::AppState;
 use crate::error::ApiError;
@@ -131,7 +133,7 @@ fn refused(e: GateError) -> McpError {
 }
 
 impl Decider for InProcess {
-    async fn authorize(&self, call: ToolCall<'_>) -> Result<Value, McpError> {
+    async fn authorize(&self, call: ToolCall<'_>) -> Result<AuthorizeResponse, McpError> {
         let request = AuthorizeRequest {
             tool: call.tool.to_owned(),
             action: None,
@@ -141,8 +143,7 @@ impl Decider for InProcess {
             tenant: None,
             definition_digest: call.definition_digest.map(str::to_owned),
         };
-        let answer = self.gate.authorize(&request).await.map_err(refused)?;
-        serde_json::to_value(answer).map_err(|e| McpError::Sidecar(e.to_string()))
+        self.gate.authorize(&request).await.map_err(refused)
     }
 
     async fn visible(
@@ -153,15 +154,18 @@ impl Decider for InProcess {
         self.gate.visible_tools(tools, definitions).map_err(refused)
     }
 
-    async fn begin_intent(&self, verdict: &Value, call: ToolCall<'_>) -> Result<String, McpError> {
-        let text = |k: &str| verdict[k].as_str().unwrap_or_default().to_owned();
+    async fn begin_intent(
+        &self,
+        decided: &AuthorizeResponse,
+        call: ToolCall<'_>,
+    ) -> Result<String, McpError> {
         let request = BeginIntentRequest {
-            decision_id: text("decision_id"),
+            decision_id: decided.decision_id.clone(),
             run_id: call.run_id.clone(),
             step_id: call.step_id.to_owned(),
             tool: call.tool.to_owned(),
-            args_digest: text("args_digest"),
-            call_digest: verdict["call_digest"].as_str().map(str::to_owned),
+            args_digest: decided.verdict.args_digest.clone(),
+            call_digest: Some(decided.verdict.call_digest.clone()),
             verification_probe: None,
         };
         let intent = self.gate.begin_intent(request).await.map_err(refused)?;
