@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use sha2::{Digest, Sha256};
 use toolgate_policy::{Call, Context, Decision, Enforcement, Reason, Risk, RunId, Verdict};
 use toolgate_store::{
     ApprovalStatus, ApprovedCall, Caller, DecisionRecord, NewApproval, RunLimits,
@@ -156,7 +155,7 @@ fn evaluate(
     };
     let mut verdict = match enforced {
         None => sidecar_verdict(Reason::NoBundle, NO_POLICY, &call),
-        Some(e) if now >= e.expires_at => {
+        Some(e) if !e.is_live(now) => {
             sidecar_verdict(Reason::BundleExpired, &e.policy_version, &call)
         }
         Some(e) => e.policy.evaluate(
@@ -476,25 +475,6 @@ fn record_message(verdict: &Verdict) -> Option<String> {
     })
 }
 
-/// Deterministic id of "this call, in this step, under this policy": the
-/// same call asks the same approval until it is used or expires. The call
-/// digest covers tool, action and arguments, so another action is another
-/// invocation.
-fn invocation_base(tenant: &str, run_id: &RunId, step_id: &str, v: &Verdict) -> String {
-    let mut h = Sha256::new();
-    for part in [
-        tenant,
-        run_id.as_str(),
-        step_id,
-        &v.call_digest,
-        &v.policy_version,
-    ] {
-        h.update((part.len() as u64).to_be_bytes());
-        h.update(part.as_bytes());
-    }
-    hex::encode(&h.finalize()[..16])
-}
-
 /// Finds or creates the approval for an escalated call. An approved,
 /// unused approval for exactly this call turns the verdict into `approved`.
 async fn escalate(
@@ -507,7 +487,13 @@ async fn escalate(
     now: Timestamp,
 ) -> Result<Option<String>, GateError> {
     let tool = enforced.policy.canonical_tool(&req.tool).to_owned();
-    let base = invocation_base(&app.tenant, &req.run_id, step_id, verdict);
+    let base = toolgate_policy::invocation_digest(
+        &app.tenant,
+        req.run_id.as_str(),
+        step_id,
+        &verdict.call_digest,
+        &verdict.policy_version,
+    );
     // What the approver is shown: the text the rules matched, masked.
     let preview = enforced.policy.preview(&Call {
         tool: &req.tool,

@@ -137,8 +137,8 @@ impl Gate {
                 "tools: at most {MAX_VISIBLE_QUERY} names"
             )));
         }
-        Ok(match self.policy.current() {
-            Some(e) if Timestamp::now() < e.expires_at => tools
+        Ok(match self.policy.live(Timestamp::now()) {
+            Some(e) => tools
                 .iter()
                 .filter(|t| e.policy.may_permit(t))
                 .filter(|t| {

@@ -39,6 +39,15 @@ pub struct Enforced {
     pub approval_ttl_seconds: u32,
 }
 
+impl Enforced {
+    /// True while the bundle may decide: before its `expiresAt`. The one
+    /// liveness rule every way in (decisions, tool listings, readiness)
+    /// reads.
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        now < self.expires_at
+    }
+}
+
 /// The last rejected bundle, for `/readyz` and logs.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadFailure {
@@ -133,6 +142,12 @@ impl PolicyState {
     /// for the whole request so no request ever sees two policies.
     pub fn current(&self) -> Option<Arc<Enforced>> {
         self.current.load_full()
+    }
+
+    /// The bundle being enforced when it is live at `now` (see
+    /// [`Enforced::is_live`]); `None` otherwise, so a caller fails closed.
+    pub fn live(&self, now: Timestamp) -> Option<Arc<Enforced>> {
+        self.current().filter(|e| e.is_live(now))
     }
 
     /// The last rejected load.

@@ -36,6 +36,27 @@ pub fn call_digest(
     call_digest_from(tool, action, &canonical_arguments(arguments))
 }
 
+/// The persisted id of "this call, in this step, under this policy": 32
+/// hex digits of the SHA-256 of `tenant`, `run_id`, `step_id`, the call
+/// digest and the policy version, each length-prefixed (so no two parts can
+/// be shifted into one another). The same call asks the same approval
+/// until it is used or expires; another action is another call digest,
+/// hence another invocation.
+pub fn invocation_digest(
+    tenant: &str,
+    run_id: &str,
+    step_id: &str,
+    call_digest: &str,
+    policy_version: &str,
+) -> String {
+    let mut h = Sha256::new();
+    for part in [tenant, run_id, step_id, call_digest, policy_version] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
 /// Both digests of one call, sharing the canonical arguments bytes.
 pub(crate) fn call_digests(
     tool: &str,
@@ -256,6 +277,22 @@ impl PolicyVersion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invocation_digest_is_pinned_and_length_prefixed() {
+        // Persisted in approvals: computed here independently (Python's
+        // hashlib over the same length-prefixed parts), so a change to the
+        // rule cannot slip by.
+        let v = "p@0123456789ab+h01234567";
+        assert_eq!(
+            invocation_digest("acme", "run-1", "s1", "sha256:c", v),
+            "1a9b8f28f0eefc433ef98951863f0c8d"
+        );
+        assert_eq!(
+            invocation_digest("acm", "erun-1", "s1", "sha256:c", v),
+            "33217d1bef86a530f7e06290ddb3b84d"
+        );
+    }
     use proptest::prelude::*;
 
     fn json_value() -> impl Strategy<Value = serde_json::Value> {

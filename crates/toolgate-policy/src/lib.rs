@@ -39,7 +39,7 @@ pub mod preview;
 mod verdict;
 
 pub use compile::{ANY_TOOL, CompiledPolicy, MAX_RUN_SECONDS};
-pub use digest::{PolicyVersion, args_digest, call_digest};
+pub use digest::{PolicyVersion, args_digest, call_digest, invocation_digest};
 pub use error::PolicyError;
 pub use eval::{Call, Context};
 pub use ids::{RunId, Scope, ScopeKind, Stop};

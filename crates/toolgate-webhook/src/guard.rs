@@ -24,7 +24,7 @@
 use serde_json::{Map, Value};
 
 use crate::WebhookError;
-use crate::inject::{SIDECAR_NAME, VOLUME_BUNDLE, VOLUME_TRUST, VOLUME_WORKSPACE};
+use toolgate_contract::names::{SIDECAR_NAME, VOLUME_BUNDLE, VOLUME_TRUST, VOLUME_WORKSPACE};
 
 /// Volumes that belong to the sidecar alone.
 pub const RESERVED_VOLUMES: [&str; 3] = [VOLUME_BUNDLE, VOLUME_TRUST, VOLUME_WORKSPACE];

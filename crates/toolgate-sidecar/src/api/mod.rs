@@ -207,7 +207,7 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Response {
     let now = Timestamp::now();
     let gate = &app.gate;
     let bundle = gate.policy.current();
-    let bundle_ok = bundle.as_ref().is_some_and(|b| now < b.expires_at);
+    let bundle_ok = bundle.as_ref().is_some_and(|b| b.is_live(now));
     let database_ok = gate.store.ping().await.is_ok();
     let body = serde_json::json!({
         "ready": bundle_ok && database_ok,
@@ -217,7 +217,7 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Response {
             "expires_at": b.expires_at.to_string(),
             "digest": b.digest,
         })),
-        "bundle_expired": bundle.as_ref().is_some_and(|b| now >= b.expires_at),
+        "bundle_expired": bundle.as_ref().is_some_and(|b| !b.is_live(now)),
         "last_rejected_bundle": gate.policy.last_failure(),
         "database": if database_ok { "ok" } else { "unreachable" },
     });

@@ -273,8 +273,8 @@ pub(crate) async fn proxy(
     let upstream = app.mcp.servers.get(&server).cloned().ok_or_else(|| {
         ApiError::McpUnknownServer(toolgate_gate::labels::truncate(&server, 64).to_owned())
     })?;
-    match app.gate.policy.current() {
-        Some(e) if jiff::Timestamp::now() < e.expires_at => {
+    match app.gate.policy.live(jiff::Timestamp::now()) {
+        Some(e) => {
             if let Some(reason) = e.policy.egress_refusal(&upstream.url) {
                 return Err(ApiError::McpUpstreamNotAllowed(format!(
                     "{server}: {} ({})",
