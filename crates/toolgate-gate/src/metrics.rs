@@ -254,10 +254,10 @@ impl Metrics {
 
     /// Creates, at 0, the decision series of every (verdict, reason) pair
     /// for each tool the profile declares (and for [`crate::labels::OTHER_TOOL`]).
-    pub fn precreate_decisions(&self, e: &crate::policy_state::Enforced) {
-        let profile = crate::labels::truncate(&e.profile, crate::labels::MAX_LABEL_CHARS);
-        let declared = e.policy.spec().effects.keys().take(MAX_PRECREATED_TOOLS);
-        let reporting = e.policy.reports_only_somewhere();
+    pub fn precreate_decisions(&self, profile: &str, policy: &toolgate_policy::CompiledPolicy) {
+        let profile = crate::labels::truncate(profile, crate::labels::MAX_LABEL_CHARS);
+        let declared = policy.spec().effects.keys().take(MAX_PRECREATED_TOOLS);
+        let reporting = policy.reports_only_somewhere();
         for tool in declared
             .map(|t| crate::labels::truncate(t, crate::labels::MAX_LABEL_CHARS))
             .chain([crate::labels::OTHER_TOOL])

@@ -200,7 +200,8 @@ impl PolicyState {
                     keyid = enforced.keyid,
                     "bundle loaded"
                 );
-                self.metrics.precreate_decisions(&enforced);
+                self.metrics
+                    .precreate_decisions(&enforced.profile, &enforced.policy);
                 self.raise_floor(&enforced);
                 self.current.store(Some(Arc::new(enforced)));
                 LoadOutcome::Swapped { policy_version }

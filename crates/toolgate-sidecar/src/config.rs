@@ -9,7 +9,7 @@ use std::time::Duration;
 use toolgate_contract::{env, names};
 use toolgate_k8s::names::{McpUpstreamFault, parse_mcp_upstream};
 
-use crate::StartError;
+use crate::start_error::StartError;
 
 /// Default `--workspace-base`: where the webhook mounts the injected
 /// sidecar's workspace volume.

@@ -13,7 +13,7 @@ pub enum ApiError {
     /// What the gate refused or failed.
     #[error(transparent)]
     Gate(#[from] GateError),
-    /// The body is over [`MAX_BODY_BYTES`](crate::api::MAX_BODY_BYTES).
+    /// The body is over the API's limit (`MAX_BODY_BYTES`).
     #[error("request body larger than {0} bytes")]
     TooLarge(usize),
     /// A `Host` the agent API does not answer to.

@@ -13,18 +13,18 @@ use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::api::AppState;
 use crate::error::ApiError;
 
 /// Refuses a request whose `Host` is not loopback (421), whose `Origin`
 /// names another host (403), or which is a POST without
-/// `Content-Type: application/json` (415).
+/// `Content-Type: application/json` (415). `local_hosts`: the names,
+/// besides loopback addresses and `localhost`, the agent API answers to.
 pub async fn local_json_only(
-    State(app): State<Arc<AppState>>,
+    State(local_hosts): State<Arc<Vec<String>>>,
     request: Request,
     next: Next,
 ) -> Response {
-    match check(&app.local_hosts, &request) {
+    match check(&local_hosts, &request) {
         Ok(()) => next.run(request).await,
         Err(e) => e.into_response(),
     }

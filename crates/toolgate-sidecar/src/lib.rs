@@ -14,6 +14,7 @@ pub mod config;
 mod error;
 mod guard;
 pub mod mcp;
+mod start_error;
 
 pub use toolgate_gate::{policy_state, runs, workspace};
 
@@ -35,6 +36,7 @@ use std::sync::Arc;
 
 pub use config::{SidecarArgs, SidecarConfig};
 pub use error::ApiError;
+pub use start_error::StartError;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use toolgate_store::{Heartbeat, Store};
@@ -42,40 +44,6 @@ use toolgate_store::{Heartbeat, Store};
 use toolgate_gate::{BundleFiles, DecisionLog, Gate, GateParts, PolicyState, Workspaces};
 
 use crate::api::AppState;
-
-/// Why a sidecar could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The database could not be opened or migrated.
-    #[error("database: {0}")]
-    Store(#[from] toolgate_store::StoreError),
-    /// The workspace base is unusable.
-    #[error("workspace: {0}")]
-    Workspace(#[from] workspace::WorkspaceError),
-    /// The listen address could not be bound.
-    #[error("listen on {0}: {1}")]
-    Bind(SocketAddr, std::io::Error),
-    /// A flag value is unusable (see [`SidecarConfig`]'s `TryFrom<SidecarArgs>`).
-    #[error("{0}")]
-    Usage(String),
-    /// The MCP gateway's HTTP client could not be built.
-    #[error("MCP gateway client: {0}")]
-    McpClient(#[source] reqwest::Error),
-}
-
-impl StartError {
-    /// Stable code: the store's own code, `workspace_unusable`,
-    /// `listen_failed` or `usage` (what the CLI calls every bad flag).
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::Store(e) => e.code(),
-            Self::Workspace(_) => "workspace_unusable",
-            Self::Bind(..) => "listen_failed",
-            Self::Usage(_) => "usage",
-            Self::McpClient(_) => "mcp_client_unusable",
-        }
-    }
-}
 
 /// Names this sidecar instance's decision stream, `{pod}/{uuidv7}`, and
 /// opens it linked to the newest stream of the same pod (the run before a
@@ -189,12 +157,14 @@ impl Sidecar {
         let state = Arc::new(AppState {
             mcp: mcp::McpUpstreams::new(&config.mcp_upstreams, gate.clone(), mcp_http),
             gate,
-            local_hosts: config
-                .allowed_hosts
-                .iter()
-                .cloned()
-                .chain(std::iter::once(config.pod_name.clone()))
-                .collect(),
+            local_hosts: Arc::new(
+                config
+                    .allowed_hosts
+                    .iter()
+                    .cloned()
+                    .chain(std::iter::once(config.pod_name.clone()))
+                    .collect(),
+            ),
         });
 
         let listener = TcpListener::bind(config.listen)

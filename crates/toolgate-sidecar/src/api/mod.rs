@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRef, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -19,6 +19,7 @@ use toolgate_gate::runs::{
 use toolgate_gate::{AuthorizeRequest, AuthorizeResponse, Gate, json_with};
 
 use crate::error::ApiError;
+use crate::mcp::McpUpstreams;
 
 mod body;
 mod intents;
@@ -39,14 +40,25 @@ pub struct AppState {
     pub gate: Arc<Gate>,
     /// Host names, besides loopback addresses and `localhost`, that the
     /// agent API answers to (the pod's own name, say).
-    pub local_hosts: Vec<String>,
+    pub local_hosts: Arc<Vec<String>>,
     /// MCP upstreams served at `/mcp/{server}`.
-    pub mcp: crate::mcp::McpUpstreams,
+    pub mcp: McpUpstreams,
+}
+
+/// What the MCP gateway's handler reads of the state: its upstreams only
+/// (cheap to clone: shared maps and handles).
+impl FromRef<Arc<AppState>> for McpUpstreams {
+    fn from_ref(state: &Arc<AppState>) -> Self {
+        state.mcp.clone()
+    }
 }
 
 /// Builds the router.
 pub fn router(state: Arc<AppState>) -> Router {
-    let guard = axum::middleware::from_fn_with_state(state.clone(), crate::guard::local_json_only);
+    let guard = axum::middleware::from_fn_with_state(
+        state.local_hosts.clone(),
+        crate::guard::local_json_only,
+    );
     Router::new()
         .route("/v1/authorize", post(authorize))
         .route("/v1/authorize/batch", post(authorize_batch))

@@ -42,9 +42,8 @@ use toolgate_gate::{
     AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, Gate, GateError,
 };
 
-use crate::api::AppState;
 use crate::error::ApiError;
-use crate::policy_state::PolicyState;
+use toolgate_gate::PolicyState;
 
 mod relay;
 mod resolve;
@@ -69,9 +68,11 @@ pub(crate) struct Upstream {
 }
 
 /// Every configured upstream, by server name.
+#[derive(Clone)]
 pub struct McpUpstreams {
-    servers: HashMap<String, Arc<Upstream>>,
+    servers: Arc<HashMap<String, Arc<Upstream>>>,
     http: reqwest::Client,
+    gate: Arc<Gate>,
 }
 
 impl McpUpstreams {
@@ -97,7 +98,11 @@ impl McpUpstreams {
                 (name.clone(), Arc::new(upstream))
             })
             .collect();
-        Self { servers, http }
+        Self {
+            servers: Arc::new(servers),
+            http,
+            gate,
+        }
     }
 
     /// Whether any upstream is configured.
@@ -264,16 +269,16 @@ fn answer(message: &Value) -> Response {
 
 /// `GET|POST|DELETE /mcp/{server}`.
 pub(crate) async fn proxy(
-    State(app): State<Arc<AppState>>,
+    State(mcp): State<McpUpstreams>,
     Path(server): Path<String>,
     method: Method,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let upstream = app.mcp.servers.get(&server).cloned().ok_or_else(|| {
+    let upstream = mcp.servers.get(&server).cloned().ok_or_else(|| {
         ApiError::McpUnknownServer(toolgate_gate::labels::truncate(&server, 64).to_owned())
     })?;
-    match app.gate.policy.live(jiff::Timestamp::now()) {
+    match mcp.gate.policy.live(jiff::Timestamp::now()) {
         Some(e) => {
             if let Some(reason) = e.policy.egress_refusal(&upstream.url) {
                 return Err(ApiError::McpUpstreamNotAllowed(format!(
@@ -338,8 +343,7 @@ pub(crate) async fn proxy(
 
     let started = Instant::now();
     let forwarded = forward_headers(&headers);
-    let sent = app
-        .mcp
+    let sent = mcp
         .http
         .request(method, &upstream.url)
         .headers(forwarded.clone())
@@ -355,7 +359,7 @@ pub(crate) async fn proxy(
             if let Some(why) = resolve::hardline_cause(&e) {
                 return Err(ApiError::McpUpstreamNotAllowed(format!("{server}: {why}")));
             }
-            app.gate
+            mcp.gate
                 .metrics
                 .mcp_upstream_errors
                 .with_label_values(&[upstream.gateway.server()])
@@ -365,20 +369,20 @@ pub(crate) async fn proxy(
             return Err(ApiError::McpUpstream(e.to_string()));
         }
     };
-    app.gate
+    mcp.gate
         .metrics
         .mcp_forward_seconds
         .with_label_values(&[upstream.gateway.server()])
         .observe(started.elapsed().as_secs_f64());
     if response.status().is_server_error() {
-        app.gate
+        mcp.gate
             .metrics
             .mcp_upstream_errors
             .with_label_values(&[upstream.gateway.server()])
             .inc();
     }
     let stream = relay::Stream {
-        http: app.mcp.http.clone(),
+        http: mcp.http.clone(),
         upstream,
         headers: forwarded,
         run_id,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use crate::policy_state::PolicyState;
+use toolgate_gate::PolicyState;
 
 /// A name whose every address is in a hardline CIDR (or no profile is live
 /// to check them against).
