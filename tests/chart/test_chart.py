@@ -481,7 +481,7 @@ def test_pod_update_webhook(rendered, values_name):
         "(has(oldObject.spec.initContainers) && oldObject.spec.initContainers.exists(c, c.name == 'toolgate-sidecar'))",
         "spec-written": "object.spec != oldObject.spec",
     }
-    names = (ROOT / "crates" / "toolgate-k8s" / "src" / "names.rs").read_text()
+    names = (ROOT / "crates" / "toolgate-contract" / "src" / "names.rs").read_text()
     assert 'SIDECAR_NAME: &str = "toolgate-sidecar"' in names
     # The injecting webhook still only sees CREATE.
     for mutating_hook in mutating(objects)["webhooks"]:
@@ -684,7 +684,7 @@ def test_leader_election_namespace_matches_rbac(rendered):
     assert 'LEASE_NAME: &str = "toolgate-controller-leader"' in leader
     keys = (ROOT / "crates" / "toolgate-controller" / "src" / "keys.rs").read_text()
     assert 'SIGNING_SECRET: &str = "toolgate-signing-key"' in keys
-    names = (ROOT / "crates" / "toolgate-k8s" / "src" / "names.rs").read_text()
+    names = (ROOT / "crates" / "toolgate-contract" / "src" / "names.rs").read_text()
     assert 'TRUST_CONFIGMAP: &str = "toolgate-trust"' in names
     role = only(rendered["default"], "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
@@ -717,9 +717,10 @@ def test_pod_monitor_scrapes_only_injected_sidecars(rendered):
         "__meta_kubernetes_pod_container_name": "toolgate-sidecar",
     }
     names = (ROOT / "crates" / "toolgate-k8s" / "src" / "names.rs").read_text()
-    assert 'SIDECAR_NAME: &str = "toolgate-sidecar"' in names
+    shared = (ROOT / "crates" / "toolgate-contract" / "src" / "names.rs").read_text()
+    assert 'SIDECAR_NAME: &str = "toolgate-sidecar"' in shared
     assert 'ANNOTATION_INJECTED: &str = "toolgate.dev/injected"' in names
-    assert "OPS_PORT: u16 = 15032" in names
+    assert "OPS_PORT: u16 = 15032" in shared
     assert any(r.get("replacement") == "$1:15032" for r in relabel)
 
 
@@ -740,7 +741,7 @@ def test_dashboard_queries_use_known_metrics():
     names = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"toolgate_[a-z_]+", text)}
     sources = "".join(
         (ROOT / "crates" / crate / "src" / "metrics.rs").read_text()
-        for crate in ("toolgate-sidecar", "toolgate-controller", "toolgate-webhook")
+        for crate in ("toolgate-gate", "toolgate-controller", "toolgate-webhook")
     )
     for name in names:
         assert f'"{name}"' in sources, f"dashboard uses {name}, which no registry defines"
