@@ -229,3 +229,18 @@ pub async fn expect_applied_status(server: &mut ApiServer, path: &str, kind: &st
     );
     st
 }
+
+/// The PostgreSQL of `TOOLGATE_TEST_DATABASE_URL`; `None` (skip) when it is
+/// unset, except with `CI=true`, which must run against it.
+pub fn database_url() -> Option<String> {
+    match std::env::var("TOOLGATE_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true but TOOLGATE_TEST_DATABASE_URL is not set")
+        }
+        _ => {
+            eprintln!("SKIP: TOOLGATE_TEST_DATABASE_URL is not set");
+            None
+        }
+    }
+}
