@@ -16,19 +16,6 @@ use toolgate_store::{ApprovalDecision, Store};
 const SECRET: &str = "/api/v1/namespaces/agents/secrets/toolgate-database";
 const SECRETS: &str = "/api/v1/namespaces/agents/secrets";
 
-fn database_url() -> Option<String> {
-    match std::env::var("TOOLGATE_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI=true but TOOLGATE_TEST_DATABASE_URL is not set")
-        }
-        _ => {
-            eprintln!("SKIP: TOOLGATE_TEST_DATABASE_URL is not set");
-            None
-        }
-    }
-}
-
 fn ctx(client: kube::Client, store: Store) -> Arc<Context> {
     let mut settings = Settings::new("toolgate-system");
     settings.approvals_namespace = NS.into();

@@ -20,19 +20,6 @@ use toolgate_store::{ApprovalStatus, NewApproval, ProfileLoad, Store};
 
 const VERSION: &str = "safe-coding@0123456789ab+h01234567";
 
-fn database_url() -> Option<String> {
-    match std::env::var("TOOLGATE_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI=true but TOOLGATE_TEST_DATABASE_URL is not set")
-        }
-        _ => {
-            eprintln!("SKIP: TOOLGATE_TEST_DATABASE_URL is not set");
-            None
-        }
-    }
-}
-
 /// Ten hex digits unlikely to repeat across runs (roles are cluster-global).
 fn suffix() -> String {
     let nanos = std::time::SystemTime::now()

@@ -3,10 +3,19 @@
 
 #[macro_use]
 mod common;
+mod approval_consume_and_wait;
+mod approvals;
+mod atomicity;
+mod bad_input;
+mod connections;
+mod decisions;
+mod intents;
+mod profiles_and_heartbeats;
 mod run_scopes;
 mod runs;
 mod schema_hijack;
-mod store;
 mod streams;
-mod tenancy;
 mod tenant_attacks;
+mod tenant_confinement;
+mod tenant_provisioning;
+mod tenant_streams;

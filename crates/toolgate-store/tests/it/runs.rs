@@ -3,7 +3,7 @@
 /// The decision stream admissions are recorded in.
 const S: &str = "pod-a/0001";
 
-use crate::common::rid;
+use crate::common::{rid, unique};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,10 +12,6 @@ use toolgate_store::{
     Admission, ApprovalStatus, Budget, DecisionRecord, NewApproval, NewIntent, PodLimits,
     ResumeClass, RunLimits, Store,
 };
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
-}
 
 fn record(run: &str, verdict: &str, reason: &str) -> DecisionRecord {
     DecisionRecord {

@@ -1,5 +1,7 @@
 //! A `tower-test` mock API server (kube-rs `controller-rs` style) and fixtures.
 
+pub mod approvals;
+pub mod publish;
 pub mod rbac;
 
 use std::sync::{Arc, Mutex};
@@ -208,4 +210,37 @@ pub fn profile_json() -> Value {
 pub fn approval_json(name: &str) -> Value {
     json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
            "metadata": {"name": name, "namespace": NS}, "spec": {}})
+}
+
+/// A status written by server-side apply: field manager
+/// `toolgate-controller`, forced, the whole status in the body (so a field
+/// the controller stops setting is removed, not left behind).
+pub async fn expect_applied_status(server: &mut ApiServer, path: &str, kind: &str) -> Received {
+    let st = server.expect(Method::PATCH, path).await;
+    assert_eq!(st.content_type, "application/apply-patch+yaml");
+    assert!(
+        st.query.contains("fieldManager=toolgate-controller") && st.query.contains("force=true"),
+        "{}",
+        st.query
+    );
+    assert_eq!(
+        (st.body["apiVersion"].as_str(), st.body["kind"].as_str()),
+        (Some("toolgate.dev/v1alpha1"), Some(kind))
+    );
+    st
+}
+
+/// The PostgreSQL of `TOOLGATE_TEST_DATABASE_URL`; `None` (skip) when it is
+/// unset, except with `CI=true`, which must run against it.
+pub fn database_url() -> Option<String> {
+    match std::env::var("TOOLGATE_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true but TOOLGATE_TEST_DATABASE_URL is not set")
+        }
+        _ => {
+            eprintln!("SKIP: TOOLGATE_TEST_DATABASE_URL is not set");
+            None
+        }
+    }
 }

@@ -6,6 +6,8 @@
 //! which case it fails: CI must prove both backends. A set but unreachable
 //! URL always fails.
 
+pub mod builders;
+pub mod faults;
 pub mod tenants;
 
 use std::str::FromStr;
@@ -217,4 +219,9 @@ macro_rules! both_backends {
 /// A run id the typed run APIs take (test ids are canonical already).
 pub fn rid(text: &str) -> toolgate_policy::RunId {
     toolgate_policy::RunId::parse(text).expect("test run ids are valid")
+}
+
+/// `prefix` and a fresh UUIDv7: an id no other test uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
 }

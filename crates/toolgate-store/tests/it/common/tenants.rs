@@ -14,9 +14,7 @@ use toolgate_store::{
     DecisionRecord, Heartbeat, NewApproval, NewIntent, ProfileLoad, Store, TenantCredentials,
 };
 
-pub const CALL: &str = "sha256:call";
-/// The decision stream the tests append to (a sidecar's `{pod}/{nonce}`).
-pub const S: &str = "pod-a/0190a000-0000-7000-8000-000000000001";
+pub use super::builders::{CALL, S};
 pub const POLICY: &str = "default@0123456789ab+h01234567";
 
 pub fn admin_url() -> Option<String> {

@@ -2,6 +2,8 @@
 //! a webhook server on loopback, and a keep-alive HTTPS client that trusts
 //! the CA and records the certificate the server presented.
 
+pub mod admission;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
