@@ -66,7 +66,9 @@ pub fn run(args: ApprovalsArgs) -> Result<ExitCode, CliError> {
                 let status = status
                     .map(|s| s.parse::<ApprovalStatus>())
                     .transpose()
-                    .map_err(|e| CliError::Usage(format!("--status: {e}")))?;
+                    .map_err(|e| {
+                        toolgate_store::StoreError::InvalidInput(format!("--status: {e}"))
+                    })?;
                 let list = match tenant {
                     Some(t) => store.approvals().list(&t, status, Timestamp::now()).await?,
                     None => store.approvals().list_all(status, Timestamp::now()).await?,
