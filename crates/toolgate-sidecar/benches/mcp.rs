@@ -39,8 +39,15 @@ async fn upstream() -> SocketAddr {
     let app = axum::Router::new().route(
         "/mcp",
         post(|axum::Json(req): axum::Json<Value>| async move {
-            axum::Json(json!({"jsonrpc": "2.0", "id": req["id"],
-                              "result": {"content": [{"type": "text", "text": "hello"}], "isError": false}}))
+            // The gateway calls only tools it has seen listed, with a schema.
+            let result = if req["method"] == "tools/list" {
+                json!({"tools": [{"name": "echo", "description": "Echoes text.",
+                                  "inputSchema": {"type": "object",
+                                                  "properties": {"text": {"type": "string"}}}}]})
+            } else {
+                json!({"content": [{"type": "text", "text": "hello"}], "isError": false})
+            };
+            axum::Json(json!({"jsonrpc": "2.0", "id": req["id"], "result": result}))
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -138,6 +145,18 @@ fn main() {
         let client = reqwest::Client::new();
         let direct_url = format!("http://{upstream_addr}/mcp");
         let gateway_url = format!("http://{sidecar_addr}/mcp/demo");
+        // The gateway learns the tool's definition from a listing first.
+        let listed: Value = client
+            .post(&gateway_url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": "list", "method": "tools/list"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(listed["result"]["tools"][0]["name"], "echo", "{listed}");
         // Warm both paths (connections, allocator, the decision batcher).
         measure(&client, &direct_url, 500).await;
         measure(&client, &gateway_url, 500).await;
@@ -185,7 +204,7 @@ fn main() {
             us(pct(&authorize, 0.99))
         );
         println!(
-            "  added by the gateway p50 {:>7.0} µs   p99 {:>7.0} µs   (goal: p50 <= 200 µs)",
+            "  added by the gateway p50 {:>7.0} µs   p99 {:>7.0} µs   (goal: p50 <= 100 µs)",
             us(g50.saturating_sub(d50)),
             us(g99.saturating_sub(d99))
         );
