@@ -436,11 +436,26 @@ impl Phase {
     }
 }
 
+/// The phase of an approval is its status, spelled as Kubernetes spells
+/// phases: one set, the contract's, with one mapping, here.
+impl From<toolgate_contract::ApprovalStatus> for Phase {
+    fn from(status: toolgate_contract::ApprovalStatus) -> Self {
+        use toolgate_contract::ApprovalStatus as S;
+        match status {
+            S::Pending => Phase::Pending,
+            S::Approved => Phase::Approved,
+            S::Denied => Phase::Denied,
+            S::Expired => Phase::Expired,
+            S::Cancelled => Phase::Cancelled,
+        }
+    }
+}
+
 /// Where an approval stands.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalStatus {
-    /// `Pending`, `Approved`, `Denied` or `Expired`.
+    /// `Pending`, `Approved`, `Denied`, `Expired` or `Cancelled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
     /// Tool the approval is for (copied from the request or grant for display).
@@ -465,4 +480,21 @@ pub struct ApprovalStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+#[cfg(test)]
+mod phase_tests {
+    use super::Phase;
+
+    #[test]
+    fn phases_are_the_contracts_statuses() {
+        for status in toolgate_contract::ApprovalStatus::ALL {
+            let phase = Phase::from(status);
+            assert_eq!(phase.as_str().to_ascii_lowercase(), status.as_str());
+        }
+        assert_eq!(
+            Phase::ALL.len(),
+            toolgate_contract::ApprovalStatus::ALL.len()
+        );
+    }
 }

@@ -54,8 +54,8 @@ pub use approvers::{
 pub use mirror::{SyncReport, sync_once};
 pub use reconcile::{reconcile, resolve_request};
 pub use status::{
-    grant_profile_ref, grant_status, object_for, past_retention, phase_of, profile_of,
-    request_status, retention_of,
+    grant_profile_ref, grant_status, object_for, past_retention, profile_of, request_status,
+    retention_of,
 };
 pub(crate) use status::{overdue_pending, stamp_finished};
 pub use toolgate_k8s::names::{LABEL_APPROVAL_KIND as LABEL_KIND, approval_name};

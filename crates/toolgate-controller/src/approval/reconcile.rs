@@ -13,7 +13,7 @@ use toolgate_k8s::{ApprovalFields, validate_approval};
 use toolgate_store::{ApprovalStatus as DbStatus, StoreError};
 
 use super::{
-    APPROVER_NOT_ALLOWED, ApproverCheck, check_approvers, grant_status, phase_of, request_status,
+    APPROVER_NOT_ALLOWED, ApproverCheck, check_approvers, grant_status, request_status,
     stamp_finished,
 };
 use crate::context::Context;
@@ -92,7 +92,13 @@ pub async fn resolve_request(
                 }
                 _ => None,
             };
-            request_status(req, Some(&row), phase_of(row.status), message, generation)
+            request_status(
+                req,
+                Some(&row),
+                Phase::from(row.status),
+                message,
+                generation,
+            )
         }
         Err(StoreError::ApprovalExpired { .. }) => {
             let row = approvals
@@ -114,7 +120,7 @@ pub async fn resolve_request(
             request_status(
                 req,
                 Some(&row),
-                phase_of(row.status),
+                Phase::from(row.status),
                 Some(message),
                 generation,
             )

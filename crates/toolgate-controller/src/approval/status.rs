@@ -9,7 +9,6 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
-use toolgate_store::ApprovalStatus as DbStatus;
 
 use super::approvers::decider_text;
 use super::{APPROVER_NOT_ALLOWED, LABEL_KIND, approval_name, decider_allowed};
@@ -17,17 +16,6 @@ use crate::crd::{
     Approval, ApprovalRequest, ApprovalSpec, ApprovalStatus, Decision, Phase, PolicyProfile,
     StandingGrant,
 };
-
-/// Phase of a request from its database status.
-pub fn phase_of(status: DbStatus) -> Phase {
-    match status {
-        DbStatus::Pending => Phase::Pending,
-        DbStatus::Approved => Phase::Approved,
-        DbStatus::Denied => Phase::Denied,
-        DbStatus::Expired => Phase::Expired,
-        DbStatus::Cancelled => Phase::Cancelled,
-    }
-}
 
 /// The profile a policy version belongs to (`{profile}@…`).
 pub fn profile_of(policy_version: &str) -> Option<String> {
