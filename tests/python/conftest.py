@@ -167,12 +167,10 @@ def evil_upstream(tmp_path_factory):
     proc.wait(timeout=10)
 
 
-@pytest.fixture(scope='session')
-def sidecar(tmp_path_factory, mcp_upstream, evil_upstream):
-    """A running sidecar: {url, ops_url, db, database, bin, dir, log}, with
-    MCP upstreams `demo` (the test server) and `blocked` (a hardline CIDR)."""
+def _started_sidecar(d: pathlib.Path, extra_args: list[str]):
+    """Starts `toolgate sidecar` on the pytest profile in directory `d`:
+    (process, info dict, log file). Fails the test if it never gets ready."""
     toolgate = _toolgate_bin()
-    d = tmp_path_factory.mktemp('sidecar')
     _run(toolgate, 'keygen', '--out', d / 'keys')
     (d / 'profile.yaml').write_text(PROFILE)
     _run(toolgate, 'bundle', 'build', '--profile', d / 'profile.yaml', '--key', d / 'keys' / 'signing.key',
@@ -189,11 +187,7 @@ def sidecar(tmp_path_factory, mcp_upstream, evil_upstream):
             '--database', database,
             '--listen', f"127.0.0.1:{port}", '--ops-listen', f"127.0.0.1:{ops_port}",
             '--workspace-base', str(d / 'workspaces'), '--tenant', TENANT,
-            '--pod-name', 'pytest-agent', '--pod-namespace', 'agents',
-            '--mcp-upstream', f"demo={mcp_upstream['url']}",
-            '--mcp-upstream', 'blocked=http://169.254.169.254/mcp',
-            '--mcp-upstream', f"evil={evil_upstream['url']}",
-            '--mcp-upstream', f"evil2={evil_upstream['url']}",
+            '--pod-name', 'pytest-agent', '--pod-namespace', 'agents', *extra_args,
         ], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG='warn'))
         ops_url = f"http://127.0.0.1:{ops_port}"
         deadline = time.monotonic() + 30
@@ -203,6 +197,7 @@ def sidecar(tmp_path_factory, mcp_upstream, evil_upstream):
             break
         proc.kill()
         proc.wait()
+        log.close()
     else:
         pytest.fail(f"sidecar did not become ready:\n{log_path.read_text()[-5000:]}")
     info = {
@@ -210,7 +205,10 @@ def sidecar(tmp_path_factory, mcp_upstream, evil_upstream):
         'bin': toolgate, 'dir': d, 'log': log_path, 'workspaces': d / 'workspaces' / TENANT,
         'pid': proc.pid,
     }
-    yield info
+    return proc, info, log
+
+
+def _stopped(proc, log):
     proc.terminate()
     try:
         proc.wait(timeout=10)
@@ -218,6 +216,29 @@ def sidecar(tmp_path_factory, mcp_upstream, evil_upstream):
         proc.kill()
         proc.wait()
     log.close()
+
+
+@pytest.fixture(scope='session')
+def sidecar(tmp_path_factory, mcp_upstream, evil_upstream):
+    """A running sidecar: {url, ops_url, db, database, bin, dir, log}, with
+    MCP upstreams `demo` (the test server) and `blocked` (a hardline CIDR)."""
+    proc, info, log = _started_sidecar(tmp_path_factory.mktemp('sidecar'), [
+        '--mcp-upstream', f"demo={mcp_upstream['url']}",
+        '--mcp-upstream', 'blocked=http://169.254.169.254/mcp',
+        '--mcp-upstream', f"evil={evil_upstream['url']}",
+        '--mcp-upstream', f"evil2={evil_upstream['url']}",
+    ])
+    yield info
+    _stopped(proc, log)
+
+
+@pytest.fixture
+def own_sidecar(tmp_path):
+    """A sidecar of this test's own (no MCP upstreams), for tests that stop
+    it as a whole, as a pod cancellation does."""
+    proc, info, log = _started_sidecar(tmp_path, [])
+    yield info
+    _stopped(proc, log)
 
 
 @pytest.fixture

@@ -92,3 +92,23 @@ def test_async_client_reads_the_heartbeat(sidecar, run_id):
             v = await client.authorize('lookup', {'q': 'b'})
             assert (v.verdict, v.reason) == ('deny', 'run_cancelled')
     asyncio.run(main())
+
+
+def test_a_pod_stop_holds_every_run_id(own_sidecar, run_id):
+    """Issue #31: after its run is cancelled an agent can start another run
+    id; stopping its pod refuses every run id, through the Python client."""
+    url = own_sidecar['url']
+    with toolgate.Client(url, run_id=run_id) as client:
+        assert client.cancel_run('stop').newly_cancelled
+    with toolgate.Client(url, run_id=run_id + '-2') as client:
+        assert client.authorize('lookup', {'q': 'a'}).verdict == 'allow'
+        stopped = client.cancel_pod('agent gone wrong')
+        assert (stopped.scope, stopped.newly_cancelled) == ('pod pytest-agent', True)
+        assert not client.cancel_pod().newly_cancelled
+    for fresh in ('other-run', run_id + '-3'):
+        with toolgate.Client(url, run_id=fresh) as client:
+            v = client.authorize('lookup', {'q': 'b'})
+            assert (v.verdict, v.reason) == ('deny', 'run_cancelled'), v
+            status = client.run_status()
+            assert status.cancel_requested and status.cancelled_scope == 'pod pytest-agent', status
+            assert status.cancel_reason == 'agent gone wrong'

@@ -28,6 +28,7 @@ from .types import (
     Approval,
     Batch,
     Cancellation,
+    PodCancellation,
     RunStatus,
     Entry,
     FileContent,
@@ -164,6 +165,11 @@ def run_status(run_id: str) -> Op[RunStatus]:
 def cancel_run(run_id: str, reason: Optional[str]) -> Op[Cancellation]:
     body: dict[str, Any] = {} if reason is None else {"reason": reason}
     return parse(Cancellation, (yield Http("POST", f"/v1/runs/{_seg(run_id)}/cancel", body)))
+
+
+def cancel_pod(reason: Optional[str]) -> Op[PodCancellation]:
+    body: dict[str, Any] = {} if reason is None else {"reason": reason}
+    return parse(PodCancellation, (yield Http("POST", "/v1/pod/cancel", body)))
 
 
 def approval(approval_id: str, wait: float, timeout: float) -> Op[Approval]:

@@ -18,6 +18,7 @@ from .types import (
     Approval,
     Batch,
     Cancellation,
+    PodCancellation,
     FileContent,
     FileStat,
     Intent,
@@ -179,6 +180,11 @@ class Client(_Base):
         """Cancels the run durably: every later call of it is refused."""
         return self._drive(_ops.cancel_run(self._run_id(run_id), reason))
 
+    def cancel_pod(self, reason: Optional[str] = None) -> PodCancellation:
+        """Stops every run of this sidecar's pod, whatever run id it uses: a
+        stop the agent cannot step around by starting another run."""
+        return self._drive(_ops.cancel_pod(reason))
+
     def approval(self, approval_id: str, wait: float = 0) -> Approval:
         """The approval, after waiting up to ``wait`` seconds (≤ 60) for it to be resolved."""
         return self._drive(_ops.approval(approval_id, wait, self.timeout))
@@ -293,6 +299,9 @@ class AsyncClient(_Base):
 
     async def cancel_run(self, reason: Optional[str] = None, run_id: Optional[str] = None) -> Cancellation:
         return await self._drive(_ops.cancel_run(self._run_id(run_id), reason))
+
+    async def cancel_pod(self, reason: Optional[str] = None) -> PodCancellation:
+        return await self._drive(_ops.cancel_pod(reason))
 
     async def approval(self, approval_id: str, wait: float = 0) -> Approval:
         return await self._drive(_ops.approval(approval_id, wait, self.timeout))

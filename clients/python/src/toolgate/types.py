@@ -218,6 +218,21 @@ class RunStatus:
     open_intents: tuple[Intent, ...] = ()
     cancel_requested_at: Optional[str] = None
     cancel_reason: Optional[str] = None
+    cancelled_scope: Optional[str] = None
+    """When a wider stop holds the run: ``pod NAME``, ``profile NAME`` or
+    ``namespace``; ``cancel_requested_at`` and ``cancel_reason`` are then its."""
+    extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
+
+
+@dataclass(frozen=True)
+class PodCancellation:
+    """``POST /v1/pod/cancel``: every run of this sidecar's pod stopped,
+    whatever run id it uses."""
+
+    scope: str
+    cancel_requested_at: str
+    newly_cancelled: bool
+    approvals_cancelled: int
     extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
 
 
