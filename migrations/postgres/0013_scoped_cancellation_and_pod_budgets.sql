@@ -104,9 +104,10 @@ BEGIN
             UPDATE approvals a SET status = 'cancelled', resolved_at = p_now, resolved_by = p_by,
                                    reason = COALESCE(p_reason, p_scope || ' cancelled')
             WHERE a.tenant = p_tenant AND a.status = 'pending'
+              -- A sidecar asks as `sidecar:<its namespace>/<its pod>`; the
+              -- target is a checked pod name (no LIKE wildcard in it).
               AND (p_scope = 'namespace'
-                   OR (p_scope = 'pod'
-                       AND a.requested_by = 'sidecar:' || p_tenant || '/' || p_target))
+                   OR (p_scope = 'pod' AND a.requested_by LIKE 'sidecar:%/' || p_target))
             RETURNING a.id, a.run_id
         LOOP
             v_count := v_count + 1;

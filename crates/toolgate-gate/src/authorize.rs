@@ -398,9 +398,14 @@ async fn refuse_if_cancelled(
 ) {
     match app.store.runs().cancelled_at(caller, run_id).await {
         Ok(None) => {}
-        // Not remembered here: the run or one of its scopes may be the
-        // cause, and the poll learns either within a second.
-        Ok(Some(_)) => crate::runs::refuse(verdict, Reason::RunCancelled, None),
+        // The run itself is remembered as cancelled; a stopped scope is
+        // learned by the poll (the run id alone says nothing about it).
+        Ok(Some(stopped)) => {
+            if !stopped.scoped {
+                app.cancelled.insert(run_id.as_str());
+            }
+            crate::runs::refuse(verdict, Reason::RunCancelled, None);
+        }
         Err(err) => {
             tracing::error!(error = %err, "run state unreadable; denying");
             deny_audit(verdict);

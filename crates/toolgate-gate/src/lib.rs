@@ -48,8 +48,6 @@ pub const NO_POLICY: &str = "none";
 pub(crate) const MAX_APPROVAL_ROUNDS: u32 = 32;
 /// Longest id-like field an agent may send (run, step, tool, action).
 pub const MAX_ID_BYTES: usize = 256;
-/// Most tool names one visibility query may ask about.
-pub const MAX_VISIBLE_QUERY: usize = 10_000;
 
 /// The sidecar's decision core: the held policy, the shared database, the
 /// decision log, workspaces, metrics, and who this sidecar is. Built once
@@ -132,11 +130,6 @@ impl Gate {
         tools: &[String],
         definitions: &HashMap<String, String>,
     ) -> Result<Vec<String>, GateError> {
-        if tools.len() > MAX_VISIBLE_QUERY {
-            return Err(GateError::InvalidRequest(format!(
-                "tools: at most {MAX_VISIBLE_QUERY} names"
-            )));
-        }
         Ok(match self.policy.live(Timestamp::now()) {
             Some(e) => tools
                 .iter()

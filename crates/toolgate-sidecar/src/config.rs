@@ -179,6 +179,18 @@ impl TryFrom<SidecarArgs> for SidecarConfig {
     /// Fails ([`StartError::Usage`]) when `--ops-listen` is neither `off`
     /// nor an address; intervals below one second become one second.
     fn try_from(args: SidecarArgs) -> Result<Self, StartError> {
+        // Renamed when the intervals became durations: refuse rather than
+        // run silently at the default.
+        for (old, new) in [
+            ("TOOLGATE_RELOAD_SECONDS", env::RELOAD_INTERVAL),
+            ("TOOLGATE_HEARTBEAT_SECONDS", env::HEARTBEAT_INTERVAL),
+        ] {
+            if std::env::var_os(old).is_some() {
+                return Err(StartError::Usage(format!(
+                    "{old} is no longer read: set {new} to a duration (e.g. 2s) instead"
+                )));
+            }
+        }
         let ops_listen = match args.ops_listen.as_str() {
             "off" | "" => None,
             addr => Some(addr.parse().map_err(|e| {

@@ -59,7 +59,7 @@ pub use intents::{
 pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
 pub use runs::{
     Admission, Budget, Caller, Cancellation, PodLimits, RunLimits, RunState, Runs,
-    ScopeCancellation,
+    ScopeCancellation, Stopped,
 };
 pub use tenancy::TenantCredentials;
 

@@ -161,6 +161,7 @@ const READ_RUN: &str = "SELECT started_at, calls, high_risk_calls, cancel_reques
 type RunRow = (i64, i64, i64, Option<i64>, Option<String>);
 
 mod cancel;
+pub use cancel::Stopped;
 mod pods;
 mod refusal;
 mod scopes;

@@ -166,10 +166,18 @@ pub struct VisibleToolsRequest {
     pub definitions: HashMap<String, String>,
 }
 
+/// Most tool names one `POST /v1/tools/visible` may ask about.
+pub const MAX_VISIBLE_QUERY: usize = 10_000;
+
 async fn visible_tools(
     State(app): State<Arc<AppState>>,
     StrictJson(req): StrictJson<VisibleToolsRequest>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    if req.tools.len() > MAX_VISIBLE_QUERY {
+        return Err(ApiError::invalid_request(format!(
+            "tools: at most {MAX_VISIBLE_QUERY} names"
+        )));
+    }
     let visible = app.gate.visible_tools(&req.tools, &req.definitions)?;
     Ok(Json(serde_json::json!({ "tools": visible })))
 }

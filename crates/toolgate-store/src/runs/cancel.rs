@@ -6,6 +6,16 @@ use toolgate_policy::RunId;
 use super::{Caller, Cancellation, ENSURE_RUN, Runs, count};
 use crate::{BeginWrite, Result, StoreError, on_pool, opt_ts_from_ms, require, require_opt};
 
+/// A cancellation that holds a run: when, and whether a scope holding the
+/// run (its pod, profile or namespace) rather than the run itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// When it was recorded.
+    pub at: Timestamp,
+    /// True for a scope's cancellation.
+    pub scoped: bool,
+}
+
 impl Runs<'_> {
     /// Cancels `tenant`'s run: from now on its calls are refused. Pending
     /// approvals of the run become `cancelled` (each with a run event, and
@@ -50,16 +60,19 @@ impl Runs<'_> {
     }
 
     /// When the caller's run, or a scope holding it, was cancelled, if
-    /// either was (the scope's time when both were).
+    /// either was (the scope's, saying so, when both were).
     pub async fn cancelled_at<'c>(
         &self,
         caller: impl Into<Caller<'c>>,
         run_id: &RunId,
-    ) -> Result<Option<Timestamp>> {
+    ) -> Result<Option<Stopped>> {
         let caller = caller.into();
         caller.check()?;
         if let Some(scoped) = self.scope_cancellation(caller).await? {
-            return Ok(Some(scoped.requested_at));
+            return Ok(Some(Stopped {
+                at: scoped.requested_at,
+                scoped: true,
+            }));
         }
         let sql = "SELECT cancel_requested_at FROM runs WHERE tenant = $1 AND run_id = $2";
         let at: Option<Option<i64>> = on_pool!(self.store, pool => {
@@ -69,7 +82,7 @@ impl Runs<'_> {
                 .fetch_optional(pool)
                 .await?
         });
-        opt_ts_from_ms(at.flatten())
+        Ok(opt_ts_from_ms(at.flatten())?.map(|at| Stopped { at, scoped: false }))
     }
 
     /// Runs of `tenant` whose cancellation was requested at or after

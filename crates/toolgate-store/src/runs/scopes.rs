@@ -210,8 +210,10 @@ async fn cancel_scope_sqlite(
         .await?;
         return Ok((Some(at), false, 0));
     }
+    // A sidecar asks as `sidecar:<its namespace>/<its pod>`; a pod name
+    // holds no LIKE wildcard.
     let requester = match scope.kind() {
-        ScopeKind::Pod => Some(format!("sidecar:{tenant}/{target}")),
+        ScopeKind::Pod => Some(format!("sidecar:%/{target}")),
         _ => None,
     };
     if scope.kind() == ScopeKind::Profile {
@@ -220,7 +222,7 @@ async fn cancel_scope_sqlite(
     let reaped: Vec<(String, String)> = sqlx::query_as(
         "UPDATE approvals SET status = 'cancelled', resolved_at = $2, resolved_by = $3, \
          reason = COALESCE($4, $5 || ' cancelled') \
-         WHERE tenant = $1 AND status = 'pending' AND ($6 IS NULL OR requested_by = $6) \
+         WHERE tenant = $1 AND status = 'pending' AND ($6 IS NULL OR requested_by LIKE $6) \
          RETURNING id, run_id",
     )
     .bind(tenant)

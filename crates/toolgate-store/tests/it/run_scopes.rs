@@ -149,7 +149,10 @@ both_backends!(
 both_backends!(pod_and_namespace_stops_reap_their_pending_approvals, |db| {
     let a = db.store.approvals();
     let now = Timestamp::now();
-    let mine = a.request(approval("acme", "inv-1"), now).await.unwrap();
+    // Asked by the pod's sidecar, named by its namespace (not the tenant).
+    let mut mine = approval("acme", "inv-1");
+    mine.requested_by = "sidecar:agents/pod-1".into();
+    let mine = a.request(mine, now).await.unwrap();
     let mut other = approval("acme", "inv-2");
     other.requested_by = "sidecar:acme/pod-2".into();
     let other = a.request(other, now).await.unwrap();

@@ -479,7 +479,10 @@ both_backends!(
         );
         assert_eq!(
             store.runs().cancelled_at("acme", &rid(&run)).await.unwrap(),
-            Some(cancel.requested_at)
+            Some(toolgate_store::Stopped {
+                at: cancel.requested_at,
+                scoped: false
+            })
         );
         assert_eq!(
             store

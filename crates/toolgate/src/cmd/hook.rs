@@ -192,7 +192,7 @@ async fn ask(url: &str, call: &HookCall, args: &PreToolUseArgs) -> Answer {
     let verdict = match (field(&verdict, "verdict"), field(&verdict, "approval_id")) {
         ("escalate", approval) if !approval.is_empty() && args.approval_wait > 0 => {
             match wait_for(&http, url, approval, deadline, args.timeout).await {
-                Ok(status) if !status.is_pending() => {
+                Ok(ApprovalStatus::Approved | ApprovalStatus::Denied) => {
                     // Decided: the same call again is `approved` once, or `approval_denied`.
                     match post(&http, &format!("{url}/v1/authorize"), &body).await {
                         Ok(v) => v,
