@@ -30,11 +30,7 @@ fn quiet_on_closed_pipe<T>(result: io::Result<T>) -> io::Result<T> {
 /// the process with status 2 and a message on stderr (nothing left to say
 /// the answer to).
 pub fn line(args: std::fmt::Arguments<'_>) {
-    let mut out = Stdout;
-    if let Err(e) = out.write_fmt(args).and_then(|()| out.write_all(b"\n")) {
-        eprintln!("cannot write to standard output: {e}");
-        std::process::exit(2);
-    }
+    text(format_args!("{args}\n"));
 }
 
 /// Writes `args` to [`Stdout`] without a newline (see [`line`]).

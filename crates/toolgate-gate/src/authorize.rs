@@ -296,16 +296,27 @@ async fn charge(
         runs.admit(caller, &req.run_id, false, &d.limits, d.now)
             .await?
     };
-    // The run itself is remembered as cancelled; a stopped scope is
-    // learned by the poll (the run id alone says nothing about it).
+    apply_run_answer(app, &req.run_id, &admission, &mut d.verdict, d.mode);
+    Ok(())
+}
+
+/// Applies the run's answer to `verdict`, remembering the run as cancelled
+/// when the run itself was: a stopped scope is learned by the poll (the run
+/// id alone says nothing about it).
+fn apply_run_answer(
+    app: &Gate,
+    run_id: &RunId,
+    admission: &toolgate_store::Admission,
+    verdict: &mut Verdict,
+    mode: Enforcement,
+) {
     if matches!(
         admission,
         toolgate_store::Admission::Cancelled { scoped: false, .. }
     ) {
-        app.cancelled.insert(req.run_id.as_str());
+        app.cancelled.insert(run_id.as_str());
     }
-    crate::runs::apply_admission(&mut d.verdict, &admission, d.mode);
-    Ok(())
+    crate::runs::apply_admission(verdict, admission, mode);
 }
 
 /// Remembers an allowed decision, so that its intent can be checked
@@ -438,15 +449,7 @@ async fn refuse_if_unpayable(
         .await
     {
         Ok(None) => {}
-        Ok(Some(refusal)) => {
-            if matches!(
-                refusal,
-                toolgate_store::Admission::Cancelled { scoped: false, .. }
-            ) {
-                app.cancelled.insert(run_id.as_str());
-            }
-            crate::runs::apply_admission(verdict, &refusal, mode);
-        }
+        Ok(Some(refusal)) => apply_run_answer(app, run_id, &refusal, verdict, mode),
         Err(err) => {
             tracing::error!(error = %err, "run state unreadable; denying");
             deny_audit(verdict);

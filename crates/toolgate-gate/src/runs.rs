@@ -62,17 +62,13 @@ impl CancelledRuns {
     /// True when `run_id` of `pod` under `profile` is known to be stopped:
     /// the run itself, or a scope holding it.
     pub fn holds(&self, run_id: &RunId, pod: &str, profile: Option<&str>) -> bool {
-        self.scope_holding(pod, profile).is_some() || self.contains(run_id)
-    }
-
-    /// The first known cancelled scope holding `pod` under `profile`.
-    pub fn scope_holding(&self, pod: &str, profile: Option<&str>) -> Option<Scope> {
-        self.scopes
+        let scoped = self
+            .scopes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .find(|s| s.covers(Some(pod), profile))
-            .cloned()
+            .any(|s| s.covers(Some(pod), profile));
+        scoped || self.contains(run_id)
     }
 
     /// Remembers a cancelled scope.
@@ -259,22 +255,21 @@ impl Gate {
     /// The run's cancellation (its own or a scope's), budgets and open
     /// intents: what an agent checks between steps.
     pub async fn run_status(&self, run_id: &RunId) -> Result<RunStatus, GateError> {
-        let app = self;
         let run_id = run_id.clone();
-        let runs = app.store.runs();
-        let state = runs.state(&app.tenant, &run_id).await?;
+        let runs = self.store.runs();
+        let state = runs.state(&self.tenant, &run_id).await?;
         if state.cancel_requested_at.is_some() {
-            app.cancelled.insert(run_id.as_str());
+            self.cancelled.insert(run_id.as_str());
         }
-        let enforced = app.policy.current();
+        let enforced = self.policy.current();
         let scoped = runs
-            .scope_cancellation(app.caller(enforced.as_deref()))
+            .scope_cancellation(self.caller(enforced.as_deref()))
             .await?;
-        let (pod_calls, pod_high) = runs.pod_usage(&app.tenant, &app.pod).await?;
+        let (pod_calls, pod_high) = runs.pod_usage(&self.tenant, &self.pod).await?;
         let limits = enforced.map(|e| limits(&e.policy)).unwrap_or_default();
         let (cancel_at, cancel_reason, cancelled_scope) = match scoped {
             Some(stop) => {
-                app.cancelled.insert_scope(stop.scope.clone());
+                self.cancelled.insert_scope(stop.scope.clone());
                 (
                     Some(stop.requested_at),
                     stop.reason,
@@ -356,21 +351,20 @@ impl Gate {
         run_id: &RunId,
         req: &CancelRequest,
     ) -> Result<CancelResponse, GateError> {
-        let app = self;
         let run_id = run_id.clone();
         check_reason(req)?;
-        let done = app
+        let done = self
             .store
             .runs()
             .cancel(
-                &app.tenant,
+                &self.tenant,
                 &run_id,
                 req.reason.as_deref(),
-                &app.identity,
+                &self.identity,
                 Timestamp::now(),
             )
             .await?;
-        app.cancelled.insert(run_id.as_str());
+        self.cancelled.insert(run_id.as_str());
         tracing::info!(
             run_id = run_id.as_str(),
             newly = done.newly_cancelled,
@@ -385,22 +379,21 @@ impl Gate {
     }
 
     pub async fn cancel_pod(&self, req: &CancelRequest) -> Result<PodCancelResponse, GateError> {
-        let app = self;
         check_reason(req)?;
-        let scope = Scope::parse("pod", Some(&app.pod))
+        let scope = Scope::parse("pod", Some(&self.pod))
             .map_err(|e| GateError::InvalidRequest(e.to_string()))?;
-        let done = app
+        let done = self
             .store
             .runs()
             .cancel_scope(
-                &app.tenant,
+                &self.tenant,
                 &scope,
                 req.reason.as_deref(),
-                &app.identity,
+                &self.identity,
                 Timestamp::now(),
             )
             .await?;
-        app.cancelled.insert_scope(scope.clone());
+        self.cancelled.insert_scope(scope.clone());
         tracing::info!(scope = %scope, newly = done.newly_cancelled, "pod cancelled");
         Ok(PodCancelResponse {
             scope: scope.to_string(),
@@ -507,7 +500,6 @@ impl Gate {
     /// Decides each call of a batch as [`Gate::authorize`] would (each is
     /// recorded and charged) and says whether they may all run at once.
     pub async fn authorize_batch(&self, req: BatchRequest) -> Result<BatchResponse, GateError> {
-        let app = self;
         if req.calls.is_empty() || req.calls.len() > MAX_BATCH_CALLS {
             return Err(GateError::InvalidRequest(format!(
                 "a batch holds 1-{MAX_BATCH_CALLS} calls"
@@ -531,11 +523,11 @@ impl Gate {
         // Every call is checked before any is decided, so a malformed call
         // rejects the batch without recording half of it.
         for call in &requests {
-            app.validate_call(call)?;
+            self.validate_call(call)?;
         }
         for (i, call) in requests.iter().enumerate() {
-            let answer = app.authorize(call).await?;
-            let effect = app
+            let answer = self.authorize(call).await?;
+            let effect = self
                 .policy
                 .current()
                 .and_then(|e| e.policy.effect(&call.tool).cloned());

@@ -133,20 +133,19 @@ impl RunCancellationSpec {
     /// rules refuse the same specs; this is the check for objects that got
     /// in before them).
     pub fn stop(&self) -> Result<Stop, PolicyError> {
-        let spec = self;
-        match spec.scope.unwrap_or(ScopeKind::Run) {
-            ScopeKind::Run => match (&spec.run_id, &spec.target) {
+        match self.scope.unwrap_or(ScopeKind::Run) {
+            ScopeKind::Run => match (&self.run_id, &self.target) {
                 (Some(run), None) => Ok(Stop::Run(RunId::parse(run)?)),
                 _ => Err(PolicyError::InvalidScope {
                     message: "scope run needs runId and no target".into(),
                 }),
             },
-            kind if spec.run_id.is_some() => Err(PolicyError::InvalidScope {
+            kind if self.run_id.is_some() => Err(PolicyError::InvalidScope {
                 message: format!("scope {} takes no runId", kind.as_str()),
             }),
             kind => Ok(Stop::Scope(Scope::parse(
                 kind.as_str(),
-                spec.target.as_deref(),
+                self.target.as_deref(),
             )?)),
         }
     }

@@ -75,14 +75,35 @@ fn scope_text<S: serde::Serializer>(scope: &Scope, s: S) -> std::result::Result<
     s.collect_str(scope)
 }
 
-/// The reason of the earliest cancelled scope holding a caller (`$2` pod,
-/// `$3` profile; NULL matches nothing).
-pub(super) const COVERING: &str = "SELECT reason FROM cancelled_scopes WHERE tenant = $1 \
-    AND (scope = 'namespace' OR (scope = 'pod' AND target = $2) \
-    OR (scope = 'profile' AND target = $3)) ORDER BY requested_at LIMIT 1";
+/// The cancelled scopes holding a caller, earliest first: `$1` tenant,
+/// `$2` pod, `$3` profile (NULL matches nothing). The one predicate both
+/// the charge and the sidecar's read use.
+macro_rules! holding {
+    () => {
+        "FROM cancelled_scopes WHERE tenant = $1 AND (scope = 'namespace' \
+         OR (scope = 'pod' AND target = $2) OR (scope = 'profile' AND target = $3)) \
+         ORDER BY requested_at LIMIT 1"
+    };
+}
 
-const COLUMNS: &str = "SELECT scope, target, requested_at, reason, cancelled_by \
-    FROM cancelled_scopes WHERE tenant = $1";
+/// The columns of a [`ScopeRow`].
+macro_rules! columns {
+    () => {
+        "SELECT scope, target, requested_at, reason, cancelled_by "
+    };
+}
+
+/// The reason of the earliest cancelled scope holding a caller.
+pub(super) const COVERING: &str = concat!("SELECT reason ", holding!());
+
+/// The earliest cancelled scope holding a caller, whole.
+const HOLDING: &str = concat!(columns!(), holding!());
+
+/// Every cancelled scope of tenant `$1`, oldest first.
+const LISTING: &str = concat!(
+    columns!(),
+    "FROM cancelled_scopes WHERE tenant = $1 ORDER BY requested_at LIMIT 10000"
+);
 
 type ScopeRow = (String, String, i64, Option<String>, String);
 
@@ -148,12 +169,8 @@ impl Runs<'_> {
         caller: super::Caller<'_>,
     ) -> Result<Option<ScopeCancellation>> {
         caller.check()?;
-        let sql = format!(
-            "{COLUMNS} AND (scope = 'namespace' OR (scope = 'pod' AND target = $2) \
-             OR (scope = 'profile' AND target = $3)) ORDER BY requested_at LIMIT 1"
-        );
         let row: Option<ScopeRow> = on_pool!(self.store, pool => {
-            sqlx::query_as(&sql)
+            sqlx::query_as(HOLDING)
                 .bind(caller.tenant)
                 .bind(caller.pod)
                 .bind(caller.profile)
@@ -163,13 +180,13 @@ impl Runs<'_> {
         row.map(from_row).transpose()
     }
 
-    /// Every scoped cancellation of `tenant`, oldest first: what a sidecar
-    /// polls to refuse at once the calls of a scope cancelled elsewhere.
+    /// Every scoped cancellation of `tenant`, oldest first (at most
+    /// 10,000). A sidecar reads only those holding it
+    /// ([`Runs::scope_cancellation`]).
     pub async fn scope_cancellations(&self, tenant: &str) -> Result<Vec<ScopeCancellation>> {
         require("tenant", tenant)?;
-        let sql = format!("{COLUMNS} ORDER BY requested_at LIMIT 10000");
         let rows: Vec<ScopeRow> = on_pool!(self.store, pool => {
-            sqlx::query_as(&sql).bind(tenant).fetch_all(pool).await?
+            sqlx::query_as(LISTING).bind(tenant).fetch_all(pool).await?
         });
         rows.into_iter().map(from_row).collect()
     }
@@ -212,13 +229,12 @@ async fn cancel_scope_sqlite(
     }
     // A sidecar asks as `sidecar:<its namespace>/<its pod>`; a pod name
     // holds no LIKE wildcard.
+    // An approval does not record its profile: a profile stop reaps none.
     let requester = match scope.kind() {
         ScopeKind::Pod => Some(format!("sidecar:%/{target}")),
-        _ => None,
+        ScopeKind::Profile => return Ok((Some(now), true, 0)),
+        ScopeKind::Namespace | ScopeKind::Run => None,
     };
-    if scope.kind() == ScopeKind::Profile {
-        return Ok((Some(now), true, 0));
-    }
     let reaped: Vec<(String, String)> = sqlx::query_as(
         "UPDATE approvals SET status = 'cancelled', resolved_at = $2, resolved_by = $3, \
          reason = COALESCE($4, $5 || ' cancelled') \
