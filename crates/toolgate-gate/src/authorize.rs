@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use toolgate_policy::{Call, Context, Decision, Enforcement, Reason, Risk, RunId, Verdict};
+use toolgate_policy::{Call, Context, Decision, Enforcement, Id, Reason, Risk, RunId, Verdict};
 use toolgate_store::{
     ApprovalStatus, ApprovedCall, Caller, DecisionRecord, NewApproval, RunLimits,
 };
@@ -17,7 +17,6 @@ use crate::allowed::AllowedCall;
 use crate::labels::{MAX_LABEL_CHARS, NO_PROFILE, OTHER_TOOL, metric_tool_label, truncate};
 use crate::{
     AuthorizeRequest, AuthorizeResponse, Gate, GateError, MAX_APPROVAL_ROUNDS, NO_POLICY, NO_STEP,
-    require_id,
 };
 
 impl Gate {
@@ -28,19 +27,9 @@ impl Gate {
         authorize_call(self, req).await
     }
 
-    /// Every agent-supplied field of a call, checked before it is decided
-    /// (the run id was checked when it was read).
+    /// The one field of a call not checked when it was read (ids are
+    /// [`toolgate_policy::Id`]s and the run a [`RunId`]): its tenant.
     pub fn validate_call(&self, req: &AuthorizeRequest) -> Result<(), GateError> {
-        require_id("tool", &req.tool)?;
-        if let Some(step) = req.step_id.as_deref().filter(|s| !s.is_empty()) {
-            require_id("step_id", step)?;
-        }
-        if let Some(action) = &req.action {
-            require_id("action", action)?;
-        }
-        if let Some(digest) = &req.definition_digest {
-            require_id("definition_digest", digest)?;
-        }
         if let Some(t) = &req.tenant
             && *t != self.tenant
         {
@@ -93,9 +82,8 @@ async fn authorize_call(
 async fn decide(app: &Gate, req: &AuthorizeRequest, now: Timestamp) -> Decided {
     let step_id = req
         .step_id
-        .clone()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| NO_STEP.to_owned());
+        .as_ref()
+        .map_or_else(|| NO_STEP.to_owned(), Id::to_string);
     let decision_id = uuid::Uuid::now_v7().to_string();
     let enforced = app.policy.current();
     let mut verdict = evaluate(app, req, enforced.as_deref(), now);
@@ -196,7 +184,7 @@ fn record_of(req: &AuthorizeRequest, d: &Decided, verdict: &Verdict) -> Decision
         decision_id: d.decision_id.clone(),
         run_id: req.run_id.as_str().to_owned(),
         step_id: d.step_id.clone(),
-        tool: req.tool.clone(),
+        tool: req.tool.to_string(),
         verdict: verdict.verdict.as_str().to_owned(),
         reason: verdict.reason.as_str().to_owned(),
         message: record_message(verdict),
@@ -210,7 +198,7 @@ fn record_of(req: &AuthorizeRequest, d: &Decided, verdict: &Verdict) -> Decision
         risk: verdict.risk.as_str().to_owned(),
         args_digest: verdict.args_digest.clone(),
         call_digest: Some(verdict.call_digest.clone()),
-        definition_digest: req.definition_digest.clone(),
+        definition_digest: req.definition_digest.as_ref().map(Id::to_string),
         created_at: d.now,
     }
 }
@@ -334,12 +322,12 @@ fn remember(app: &Gate, req: &AuthorizeRequest, d: &Decided) {
             d.decision_id.clone(),
             AllowedCall {
                 run_id: req.run_id.clone(),
-                tool: req.tool.clone(),
+                tool: req.tool.to_string(),
                 canonical_tool: d
                     .enforced
                     .as_ref()
                     .map(|e| e.policy.canonical_tool(&req.tool).to_owned())
-                    .unwrap_or_else(|| req.tool.clone()),
+                    .unwrap_or_else(|| req.tool.to_string()),
                 args_digest: d.verdict.args_digest.clone(),
                 call_digest: d.verdict.call_digest.clone(),
                 risk: d.verdict.risk,
@@ -525,7 +513,7 @@ async fn escalate(
                     decision_id: decision_id.to_owned(),
                     requested_by: app.identity.clone(),
                     ttl: Duration::from_secs(u64::from(enforced.approval_ttl_seconds)),
-                    action: req.action.clone(),
+                    action: req.action.as_ref().map(Id::to_string),
                     preview: preview.clone(),
                 },
                 now,

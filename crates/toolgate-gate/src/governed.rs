@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::{Decision, RunId};
+use toolgate_policy::{Decision, Id, RunId};
 use toolgate_store::{IntentOutcome, NewIntent};
 
 use crate::workspace::{FileRead, FileWritten, Listing, Stat, WorkspaceError, Workspaces};
@@ -24,9 +24,9 @@ pub struct PathRequest {
     pub run_id: RunId,
     /// Relative path; `""` is the root (list and stat only).
     pub path: String,
-    /// Step within the run, for the decision record.
-    #[serde(default)]
-    pub step_id: Option<String>,
+    /// Step within the run, for the decision record (`""` is none).
+    #[serde(default, deserialize_with = "toolgate_policy::ids::empty_as_none")]
+    pub step_id: Option<Id>,
 }
 
 /// Body of workspace `write`.
@@ -39,9 +39,9 @@ pub struct WriteRequest {
     pub path: String,
     /// UTF-8 text to write.
     pub content: String,
-    /// Step within the run, for the decision record.
-    #[serde(default)]
-    pub step_id: Option<String>,
+    /// Step within the run, for the decision record (`""` is none).
+    #[serde(default, deserialize_with = "toolgate_policy::ids::empty_as_none")]
+    pub step_id: Option<Id>,
 }
 
 /// A workspace result with the decision that allowed it.
@@ -96,12 +96,12 @@ async fn govern(
     app: &Gate,
     op: &str,
     run_id: &RunId,
-    step_id: Option<String>,
+    step_id: Option<Id>,
     arguments: serde_json::Map<String, serde_json::Value>,
 ) -> Result<AuthorizeResponse, GateError> {
     let answer = app
         .authorize(&AuthorizeRequest {
-            tool: format!("workspace.{op}"),
+            tool: Id::parse(format!("workspace.{op}"))?,
             action: None,
             arguments,
             run_id: run_id.clone(),
@@ -199,7 +199,7 @@ async fn workspace_write_inner(
                 NewIntent {
                     tenant: app.tenant.clone(),
                     run_id: req.run_id.as_str().to_owned(),
-                    step_id: step.unwrap_or_else(|| NO_STEP.to_owned()),
+                    step_id: step.map_or_else(|| NO_STEP.to_owned(), String::from),
                     tool: "workspace.write".into(),
                     args_digest: answer.verdict.args_digest.clone(),
                     call_digest: Some(answer.verdict.call_digest.clone()),

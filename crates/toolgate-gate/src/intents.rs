@@ -5,29 +5,29 @@
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::RunId;
+use toolgate_policy::{Id, RunId};
 use toolgate_store::{Intent, IntentOutcome, NewIntent, PendingIntent};
 
 use crate::allowed::{REMEMBER_FOR, Remembered};
-use crate::{Gate, GateError, json_with, require_id};
+use crate::{Gate, GateError, json_with};
 
 /// An intent to begin: what `POST /v1/intents` carries.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BeginIntentRequest {
     /// The allowing decision.
-    pub decision_id: String,
+    pub decision_id: Id,
     /// Run id (must match the decision's).
     pub run_id: RunId,
     /// Step id.
-    pub step_id: String,
+    pub step_id: Id,
     /// Tool (must match the decision's).
-    pub tool: String,
+    pub tool: Id,
     /// Argument digest (must match the decision's).
-    pub args_digest: String,
+    pub args_digest: Id,
     /// Whole-call digest (must match the decision's when given).
     #[serde(default)]
-    pub call_digest: Option<String>,
+    pub call_digest: Option<Id>,
     /// How a resume flow can check whether the effect happened.
     #[serde(default)]
     pub verification_probe: Option<serde_json::Value>,
@@ -48,10 +48,6 @@ impl Gate {
     /// Records the pending intent of the call decision `req.decision_id`
     /// allowed: exactly that call, once.
     pub async fn begin_intent(&self, req: BeginIntentRequest) -> Result<Intent, GateError> {
-        require_id("decision_id", &req.decision_id)?;
-        require_id("step_id", &req.step_id)?;
-        require_id("tool", &req.tool)?;
-        require_id("args_digest", &req.args_digest)?;
         let (risk, call_digest) = {
             let allowed = self.allowed.lock().unwrap_or_else(|p| p.into_inner());
             let call = match allowed.get(&req.decision_id) {
@@ -71,12 +67,12 @@ impl Gate {
                     )));
                 }
             };
-            if call.args_digest != req.args_digest
+            if req.args_digest != call.args_digest
                 || req
                     .call_digest
                     .as_ref()
                     .is_some_and(|d| *d != call.call_digest)
-                || (call.tool != req.tool && call.canonical_tool != req.tool)
+                || (req.tool != call.tool && req.tool != call.canonical_tool)
                 || call.run_id != req.run_id
             {
                 return Err(GateError::IntentDigestMismatch(format!(
@@ -93,11 +89,11 @@ impl Gate {
                 NewIntent {
                     tenant: self.tenant.clone(),
                     run_id: req.run_id.into_string(),
-                    step_id: req.step_id,
-                    tool: req.tool,
-                    args_digest: req.args_digest,
+                    step_id: req.step_id.into(),
+                    tool: req.tool.into(),
+                    args_digest: req.args_digest.into(),
                     call_digest: Some(call_digest),
-                    decision_id: req.decision_id.clone(),
+                    decision_id: req.decision_id.to_string(),
                     risk: risk.as_str().to_owned(),
                     verification_probe: req.verification_probe,
                 },

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::{RunId, Verdict};
+use toolgate_policy::{Id, RunId, Verdict};
 use toolgate_store::Store;
 
 use allowed::AllowedDecisions;
@@ -46,8 +46,6 @@ pub const NO_STEP: &str = "-";
 pub const NO_POLICY: &str = "none";
 /// How many fresh approvals one (run, step, call) may go through.
 pub(crate) const MAX_APPROVAL_ROUNDS: u32 = 32;
-/// Longest id-like field an agent may send (run, step, tool, action).
-pub const MAX_ID_BYTES: usize = 256;
 
 /// The sidecar's decision core: the held policy, the shared database, the
 /// decision log, workspaces, metrics, and who this sidecar is. Built once
@@ -173,18 +171,18 @@ impl Gate {
 #[serde(deny_unknown_fields)]
 pub struct AuthorizeRequest {
     /// Tool as the agent calls it.
-    pub tool: String,
+    pub tool: Id,
     /// Optional action.
     #[serde(default)]
-    pub action: Option<String>,
+    pub action: Option<Id>,
     /// Exact arguments.
     pub arguments: serde_json::Map<String, serde_json::Value>,
     /// Run the call belongs to, in its canonical spelling (a look-alike
     /// is refused when the body is read: `invalid_run_id`).
     pub run_id: RunId,
-    /// Step within the run.
-    #[serde(default)]
-    pub step_id: Option<String>,
+    /// Step within the run (`""` is none).
+    #[serde(default, deserialize_with = "toolgate_policy::ids::empty_as_none")]
+    pub step_id: Option<Id>,
     /// Must equal the sidecar's tenant when given.
     #[serde(default)]
     pub tenant: Option<String>,
@@ -192,7 +190,7 @@ pub struct AuthorizeRequest {
     /// definition as the server announced it; checked against a pinned
     /// `definitionDigest`.
     #[serde(default)]
-    pub definition_digest: Option<String>,
+    pub definition_digest: Option<Id>,
 }
 
 /// The answer to one call: the verdict plus its identifiers.
@@ -206,22 +204,6 @@ pub struct AuthorizeResponse {
     /// For `escalate`: the approval to wait on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
-}
-
-/// Refuses an id-like field the decision log would refuse: empty, longer
-/// than [`MAX_ID_BYTES`], or holding control characters. Checked before any
-/// decision is made, so bad input is a 400, never a lost record or a
-/// spurious `audit_unavailable`.
-pub fn require_id(field: &str, value: &str) -> Result<(), GateError> {
-    if value.len() > MAX_ID_BYTES {
-        return Err(GateError::InvalidRequest(format!(
-            "{field} must be 1-{MAX_ID_BYTES} bytes"
-        )));
-    }
-    toolgate_store::check_field(field, value).map_err(|e| match e {
-        toolgate_store::StoreError::InvalidInput(m) => GateError::InvalidRequest(m),
-        other => GateError::InvalidRequest(other.to_string()),
-    })
 }
 
 /// The run a path segment, query or header names, in its canonical

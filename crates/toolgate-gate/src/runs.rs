@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
-use toolgate_policy::{Decision, Enforcement, Reason, RunId, Scope, SideEffect, Verdict};
+use toolgate_policy::{Decision, Enforcement, Id, Reason, RunId, Scope, SideEffect, Verdict};
 use toolgate_store::{Admission, PodLimits, RunLimits};
 
 use crate::{AuthorizeRequest, AuthorizeResponse, Gate, GateError};
@@ -420,18 +420,18 @@ fn check_reason(req: &CancelRequest) -> Result<(), GateError> {
 #[serde(deny_unknown_fields)]
 pub struct BatchCall {
     /// Tool as the agent calls it.
-    pub tool: String,
+    pub tool: Id,
     /// Optional action.
     #[serde(default)]
-    pub action: Option<String>,
+    pub action: Option<Id>,
     /// Exact arguments.
     pub arguments: serde_json::Map<String, serde_json::Value>,
-    /// Step within the run.
-    #[serde(default)]
-    pub step_id: Option<String>,
+    /// Step within the run (`""` is none).
+    #[serde(default, deserialize_with = "toolgate_policy::ids::empty_as_none")]
+    pub step_id: Option<Id>,
     /// For MCP gateways: the tool's definition digest.
     #[serde(default)]
-    pub definition_digest: Option<String>,
+    pub definition_digest: Option<Id>,
 }
 
 /// Body of `POST /v1/authorize/batch`.

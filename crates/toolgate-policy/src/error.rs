@@ -87,6 +87,13 @@ pub enum PolicyError {
         /// What is wrong, with the refused text escaped and cut short.
         message: String,
     },
+    /// An agent-supplied identifier that breaks the one id rule (see
+    /// [`crate::ids::Id`]).
+    #[error("{message}")]
+    InvalidId {
+        /// What is wrong, with the refused text escaped and cut short.
+        message: String,
+    },
     /// A cancellation scope that is not `pod NAME`, `profile NAME` or
     /// `namespace` (see [`crate::ids::Scope`]).
     #[error("scope: {message}")]
@@ -111,6 +118,7 @@ impl PolicyError {
             Self::WrongKind { .. } => "profile_wrong_kind",
             Self::InvalidArguments(_) => "invalid_arguments",
             Self::InvalidRunId { .. } => "invalid_run_id",
+            Self::InvalidId { .. } => "invalid_request",
             Self::InvalidScope { .. } => "invalid_scope",
         }
     }
@@ -129,6 +137,7 @@ impl PolicyError {
             | Self::WrongKind { field, .. } => Some(field),
             Self::InvalidArguments(_) => None,
             Self::InvalidRunId { .. } => Some("run_id"),
+            Self::InvalidId { .. } => None,
             Self::InvalidScope { .. } => Some("scope"),
         }
     }

@@ -1,4 +1,5 @@
-//! Run ids: one spelling per run; and the scopes a cancellation wider than
+//! Run ids: one spelling per run; every other agent-supplied id under one
+//! rule ([`Id`]); and the scopes a cancellation wider than
 //! one run stops ([`Scope`]).
 //!
 //! A run is cancelled, charged and audited by its id, so two spellings of
@@ -157,6 +158,137 @@ impl PartialEq<&str> for RunId {
     }
 }
 
+/// Longest [`Id`], in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Any other identifier an agent names — a tool, an action, a step, a
+/// decision, a digest — checked once where it is read: 1 to
+/// [`MAX_ID_BYTES`] bytes, not blank, no control characters. Unlike a
+/// [`RunId`] it is kept as written (a tool name is matched by the policy's
+/// globs and shown back to people), so the rule only keeps out what no
+/// record may hold: an empty name, a megabyte, a newline forging a log line.
+/// Deserializing checks it, so a request type holding `Id`s cannot carry an
+/// unchecked one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Id(String);
+
+impl Id {
+    /// `text` as an id, or [`PolicyError::InvalidId`] naming what is wrong.
+    pub fn parse(text: impl Into<String>) -> Result<Self, PolicyError> {
+        let text = text.into();
+        let refuse = |why: &str| {
+            let cut: String = text.chars().take(64).collect();
+            let more = if cut.len() < text.len() { "…" } else { "" };
+            Err(PolicyError::InvalidId {
+                message: format!("{cut:?}{more} {why}"),
+            })
+        };
+        if text.trim().is_empty() {
+            return refuse("is blank: an id must not be empty");
+        }
+        if text.len() > MAX_ID_BYTES {
+            return refuse(&format!("is longer than {MAX_ID_BYTES} bytes"));
+        }
+        if text.chars().any(char::is_control) {
+            return refuse("holds a control character");
+        }
+        Ok(Self(text))
+    }
+
+    /// An id written in the program's own source, like
+    /// `HeaderName::from_static`: never input, so a bad one is a bug in
+    /// the program and panics at once.
+    pub fn from_static(text: &'static str) -> Self {
+        match Self::parse(text) {
+            Ok(id) => id,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The id as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Id {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for Id {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Id {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Id {
+    type Error = PolicyError;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        Self::parse(text)
+    }
+}
+
+impl TryFrom<&str> for Id {
+    type Error = PolicyError;
+    fn try_from(text: &str) -> Result<Self, Self::Error> {
+        Self::parse(text)
+    }
+}
+
+impl From<Id> for String {
+    fn from(id: Id) -> Self {
+        id.0
+    }
+}
+
+impl PartialEq<str> for Id {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Id {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for Id {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == *other
+    }
+}
+
+/// For an optional [`Id`] field whose empty string means "none" (a call
+/// made outside any step sends `"step_id": ""`): `""` and `null` are
+/// `None`, anything else must be an id.
+pub fn empty_as_none<'de, D>(deserializer: D) -> Result<Option<Id>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    match Option::<String>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(text) if text.is_empty() => Ok(None),
+        Some(text) => Id::parse(text).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
 crate::wire_enum! {
     /// How much one cancellation stops: a run, or every run of a pod, of a
     /// profile or of the whole namespace (the tenant).
@@ -308,6 +440,55 @@ fn object_name(name: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_is_kept_as_written_within_the_one_rule() {
+        for ok in [
+            "Bash",
+            "mcp__fs__read",
+            "fs.read_*",
+            "sha256:ab",
+            "ü",
+            &"x".repeat(MAX_ID_BYTES),
+        ] {
+            assert_eq!(Id::parse(ok).unwrap().as_str(), ok);
+        }
+        for bad in [
+            "",
+            " ",
+            "\t",
+            "a\nb",
+            "a\u{0}",
+            "\u{7f}",
+            "\u{85}x",
+            &"x".repeat(MAX_ID_BYTES + 1),
+        ] {
+            let e = Id::parse(bad).unwrap_err();
+            assert_eq!(e.code(), "invalid_request", "{bad:?}");
+        }
+        // Multi-byte text counts in bytes, as every record stores it.
+        assert!(Id::parse("é".repeat(MAX_ID_BYTES / 2 + 1)).is_err());
+        let read: Result<Id, _> = serde_json::from_str("\"a\\u0000\"");
+        assert!(read.is_err(), "deserializing checks the rule");
+    }
+
+    #[test]
+    fn an_empty_optional_id_is_none() {
+        #[derive(Deserialize)]
+        struct Body {
+            #[serde(default, deserialize_with = "empty_as_none")]
+            step: Option<Id>,
+        }
+        let read = |text: &str| serde_json::from_str::<Body>(text).map(|b| b.step);
+        assert_eq!(read(r#"{"step": ""}"#).unwrap(), None);
+        assert_eq!(read(r#"{"step": null}"#).unwrap(), None);
+        assert_eq!(read("{}").unwrap(), None);
+        assert_eq!(
+            read(r#"{"step": "s1"}"#).unwrap(),
+            Some(Id::from_static("s1"))
+        );
+        assert!(read(r#"{"step": " "}"#).is_err());
+    }
 
     #[test]
     fn case_folds_and_keeps_the_alphabet() {

@@ -42,7 +42,7 @@ pub use compile::{ANY_TOOL, CompiledPolicy, MAX_RUN_SECONDS};
 pub use digest::{PolicyVersion, args_digest, call_digest, invocation_digest};
 pub use error::PolicyError;
 pub use eval::{Call, Context};
-pub use ids::{RunId, Scope, ScopeKind, Stop};
+pub use ids::{Id, RunId, Scope, ScopeKind, Stop};
 pub use model::{
     Budgets, Enforcement, Grant, Mode, PodBudgets, PolicyManifest, PolicySpec, Risk, SideEffect,
     ToolEffect,

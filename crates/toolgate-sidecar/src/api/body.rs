@@ -23,9 +23,17 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for StrictJson<T> {
 
 pub(crate) fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = T::deserialize(&mut de).map_err(|e| {
-        run_id_fault(bytes)
-            .unwrap_or_else(|| ApiError::invalid_request(format!("invalid request body: {e}")))
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        run_id_fault(bytes).unwrap_or_else(|| {
+            // Name the member serde stumbled on (`calls[2].tool: …`), so a
+            // refused id says which one it was.
+            let at = e.path().to_string();
+            let inner = e.into_inner();
+            ApiError::invalid_request(match at.as_str() {
+                "." | "" => format!("invalid request body: {inner}"),
+                _ => format!("invalid request body: {at}: {inner}"),
+            })
+        })
     })?;
     de.end()
         .map_err(|e| ApiError::invalid_request(format!("trailing data after JSON body: {e}")))?;

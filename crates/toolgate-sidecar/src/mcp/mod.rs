@@ -37,6 +37,7 @@ use toolgate_mcp::McpError;
 use toolgate_mcp::gateway::{Decider, Gateway, ToolCall};
 use toolgate_mcp::message;
 use toolgate_mcp::relay::{ClientStep, Route};
+use toolgate_policy::Id;
 
 use toolgate_gate::{
     AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, Gate, GateError,
@@ -137,16 +138,22 @@ fn refused(e: GateError) -> McpError {
     }
 }
 
+/// A name from the MCP conversation as the gate takes it: under the one id
+/// rule, refused like any other bad input.
+fn id(text: &str) -> Result<Id, McpError> {
+    Id::parse(text).map_err(|e| refused(e.into()))
+}
+
 impl Decider for InProcess {
     async fn authorize(&self, call: ToolCall<'_>) -> Result<AuthorizeResponse, McpError> {
         let request = AuthorizeRequest {
-            tool: call.tool.to_owned(),
+            tool: id(call.tool)?,
             action: None,
             arguments: call.arguments.clone(),
             run_id: call.run_id.clone(),
-            step_id: Some(call.step_id.to_owned()),
+            step_id: Some(id(call.step_id)?),
             tenant: None,
-            definition_digest: call.definition_digest.map(str::to_owned),
+            definition_digest: call.definition_digest.map(id).transpose()?,
         };
         self.gate.authorize(&request).await.map_err(refused)
     }
@@ -165,12 +172,12 @@ impl Decider for InProcess {
         call: ToolCall<'_>,
     ) -> Result<String, McpError> {
         let request = BeginIntentRequest {
-            decision_id: decided.decision_id.clone(),
+            decision_id: id(&decided.decision_id)?,
             run_id: call.run_id.clone(),
-            step_id: call.step_id.to_owned(),
-            tool: call.tool.to_owned(),
-            args_digest: decided.verdict.args_digest.clone(),
-            call_digest: Some(decided.verdict.call_digest.clone()),
+            step_id: id(call.step_id)?,
+            tool: id(call.tool)?,
+            args_digest: id(&decided.verdict.args_digest)?,
+            call_digest: Some(id(&decided.verdict.call_digest)?),
             verification_probe: None,
         };
         let intent = self.gate.begin_intent(request).await.map_err(refused)?;

@@ -8,6 +8,7 @@ mod attacks;
 mod escalations;
 mod fuzz;
 mod http;
+mod ids;
 mod mcp_upstream;
 mod paths;
 mod run_ids;

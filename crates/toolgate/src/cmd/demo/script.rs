@@ -7,7 +7,7 @@ use toolgate_gate::{
     AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, PathRequest,
     WriteRequest,
 };
-use toolgate_policy::{Decision, Reason, RunId};
+use toolgate_policy::{Decision, Id, Reason, RunId};
 use toolgate_store::IntentOutcome;
 
 /// The run every scripted call belongs to.
@@ -149,14 +149,21 @@ pub(super) struct Step {
     pub(super) check: Option<fn(&Answer, &Memory) -> Check>,
 }
 
+/// An id an earlier answer carried, sent back as it came; one that is not
+/// an id is sent as `unknown`, which the sidecar refuses, so the step's
+/// check fails where the answer went wrong.
+fn remembered(text: &str) -> Id {
+    Id::parse(text).unwrap_or_else(|_| Id::from_static("unknown"))
+}
+
 /// `tool` called with the one string argument `key: value` in step `step`.
-fn call(tool: &str, key: &str, value: &str, step: &str) -> Act {
+fn call(tool: &'static str, key: &str, value: &str, step: &'static str) -> Act {
     Act::Authorize(AuthorizeRequest {
-        tool: tool.into(),
+        tool: Id::from_static(tool),
         action: None,
         arguments: [(key.to_owned(), Value::from(value))].into_iter().collect(),
         run_id: run(),
-        step_id: Some(step.into()),
+        step_id: Some(Id::from_static(step)),
         tenant: None,
         definition_digest: None,
     })
@@ -215,11 +222,11 @@ pub(super) const SCRIPT: &[Step] = &[
         scene: None,
         act: |m| {
             Act::BeginIntent(BeginIntentRequest {
-                decision_id: m.decision_id.clone(),
+                decision_id: remembered(&m.decision_id),
                 run_id: run(),
-                step_id: "s1".into(),
-                tool: "bash".into(),
-                args_digest: m.args_digest.clone(),
+                step_id: Id::from_static("s1"),
+                tool: Id::from_static("bash"),
+                args_digest: remembered(&m.args_digest),
                 call_digest: None,
                 verification_probe: None,
             })
