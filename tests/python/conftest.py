@@ -49,6 +49,7 @@ spec:
     demo.echo: {allow: ["*"]}
     demo.pay: {allow: ["*"]}
     demo.wipe: {deny: ["*prod*"], allow: ["*"]}
+    traced.echo: {allow: ["*"]}
     shout: {allow: ["hello *"]}
     # The malicious MCP server of test_mcp_attacks.py (`evil`, and `evil2`,
     # which no test lists before calling).
@@ -83,6 +84,7 @@ spec:
     demo.echo: {sideEffect: NONE, risk: low, readOnly: true}
     demo.pay:  {sideEffect: EXTERNAL_WRITE, risk: high}
     demo.wipe: {sideEffect: EXTERNAL_WRITE, risk: high, matchArgs: [target]}
+    traced.echo: {sideEffect: NONE, risk: low, readOnly: true}
     # On trial: allowed whatever the rules say, with a warning when they
     # would not have allowed it.
     shout: {sideEffect: NONE, risk: low, matchArgs: [text], enforcement: warn}
@@ -167,7 +169,7 @@ def evil_upstream(tmp_path_factory):
     proc.wait(timeout=10)
 
 
-def _started_sidecar(d: pathlib.Path, extra_args: list[str]):
+def _started_sidecar(d: pathlib.Path, extra_args: list[str], env: dict | None = None):
     """Starts `toolgate sidecar` on the pytest profile in directory `d`:
     (process, info dict, log file). Fails the test if it never gets ready."""
     toolgate = _toolgate_bin()
@@ -188,7 +190,7 @@ def _started_sidecar(d: pathlib.Path, extra_args: list[str]):
             '--listen', f"127.0.0.1:{port}", '--ops-listen', f"127.0.0.1:{ops_port}",
             '--workspace-base', str(d / 'workspaces'), '--tenant', TENANT,
             '--pod-name', 'pytest-agent', '--pod-namespace', 'agents', *extra_args,
-        ], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG='warn'))
+        ], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG='warn', **(env or {})))
         ops_url = f"http://127.0.0.1:{ops_port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None and not _ready(ops_url):

@@ -124,3 +124,20 @@ controller through a rollout without the hash ever covering a password:
 {{- end -}}
 {{- $source | sha256sum | trunc 16 -}}
 {{- end -}}
+
+{{/*
+The OTEL_* variables of a component that exports traces (none unless
+tracing.otlpEndpoint is set). Call with (dict "root" . "service" NAME).
+*/}}
+{{- define "toolgate.otelEnv" -}}
+{{- with .root.Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ $.service | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: parentbased_traceidratio
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ $.root.Values.tracing.sampleRatio | toString | quote }}
+{{- end }}
+{{- end }}

@@ -30,3 +30,34 @@ pub const ALLOWED_HOSTS: &str = "TOOLGATE_ALLOWED_HOSTS";
 pub const RELOAD_INTERVAL: &str = "TOOLGATE_RELOAD_INTERVAL";
 /// How often the sidecar records its heartbeat.
 pub const HEARTBEAT_INTERVAL: &str = "TOOLGATE_HEARTBEAT_INTERVAL";
+/// Sidecar: `true` records each call's arguments on its trace span.
+pub const TRACE_ARGUMENTS: &str = "TOOLGATE_TRACE_ARGUMENTS";
+
+/// The OpenTelemetry SDK's standard variables toolgate reads (and the
+/// webhook sets on an injected sidecar): traces are exported over OTLP
+/// when an endpoint is named, and not otherwise.
+pub mod otel {
+    /// OTLP endpoint for every signal (`http://collector:4318`).
+    pub const EXPORTER_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    /// OTLP endpoint for traces only (used as given, path included).
+    pub const EXPORTER_OTLP_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+    /// `http/protobuf` (the default) or `http/json`.
+    pub const EXPORTER_OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+    /// `otlp` (the default once an endpoint is named) or `none`.
+    pub const TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+    /// `true` turns every signal off, whatever else is set.
+    pub const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+    /// `service.name`; each command has its own default.
+    pub const SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+    /// `key=value,…` resource attributes (`k8s.pod.name=…`).
+    pub const RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+    /// Sampler name (`parentbased_traceidratio`, …).
+    pub const TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+    /// Sampler argument (the ratio).
+    pub const TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
+    /// The caller's trace context handed to a child process (the
+    /// environment carrier): what the hook passes on to the sidecar.
+    pub const TRACEPARENT: &str = "TRACEPARENT";
+    /// Vendor trace state beside [`TRACEPARENT`].
+    pub const TRACESTATE: &str = "TRACESTATE";
+}

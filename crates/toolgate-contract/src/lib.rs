@@ -12,3 +12,9 @@ mod wire;
 
 pub use approval::{ApprovalDecision, ApprovalStatus, UnknownStatus};
 pub use duration::parse_duration;
+
+/// The `tracing` target of every span toolgate exports as a trace. Logs
+/// never format these spans and the exporter takes nothing else, so with
+/// tracing off (the default) no layer is interested and a span costs one
+/// cached interest check.
+pub const TRACE_TARGET: &str = "toolgate_trace";

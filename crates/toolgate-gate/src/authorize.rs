@@ -11,10 +11,12 @@ use toolgate_policy::{Call, Context, Decision, Enforcement, Id, Reason, Risk, Ru
 use toolgate_store::{
     ApprovalStatus, ApprovedCall, Caller, DecisionRecord, NewApproval, RunLimits,
 };
+use tracing::Instrument;
 
 use crate::Enforced;
 use crate::allowed::AllowedCall;
 use crate::labels::{MAX_LABEL_CHARS, NO_PROFILE, OTHER_TOOL, metric_tool_label, truncate};
+use crate::trace::{self, traced};
 use crate::{
     AuthorizeRequest, AuthorizeResponse, Gate, GateError, MAX_APPROVAL_ROUNDS, NO_POLICY, NO_STEP,
 };
@@ -24,7 +26,10 @@ impl Gate {
     /// (durably before answering for a high-risk tool), remembers an allow
     /// for its intent, and counts it.
     pub async fn authorize(&self, req: &AuthorizeRequest) -> Result<AuthorizeResponse, GateError> {
-        authorize_call(self, req).await
+        let span = trace::tool_call(req, &self.tenant, self.trace_arguments);
+        let answer = authorize_call(self, req).instrument(span.clone()).await;
+        trace::decided(&span, &answer);
+        answer
     }
 
     /// The one field of a call not checked when it was read (ids are
@@ -106,7 +111,8 @@ async fn decide(app: &Gate, req: &AuthorizeRequest, now: Timestamp) -> Decided {
     if verdict.verdict == Decision::Escalate {
         // An escalation only comes from a live bundle.
         if let Some(e) = &enforced {
-            match escalate(app, e, req, &step_id, &decision_id, &mut verdict, now).await {
+            let request = escalate(app, e, req, &step_id, &decision_id, &mut verdict, now);
+            match traced("toolgate.approval.request", request).await {
                 Ok(id) => approval_id = id,
                 Err(err) => {
                     tracing::error!(error = %err, "approval request failed; denying");
@@ -216,7 +222,7 @@ async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(
     }
     let high_risk = d.verdict.risk == Risk::High;
     let durable = if crate::runs::needs_admission(&d.verdict, &d.limits) {
-        charge(app, req, d, high_risk)
+        traced("toolgate.run.charge", charge(app, req, d, high_risk))
             .await
             .map_err(|e| (e, "run not charged or decision not recorded; denying"))
     } else if high_risk {
@@ -231,9 +237,9 @@ async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(
             )
             .await;
         }
-        app.store
-            .decisions()
-            .append(&app.tenant, &app.stream, record_of(req, d, &d.verdict))
+        let decisions = app.store.decisions();
+        let append = decisions.append(&app.tenant, &app.stream, record_of(req, d, &d.verdict));
+        traced("toolgate.decision.append", append)
             .await
             .map(|_| ())
             .map_err(|e| (e, "high-risk decision not recorded; denying"))

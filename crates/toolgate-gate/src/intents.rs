@@ -9,6 +9,7 @@ use toolgate_policy::{Id, RunId};
 use toolgate_store::{Intent, IntentOutcome, NewIntent, PendingIntent};
 
 use crate::allowed::{REMEMBER_FOR, Remembered};
+use crate::trace::intent_step;
 use crate::{Gate, GateError, json_with};
 
 /// An intent to begin: what `POST /v1/intents` carries.
@@ -48,6 +49,10 @@ impl Gate {
     /// Records the pending intent of the call decision `req.decision_id`
     /// allowed: exactly that call, once.
     pub async fn begin_intent(&self, req: BeginIntentRequest) -> Result<Intent, GateError> {
+        intent_step("begin", None, self.begin(req)).await
+    }
+
+    async fn begin(&self, req: BeginIntentRequest) -> Result<Intent, GateError> {
         let (risk, call_digest) = {
             let allowed = self.allowed.lock().unwrap_or_else(|p| p.into_inner());
             let call = match allowed.get(&req.decision_id) {
@@ -110,11 +115,13 @@ impl Gate {
 
     /// Watermarks intent `id`: its effect is about to be sent.
     pub async fn effect_sent(&self, id: &str) -> Result<Intent, GateError> {
-        Ok(self
-            .store
-            .intents()
-            .mark_effect_sent(&self.tenant, id, Timestamp::now())
-            .await?)
+        let intents = self.store.intents();
+        let sent = async {
+            Ok(intents
+                .mark_effect_sent(&self.tenant, id, Timestamp::now())
+                .await?)
+        };
+        intent_step("effect_sent", Some(id), sent).await
     }
 
     /// Closes intent `id` with its outcome.
@@ -123,11 +130,13 @@ impl Gate {
         id: &str,
         req: CompleteRequest,
     ) -> Result<Intent, GateError> {
-        let intent = self
-            .store
-            .intents()
-            .complete(&self.tenant, id, req.outcome, req.detail, Timestamp::now())
-            .await?;
+        let intents = self.store.intents();
+        let close = async {
+            Ok(intents
+                .complete(&self.tenant, id, req.outcome, req.detail, Timestamp::now())
+                .await?)
+        };
+        let intent = intent_step("complete", Some(id), close).await?;
         self.metrics
             .intents
             .with_label_values(&[intent.status.as_str()])

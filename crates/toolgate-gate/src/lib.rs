@@ -17,6 +17,7 @@ pub mod labels;
 pub mod metrics;
 pub mod policy_state;
 pub mod runs;
+mod trace;
 pub mod workspace;
 
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use toolgate_policy::{Id, RunId, Verdict};
 use toolgate_store::Store;
+use tracing::Instrument;
 
 use allowed::AllowedDecisions;
 pub use decision_log::DecisionLog;
@@ -76,6 +78,9 @@ pub struct Gate {
     pub(crate) workspace_slots: Arc<tokio::sync::Semaphore>,
     /// Runs and scopes of this tenant known to be cancelled.
     pub cancelled: Arc<CancelledRuns>,
+    /// Whether a call's span carries its arguments (off unless the
+    /// sidecar opts in: arguments may hold what a trace store must not).
+    pub trace_arguments: bool,
 }
 
 /// What a [`Gate`] is made of (see its fields).
@@ -89,6 +94,7 @@ pub struct GateParts {
     pub stream: String,
     pub identity: String,
     pub pod: String,
+    pub trace_arguments: bool,
 }
 
 impl Gate {
@@ -107,6 +113,7 @@ impl Gate {
             allowed: Mutex::new(AllowedDecisions::default()),
             workspace_slots: Arc::new(tokio::sync::Semaphore::new(WORKSPACE_SLOTS)),
             cancelled: Arc::new(CancelledRuns::default()),
+            trace_arguments: parts.trace_arguments,
         }
     }
 
@@ -153,13 +160,22 @@ impl Gate {
         let approvals = self.store.approvals();
         Ok(match wait.filter(|w| !w.is_zero()) {
             Some(wait) => {
-                approvals
-                    .wait(
-                        &self.tenant,
-                        id,
-                        wait.min(Duration::from_secs(MAX_WAIT_SECONDS)),
-                    )
-                    .await?
+                let wait = wait.min(Duration::from_secs(MAX_WAIT_SECONDS));
+                let span = trace::approval_wait(id, wait.as_millis());
+                let answer = approvals
+                    .wait(&self.tenant, id, wait)
+                    .instrument(span.clone())
+                    .await;
+                match &answer {
+                    Ok(a) => {
+                        span.record("toolgate.approval.status", a.status.as_str());
+                        if let Some(by) = &a.resolved_by {
+                            span.record("toolgate.approval.decided_by", by.as_str());
+                        }
+                    }
+                    Err(e) => trace::failed(&span, e.code()),
+                }
+                answer?
             }
             None => approvals.get(&self.tenant, id, Timestamp::now()).await?,
         })

@@ -86,6 +86,11 @@ pub struct SidecarArgs {
     /// `toolgate_open_intents` gauge (`15s`; at least 100 ms).
     #[arg(long, env = env::HEARTBEAT_INTERVAL, default_value = "15s", value_parser = parse_interval)]
     pub heartbeat_interval: Duration,
+    /// Record each call's arguments on its trace span
+    /// (`gen_ai.tool.call.arguments`). Off: arguments may hold what the
+    /// trace store must not.
+    #[arg(long, env = env::TRACE_ARGUMENTS)]
+    pub trace_arguments: bool,
 }
 
 /// A loop interval in the one duration syntax, at least 100 ms (a zero or
@@ -146,6 +151,8 @@ pub struct SidecarConfig {
     pub allowed_hosts: Vec<String>,
     /// MCP upstreams `(NAME, URL)` served at `/mcp/NAME` (the gateway).
     pub mcp_upstreams: Vec<(String, String)>,
+    /// Whether a call's trace span carries its arguments.
+    pub trace_arguments: bool,
 }
 
 impl SidecarConfig {
@@ -169,6 +176,7 @@ impl SidecarConfig {
             decision_queue: DEFAULT_DECISION_QUEUE,
             allowed_hosts: Vec::new(),
             mcp_upstreams: Vec::new(),
+            trace_arguments: false,
         }
     }
 }
@@ -208,6 +216,7 @@ impl TryFrom<SidecarArgs> for SidecarConfig {
             mcp_upstreams: args.mcp_upstreams,
             reload_interval: args.reload_interval,
             heartbeat_interval: args.heartbeat_interval,
+            trace_arguments: args.trace_arguments,
             ..Self::new(args.bundle, args.trust, args.database)
         })
     }

@@ -15,6 +15,7 @@ mod error;
 mod guard;
 pub mod mcp;
 mod start_error;
+mod trace_context;
 
 pub use toolgate_gate::{policy_state, runs, workspace};
 
@@ -152,6 +153,7 @@ impl Sidecar {
             stream,
             identity: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
             pod: config.pod_name.clone(),
+            trace_arguments: config.trace_arguments,
         }));
         let gate_for_poll = gate.clone();
         let state = Arc::new(AppState {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::WebhookError;
-use crate::inject::{InjectConfig, SidecarMode};
+use crate::inject::{InjectConfig, SidecarMode, SidecarTracing};
 use crate::sidecar_resources::{SidecarResources, cpu_flag, memory_flag};
 
 /// `none` or a user id.
@@ -93,6 +93,32 @@ pub struct WebhookArgs {
         default_value = "toolgate-database"
     )]
     pub database_secret: String,
+    /// OTLP/HTTP endpoint injected sidecars export traces to
+    /// (`http://collector:4318`); empty: they export none.
+    #[arg(long, env = "TOOLGATE_SIDECAR_OTLP_ENDPOINT", default_value = "", value_parser = check_otlp_endpoint)]
+    pub sidecar_otlp_endpoint: String,
+    /// Share (0-1) of the traces a sidecar starts itself that it samples;
+    /// a trace the agent started follows the agent's sampling decision.
+    #[arg(long, env = "TOOLGATE_SIDECAR_TRACE_SAMPLE_RATIO", default_value = "1", value_parser = check_ratio)]
+    pub sidecar_trace_sample_ratio: String,
+}
+
+/// Empty, or an `http(s)://` URL.
+fn check_otlp_endpoint(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() || text.starts_with("http://") || text.starts_with("https://") {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` is not an http:// or https:// URL"))
+    }
+}
+
+/// A number from 0 to 1, as the sampler reads it.
+fn check_ratio(text: &str) -> Result<String, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r.to_string()),
+        _ => Err(format!("`{text}` is not a ratio from 0 to 1")),
+    }
 }
 
 /// `off` (or empty) or a socket address.
@@ -156,6 +182,10 @@ impl TryFrom<WebhookArgs> for WebhookConfig {
                 resources,
                 pull_policy: args.sidecar_pull_policy,
                 run_as_user: args.sidecar_run_as_user.parse().ok(),
+                tracing: (!args.sidecar_otlp_endpoint.is_empty()).then_some(SidecarTracing {
+                    endpoint: args.sidecar_otlp_endpoint,
+                    sample_ratio: args.sidecar_trace_sample_ratio,
+                }),
             },
         })
     }

@@ -48,5 +48,5 @@ pub mod validate;
 
 pub use config::{WebhookArgs, WebhookConfig};
 pub use error::WebhookError;
-pub use inject::{InjectConfig, SidecarMode};
+pub use inject::{InjectConfig, SidecarMode, SidecarTracing};
 pub use server::{Server, bind, router, router_with_metrics, serve};

@@ -20,7 +20,7 @@ macro_rules! out {
 
 mod cli_error;
 mod cmd;
-mod logging;
+mod telemetry;
 
 use std::process::ExitCode;
 

@@ -11,6 +11,11 @@ from typing import Any, Awaitable, Callable, Mapping, Optional, TypeVar, Union
 
 import httpx
 
+try:  # The caller's trace continues in the sidecar when OpenTelemetry is there.
+    from opentelemetry import propagate as _otel_propagate
+except ImportError:  # pragma: no cover - optional
+    _otel_propagate = None
+
 from . import _ops
 from .errors import ProtocolError, ToolgateError
 from .types import (
@@ -51,6 +56,16 @@ def _log_close_failure(intent_id: str, exc: BaseException) -> None:
                    intent_id, exc)
 
 
+def _trace_headers() -> dict[str, str]:
+    """The caller's current trace context as W3C `traceparent`/`tracestate`
+    headers, when `opentelemetry-api` is importable (nothing otherwise)."""
+    if _otel_propagate is None:
+        return {}
+    carrier: dict[str, str] = {}
+    _otel_propagate.inject(carrier)
+    return carrier
+
+
 class _Base:
     """Settings shared by both clients."""
 
@@ -67,6 +82,9 @@ class _Base:
 
     def _request_args(self, step: _ops.Http) -> dict[str, Any]:
         args: dict[str, Any] = {}
+        trace = _trace_headers()
+        if trace:
+            args["headers"] = trace
         if step.body is not None:
             args["json"] = step.body  # also sets Content-Type: application/json
         if step.params is not None:

@@ -83,6 +83,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(ops_routes())
         .fallback(|| async { ApiError::NoRoute })
         .layer(guard)
+        .layer(axum::middleware::from_fn(crate::trace_context::server_span))
         .with_state(state)
 }
 

@@ -44,7 +44,9 @@ use toolgate_gate::{
 };
 
 use crate::error::ApiError;
+use crate::trace_context;
 use toolgate_gate::PolicyState;
+use tracing::Instrument;
 
 mod relay;
 mod resolve;
@@ -282,6 +284,22 @@ pub(crate) async fn proxy(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let span = trace_context::mcp_span(&server, &headers, &body);
+    let answer = exchange(mcp, server, method, headers, body)
+        .instrument(span.clone())
+        .await;
+    trace_context::mcp_answered(&span, &answer);
+    answer
+}
+
+/// One message (or stream) between the agent and upstream `server`.
+async fn exchange(
+    mcp: McpUpstreams,
+    server: String,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let upstream = mcp.servers.get(&server).cloned().ok_or_else(|| {
         ApiError::McpUnknownServer(toolgate_gate::labels::truncate(&server, 64).to_owned())
     })?;
@@ -338,7 +356,11 @@ pub(crate) async fn proxy(
         match upstream.gateway.from_client(message, route).await {
             ClientStep::Answer(a) => return Ok(answer(&a)),
             ClientStep::Nothing => return Ok(StatusCode::ACCEPTED.into_response()),
-            ClientStep::Forward { message, request } => {
+            ClientStep::Forward {
+                mut message,
+                request,
+            } => {
+                trace_context::inject_meta(&mut message);
                 awaited = request;
                 Bytes::from(message.to_string())
             }
@@ -349,7 +371,8 @@ pub(crate) async fn proxy(
     let is_post = method == Method::POST;
 
     let started = Instant::now();
-    let forwarded = forward_headers(&headers);
+    let mut forwarded = forward_headers(&headers);
+    trace_context::inject(&mut forwarded);
     let sent = mcp
         .http
         .request(method, &upstream.url)

@@ -72,6 +72,19 @@ pub struct InjectConfig {
     pub pull_policy: String,
     /// User and group id of the sidecar; `None`: left to the platform.
     pub run_as_user: Option<i64>,
+    /// Where injected sidecars export traces; `None`: they do not.
+    pub tracing: Option<SidecarTracing>,
+}
+
+/// Trace export of the injected sidecars: the standard `OTEL_*` variables
+/// the webhook sets on each, naming the pod in the resource attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidecarTracing {
+    /// OTLP/HTTP endpoint (`http://collector.observability:4318`).
+    pub endpoint: String,
+    /// Share of traces the sidecar starts itself that it samples (0-1);
+    /// a trace the agent started follows the agent's decision.
+    pub sample_ratio: String,
 }
 
 impl InjectConfig {
@@ -90,6 +103,7 @@ impl InjectConfig {
             resources: SidecarResources::default(),
             pull_policy: "IfNotPresent".into(),
             run_as_user: Some(RUN_AS),
+            tracing: None,
         }
     }
 }

@@ -154,6 +154,7 @@ pub(super) fn sidecar_container(
                 value: Some(upstreams.into()),
                 ..Default::default()
             }))
+            .chain(config.tracing.iter().flat_map(tracing_env))
             .collect(),
         ),
         // Native sidecars only: kubelet starts later containers once this
@@ -223,4 +224,27 @@ pub(super) fn add(path: &str, value: Value) -> PatchOp {
         path: path.to_owned(),
         value,
     }
+}
+
+/// The `OTEL_*` variables of a sidecar that exports traces. The resource
+/// attributes name the pod through Kubernetes' `$(VAR)` expansion of the
+/// downward-API variables set before them in the same list.
+fn tracing_env(tracing: &super::SidecarTracing) -> Vec<EnvVar> {
+    use toolgate_contract::env::{POD_NAME, POD_NAMESPACE, otel};
+    let value = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..Default::default()
+    };
+    vec![
+        value(otel::EXPORTER_OTLP_ENDPOINT, tracing.endpoint.clone()),
+        value(otel::TRACES_SAMPLER, "parentbased_traceidratio".into()),
+        value(otel::TRACES_SAMPLER_ARG, tracing.sample_ratio.clone()),
+        value(
+            otel::RESOURCE_ATTRIBUTES,
+            format!(
+                "service.name=toolgate-sidecar,k8s.pod.name=$({POD_NAME}),k8s.namespace.name=$({POD_NAMESPACE})"
+            ),
+        ),
+    ]
 }

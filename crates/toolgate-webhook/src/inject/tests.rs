@@ -35,6 +35,49 @@ fn user_id_and_pull_policy_come_from_the_config() {
 }
 
 #[test]
+fn a_sidecar_exports_traces_only_when_configured_and_names_its_pod() {
+    let mut cfg = config(SidecarMode::Native);
+    let names = |c: &k8s_openapi::api::core::v1::Container| -> Vec<(String, Option<String>)> {
+        c.env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect()
+    };
+    let off = names(&sidecar_container(&cfg, "t", None, &cfg.resources));
+    assert!(off.iter().all(|(n, _)| !n.starts_with("OTEL_")), "{off:?}");
+    cfg.tracing = Some(SidecarTracing {
+        endpoint: "http://collector.obs:4318".into(),
+        sample_ratio: "0.25".into(),
+    });
+    let on = names(&sidecar_container(&cfg, "t", None, &cfg.resources));
+    let get = |name: &str| {
+        on.iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.clone())
+    };
+    assert_eq!(
+        get("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
+        Some("http://collector.obs:4318")
+    );
+    assert_eq!(
+        get("OTEL_TRACES_SAMPLER").as_deref(),
+        Some("parentbased_traceidratio")
+    );
+    assert_eq!(get("OTEL_TRACES_SAMPLER_ARG").as_deref(), Some("0.25"));
+    let resource = get("OTEL_RESOURCE_ATTRIBUTES").unwrap();
+    assert!(resource.contains("k8s.pod.name=$(POD_NAME)"), "{resource}");
+    assert!(
+        resource.contains("k8s.namespace.name=$(POD_NAMESPACE)"),
+        "{resource}"
+    );
+    // `$(VAR)` expands only variables defined earlier in the list.
+    let position = |name: &str| on.iter().position(|(n, _)| n == name).unwrap();
+    assert!(position("POD_NAME") < position("OTEL_RESOURCE_ATTRIBUTES"));
+    assert!(position("POD_NAMESPACE") < position("OTEL_RESOURCE_ATTRIBUTES"));
+}
+
+#[test]
 fn escapes_pointer_tokens() {
     assert_eq!(
         escape_token("toolgate.dev/injected"),

@@ -29,7 +29,7 @@ pub fn controller(
     args: toolgate_controller::ControllerArgs,
     log_json: bool,
 ) -> Result<ExitCode, CliError> {
-    crate::logging::init(log_json);
+    let _telemetry = crate::telemetry::init(log_json, "toolgate-controller")?;
     crate::runtime()?.block_on(async move {
         let config = toolgate_controller::ControllerConfig::from(args);
         toolgate_controller::run_controller(config, crate::wait_for_signal()).await?;

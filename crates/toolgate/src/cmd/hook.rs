@@ -171,10 +171,32 @@ impl HookCall {
     }
 }
 
+/// The agent's trace context, when it handed the hook one in the
+/// environment (`TRACEPARENT`, `TRACESTATE`): the sidecar's spans of this
+/// call then join the agent's trace. A value that is not a header value is
+/// left out.
+fn trace_headers() -> reqwest::header::HeaderMap {
+    use toolgate_contract::env::otel;
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (var, name) in [
+        (otel::TRACEPARENT, "traceparent"),
+        (otel::TRACESTATE, "tracestate"),
+    ] {
+        if let Some(value) = std::env::var(var)
+            .ok()
+            .and_then(|v| reqwest::header::HeaderValue::from_str(v.trim()).ok())
+        {
+            headers.insert(name, value);
+        }
+    }
+    headers
+}
+
 /// Asks the sidecar, waiting for an approval up to `--approval-wait`.
 async fn ask(url: &str, call: &HookCall, args: &PreToolUseArgs) -> Answer {
     let http = match reqwest::Client::builder()
         .timeout(Duration::from_secs(args.timeout.max(1)))
+        .default_headers(trace_headers())
         .build()
     {
         Ok(c) => c,
@@ -293,6 +315,7 @@ async fn wait_for(
 ) -> Result<ApprovalStatus, String> {
     let poll_client = reqwest::Client::builder()
         .timeout(Duration::from_secs(MAX_POLL_SECONDS + timeout.max(1)))
+        .default_headers(trace_headers())
         .build()
         .unwrap_or_else(|_| http.clone());
     loop {

@@ -50,7 +50,7 @@ struct WrapArgs {
 
 /// Runs `toolgate mcp …`.
 pub fn run(args: McpArgs, log_json: bool) -> Result<ExitCode, CliError> {
-    crate::logging::init(log_json);
+    let _telemetry = crate::telemetry::init(log_json, "toolgate-mcp")?;
     let McpCommand::Wrap(args) = args.command;
     if args.server.is_empty() || args.server.contains(char::is_whitespace) {
         return Err(CliError::Usage(

@@ -8,7 +8,7 @@ use crate::cli_error::CliError;
 
 /// Runs the sidecar until SIGTERM or Ctrl-C, then shuts down gracefully.
 pub fn run(args: SidecarArgs, log_json: bool) -> Result<ExitCode, CliError> {
-    crate::logging::init(log_json);
+    let _telemetry = crate::telemetry::init(log_json, "toolgate-sidecar")?;
     // A bad flag value is reported like every other one: `usage`, bare message.
     let config = SidecarConfig::try_from(args).map_err(|e| match e {
         StartError::Usage(message) => CliError::Usage(message),

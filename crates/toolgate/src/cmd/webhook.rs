@@ -6,7 +6,7 @@ use crate::cli_error::CliError;
 
 /// Serves until SIGTERM or Ctrl-C.
 pub fn run(args: toolgate_webhook::WebhookArgs, log_json: bool) -> Result<ExitCode, CliError> {
-    crate::logging::init(log_json);
+    let _telemetry = crate::telemetry::init(log_json, "toolgate-webhook")?;
     crate::runtime()?.block_on(async move {
         let config = toolgate_webhook::WebhookConfig::try_from(args)?;
         toolgate_webhook::serve(config, crate::wait_for_signal()).await?;
