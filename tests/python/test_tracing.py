@@ -187,3 +187,22 @@ async def test_one_agent_turn_is_one_trace_through_sidecar_gateway_and_server(tr
     # Arguments are not recorded unless the sidecar opts in.
     assert not any('gen_ai.tool.call.arguments' in s['tags'] for s in sidecar_spans)
     assert not any('weather' in json.dumps(s['tags']) for s in sidecar_spans)
+
+
+def test_the_hook_joins_the_trace_its_environment_names(traced, jaeger):
+    """`toolgate hook pre-tool-use` passes on TRACEPARENT: the sidecar's
+    spans of the hook's call are children of the span it names."""
+    trace_id, parent = '5f0c2a9d8e7b6a5f4e3d2c1b0a998877', '1122334455667788'
+    hook_input = json.dumps({
+        'session_id': 'traced-session', 'transcript_path': '/tmp/t.jsonl', 'cwd': '/workspace',
+        'hook_event_name': 'PreToolUse', 'tool_name': 'Bash',
+        'tool_input': {'command': 'echo traced'}, 'tool_use_id': 'toolu_traced',
+    })
+    out = subprocess.run([str(traced['bin']), 'hook', 'pre-tool-use'], input=hook_input, capture_output=True,
+                         text=True, timeout=60, env={'PATH': '/usr/bin:/bin', 'TOOLGATE_URL': traced['url'],
+                                                     'TRACEPARENT': f"00-{trace_id}-{parent}-01"})
+    assert json.loads(out.stdout)['hookSpecificOutput']['permissionDecision'] == 'allow', out
+    spans = trace_of(jaeger, trace_id, lambda spans: any(s['name'] == 'execute_tool Bash' for s in spans))
+    server = named(spans, 'POST /v1/authorize')[0]
+    assert server['parent'] == parent, 'the hook\'s request continues the trace it was handed'
+    assert named(spans, 'execute_tool Bash')[0]['parent'] == server['id']
