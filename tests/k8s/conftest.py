@@ -43,16 +43,35 @@ def _built() -> bool:
 
 
 @pytest.fixture(scope="session")
-def cluster():
-    """The JSON object `envtest.py up` printed (kubeconfig, database_url, …)."""
+def jaeger():
+    """A Jaeger (scripts/jaeger.py) the cluster's webhook and controller
+    export their traces to: {otlp, query, …}."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import jaeger as backend
+
+    try:
+        info = backend.up()
+    except Exception as e:  # noqa: BLE001 - reported as a missing prerequisite
+        _missing(f"Jaeger could not start (python3 scripts/jaeger.py build): {e}")
+    yield info
+    backend.down(info["dir"])
+
+
+@pytest.fixture(scope="session")
+def cluster(jaeger):
+    """The JSON object `envtest.py up` printed (kubeconfig, database_url, …);
+    the webhook and the controller export traces to `jaeger`."""
     if not shutil.which("go") and not _built():
         _missing("go is not on PATH: the real-Kubernetes suite builds kube-apiserver and etcd from Go modules")
     if not list(pathlib.Path("/usr/lib/postgresql").glob("*/bin/initdb")):
         _missing("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin")
-    out = subprocess.run([sys.executable, str(ENVTEST), "up"], capture_output=True, text=True, timeout=3600)
+    traced = dict(os.environ, OTEL_EXPORTER_OTLP_ENDPOINT=jaeger["otlp"], OTEL_BSP_SCHEDULE_DELAY="200")
+    out = subprocess.run([sys.executable, str(ENVTEST), "up"], capture_output=True, text=True, timeout=3600,
+                         env=traced)
     if out.returncode != 0:
         pytest.fail(f"envtest.py up failed ({out.returncode}):\n{out.stderr[-8000:]}")
     info = json.loads(out.stdout.strip().splitlines()[-1])
+    info["trace_env"] = {k: traced[k] for k in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_BSP_SCHEDULE_DELAY")}
     print(f"envtest up in {info['seconds']}: {info['dir']}")
     yield info
     logs = pathlib.Path(info["logs"])

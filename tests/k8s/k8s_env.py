@@ -68,8 +68,10 @@ class Kube:
 
 
 def respawn(cluster: dict, name: str, argv: list[str], env: dict) -> subprocess.Popen:
-    """Starts a process the way `envtest.py up` does (own session, log file)
-    and records it in the state file, so `envtest.py down` stops it too."""
+    """Starts a process the way `envtest.py up` does (own session, log file,
+    traces to the session's Jaeger) and records it in the state file, so
+    `envtest.py down` stops it too."""
+    env = dict(env, **cluster.get("trace_env", {}))
     d = pathlib.Path(cluster["dir"])
     logfile = open(d / "logs" / f"{name}.log", "ab")
     proc = subprocess.Popen(argv, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

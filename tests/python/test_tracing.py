@@ -206,3 +206,31 @@ def test_the_hook_joins_the_trace_its_environment_names(traced, jaeger):
     server = named(spans, 'POST /v1/authorize')[0]
     assert server['parent'] == parent, 'the hook\'s request continues the trace it was handed'
     assert named(spans, 'execute_tool Bash')[0]['parent'] == server['id']
+
+
+@pytest.mark.asyncio
+async def test_mcp_wrap_carries_the_messages_trace_context_to_the_sidecar(traced, jaeger, tmp_path, run_id):
+    """`toolgate mcp wrap` exports nothing itself, but passes the
+    `traceparent` an MCP client put in a message's `params._meta` on to the
+    sidecar, so the decision joins the agent's trace."""
+    from .test_mcp_wrap import SERVER_JS, text, wrapped
+
+    if not SERVER_JS.exists():
+        pytest.fail(f"{SERVER_JS} not found: run `npm install --prefix tests/mcp` (.ci/run does)")
+    root = tmp_path / 'root'
+    root.mkdir()
+    (root / 'notes.txt').write_text('traced notes')
+    provider = TracerProvider(resource=Resource.create({'service.name': 'pytest-agent'}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{jaeger['otlp']}/v1/traces")))
+    with provider.get_tracer('pytest-agent').start_as_current_span('agent turn via wrap') as turn:
+        trace_id = format(turn.get_span_context().trace_id, '032x')
+        async with Client(wrapped(traced, SERVER_JS, root, run_id)) as mcp:
+            await mcp.list_tools()
+            result = await mcp.call_tool('read_text_file', {'path': str(root / 'notes.txt')})
+            assert 'traced notes' in text(result)
+    provider.force_flush()
+    spans = trace_of(jaeger, trace_id, lambda spans: any(
+        s['name'] == 'execute_tool fs.read_text_file' for s in spans))
+    call = named(spans, 'execute_tool fs.read_text_file')[0]
+    assert call['tags']['toolgate.run_id'] == run_id
+    assert named(spans, 'agent turn via wrap')[0] in ancestors(spans, call)

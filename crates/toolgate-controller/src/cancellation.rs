@@ -21,6 +21,15 @@ pub async fn reconcile(
     obj: Arc<RunCancellation>,
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
+    let span = crate::trace::reconcile(
+        "RunCancellation",
+        &obj.namespace().unwrap_or_default(),
+        &obj.name_any(),
+    );
+    crate::trace::traced(span, record(obj, ctx)).await
+}
+
+async fn record(obj: Arc<RunCancellation>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
     if obj
         .status
         .as_ref()

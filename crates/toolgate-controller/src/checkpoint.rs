@@ -276,6 +276,14 @@ pub async fn checkpoint_once(
     ctx: &Context,
     verification: Verification,
 ) -> Result<SigningReport, ControllerError> {
+    let span = crate::trace::pass("toolgate.checkpoint.pass");
+    crate::trace::traced(span, checkpoint_pass(ctx, verification)).await
+}
+
+async fn checkpoint_pass(
+    ctx: &Context,
+    verification: Verification,
+) -> Result<SigningReport, ControllerError> {
     let report = sign_heads(&ctx.store, &ctx.key, None, (ctx.clock)(), verification).await?;
     let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     ctx.metrics

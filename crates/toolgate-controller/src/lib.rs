@@ -30,6 +30,7 @@ mod run;
 pub mod status;
 pub mod stdout;
 pub mod tenancy;
+mod trace;
 
 pub use config::{ControllerArgs, ControllerConfig};
 pub use context::{Context, Settings};

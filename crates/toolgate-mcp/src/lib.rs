@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod caller_trace;
 pub mod gateway;
 pub mod message;
 pub mod relay;

@@ -8,6 +8,7 @@ use toolgate_gate::AuthorizeResponse;
 use serde_json::{Value, json};
 
 use crate::McpError;
+use crate::caller_trace::CallerTrace;
 use crate::gateway::{Decider, ToolCall, intent_id};
 
 /// Longest approval long-poll the sidecar accepts, in seconds.
@@ -40,6 +41,7 @@ impl Sidecar {
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, McpError> {
         let response = request
+            .headers(CallerTrace::current_headers())
             .send()
             .await
             .map_err(|e| McpError::Sidecar(format!("{} unreachable: {e}", self.base)))?;

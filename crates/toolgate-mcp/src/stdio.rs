@@ -32,6 +32,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::McpError;
+use crate::caller_trace::CallerTrace;
 use crate::gateway::Gateway;
 use crate::message;
 use crate::relay::{Answers, ClientStep, Route, ServerStep};
@@ -115,8 +116,9 @@ impl Relay {
             }
         };
         let concurrent = message::waits_on_a_decision(&message);
+        let caller = CallerTrace::of_message(&message);
         let relay = Arc::clone(self);
-        let step = async move {
+        let step = caller.scope(async move {
             let route = Route {
                 run_id: &relay.config.run_id,
                 session: None,
@@ -127,7 +129,7 @@ impl Relay {
                 ClientStep::Forward { message, .. } => relay.send_server(&message),
                 ClientStep::Nothing => {}
             }
-        };
+        });
         // Decided concurrently: one call waiting for a human must not hold
         // up the others. Everything else keeps its order.
         if concurrent {

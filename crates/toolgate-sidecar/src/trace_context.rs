@@ -12,6 +12,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::TraceContextExt;
+use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 use serde_json::Value;
 use toolgate_contract::TRACE_TARGET;
 use tracing::field::Empty;
@@ -23,17 +24,6 @@ use crate::error::ApiError;
 /// The W3C trace-context fields (`traceparent`, `tracestate`).
 const TRACE_FIELDS: [&str; 2] = ["traceparent", "tracestate"];
 
-struct Headers<'a>(&'a HeaderMap);
-
-impl Extractor for Headers<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(|k| k.as_str()).collect()
-    }
-}
-
 /// `params._meta` of an MCP message, read as a carrier.
 struct Meta<'a>(&'a serde_json::Map<String, Value>);
 
@@ -43,19 +33,6 @@ impl Extractor for Meta<'_> {
     }
     fn keys(&self) -> Vec<&str> {
         self.0.keys().map(String::as_str).collect()
-    }
-}
-
-struct Outgoing<'a>(&'a mut reqwest::header::HeaderMap);
-
-impl Injector for Outgoing<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (
-            reqwest::header::HeaderName::from_bytes(key.as_bytes()),
-            reqwest::header::HeaderValue::from_str(&value),
-        ) {
-            self.0.insert(name, value);
-        }
     }
 }
 
@@ -84,7 +61,7 @@ pub(crate) async fn server_span(req: Request, next: Next) -> Response {
     if span.is_disabled() {
         return next.run(req).await;
     }
-    let _ = span.set_parent(extract(&Headers(req.headers())));
+    let _ = span.set_parent(extract(&HeaderExtractor(req.headers())));
     let response = next.run(req).instrument(span.clone()).await;
     span.record("http.response.status_code", response.status().as_u16());
     if response.status().is_server_error() {
@@ -221,6 +198,6 @@ pub(crate) fn inject(headers: &mut reqwest::header::HeaderMap) {
     }
     let cx = span.context();
     opentelemetry::global::get_text_map_propagator(|p| {
-        p.inject_context(&cx, &mut Outgoing(headers))
+        p.inject_context(&cx, &mut HeaderInjector(headers))
     });
 }

@@ -44,6 +44,7 @@ pub mod review;
 mod server;
 pub mod sidecar_resources;
 pub mod tls;
+mod trace;
 pub mod validate;
 
 pub use config::{WebhookArgs, WebhookConfig};

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -102,7 +103,8 @@ async fn validate_approvals(State(state): State<Arc<AppState>>, request: Request
 
 async fn admit(hook: Hook, state: &AppState, request: Request) -> Response {
     let started = std::time::Instant::now();
-    let (response, allowed) = answer(hook, state, request).await;
+    let span = crate::trace::admission(hook.name(), request.headers());
+    let (response, allowed) = answer(hook, state, request).instrument(span).await;
     state
         .metrics
         .observe(hook.name(), allowed, started.elapsed());
@@ -115,6 +117,7 @@ async fn answer(hook: Hook, state: &AppState, request: Request) -> (Response, &'
         Ok(body) => body,
         Err(e) => {
             tracing::warn!(hook = hook.name(), code = e.code(), error = %e, "admission request refused");
+            crate::trace::unreadable(e.code());
             return (error_response(&e), "error");
         }
     };
@@ -122,6 +125,7 @@ async fn answer(hook: Hook, state: &AppState, request: Request) -> (Response, &'
         Ok(request) => request,
         Err(e) => {
             tracing::warn!(hook = hook.name(), code = e.code(), error = %e, "undecodable AdmissionReview");
+            crate::trace::unreadable(e.code());
             return match AdmissionReview::salvage_uid(&body) {
                 Some(uid) => (review_response(&AdmissionResponse::deny(uid, &e)), "false"),
                 None => (error_response(&e), "error"),
@@ -129,6 +133,7 @@ async fn answer(hook: Hook, state: &AppState, request: Request) -> (Response, &'
         }
     };
     let response = decide(hook, &request, &state.inject);
+    crate::trace::reviewed(&request, &response);
     if response.allowed {
         tracing::debug!(hook = hook.name(), uid = %request.uid, patched = response.patch.is_some(), "admitted");
     } else {

@@ -36,6 +36,15 @@ pub async fn sync_once(
     existing: &[Arc<Approval>],
     profiles: &[Arc<PolicyProfile>],
 ) -> Result<SyncReport, ControllerError> {
+    let span = crate::trace::pass("toolgate.approvals.mirror");
+    crate::trace::traced(span, mirror(ctx, existing, profiles)).await
+}
+
+async fn mirror(
+    ctx: &Context,
+    existing: &[Arc<Approval>],
+    profiles: &[Arc<PolicyProfile>],
+) -> Result<SyncReport, ControllerError> {
     let now = ctx.now();
     let ns = ctx.settings.approvals_namespace.clone();
     let approvals = ctx.store.approvals();

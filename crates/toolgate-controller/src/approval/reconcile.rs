@@ -156,7 +156,10 @@ pub async fn reconcile(obj: Arc<Approval>, ctx: Arc<Context>) -> Result<Action, 
         namespace = %obj.namespace().unwrap_or_default(),
         approval = %obj.name_any()
     );
-    let result = tracing::Instrument::instrument(reconcile_inner(&obj, &ctx), span).await;
+    let namespace = obj.namespace().unwrap_or_default();
+    let traced_span = crate::trace::reconcile("Approval", &namespace, &obj.name_any());
+    let work = tracing::Instrument::instrument(reconcile_inner(&obj, &ctx), span);
+    let result = crate::trace::traced(traced_span, work).await;
     timer.finish(&result);
     result
 }

@@ -48,7 +48,8 @@ pub async fn reconcile(
     let (ns, name) = ns_and_name(&profile)?;
     let span = tracing::info_span!("reconcile", controller = "policyprofile", namespace = %ns, profile = %name);
     let api: Api<PolicyProfile> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = tracing::Instrument::instrument(
+    let traced_span = crate::trace::reconcile("PolicyProfile", &ns, &name);
+    let work = tracing::Instrument::instrument(
         async {
             finalizer(&api, FINALIZER, profile, |event| async {
                 match event {
@@ -60,8 +61,8 @@ pub async fn reconcile(
             .map_err(ControllerError::from)
         },
         span,
-    )
-    .await;
+    );
+    let result = crate::trace::traced(traced_span, work).await;
     timer.finish(&result);
     result
 }
@@ -92,6 +93,15 @@ async fn note(
 /// Builds and signs `input`, applies it as the profile's bundle ConfigMap
 /// and records its version in the store: the one way a bundle is published.
 async fn publish(
+    profile: &PolicyProfile,
+    ctx: &Context,
+    input: BundleInput,
+) -> Result<(PublishedBundle, BundleDocument), ControllerError> {
+    let span = crate::trace::pass("toolgate.bundle.publish");
+    crate::trace::traced(span, publish_signed(profile, ctx, input)).await
+}
+
+async fn publish_signed(
     profile: &PolicyProfile,
     ctx: &Context,
     input: BundleInput,
