@@ -30,6 +30,9 @@ pub const ALLOWED_HOSTS: &str = "TOOLGATE_ALLOWED_HOSTS";
 pub const RELOAD_INTERVAL: &str = "TOOLGATE_RELOAD_INTERVAL";
 /// How often the sidecar records its heartbeat.
 pub const HEARTBEAT_INTERVAL: &str = "TOOLGATE_HEARTBEAT_INTERVAL";
+/// Every long-running command: log JSON lines (boolish: `1`, `true`, …).
+pub const LOG_JSON: &str = "TOOLGATE_LOG_JSON";
+
 /// Sidecar: `true` records each call's arguments on its trace span.
 pub const TRACE_ARGUMENTS: &str = "TOOLGATE_TRACE_ARGUMENTS";
 

@@ -483,8 +483,10 @@ pub(crate) fn sequential_reason(
     if !verdict.enforced {
         return Some("batch_not_enforced");
     }
+    // A tool the profile allows always has an effect (the profile is
+    // refused without one); none would not be known to be read-only.
     let Some(effect) = effect else {
-        return Some("batch_unknown_tool");
+        return Some("batch_not_read_only");
     };
     let read_class = matches!(
         effect.side_effect,

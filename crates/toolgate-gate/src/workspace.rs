@@ -91,6 +91,15 @@ pub enum WorkspaceError {
     /// Any other I/O failure (the OS error kind only, never the path).
     #[error("workspace I/O error: {0}")]
     Io(ErrorKind),
+    /// The tenant's directory under the base could not be created at
+    /// start-up (an operator's fault, so the path is named).
+    #[error("cannot create {path}: {error}")]
+    BaseUnusable {
+        /// The directory that could not be created.
+        path: String,
+        /// The operating system's reason.
+        error: String,
+    },
 }
 
 impl WorkspaceError {
@@ -107,6 +116,7 @@ impl WorkspaceError {
             Self::NotRegularFile => "workspace_not_regular_file",
             Self::HardLink => "workspace_hardlink",
             Self::Io(_) => "workspace_io",
+            Self::BaseUnusable { .. } => "workspace_unusable",
         }
     }
 
@@ -345,7 +355,11 @@ impl Workspaces {
     pub fn new(base: impl Into<PathBuf>, tenant: &str) -> Result<Self, WorkspaceError> {
         check_id("tenant", tenant)?;
         let base = base.into();
-        std::fs::create_dir_all(base.join(tenant)).map_err(WorkspaceError::from_io)?;
+        let dir = base.join(tenant);
+        std::fs::create_dir_all(&dir).map_err(|e| WorkspaceError::BaseUnusable {
+            path: dir.display().to_string(),
+            error: e.to_string(),
+        })?;
         Ok(Self {
             base,
             tenant: tenant.to_owned(),

@@ -89,7 +89,7 @@ pub struct SidecarArgs {
     /// Record each call's arguments on its trace span
     /// (`gen_ai.tool.call.arguments`). Off: arguments may hold what the
     /// trace store must not.
-    #[arg(long, env = env::TRACE_ARGUMENTS)]
+    #[arg(long, env = env::TRACE_ARGUMENTS, value_parser = clap::builder::BoolishValueParser::new())]
     pub trace_arguments: bool,
 }
 

@@ -9,7 +9,7 @@ pub enum StartError {
     #[error("database: {0}")]
     Store(#[from] toolgate_store::StoreError),
     /// The workspace base is unusable.
-    #[error("workspace: {0}")]
+    #[error("workspace: {0}{hint}", hint = base_hint(.0))]
     Workspace(#[from] toolgate_gate::workspace::WorkspaceError),
     /// The listen address could not be bound.
     #[error("listen on {0}: {1}")]
@@ -20,6 +20,20 @@ pub enum StartError {
     /// The MCP gateway's HTTP client could not be built.
     #[error("MCP gateway client: {0}")]
     McpClient(#[source] reqwest::Error),
+}
+
+/// What to do about a base directory that cannot be created: on a laptop
+/// the default (the pod's volume path) usually cannot be.
+fn base_hint(e: &toolgate_gate::workspace::WorkspaceError) -> String {
+    match e {
+        toolgate_gate::workspace::WorkspaceError::BaseUnusable { .. } => format!(
+            "; pass --workspace-base DIR (or {}) naming a directory this user may create \
+             (the default, {}, is the pod's volume)",
+            toolgate_contract::env::WORKSPACE_BASE,
+            crate::config::DEFAULT_WORKSPACE_BASE
+        ),
+        _ => String::new(),
+    }
 }
 
 impl StartError {

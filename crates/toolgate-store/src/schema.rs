@@ -99,10 +99,26 @@ fn migrate_error(e: MigrateError) -> StoreError {
         }
         _ => false,
     };
+    // PostgreSQL's own refusal (not a migration's deliberate one, which
+    // shares the code but says what it found).
+    let refused = match &e {
+        MigrateError::Execute(sqlx::Error::Database(db))
+        | MigrateError::ExecuteMigration(sqlx::Error::Database(db), _) => {
+            db.code().as_deref() == Some("42501") && db.message().starts_with("permission denied")
+        }
+        _ => false,
+    };
     if waited {
         StoreError::LockTimeout(format!(
             "migrating: {e} (another session holds the migration lock or a table a \
              migration alters)"
+        ))
+    } else if refused {
+        // A role that may not create the schema (a tenant's, on a database
+        // nobody has migrated yet) is told what is wrong, not what failed.
+        StoreError::SchemaMismatch(format!(
+            "the database is not migrated and this role may not migrate it ({e}); run any \
+             toolgate command against it once as its owner (the controller does at start)"
         ))
     } else {
         StoreError::MigrationFailed(e)

@@ -41,6 +41,14 @@ pub enum CliError {
     /// The MCP gateway could not reach the sidecar or run its server.
     #[error("mcp: {0}")]
     Mcp(#[from] toolgate_mcp::McpError),
+    /// A test-case file holds a field no case defines.
+    #[error("{field}: unknown field `{name}` in a test case")]
+    CaseUnknownField {
+        /// Where (the case's index and path).
+        field: String,
+        /// The unknown field's name.
+        name: String,
+    },
     /// A stored decision-log checkpoint is signed but not a valid
     /// checkpoint, or is filed under another position than it signs.
     #[error("checkpoint: {0}")]
@@ -63,6 +71,7 @@ impl CliError {
             Self::Io { .. } => "io_error",
             Self::Usage(_) => "usage",
             Self::Checkpoint(_) => "checkpoint_invalid",
+            Self::CaseUnknownField { .. } => "case_unknown_field",
         }
     }
 

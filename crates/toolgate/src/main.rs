@@ -31,8 +31,10 @@ use clap::{Parser, Subcommand};
 #[command(name = "toolgate", version, about)]
 struct Cli {
     /// Log JSON lines to stderr (the long-running commands: sidecar,
-    /// controller, webhook, mcp wrap).
-    #[arg(long, global = true, env = "TOOLGATE_LOG_JSON")]
+    /// controller, webhook, mcp wrap). The variable takes the usual
+    /// boolish values (`1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`).
+    #[arg(long, global = true, env = toolgate_contract::env::LOG_JSON,
+          value_parser = clap::builder::BoolishValueParser::new())]
     log_json: bool,
     #[command(subcommand)]
     command: Command,

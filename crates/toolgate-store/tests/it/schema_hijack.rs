@@ -288,3 +288,40 @@ async fn a_shadowing_function_never_runs_with_the_owners_rights() {
     b.close().await;
     admin_pool.close().await;
 }
+
+/// A role that may not create the schema — a tenant's credential pointed
+/// at a database nobody has migrated yet — is told `schema_mismatch`
+/// (what is wrong and who can fix it), not `migration_failed: permission
+/// denied`, and leaves no half-made schema behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_role_that_may_not_migrate_gets_schema_mismatch_on_an_unmigrated_database() {
+    let Some(root_url) = admin_url() else {
+        return;
+    };
+    let mut db = ScratchDb::create(&root_url).await;
+    let admin_pool = connect(&db.url).await;
+    let role = format!("tg_nomig_{}", suffix());
+    sqlx::raw_sql(&format!(
+        "REVOKE CREATE ON SCHEMA public FROM PUBLIC; CREATE ROLE {role} LOGIN PASSWORD 'pencil'"
+    ))
+    .execute(&admin_pool)
+    .await
+    .unwrap();
+    db.roles.push(role.clone());
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_username(&role).unwrap();
+    url.set_password(Some("pencil")).unwrap();
+    let err = match Store::connect(url.as_str()).await {
+        Ok(store) => store.migrate().await.expect_err("this role cannot migrate"),
+        Err(e) => e,
+    };
+    assert_eq!(err.code(), "schema_mismatch", "{err}");
+    assert!(err.to_string().contains("not migrated"), "{err}");
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+    )
+    .fetch_one(&admin_pool)
+    .await
+    .unwrap();
+    assert_eq!(tables, 0, "nothing was created");
+}

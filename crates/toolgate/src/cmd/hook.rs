@@ -132,6 +132,22 @@ fn pre_tool_use(args: &PreToolUseArgs) -> Answer {
     runtime.block_on(ask(url.trim_end_matches('/'), &call, args))
 }
 
+/// The tool as toolgate names it. Claude Code calls an MCP server's tool
+/// `mcp__SERVER__TOOL`; toolgate's MCP gateway calls it `SERVER.TOOL`, so
+/// the hook does too, and one profile governs a server the same way
+/// whichever way its calls come. Every other name is kept as it is.
+fn policy_tool_name(name: &str) -> String {
+    match name
+        .strip_prefix("mcp__")
+        .and_then(|rest| rest.split_once("__"))
+    {
+        Some((server, tool)) if !server.is_empty() && !tool.is_empty() => {
+            toolgate_mcp::message::policy_tool(server, tool)
+        }
+        _ => name.to_owned(),
+    }
+}
+
 /// What the hook input names.
 #[derive(Debug, PartialEq)]
 struct HookCall {
@@ -163,7 +179,7 @@ impl HookCall {
         let run_id = RunId::parse(text("session_id").unwrap_or("hook"))
             .map_err(|e| format!("{}: session_id: {e}", e.code()))?;
         Ok(Self {
-            tool: tool.to_owned(),
+            tool: policy_tool_name(tool),
             arguments,
             run_id,
             step_id: text("tool_use_id").map(str::to_owned),
@@ -258,11 +274,16 @@ fn judge(verdict: &Value) -> Answer {
                 "toolgate: deny ({reason}{detail}, decision {decision})"
             ))
         }
-        "escalate" => Answer::deny(format!(
-            "toolgate: approval_required: approval {} must be approved by a human \
-             (kubectl toolgate approve); retry the same call afterwards (decision {decision})",
-            field(verdict, "approval_id")
-        )),
+        "escalate" => {
+            let id = field(verdict, "approval_id");
+            Answer::deny(format!(
+                "toolgate: approval_required: approval {id} must be approved by a human \
+                 (in Kubernetes: `kubectl toolgate approve {object}`; for a local sidecar: \
+                 `toolgate approvals approve {id} --database <the sidecar's --database> --by \
+                 <you>`); retry the same call afterwards (decision {decision})",
+                object = toolgate_k8s::names::approval_name(id),
+            ))
+        }
         other => Answer::deny(format!(
             "toolgate: the sidecar answered an unknown verdict `{other}`; blocked"
         )),

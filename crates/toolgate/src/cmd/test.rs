@@ -55,9 +55,15 @@ pub struct Case {
     pub would_reason: Option<Reason>,
 }
 
-/// Parses a case file strictly.
+/// Parses a case file strictly. A field no case defines is the case
+/// file's fault, not the profile's: `case_unknown_field`.
 pub fn parse_cases(text: &str) -> Result<Vec<Case>, CliError> {
-    Ok(toolgate_policy::load::from_str(text)?)
+    toolgate_policy::load::from_str(text).map_err(|e| match e {
+        toolgate_policy::PolicyError::UnknownField { field, name } => {
+            CliError::CaseUnknownField { field, name }
+        }
+        other => other.into(),
+    })
 }
 
 /// Evaluates one case.

@@ -70,13 +70,17 @@ fn decision(v: &Value) -> &str {
 }
 
 fn start_sidecar(dir: &Path, database: &str, port: u16) -> SidecarProcess {
+    start_sidecar_with(dir, database, port, PROFILE)
+}
+
+fn start_sidecar_with(dir: &Path, database: &str, port: u16, profile: &str) -> SidecarProcess {
     let keys = dir.join("keys");
     assert!(
         toolgate(&["keygen", "--out", keys.to_str().unwrap()])
             .status
             .success()
     );
-    std::fs::write(dir.join("profile.yaml"), PROFILE).unwrap();
+    std::fs::write(dir.join("profile.yaml"), profile).unwrap();
     let out = toolgate(&[
         "bundle",
         "build",
@@ -308,4 +312,86 @@ fn runs_are_cancelled_from_the_command_line() {
         err
     };
     assert_eq!(err["error"]["code"], "invalid_run_id", "{err}");
+}
+
+/// The shipped Claude Code profile through the hook, with a recorded hook
+/// input of each Claude Code tool (`fixtures/claude-code-hook.json`): each
+/// gets the decision the profile means, and an MCP server's tool, named
+/// `mcp__SERVER__TOOL` by Claude Code, is governed by the `SERVER.TOOL`
+/// rules the MCP gateway uses.
+#[test]
+fn the_claude_code_profile_decides_each_claude_code_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}?mode=rwc", dir.path().join("hook.db").display());
+    let port = free_port();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let profile = std::fs::read_to_string(root.join("examples/profiles/claude-code.yaml")).unwrap();
+    let _sidecar = start_sidecar_with(dir.path(), &database, port, &profile);
+    let url = format!("http://127.0.0.1:{port}");
+    let recorded: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/claude-code-hook.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut tools = std::collections::BTreeSet::new();
+    for (i, case) in recorded.iter().enumerate() {
+        let mut input = case["input"].clone();
+        // What Claude Code sends besides the tool and its input.
+        input["session_id"] = json!("0b7a31e2-5d0f-4c55-9a4e-claude-code");
+        input["transcript_path"] = json!("/home/dev/.claude/projects/p/session.jsonl");
+        input["cwd"] = json!("/home/dev/project");
+        input["permission_mode"] = json!("default");
+        input["hook_event_name"] = json!("PreToolUse");
+        input["tool_use_id"] = json!(format!("toolu_{i:04}"));
+        let tool = input["tool_name"].as_str().unwrap().to_owned();
+        tools.insert(tool.clone());
+        let (code, out, stderr) = hook(Some(&url), &serde_json::to_vec(&input).unwrap(), &[]);
+        let expect = case["expect"].as_str().unwrap();
+        assert_eq!(
+            decision(&out),
+            expect,
+            "{tool} {}: {out} {stderr}",
+            case["input"]["tool_input"]
+        );
+        assert_eq!(code, if expect == "allow" { 0 } else { 2 }, "{tool}");
+        if let Some(reason) = case["reason"].as_str() {
+            assert!(
+                stderr.contains(reason),
+                "{tool}: expected {reason} in {stderr}"
+            );
+        }
+        if stderr.contains("approval_required") {
+            // The hint names commands that work where it is read.
+            assert!(stderr.contains("kubectl toolgate approve apr-"), "{stderr}");
+            assert!(stderr.contains("toolgate approvals approve"), "{stderr}");
+            assert!(stderr.contains("--database"), "{stderr}");
+        }
+    }
+    for tool in [
+        "Bash",
+        "BashOutput",
+        "KillShell",
+        "Read",
+        "Write",
+        "Edit",
+        "MultiEdit",
+        "Glob",
+        "Grep",
+        "LS",
+        "NotebookEdit",
+        "WebFetch",
+        "WebSearch",
+        "TodoWrite",
+        "Task",
+        "ExitPlanMode",
+    ] {
+        assert!(tools.contains(tool), "no recorded input of {tool}");
+    }
+    // The MCP names reached the sidecar as the gateway names them.
+    let log = toolgate(&["approvals", "list", "--database", &database]);
+    let listed = String::from_utf8_lossy(&log.stdout);
+    assert!(listed.contains("github.create_issue"), "{listed}");
+    assert!(!listed.contains("mcp__github"), "{listed}");
 }

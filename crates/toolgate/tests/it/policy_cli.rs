@@ -226,4 +226,14 @@ fn cases_can_pin_what_a_dry_run_profile_would_answer() {
         typo.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(2));
+    // The case file's fault, named as such (not the profile's).
+    let error = json(&out);
+    assert_eq!(error["error"]["code"], "case_unknown_field", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("would_verdit"),
+        "{error}"
+    );
 }

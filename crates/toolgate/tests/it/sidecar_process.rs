@@ -149,3 +149,77 @@ async fn kill_9_between_intent_and_completion_leaves_an_uncertain_pending_intent
         child.wait().unwrap();
     }
 }
+
+/// A newcomer's first start: a workspace base this user cannot create is
+/// named, with the flag that fixes it; and `TOOLGATE_LOG_JSON=1` is a
+/// boolean like `true` (it was refused as a bad value).
+#[test]
+fn an_uncreatable_workspace_base_names_itself_and_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    assert!(
+        toolgate(&["keygen", "--out", keys.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let profile =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/profiles/read-only.yaml");
+    let bundle = dir.path().join("bundle.json");
+    let built = toolgate(&[
+        "bundle",
+        "build",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--key",
+        keys.join("signing.key").to_str().unwrap(),
+        "--sequence",
+        "1",
+        "--out",
+        bundle.to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "{built:?}");
+    // Under a regular file: no user, root included, can create it.
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, "").unwrap();
+    let base = blocker.join("workspaces");
+    for log_json in ["1", "yes", "true"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["sidecar", "--bundle", bundle.to_str().unwrap(), "--trust"])
+            .arg(keys.join("signing.pub"))
+            .args([
+                "--database",
+                &format!(
+                    "sqlite://{}?mode=rwc",
+                    dir.path().join("db.sqlite").display()
+                ),
+            ])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--ops-listen",
+                "off",
+                "--workspace-base",
+            ])
+            .arg(&base)
+            .env("TOOLGATE_LOG_JSON", log_json)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // Log lines are JSON: the variable's `1`/`yes` were taken as true.
+        assert!(
+            stderr.lines().next().is_some_and(|l| l.starts_with('{')),
+            "{stderr}"
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let error: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("no error JSON ({e}) in {stdout} / {stderr}"));
+        assert_eq!(error["error"]["code"], "workspace_unusable", "{stderr}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("cannot create {}", base.join("default").display())),
+            "{message}"
+        );
+        assert!(message.contains("--workspace-base"), "{message}");
+    }
+}

@@ -4,7 +4,7 @@
 //! loopback, phases interleaved in one run so each is measured beside the
 //! others.
 //!
-//!   cargo bench -p toolgate-sidecar --bench tracing
+//!   cargo bench -p toolgate-sidecar --bench trace_overhead
 //!
 //! "Off" is what a sidecar without an OTLP endpoint runs: no layer wants
 //! the spans, so each call site is one cached interest check. The filter is
@@ -244,7 +244,8 @@ fn main() {
                 let before = received.load(Ordering::Relaxed);
                 let (p50, p99, n) = client_rt.block_on(fixed_rate(&client, &url, rate, secs));
                 // Let the batch processor deliver this phase's spans.
-                client_rt.block_on(tokio::time::sleep(Duration::from_millis(5_500)));
+                client_rt
+                    .block_on(async { tokio::time::sleep(Duration::from_millis(5_500)).await });
                 let sent = received.load(Ordering::Relaxed) - before;
                 println!(
                     "{name:<14} {rate:>6} {:>10} {:>10} {n:>8} {sent:>12}   (round {})",
