@@ -7,7 +7,9 @@
 In an agent pod the admission webhook sets $TOOLGATE_URL. Works against
 examples/profiles/safe-coding.yaml: `git status` is allowed (bash is high
 risk, so it runs inside a recorded intent), `rm -rf /` is denied, `cargo
-publish` waits for a human (`toolgate approvals approve ID --by you`), and
+publish` waits for a human (`kubectl toolgate approve apr-ID` in
+Kubernetes; for a local sidecar, `toolgate approvals approve ID --database
+<the sidecar's --database> --by you`), and
 the workspace API keeps notes under the run's own directory.
 """
 import argparse
@@ -32,7 +34,9 @@ def call(client: toolgate.Client, command: str, step: str, approval_timeout: flo
     except toolgate.Denied as e:
         return f"denied ({e.reason}, decision {e.decision_id})"
     except toolgate.ApprovalRequired as e:
-        return f"waiting for a human: toolgate approvals approve {e.approval_id} --by <you>"
+        return (f"waiting for a human: approval {e.approval_id} (Kubernetes: kubectl toolgate approve "
+                f"apr-{e.approval_id.lower()}; a local sidecar: toolgate approvals approve {e.approval_id} "
+                f"--database <the sidecar's --database> --by <you>)")
     except FileNotFoundError as e:
         # Allowed, but the program is missing here; the intent closed as `error`.
         return f"allowed, but failed: {e}"

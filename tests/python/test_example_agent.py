@@ -22,7 +22,10 @@ def test_example_agent(sidecar, tmp_path):
     lines = out.stdout.splitlines()
     assert lines[1].startswith("bash 'git status': ran: "), lines
     assert lines[2].startswith("bash 'rm -rf /': denied (deny_rule"), lines
-    assert lines[3].startswith("bash 'cargo publish': waiting for a human: toolgate approvals approve "), lines
+    assert lines[3].startswith("bash 'cargo publish': waiting for a human: approval "), lines
+    # The hint is a command that works where it is read: the plugin's object
+    # name in Kubernetes, the CLI with its required --database locally.
+    assert 'kubectl toolgate approve apr-' in lines[3] and '--database' in lines[3], lines
     assert lines[4] == 'workspace write notes/plan.md: 21 bytes (INTERNAL_TOOL)'
     assert lines[5] == "workspace read notes/plan.md: '# plan'"
     assert lines[6] == 'workspace write .env: denied (hardline_path)'

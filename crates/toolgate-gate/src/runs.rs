@@ -138,7 +138,7 @@ pub async fn watch_cancellations(
 }
 
 /// The budgets of a profile as the store counts them.
-pub(crate) fn limits(policy: &toolgate_policy::CompiledPolicy) -> RunLimits {
+pub fn limits(policy: &toolgate_policy::CompiledPolicy) -> RunLimits {
     let b = policy.budgets();
     RunLimits {
         max_calls: b.max_calls_per_run,
@@ -204,6 +204,62 @@ pub struct BudgetUse {
     pub left: Option<u64>,
 }
 
+impl RunStatus {
+    /// A run as the store holds it, with the limits that apply, in the one
+    /// shape both `GET /v1/runs/{id}` and `toolgate runs status` print.
+    /// `scoped`: a wider stop that holds the run; `pod`: the calls and
+    /// high-risk calls of the pod asking, when a pod asks (a run alone has
+    /// none, and its pod budgets are then left out).
+    pub fn of(
+        run_id: RunId,
+        state: toolgate_store::RunState,
+        scoped: Option<toolgate_store::ScopeCancellation>,
+        pod: Option<(u64, u64)>,
+        limits: &RunLimits,
+        now: Timestamp,
+    ) -> Self {
+        let (cancel_at, cancel_reason, cancelled_by, cancelled_scope) = match scoped {
+            Some(stop) => (
+                Some(stop.requested_at),
+                stop.reason,
+                Some(stop.cancelled_by),
+                Some(stop.scope.to_string()),
+            ),
+            None => (
+                state.cancel_requested_at,
+                state.cancel_reason,
+                state.cancelled_by,
+                None,
+            ),
+        };
+        let elapsed = state
+            .started_at
+            .map(|s| u64::try_from((now - s).get_seconds()).unwrap_or(0))
+            .unwrap_or(0);
+        RunStatus {
+            cancel_requested: cancel_at.is_some(),
+            cancel_requested_at: cancel_at,
+            cancel_reason,
+            cancelled_by,
+            cancelled_scope,
+            budgets: RunBudgets {
+                calls: BudgetUse::new(state.calls, limits.max_calls),
+                high_risk_calls: BudgetUse::new(state.high_risk_calls, limits.max_high_risk_calls),
+                run_seconds: BudgetUse::new(elapsed, limits.max_run_seconds),
+                pod_calls: pod.map(|(calls, _)| BudgetUse::new(calls, limits.per_pod.max_calls)),
+                pod_high_risk_calls: pod
+                    .map(|(_, high)| BudgetUse::new(high, limits.per_pod.max_high_risk_calls)),
+            },
+            open_intents: state
+                .open_intents
+                .iter()
+                .map(crate::intents::pending_json)
+                .collect(),
+            run_id,
+        }
+    }
+}
+
 impl BudgetUse {
     fn new(used: u64, limit: Option<u64>) -> Self {
         Self {
@@ -225,6 +281,9 @@ pub struct RunStatus {
     pub cancel_requested_at: Option<Timestamp>,
     /// The reason given.
     pub cancel_reason: Option<String>,
+    /// Who stopped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<String>,
     /// When a wider stop holds the run: `pod NAME`, `profile NAME` or
     /// `namespace` (its time and reason are then the ones above).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -245,10 +304,13 @@ pub struct RunBudgets {
     pub high_risk_calls: BudgetUse,
     /// `maxRunSeconds`, from the run's first counted call.
     pub run_seconds: BudgetUse,
-    /// `perPod.maxCalls`: every call of this pod, over all its runs.
-    pub pod_calls: BudgetUse,
+    /// `perPod.maxCalls`: every call of this pod, over all its runs
+    /// (absent when no pod asked: `toolgate runs status` without `--pod`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_calls: Option<BudgetUse>,
     /// `perPod.maxHighRiskCalls`.
-    pub pod_high_risk_calls: BudgetUse,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_high_risk_calls: Option<BudgetUse>,
 }
 
 impl Gate {
@@ -265,42 +327,19 @@ impl Gate {
         let scoped = runs
             .scope_cancellation(self.caller(enforced.as_deref()))
             .await?;
-        let (pod_calls, pod_high) = runs.pod_usage(&self.tenant, &self.pod).await?;
+        let pod = runs.pod_usage(&self.tenant, &self.pod).await?;
         let limits = enforced.map(|e| limits(&e.policy)).unwrap_or_default();
-        let (cancel_at, cancel_reason, cancelled_scope) = match scoped {
-            Some(stop) => {
-                self.cancelled.insert_scope(stop.scope.clone());
-                (
-                    Some(stop.requested_at),
-                    stop.reason,
-                    Some(stop.scope.to_string()),
-                )
-            }
-            None => (state.cancel_requested_at, state.cancel_reason, None),
-        };
-        let elapsed = state
-            .started_at
-            .map(|s| u64::try_from((Timestamp::now() - s).get_seconds()).unwrap_or(0))
-            .unwrap_or(0);
-        Ok(RunStatus {
-            cancel_requested: cancel_at.is_some(),
-            cancel_requested_at: cancel_at,
-            cancel_reason,
-            cancelled_scope,
-            budgets: RunBudgets {
-                calls: BudgetUse::new(state.calls, limits.max_calls),
-                high_risk_calls: BudgetUse::new(state.high_risk_calls, limits.max_high_risk_calls),
-                run_seconds: BudgetUse::new(elapsed, limits.max_run_seconds),
-                pod_calls: BudgetUse::new(pod_calls, limits.per_pod.max_calls),
-                pod_high_risk_calls: BudgetUse::new(pod_high, limits.per_pod.max_high_risk_calls),
-            },
-            open_intents: state
-                .open_intents
-                .iter()
-                .map(crate::intents::pending_json)
-                .collect(),
+        if let Some(stop) = &scoped {
+            self.cancelled.insert_scope(stop.scope.clone());
+        }
+        Ok(RunStatus::of(
             run_id,
-        })
+            state,
+            scoped,
+            Some(pod),
+            &limits,
+            Timestamp::now(),
+        ))
     }
 }
 

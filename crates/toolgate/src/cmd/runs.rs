@@ -50,7 +50,8 @@ enum RunsCommand {
         #[arg(long, default_value = "cli")]
         by: String,
     },
-    /// Print a run's cancellation, counted calls and open intents as JSON.
+    /// Print a run's cancellation, budgets and open intents as JSON, in
+    /// the shape `GET /v1/runs/{run_id}` answers.
     Status {
         /// The run id (ASCII letters are case-folded).
         run_id: String,
@@ -60,6 +61,13 @@ enum RunsCommand {
         /// Tenant (namespace) of the run.
         #[arg(long)]
         tenant: String,
+        /// The PolicyProfile whose budgets apply, for their limits (without
+        /// it every `limit` is null) and its profile-wide stops.
+        #[arg(long)]
+        profile: Option<std::path::PathBuf>,
+        /// The pod whose per-pod budgets and pod-wide stops to show.
+        #[arg(long)]
+        pod: Option<String>,
     },
 }
 
@@ -103,10 +111,57 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
                 run_id,
                 database,
                 tenant,
+                profile,
+                pod,
             } => {
                 let run_id = RunId::parse(&run_id)?;
+                let policy = profile
+                    .as_deref()
+                    .map(crate::cmd::check::load_profile)
+                    .transpose()?;
+                let limits = policy
+                    .as_ref()
+                    .map(toolgate_gate::runs::limits)
+                    .unwrap_or_default();
                 let store = Store::connect(&database).await?;
-                print_json(&store.runs().state(&tenant, &run_id).await?);
+                let runs = store.runs();
+                let state = runs.state(&tenant, &run_id).await?;
+                let name = policy.as_ref().map(|p| p.name().to_owned());
+                // The stops that hold the run: with a pod, as its sidecar
+                // sees them; without one, the namespace's and the profile's.
+                let scoped = match &pod {
+                    Some(pod) => {
+                        runs.scope_cancellation(toolgate_store::Caller::new(
+                            &tenant,
+                            pod,
+                            name.as_deref(),
+                        ))
+                        .await?
+                    }
+                    None => {
+                        runs.scope_cancellations(&tenant).await?.into_iter().find(
+                            |stop| match &stop.scope {
+                                toolgate_policy::Scope::Namespace => true,
+                                toolgate_policy::Scope::Profile(p) => {
+                                    Some(p.as_str()) == name.as_deref()
+                                }
+                                toolgate_policy::Scope::Pod(_) => false,
+                            },
+                        )
+                    }
+                };
+                let pod_usage = match &pod {
+                    Some(pod) => Some(runs.pod_usage(&tenant, pod).await?),
+                    None => None,
+                };
+                print_json(&toolgate_gate::runs::RunStatus::of(
+                    run_id,
+                    state,
+                    scoped,
+                    pod_usage,
+                    &limits,
+                    jiff::Timestamp::now(),
+                ));
                 Ok(ExitCode::SUCCESS)
             }
         }

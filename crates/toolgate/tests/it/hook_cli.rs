@@ -294,6 +294,33 @@ fn runs_are_cancelled_from_the_command_line() {
     let state: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(state["cancel_reason"], "operator stop");
     assert_eq!(state["cancelled_by"], "user:alice");
+    // The same shape as the sidecar's GET /v1/runs/{id}, budgets included
+    // (their limits need the profile; the pod's need --pod).
+    let api = http_get_json(port, "/v1/runs/session-9");
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&state), keys(&api), "{state} vs {api}");
+    assert_eq!(state["budgets"]["calls"], api["budgets"]["calls"]);
+    assert!(state["budgets"].get("pod_calls").is_none());
+    let out = toolgate(&[
+        "runs",
+        "status",
+        "session-9",
+        "--database",
+        &database,
+        "--tenant",
+        "agents",
+        "--pod",
+        "local",
+        "--profile",
+        dir.path().join("profile.yaml").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let full: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(full["budgets"], api["budgets"], "{full} vs {api}");
     // Bad input is a typed error, not a panic.
     let out = toolgate(&[
         "runs",
@@ -394,4 +421,16 @@ fn the_claude_code_profile_decides_each_claude_code_tool() {
     let listed = String::from_utf8_lossy(&log.stdout);
     assert!(listed.contains("github.create_issue"), "{listed}");
     assert!(!listed.contains("mcp__github"), "{listed}");
+}
+
+/// `GET path` on the sidecar at `port`, as JSON.
+fn http_get_json(port: u16, path: &str) -> Value {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {response}"))
 }
