@@ -488,7 +488,7 @@ fn default_match_text(tool: &str, effect: &ToolEffect) -> MatchText {
         "editor" => named(&["file_path"]),
         "reader" => named(&["path"]),
         "search" => named(&["pattern", "path"]),
-        // The sidecar's own workspace API (see the README's mapping).
+        // The sidecar's own workspace API (see docs/sidecar.md: the workspace API is a tool like any other).
         "workspace.read" | "workspace.write" | "workspace.list" | "workspace.stat" => {
             named(&["path"])
         }
