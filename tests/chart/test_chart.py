@@ -354,8 +354,11 @@ def test_rbac_scopes(rendered):
                 names = rule.get("resourceNames")
                 tenant_secret = values.get("sidecar", {}).get("databaseSecret", "toolgate-database")
                 if "secrets" in res and scope == "*":
-                    # Cluster-wide only for the tenant database Secret:
-                    # create, and get by that one name.
+                    # Cluster-wide only for the tenant database Secret
+                    # (create, and get by that one name) and the approval
+                    # notification channels' Secret (get by its one name).
+                    if rule["verbs"] == ["get"] and names == ["toolgate-notify"]:
+                        continue
                     assert values.get("database", {}).get("provisionTenants", True), (values_name, rule)
                     assert rule["verbs"] == ["create"] or (rule["verbs"] == ["get"] and names == [tenant_secret]), rule
                     continue
@@ -607,7 +610,10 @@ def test_tenant_provisioning_can_be_turned_off(chart):
     args = container(objects, "controller")["args"]
     assert "--no-tenant-provisioning" in args
     cluster = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-controller")][0]
-    assert not [r for r in cluster["rules"] if "secrets" in r["resources"]], cluster["rules"]
+    # Only the notification channels' Secret, by name, read only.
+    secret_rules = [r for r in cluster["rules"] if "secrets" in r["resources"]]
+    assert secret_rules == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["toolgate-notify"],
+                             "verbs": ["get"]}], cluster["rules"]
 
 
 def test_webhook_container(rendered):

@@ -13,6 +13,10 @@ pub const BUNDLE_KEY: &str = "bundle.json";
 pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
 /// Key of the PEM inside [`TRUST_CONFIGMAP`].
 pub const TRUST_FIELD: &str = "trust.pem";
+/// The one Secret (in a profile's namespace, and in the controller's for
+/// the cluster's default channels) whose keys hold notification URLs and
+/// signing secrets: the controller may read it by this name and no other.
+pub const NOTIFY_SECRET: &str = "toolgate-notify";
 
 /// Name of the bundle ConfigMap of profile `profile`: the controller writes
 /// it, the webhook mounts it into the sidecar.

@@ -57,6 +57,14 @@ pub struct ControllerArgs {
     /// Do not sign checkpoints (sign them yourself with `toolgate audit checkpoint`).
     #[arg(long)]
     pub no_checkpoints: bool,
+    /// How often the leader sends approval notifications that are due
+    /// (`spec.approvals.notify`).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub notify_interval: SignedDuration,
+    /// How long an approval event is still worth telling people about: a
+    /// receiver down longer misses what is older.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub notify_retention: SignedDuration,
 }
 
 /// Everything [`run_controller`](crate::run_controller) needs, resolved from
@@ -98,6 +106,8 @@ impl From<ControllerArgs> for ControllerConfig {
         }
         settings.tenant_secret = (!args.no_tenant_provisioning).then_some(args.tenant_secret);
         settings.tenant_base_url = args.tenant_database_url;
+        settings.notify_interval = std_duration(args.notify_interval);
+        settings.notify_retention = args.notify_retention;
         let identity = args
             .identity
             .or_else(|| std::env::var("HOSTNAME").ok())

@@ -38,6 +38,10 @@ pub struct Settings {
     /// Base URL tenant URLs are derived from (host, port, database, options);
     /// default: the controller's own database URL.
     pub tenant_base_url: Option<String>,
+    /// How often approval notifications that are due are sent.
+    pub notify_interval: std::time::Duration,
+    /// How old an approval event may be and still be sent.
+    pub notify_retention: SignedDuration,
 }
 
 impl Settings {
@@ -52,6 +56,8 @@ impl Settings {
             fleet_refresh: SignedDuration::from_secs(60),
             tenant_secret: Some(crate::tenancy::DATABASE_SECRET.to_owned()),
             tenant_base_url: None,
+            notify_interval: std::time::Duration::from_secs(2),
+            notify_retention: SignedDuration::from_hours(24),
         }
     }
 }

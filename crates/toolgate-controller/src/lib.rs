@@ -24,6 +24,7 @@ pub mod fleet;
 pub mod keys;
 pub mod leader;
 pub mod metrics;
+pub mod notify;
 pub mod plugin;
 pub mod profile;
 mod run;

@@ -55,6 +55,15 @@ pub struct Metrics {
     /// `toolgate_checkpoint_last_success_timestamp_seconds`: end of the last
     /// checkpoint pass that completed.
     pub checkpoint_last_success: prometheus::Gauge,
+    /// `toolgate_notifications_delivered_total{format}`: approval
+    /// notifications a receiver accepted.
+    pub notifications_delivered: IntCounterVec,
+    /// `toolgate_notification_failures_total{format}`: failed attempts
+    /// (each is retried with backoff).
+    pub notification_failures: IntCounterVec,
+    /// `toolgate_notifications_oldest_undelivered_seconds`: age of the
+    /// oldest event a channel has not accepted yet (0: none waiting).
+    pub notifications_oldest_undelivered: IntGauge,
 }
 
 impl Default for Metrics {
@@ -160,8 +169,36 @@ impl Metrics {
             "When the last checkpoint pass completed (Unix seconds).",
         )
         .expect("valid metric");
+        let notifications_delivered = IntCounterVec::new(
+            Opts::new(
+                "toolgate_notifications_delivered_total",
+                "Approval notifications a receiver accepted, by channel format.",
+            ),
+            &["format"],
+        )
+        .expect("valid metric");
+        let notification_failures = IntCounterVec::new(
+            Opts::new(
+                "toolgate_notification_failures_total",
+                "Failed attempts to deliver an approval notification (each is retried).",
+            ),
+            &["format"],
+        )
+        .expect("valid metric");
+        let notifications_oldest_undelivered = IntGauge::new(
+            "toolgate_notifications_oldest_undelivered_seconds",
+            "Age of the oldest approval event a channel has not accepted yet (0: none waiting).",
+        )
+        .expect("valid metric");
+        for format in toolgate_policy::NotifyFormat::ALL {
+            notifications_delivered.with_label_values(&[format.as_str()]);
+            notification_failures.with_label_values(&[format.as_str()]);
+        }
         for c in [
-            Box::new(profile_valid.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(notifications_delivered.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(notification_failures.clone()),
+            Box::new(notifications_oldest_undelivered.clone()),
+            Box::new(profile_valid.clone()),
             Box::new(approvals_overdue.clone()),
             Box::new(profile_ready.clone()),
             Box::new(profile_expiry.clone()),
@@ -205,6 +242,9 @@ impl Metrics {
             checkpoint_broken_chains,
             checkpoint_invalid_streams,
             checkpoint_last_success,
+            notifications_delivered,
+            notification_failures,
+            notifications_oldest_undelivered,
         }
     }
 

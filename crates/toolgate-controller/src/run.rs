@@ -186,6 +186,31 @@ pub async fn run_reconcilers(
         }
     });
 
+    let notify_ctx = ctx.clone();
+    let notify_profiles = profile_cache.clone();
+    // A task of its own: its pass (Secrets, the store, HTTP) is polled from
+    // the runtime, not nested inside the joined controllers below.
+    let notify = tokio::spawn(every(
+        ctx.settings.notify_interval,
+        stop_rx.clone(),
+        move || {
+            let ctx = notify_ctx.clone();
+            let profiles = notify_profiles.state();
+            async move {
+                let retention = ctx.settings.notify_retention;
+                match Box::pin(crate::notify::deliver_once(&ctx, &profiles, retention)).await {
+                    Ok(report) if report.delivered + report.failed > 0 => {
+                        tracing::info!(?report, "approval notifications sent")
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(code = e.code(), error = %e, "approval notifications failed")
+                    }
+                }
+            }
+        },
+    ));
+
     let sync_ctx = ctx.clone();
     let mirror = every(interval, stop_rx.clone(), move || {
         let ctx = sync_ctx.clone();
@@ -202,7 +227,10 @@ pub async fn run_reconcilers(
         }
     });
 
-    tokio::join!(profiles, approvals, cancellations, mirror);
+    let (.., notified) = tokio::join!(profiles, approvals, cancellations, mirror, notify);
+    if let Err(e) = notified {
+        tracing::warn!(error = %e, "approval notifications stopped");
+    }
 }
 
 /// Runs `pass` at once and then every `interval` (a late pass delays the

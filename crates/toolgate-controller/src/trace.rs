@@ -40,7 +40,9 @@ pub(crate) async fn traced<T>(
     span: Span,
     work: impl Future<Output = Result<T, ControllerError>>,
 ) -> Result<T, ControllerError> {
-    let result = work.instrument(span.clone()).await;
+    // Boxed: a reconcile's future is large in debug builds, and wrapping it
+    // in place would grow every caller's frame by as much again.
+    let result = Box::pin(work.instrument(span.clone())).await;
     if let Err(e) = &result {
         span.record("otel.status_code", "ERROR");
         span.record("error.type", e.code());

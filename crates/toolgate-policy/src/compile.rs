@@ -297,6 +297,9 @@ impl CompiledPolicy {
                 message: "ttlSeconds must be at least 1".into(),
             });
         }
+        for (i, channel) in spec.approvals.iter().flat_map(|a| &a.notify).enumerate() {
+            crate::notify::check_channel(i, &channel.webhook)?;
+        }
 
         if let Some(budgets) = &spec.budgets {
             for (field, value) in [

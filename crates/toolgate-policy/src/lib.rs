@@ -34,6 +34,7 @@ mod fnmatch;
 pub mod ids;
 pub mod load;
 pub mod model;
+pub mod notify;
 pub mod paths;
 pub mod preview;
 mod verdict;
@@ -44,8 +45,8 @@ pub use error::PolicyError;
 pub use eval::{Call, Context};
 pub use ids::{Id, RunId, Scope, ScopeKind, Stop};
 pub use model::{
-    Budgets, Enforcement, Grant, Mode, PodBudgets, PolicyManifest, PolicySpec, Risk, SideEffect,
-    ToolEffect,
+    Budgets, Enforcement, Grant, Mode, NotifyChannel, NotifyFormat, PodBudgets, PolicyManifest,
+    PolicySpec, Risk, SideEffect, ToolEffect, WebhookChannel,
 };
 pub use toolgate_contract::{ApprovalDecision, wire_enum};
 pub use verdict::{Decision, Reason, Verdict, intent_required};

@@ -280,6 +280,54 @@ pub struct ApprovalSettings {
     /// the audit record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_seconds: Option<u32>,
+    /// Where approvers are told about this profile's approvals: every
+    /// channel gets every event (requested, decided, expired, cancelled),
+    /// at least once, from the controller.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<NotifyChannel>,
+}
+
+/// One place approvers are told about approvals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NotifyChannel {
+    /// An HTTP(S) endpoint that receives each event as one POST.
+    pub webhook: WebhookChannel,
+}
+
+/// A webhook channel. Its URL and signing secret are keys of the Secret
+/// `toolgate-notify` in the profile's namespace (a Slack incoming-webhook
+/// URL is itself a credential): the controller may read that Secret by
+/// name and no other.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookChannel {
+    /// The key of Secret `toolgate-notify` holding the URL.
+    pub url_secret_key: String,
+    /// `standard` (Standard Webhooks, signed; the default), `slack` or
+    /// `cloudevents`.
+    #[serde(default)]
+    pub format: NotifyFormat,
+    /// The key holding the signing secret (`whsec_` + base64, as the
+    /// Standard Webhooks libraries make them): required for `standard`,
+    /// and signs `cloudevents` too when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_secret_key: Option<String>,
+}
+
+crate::wire_enum! {
+    /// How a webhook channel's messages are shaped.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+    pub enum NotifyFormat {
+        /// JSON signed per the Standard Webhooks specification
+        /// (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+        #[default]
+        Standard = "standard",
+        /// A Slack incoming-webhook message (blocks).
+        Slack = "slack",
+        /// A CloudEvent in structured mode (`application/cloudevents+json`).
+        Cloudevents = "cloudevents",
+    }
 }
 
 impl ApprovalSettings {

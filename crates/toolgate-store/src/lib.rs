@@ -22,6 +22,7 @@ mod decisions;
 mod fields;
 mod heartbeats;
 mod intents;
+mod notifications;
 mod profiles;
 mod runs;
 mod schema;
@@ -56,6 +57,7 @@ pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
 };
+pub use notifications::{ApprovalEvent, Delivery, Notifications};
 pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
 pub use runs::{
     Admission, Budget, Caller, Cancellation, PodLimits, RunLimits, RunState, Runs,
@@ -554,6 +556,11 @@ impl Store {
     /// Run budgets and cancellation.
     pub fn runs(&self) -> Runs<'_> {
         Runs { store: self }
+    }
+
+    /// Approval events to notify people about, and their deliveries.
+    pub fn notifications(&self) -> Notifications<'_> {
+        Notifications { store: self }
     }
 
     /// Sidecar heartbeats for the controller's fleet view.

@@ -10,6 +10,7 @@ mod bad_input;
 mod connections;
 mod decisions;
 mod intents;
+mod notifications;
 mod profiles_and_heartbeats;
 mod run_scopes;
 mod runs;

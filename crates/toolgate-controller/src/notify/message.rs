@@ -1,0 +1,249 @@
+//! What one notification says and how each format carries it: Standard
+//! Webhooks JSON (signed: `webhook-id`, `webhook-timestamp`,
+//! `webhook-signature`), a Slack incoming-webhook message, or a CloudEvent
+//! in structured mode. Pure: no I/O, the clock passed in.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+use toolgate_policy::NotifyFormat;
+
+/// An approval event as people are told about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// Stable across retries and channels: what receivers de-duplicate on.
+    pub id: String,
+    /// `approval.requested`, `approval.decided`, `approval.expired` or
+    /// `approval.cancelled`.
+    pub kind: &'static str,
+    /// When the change happened (Unix seconds).
+    pub occurred_at: i64,
+    /// The event's data: the approval, its call and the command that
+    /// decides it.
+    pub data: Value,
+}
+
+/// The notice kind of a store event kind (`None`: not one people hear of).
+pub fn kind_of(event_kind: &str) -> Option<&'static str> {
+    Some(match event_kind {
+        "approval.requested" => "approval.requested",
+        "approval.resolved" => "approval.decided",
+        "approval.expired" => "approval.expired",
+        "approval.cancelled" => "approval.cancelled",
+        _ => return None,
+    })
+}
+
+/// One HTTP POST: its body and headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    /// The request body.
+    pub body: Vec<u8>,
+    /// Headers, `content-type` included.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// A signing secret as the Standard Webhooks libraries write it
+/// (`whsec_` + base64), as bytes; a bare base64 value is taken too.
+pub fn decode_secret(text: &str) -> Result<Vec<u8>, String> {
+    let text = text.trim();
+    let b64 = text.strip_prefix("whsec_").unwrap_or(text);
+    match B64.decode(b64) {
+        Ok(bytes) if bytes.len() >= 16 => Ok(bytes),
+        Ok(_) => Err("the signing secret is shorter than 16 bytes".into()),
+        Err(e) => Err(format!("the signing secret is not base64 (`whsec_…`): {e}")),
+    }
+}
+
+/// `v1,` and the base64 HMAC-SHA256 of `{id}.{timestamp}.{body}`: the
+/// Standard Webhooks signature.
+pub fn sign(secret: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("v1,{}", B64.encode(mac.finalize().into_bytes()))
+}
+
+/// The message for a channel of `format`, sent at `now` (Unix seconds),
+/// signed with `secret` where there is one.
+pub fn render(notice: &Notice, format: NotifyFormat, secret: Option<&[u8]>, now: i64) -> Outgoing {
+    let (body, content_type) = match format {
+        NotifyFormat::Standard => (
+            json!({"type": notice.kind, "timestamp": rfc3339(notice.occurred_at), "data": notice.data}),
+            "application/json",
+        ),
+        NotifyFormat::Slack => (slack(notice), "application/json"),
+        NotifyFormat::Cloudevents => (
+            json!({
+                "specversion": "1.0",
+                "id": notice.id,
+                "source": format!("toolgate/{}", notice.data["namespace"].as_str().unwrap_or("")),
+                "type": format!("dev.toolgate.{}", notice.kind),
+                "subject": notice.data["approval_id"],
+                "time": rfc3339(notice.occurred_at),
+                "datacontenttype": "application/json",
+                "data": notice.data,
+            }),
+            "application/cloudevents+json",
+        ),
+    };
+    let body = serde_json::to_vec(&body).unwrap_or_default();
+    let mut headers = vec![("content-type", content_type.to_owned())];
+    if let Some(secret) = secret.filter(|_| format != NotifyFormat::Slack) {
+        headers.push(("webhook-id", notice.id.clone()));
+        headers.push(("webhook-timestamp", now.to_string()));
+        headers.push(("webhook-signature", sign(secret, &notice.id, now, &body)));
+    }
+    Outgoing { body, headers }
+}
+
+fn rfc3339(seconds: i64) -> String {
+    jiff::Timestamp::from_second(seconds)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// A Slack message: what is asked, by whom, under which policy, until
+/// when, and the command that decides it. Agent-supplied text (the tool,
+/// the preview) goes in code spans, and Slack's three control characters
+/// are escaped, so a preview cannot mention people or forge links.
+fn slack(notice: &Notice) -> Value {
+    let d = &notice.data;
+    let text = |k: &str| escape(d[k].as_str().unwrap_or("-"));
+    let title = match notice.kind {
+        "approval.requested" => "An agent asks for approval".to_owned(),
+        "approval.decided" => format!("Approval {} by {}", text("decision"), text("decided_by")),
+        "approval.expired" => "Approval expired unanswered".to_owned(),
+        _ => "Approval cancelled".to_owned(),
+    };
+    let fields = format!(
+        "*Tool:* `{}`\n*Call:* `{}`\n*Requested by:* {} (run `{}`)\n*Policy:* {}\n*Expires:* {}",
+        text("tool"),
+        text("preview"),
+        text("requested_by"),
+        text("run_id"),
+        text("policy_version"),
+        text("expires_at"),
+    );
+    let mut blocks = vec![
+        json!({"type": "header", "text": {"type": "plain_text", "text": title}}),
+        json!({"type": "section", "text": {"type": "mrkdwn", "text": fields}}),
+    ];
+    if notice.kind == "approval.requested" {
+        blocks.push(json!({"type": "section", "text": {"type": "mrkdwn",
+            "text": format!("`{}`", text("approve_command"))}}));
+    }
+    json!({"text": title, "blocks": blocks})
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('`', "'")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notice() -> Notice {
+        Notice {
+            id: "toolgate-42".into(),
+            kind: "approval.requested",
+            occurred_at: 1_764_900_000,
+            data: json!({"approval_id": "a1", "namespace": "agents", "tool": "bash",
+                         "preview": "<!channel> `rm -rf` <https://evil|click>", "requested_by": "sidecar:agents/p",
+                         "run_id": "r1", "policy_version": "p@1", "expires_at": "2026-12-05T12:00:00Z",
+                         "approve_command": "kubectl toolgate approve apr-a1 -n toolgate-system"}),
+        }
+    }
+
+    /// The Standard Webhooks specification's own example: a receiver using
+    /// any of the published libraries computes the same signature.
+    #[test]
+    fn signs_as_the_standard_webhooks_specification_says() {
+        let secret = decode_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        assert_eq!(
+            sign(
+                &secret,
+                "msg_p5jXN8AQM9LWM0D4loKWxJek",
+                1_614_265_330,
+                br#"{"test": 2432232314}"#
+            ),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+        assert!(decode_secret("whsec_!!!").is_err());
+        assert!(
+            decode_secret("whsec_c2hvcnQ=").is_err(),
+            "5 bytes is no secret"
+        );
+    }
+
+    #[test]
+    fn each_format_carries_the_notice() {
+        let secret = b"0123456789abcdef0123";
+        let standard = render(
+            &notice(),
+            NotifyFormat::Standard,
+            Some(secret),
+            1_764_900_005,
+        );
+        let body: Value = serde_json::from_slice(&standard.body).unwrap();
+        assert_eq!(body["type"], "approval.requested");
+        assert_eq!(body["data"]["approval_id"], "a1");
+        let header = |o: &Outgoing, k: &str| {
+            o.headers
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            header(&standard, "webhook-id").as_deref(),
+            Some("toolgate-42")
+        );
+        assert_eq!(
+            header(&standard, "webhook-signature").unwrap(),
+            sign(secret, "toolgate-42", 1_764_900_005, &standard.body)
+        );
+        let ce = render(&notice(), NotifyFormat::Cloudevents, None, 1);
+        assert_eq!(
+            header(&ce, "content-type").as_deref(),
+            Some("application/cloudevents+json")
+        );
+        assert!(
+            header(&ce, "webhook-signature").is_none(),
+            "unsigned without a secret"
+        );
+        let ce: Value = serde_json::from_slice(&ce.body).unwrap();
+        assert_eq!(
+            (ce["specversion"].as_str(), ce["type"].as_str()),
+            (Some("1.0"), Some("dev.toolgate.approval.requested"))
+        );
+        assert_eq!(ce["source"], "toolgate/agents");
+        let slack = render(&notice(), NotifyFormat::Slack, Some(secret), 1);
+        let text = String::from_utf8(slack.body.clone()).unwrap();
+        assert!(
+            header(&slack, "webhook-signature").is_none(),
+            "Slack takes no signature"
+        );
+        // The agent's preview can neither ping a channel nor forge a link.
+        assert!(
+            !text.contains("<!channel>") && !text.contains("<https://evil"),
+            "{text}"
+        );
+        assert!(text.contains("&lt;!channel&gt;"), "{text}");
+        assert!(text.contains("kubectl toolgate approve apr-a1"), "{text}");
+    }
+
+    #[test]
+    fn store_events_map_to_notice_kinds() {
+        assert_eq!(kind_of("approval.resolved"), Some("approval.decided"));
+        assert_eq!(kind_of("run.cancelled"), None);
+    }
+}

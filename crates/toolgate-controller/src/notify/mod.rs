@@ -1,0 +1,310 @@
+//! Approval notifications, delivered by the leader: every `approval.*`
+//! event of the store (written in the transaction of the change it
+//! describes) goes to each channel of the profile the approval belongs to
+//! (`spec.approvals.notify`), at least once. What was delivered is
+//! remembered per (channel, event) in the database, so a restart or a new
+//! leader sends only what is left; a receiver that fails is retried with
+//! exponential backoff (at most five minutes apart) until it answers 2xx
+//! or the event is older than the retention.
+//!
+//! Each channel's URL and signing secret are keys of the Secret
+//! `toolgate-notify` in the profile's namespace: the controller reads that
+//! Secret by name and no other (its RBAC names it).
+
+mod message;
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use toolgate_contract::names::NOTIFY_SECRET;
+use toolgate_policy::NotifyFormat;
+use toolgate_store::ApprovalEvent;
+
+pub use message::{Notice, Outgoing, decode_secret, kind_of, render, sign};
+
+use crate::context::Context;
+use crate::crd::PolicyProfile;
+use crate::error::ControllerError;
+
+/// Events read per page.
+const PAGE: u32 = 500;
+/// Longest wait between two attempts at one delivery.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// How long one POST may take.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One channel of one profile, its Secret keys resolved.
+struct Channel {
+    /// What its deliveries are remembered under: namespace, profile,
+    /// format and URL key (so reordering a profile's list sends nothing
+    /// twice).
+    key: String,
+    format: NotifyFormat,
+    url: String,
+    secret: Option<Vec<u8>>,
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct NotifyReport {
+    /// Deliveries a receiver accepted.
+    pub delivered: u64,
+    /// Attempts that failed (to be retried).
+    pub failed: u64,
+    /// Deliveries waiting for their next attempt or for their channel's
+    /// Secret.
+    pub waiting: u64,
+}
+
+fn http() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .timeout(SEND_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default()
+    })
+}
+
+/// The profile an approval's policy version names (`NAME@…`).
+fn profile_of(policy_version: &str) -> &str {
+    policy_version.split('@').next().unwrap_or(policy_version)
+}
+
+/// Every profile's channels with their Secret read, by (namespace,
+/// profile). A channel whose Secret or key is missing is left out (its
+/// events wait, and count as undelivered) and logged.
+async fn channels(
+    ctx: &Context,
+    profiles: &[Arc<PolicyProfile>],
+) -> HashMap<(String, String), Vec<Channel>> {
+    let mut secrets: HashMap<String, Option<Secret>> = HashMap::new();
+    let mut out: HashMap<(String, String), Vec<Channel>> = HashMap::new();
+    for profile in profiles {
+        let Some(settings) = &profile.spec.approvals else {
+            continue;
+        };
+        if settings.notify.is_empty() {
+            continue;
+        }
+        let (ns, name) = (profile.namespace().unwrap_or_default(), profile.name_any());
+        if !secrets.contains_key(&ns) {
+            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+            let secret = api.get_opt(NOTIFY_SECRET).await.unwrap_or_else(|e| {
+                tracing::warn!(namespace = %ns, error = %e, "notification Secret unreadable");
+                None
+            });
+            secrets.insert(ns.clone(), secret);
+        }
+        let data = secrets[&ns].as_ref().and_then(|s| s.data.as_ref());
+        let value = |key: &str| {
+            data.and_then(|d| d.get(key))
+                .and_then(|v| String::from_utf8(v.0.clone()).ok())
+                .map(|v| v.trim().to_owned())
+        };
+        for channel in &settings.notify {
+            let w = &channel.webhook;
+            let key = format!("{ns}/{name}/{}:{}", w.format.as_str(), w.url_secret_key);
+            let Some(url) = value(&w.url_secret_key) else {
+                tracing::warn!(channel = %key, "no key {} in Secret {NOTIFY_SECRET}: waiting", w.url_secret_key);
+                continue;
+            };
+            let secret = match &w.signing_secret_key {
+                None => None,
+                Some(k) => match value(k).map(|s| decode_secret(&s)) {
+                    Some(Ok(bytes)) => Some(bytes),
+                    Some(Err(e)) => {
+                        tracing::warn!(channel = %key, error = %e, "unusable signing secret: waiting");
+                        continue;
+                    }
+                    None => {
+                        tracing::warn!(channel = %key, "no key {k} in Secret {NOTIFY_SECRET}: waiting");
+                        continue;
+                    }
+                },
+            };
+            out.entry((ns.clone(), name.clone()))
+                .or_default()
+                .push(Channel {
+                    key,
+                    format: w.format,
+                    url,
+                    secret,
+                });
+        }
+    }
+    out
+}
+
+/// What people are told of `event`: the approval as the store holds it
+/// now, and the command that decides it.
+async fn notice(
+    ctx: &Context,
+    event: &ApprovalEvent,
+    kind: &'static str,
+) -> Option<(String, Notice)> {
+    let approval = ctx
+        .store
+        .approvals()
+        .get(&event.tenant, &event.approval_id, ctx.now())
+        .await
+        .ok()?;
+    let payload: Value = serde_json::from_str(&event.payload).unwrap_or(Value::Null);
+    let profile = profile_of(&approval.policy_version).to_owned();
+    let data = json!({
+        "approval_id": approval.id,
+        "namespace": approval.tenant,
+        "profile": profile,
+        "tool": approval.tool,
+        "action": approval.action,
+        "preview": approval.preview,
+        "run_id": approval.run_id,
+        "requested_by": approval.requested_by,
+        "policy_version": approval.policy_version,
+        "call_digest": approval.call_digest,
+        "status": approval.status.as_str(),
+        "created_at": approval.created_at.to_string(),
+        "expires_at": approval.expires_at.to_string(),
+        "decision": payload.get("decision"),
+        "decided_by": approval.resolved_by,
+        "reason": approval.reason,
+        "approve_command": format!(
+            "kubectl toolgate approve {} -n {}",
+            toolgate_k8s::names::approval_name(&approval.id),
+            ctx.settings.approvals_namespace
+        ),
+    });
+    Some((
+        profile,
+        Notice {
+            id: format!("toolgate-{}", event.id),
+            kind,
+            occurred_at: event.created_at.as_second(),
+            data,
+        },
+    ))
+}
+
+/// Sends one message; `Err` says why it was not accepted.
+async fn send(channel: &Channel, notice: &Notice, now: Timestamp) -> Result<(), String> {
+    let out = render(
+        notice,
+        channel.format,
+        channel.secret.as_deref(),
+        now.as_second(),
+    );
+    let mut request = http().post(&channel.url).body(out.body);
+    for (name, value) in out.headers {
+        request = request.header(name, value);
+    }
+    match request.send().await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!("HTTP {}", r.status().as_u16())),
+        Err(e) => Err(e.without_url().to_string()),
+    }
+}
+
+/// Backoff after `attempts` failures: 1 s, 2 s, 4 s, … at most five minutes.
+fn backoff(attempts: u32) -> SignedDuration {
+    let seconds = 1u64 << attempts.min(9);
+    SignedDuration::try_from(Duration::from_secs(seconds).min(MAX_BACKOFF)).unwrap_or_default()
+}
+
+/// One pass: every event of the last `retention` that a channel has not
+/// accepted and is due is sent; the oldest still waiting sets the gauge.
+pub async fn deliver_once(
+    ctx: &Context,
+    profiles: &[Arc<PolicyProfile>],
+    retention: SignedDuration,
+) -> Result<NotifyReport, ControllerError> {
+    let now = ctx.now();
+    // Each step boxed: the kube, store and HTTP futures are large in debug
+    // builds, and this pass runs beside the controllers.
+    let channels = Box::pin(channels(ctx, profiles)).await;
+    let mut report = NotifyReport::default();
+    let mut oldest: Option<Timestamp> = None;
+    let notifications = ctx.store.notifications();
+    let since = now.checked_sub(retention).unwrap_or(Timestamp::UNIX_EPOCH);
+    let mut after = 0;
+    loop {
+        let events = notifications.events(since, after, PAGE).await?;
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            break;
+        };
+        let done = notifications.deliveries(first.id, last.id).await?;
+        after = last.id;
+        for event in &events {
+            let Some(kind) = kind_of(&event.kind) else {
+                continue;
+            };
+            let Some((profile, notice)) = Box::pin(notice(ctx, event, kind)).await else {
+                continue;
+            };
+            let Some(targets) = channels.get(&(event.tenant.clone(), profile)) else {
+                continue;
+            };
+            for channel in targets {
+                let state = done.get(&(channel.key.clone(), event.id));
+                if state.is_some_and(|d| d.delivered_at.is_some()) {
+                    continue;
+                }
+                if state.is_some_and(|d| d.next_attempt_at > now) {
+                    report.waiting += 1;
+                    oldest = Some(oldest.map_or(event.created_at, |o| o.min(event.created_at)));
+                    continue;
+                }
+                let format = channel.format.as_str();
+                match Box::pin(send(channel, &notice, now)).await {
+                    Ok(()) => {
+                        notifications.delivered(&channel.key, event.id, now).await?;
+                        ctx.metrics
+                            .notifications_delivered
+                            .with_label_values(&[format])
+                            .inc();
+                        report.delivered += 1;
+                    }
+                    Err(why) => {
+                        let attempts = state.map_or(0, |d| d.attempts) + 1;
+                        let next = now.checked_add(backoff(attempts)).unwrap_or(now);
+                        notifications
+                            .failed(&channel.key, event.id, &why, next)
+                            .await?;
+                        ctx.metrics
+                            .notification_failures
+                            .with_label_values(&[format])
+                            .inc();
+                        tracing::warn!(channel = %channel.key, event = event.id, attempts, error = %why, "notification not accepted; retrying");
+                        report.failed += 1;
+                        oldest = Some(oldest.map_or(event.created_at, |o| o.min(event.created_at)));
+                    }
+                }
+            }
+        }
+    }
+    let age = oldest.map_or(0, |o| (now - o).get_seconds().max(0));
+    ctx.metrics.notifications_oldest_undelivered.set(age);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_five_minutes() {
+        let secs = |n| backoff(n).as_secs();
+        assert_eq!((secs(1), secs(2), secs(3)), (2, 4, 8));
+        assert_eq!(secs(30), 300);
+    }
+
+    #[test]
+    fn the_profile_is_the_policy_versions_name() {
+        assert_eq!(profile_of("safe-coding@abc+h1"), "safe-coding");
+    }
+}
