@@ -72,6 +72,9 @@ mod tests {
             assert_eq!(e.code(), "profile_invalid_value", "{bad}");
             assert!(e.to_string().contains(field), "{bad}: {e}");
         }
+        let twins = "{webhook: {urlSecretKey: s, format: slack}}, {webhook: {urlSecretKey: s, format: slack}}";
+        let e = compile(twins).unwrap_err();
+        assert!(e.to_string().contains("notify[1]"), "{e}");
         let e = compile("{webhook: {urlSecretKey: u, format: email}}").unwrap_err();
         assert!(e.to_string().contains("email"), "{e}");
         let e = compile("{webhook: {urlSecretRef: {name: x, key: y}}}").unwrap_err();

@@ -127,7 +127,17 @@ pub(crate) fn mcp_span(server: &str, headers: &HeaderMap, body: &[u8]) -> Span {
         .as_ref()
         .and_then(|m| m.pointer("/params/_meta"))
         .and_then(Value::as_object)
-        .filter(|meta| meta.contains_key("traceparent"))
+        // A traceparent is 55 characters and a tracestate at most 512: an
+        // agent's megabyte is not parsed.
+        .filter(|meta| {
+            meta.get("traceparent")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.len() <= 128)
+                && meta
+                    .get("tracestate")
+                    .and_then(Value::as_str)
+                    .is_none_or(|t| t.len() <= 512)
+        })
     {
         let cx = extract(&Meta(meta));
         // A malformed `traceparent` leaves the request's parent in place

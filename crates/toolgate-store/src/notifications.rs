@@ -75,20 +75,25 @@ pub struct Notifications<'a> {
 }
 
 impl Notifications<'_> {
-    /// Approval events created at or after `since` with an id above
+    /// Approval events created from `since` to `until` with an id above
     /// `after`, oldest first, at most `limit`: page through a window with
-    /// the last id seen.
+    /// the last id seen. The window is bounded both ways, so a row whose
+    /// time is out of range (a tenant role can write its own run events)
+    /// is never read, let alone kept in the window for ever.
     pub async fn events(
         &self,
         since: Timestamp,
+        until: Timestamp,
         after: i64,
         limit: u32,
     ) -> Result<Vec<ApprovalEvent>> {
         let sql = "SELECT id, tenant, kind, subject_id, payload, created_at FROM run_events \
-            WHERE kind LIKE 'approval.%' AND created_at >= $1 AND id > $2 ORDER BY id LIMIT $3";
+            WHERE kind LIKE 'approval.%' AND created_at BETWEEN $1 AND $2 AND id > $3 \
+            ORDER BY id LIMIT $4";
         let rows: Vec<EventRow> = on_pool!(self.store, pool => {
             sqlx::query_as(sql)
                 .bind(since.as_millisecond())
+                .bind(until.as_millisecond())
                 .bind(after)
                 .bind(i64::from(limit))
                 .fetch_all(pool)

@@ -165,6 +165,40 @@ impl Store {
         // identity lookups take, so no tenant can hold provisioning up (an
         // advisory key, used before, any role can take and keep). The wait is
         // bounded all the same.
+        // The catalog row can still be rewritten under the GRANT by what
+        // the lock does not cover (VACUUM's in-place update of
+        // pg_database): PostgreSQL then answers "tuple concurrently
+        // updated", and the whole transaction is tried again.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.provision_once(pool, tenant, &role, &verifier).await {
+                Err(StoreError::Database(sqlx::Error::Database(e)))
+                    if attempt < 4 && e.message().contains("tuple concurrently updated") =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                }
+                other => break other?,
+            }
+        }
+        url.set_username(&role)
+            .and_then(|()| url.set_password(Some(&password)))
+            .map_err(|()| StoreError::InvalidInput("database url cannot carry a user".into()))?;
+        Ok(TenantCredentials {
+            tenant: tenant.to_owned(),
+            role,
+            database_url: url.to_string(),
+        })
+    }
+
+    /// One provisioning transaction (see [`Store::provision_tenant_at`]).
+    async fn provision_once(
+        &self,
+        pool: &PgPool,
+        tenant: &str,
+        role: &str,
+        verifier: &str,
+    ) -> Result<()> {
         let mut tx = pool.begin().await?;
         let ms = crate::schema::lock_timeout_ms(self.lock_timeout);
         sqlx::query(&format!("SET LOCAL lock_timeout = {ms}"))
@@ -182,19 +216,12 @@ impl Store {
             })?;
         sqlx::query("SELECT toolgate_provision_tenant($1, $2, $3)")
             .bind(tenant)
-            .bind(&role)
-            .bind(&verifier)
+            .bind(role)
+            .bind(verifier)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        url.set_username(&role)
-            .and_then(|()| url.set_password(Some(&password)))
-            .map_err(|()| StoreError::InvalidInput("database url cannot carry a user".into()))?;
-        Ok(TenantCredentials {
-            tenant: tenant.to_owned(),
-            role,
-            database_url: url.to_string(),
-        })
+        Ok(())
     }
 
     /// The tenant this store's PostgreSQL session is restricted to, or

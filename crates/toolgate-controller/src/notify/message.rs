@@ -114,7 +114,12 @@ fn rfc3339(seconds: i64) -> String {
 /// are escaped, so a preview cannot mention people or forge links.
 fn slack(notice: &Notice) -> Value {
     let d = &notice.data;
-    let text = |k: &str| escape(d[k].as_str().unwrap_or("-"));
+    // Each field on one line, escaped, and cut so the message stays within
+    // Slack's limits (a refused message would be retried for nothing).
+    let text = |k: &str| {
+        let max = if k == "preview" { 500 } else { 200 };
+        field(d[k].as_str().unwrap_or("-"), max)
+    };
     let title = match notice.kind {
         "approval.requested" => "An agent asks for approval".to_owned(),
         "approval.decided" => format!("Approval {} by {}", text("decision"), text("decided_by")),
@@ -138,7 +143,20 @@ fn slack(notice: &Notice) -> Value {
         blocks.push(json!({"type": "section", "text": {"type": "mrkdwn",
             "text": format!("`{}`", text("approve_command"))}}));
     }
+    let title: String = title.chars().take(150).collect();
+    blocks[0] = json!({"type": "header", "text": {"type": "plain_text", "text": title}});
     json!({"text": title, "blocks": blocks})
+}
+
+/// `text` on one line (control characters become spaces), escaped, and
+/// at most `max` characters before escaping.
+fn field(text: &str, max: usize) -> String {
+    let line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(max)
+        .collect();
+    escape(&line)
 }
 
 fn escape(text: &str) -> String {
@@ -239,6 +257,14 @@ mod tests {
         );
         assert!(text.contains("&lt;!channel&gt;"), "{text}");
         assert!(text.contains("kubectl toolgate approve apr-a1"), "{text}");
+        // A huge, multi-line preview stays one bounded line.
+        let mut big = notice();
+        big.data["preview"] = json!(format!("line1\n*forged line*{}", "<".repeat(5000)));
+        let body: Value =
+            serde_json::from_slice(&render(&big, NotifyFormat::Slack, None, 1).body).unwrap();
+        let section = body["blocks"][1]["text"]["text"].as_str().unwrap();
+        assert!(section.chars().count() < 3000, "{}", section.len());
+        assert!(!section.contains("line1\n"), "{section}");
     }
 
     #[test]

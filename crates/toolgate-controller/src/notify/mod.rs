@@ -13,7 +13,7 @@
 
 mod message;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -66,6 +66,7 @@ fn http() -> &'static reqwest::Client {
     CLIENT.get_or_init(|| {
         reqwest::Client::builder()
             .timeout(SEND_TIMEOUT)
+            .connect_timeout(Duration::from_secs(3))
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default()
@@ -77,15 +78,31 @@ fn profile_of(policy_version: &str) -> &str {
     policy_version.split('@').next().unwrap_or(policy_version)
 }
 
-/// Every profile's channels with their Secret read, by (namespace,
-/// profile). A channel whose Secret or key is missing is left out (its
-/// events wait, and count as undelivered) and logged.
-async fn channels(
-    ctx: &Context,
-    profiles: &[Arc<PolicyProfile>],
-) -> HashMap<(String, String), Vec<Channel>> {
+/// The channels of every profile, by (namespace, profile).
+#[derive(Default)]
+struct Configured {
+    /// Channels whose Secret keys were read.
+    ready: HashMap<(String, String), Vec<Channel>>,
+    /// Profiles with a channel that cannot be served now (its Secret, key
+    /// or signing secret is missing or unusable): their events wait, and
+    /// count as undelivered.
+    waiting: HashSet<(String, String)>,
+}
+
+impl Configured {
+    fn serves(&self, namespace: &str) -> bool {
+        self.ready
+            .keys()
+            .chain(&self.waiting)
+            .any(|(ns, _)| ns == namespace)
+    }
+}
+
+/// Every profile's channels with their Secret read. A channel that cannot
+/// be served now is logged and its profile marked waiting.
+async fn channels(ctx: &Context, profiles: &[Arc<PolicyProfile>]) -> Configured {
     let mut secrets: HashMap<String, Option<Secret>> = HashMap::new();
-    let mut out: HashMap<(String, String), Vec<Channel>> = HashMap::new();
+    let mut out = Configured::default();
     for profile in profiles {
         let Some(settings) = &profile.spec.approvals else {
             continue;
@@ -111,32 +128,36 @@ async fn channels(
         for channel in &settings.notify {
             let w = &channel.webhook;
             let key = format!("{ns}/{name}/{}:{}", w.format.as_str(), w.url_secret_key);
-            let Some(url) = value(&w.url_secret_key) else {
-                tracing::warn!(channel = %key, "no key {} in Secret {NOTIFY_SECRET}: waiting", w.url_secret_key);
-                continue;
+            let profile_key = (ns.clone(), name.clone());
+            let url = value(&w.url_secret_key);
+            let secret = w.signing_secret_key.as_ref().map(|k| {
+                value(k)
+                    .ok_or_else(|| format!("no key {k}"))
+                    .and_then(|s| decode_secret(&s))
+            });
+            let problem = match (&url, &secret) {
+                (None, _) => Some(format!("no key {}", w.url_secret_key)),
+                (_, Some(Err(e))) => Some(e.clone()),
+                // A profile the compiler refused can still be in the cache:
+                // a Standard Webhooks message is never sent unsigned.
+                (_, None) if w.format == NotifyFormat::Standard => {
+                    Some("a standard channel without a signing secret".into())
+                }
+                _ => None,
             };
-            let secret = match &w.signing_secret_key {
-                None => None,
-                Some(k) => match value(k).map(|s| decode_secret(&s)) {
-                    Some(Ok(bytes)) => Some(bytes),
-                    Some(Err(e)) => {
-                        tracing::warn!(channel = %key, error = %e, "unusable signing secret: waiting");
-                        continue;
-                    }
-                    None => {
-                        tracing::warn!(channel = %key, "no key {k} in Secret {NOTIFY_SECRET}: waiting");
-                        continue;
-                    }
-                },
-            };
-            out.entry((ns.clone(), name.clone()))
-                .or_default()
-                .push(Channel {
+            match (problem, url) {
+                (None, Some(url)) => out.ready.entry(profile_key).or_default().push(Channel {
                     key,
                     format: w.format,
                     url,
-                    secret,
-                });
+                    secret: secret.and_then(Result::ok),
+                }),
+                (problem, _) => {
+                    let why = problem.unwrap_or_else(|| "no URL".into());
+                    tracing::warn!(channel = %key, "{why} in Secret {NOTIFY_SECRET}: its events wait");
+                    out.waiting.insert(profile_key);
+                }
+            }
         }
     }
     out
@@ -210,7 +231,7 @@ async fn send(channel: &Channel, notice: &Notice, now: Timestamp) -> Result<(), 
     }
 }
 
-/// Backoff after `attempts` failures: 1 s, 2 s, 4 s, … at most five minutes.
+/// Backoff after `attempts` failures: 2 s, 4 s, 8 s, … at most five minutes.
 fn backoff(attempts: u32) -> SignedDuration {
     let seconds = 1u64 << attempts.min(9);
     SignedDuration::try_from(Duration::from_secs(seconds).min(MAX_BACKOFF)).unwrap_or_default()
@@ -228,41 +249,79 @@ pub async fn deliver_once(
     // builds, and this pass runs beside the controllers.
     let channels = Box::pin(channels(ctx, profiles)).await;
     let mut report = NotifyReport::default();
+    // The oldest event a channel still lacks (failed or waiting).
     let mut oldest: Option<Timestamp> = None;
+    let mut lacking = |at: Timestamp| oldest = Some(oldest.map_or(at, |o| o.min(at)));
     let notifications = ctx.store.notifications();
     let since = now.checked_sub(retention).unwrap_or(Timestamp::UNIX_EPOCH);
+    // A clock a little ahead of the store's is not an event from the future.
+    let until = now.checked_add(SignedDuration::from_mins(5)).unwrap_or(now);
+    // A channel that failed is not tried again in this pass: one receiver
+    // that never answers must not hold up every other.
+    let mut failed_now: HashSet<String> = HashSet::new();
     let mut after = 0;
     loop {
-        let events = notifications.events(since, after, PAGE).await?;
+        let events = notifications.events(since, until, after, PAGE).await?;
         let (Some(first), Some(last)) = (events.first(), events.last()) else {
             break;
         };
         let done = notifications.deliveries(first.id, last.id).await?;
+        let delivered = |key: &str, id: i64| {
+            done.get(&(key.to_owned(), id))
+                .is_some_and(|d| d.delivered_at.is_some())
+        };
         after = last.id;
         for event in &events {
             let Some(kind) = kind_of(&event.kind) else {
                 continue;
             };
+            // The approval is read only for a namespace with channels, and
+            // only while one of them still lacks this event.
+            if !channels.serves(&event.tenant) {
+                continue;
+            }
+            let waiting_here = channels.waiting.iter().any(|(ns, _)| *ns == event.tenant);
+            let all_sent = channels
+                .ready
+                .iter()
+                .filter(|((ns, _), _)| *ns == event.tenant)
+                .flat_map(|(_, list)| list)
+                .all(|c| delivered(&c.key, event.id));
+            if all_sent && !waiting_here {
+                continue;
+            }
             let Some((profile, notice)) = Box::pin(notice(ctx, event, kind)).await else {
                 continue;
             };
-            let Some(targets) = channels.get(&(event.tenant.clone(), profile)) else {
+            let profile_key = (event.tenant.clone(), profile);
+            if channels.waiting.contains(&profile_key) {
+                report.waiting += 1;
+                lacking(event.created_at);
+            }
+            let Some(targets) = channels.ready.get(&profile_key) else {
                 continue;
             };
             for channel in targets {
-                let state = done.get(&(channel.key.clone(), event.id));
-                if state.is_some_and(|d| d.delivered_at.is_some()) {
+                if delivered(&channel.key, event.id) {
                     continue;
                 }
-                if state.is_some_and(|d| d.next_attempt_at > now) {
+                let state = done.get(&(channel.key.clone(), event.id));
+                if failed_now.contains(&channel.key)
+                    || state.is_some_and(|d| d.next_attempt_at > now)
+                {
                     report.waiting += 1;
-                    oldest = Some(oldest.map_or(event.created_at, |o| o.min(event.created_at)));
+                    lacking(event.created_at);
                     continue;
                 }
                 let format = channel.format.as_str();
-                match Box::pin(send(channel, &notice, now)).await {
+                // Signed as of the moment it is sent: receivers refuse a
+                // stale timestamp.
+                let sent_at = ctx.now();
+                match Box::pin(send(channel, &notice, sent_at)).await {
                     Ok(()) => {
-                        notifications.delivered(&channel.key, event.id, now).await?;
+                        notifications
+                            .delivered(&channel.key, event.id, sent_at)
+                            .await?;
                         ctx.metrics
                             .notifications_delivered
                             .with_label_values(&[format])
@@ -270,8 +329,9 @@ pub async fn deliver_once(
                         report.delivered += 1;
                     }
                     Err(why) => {
-                        let attempts = state.map_or(0, |d| d.attempts) + 1;
-                        let next = now.checked_add(backoff(attempts)).unwrap_or(now);
+                        failed_now.insert(channel.key.clone());
+                        let attempts = state.map_or(0, |d| d.attempts).saturating_add(1);
+                        let next = sent_at.checked_add(backoff(attempts)).unwrap_or(sent_at);
                         notifications
                             .failed(&channel.key, event.id, &why, next)
                             .await?;
@@ -281,7 +341,7 @@ pub async fn deliver_once(
                             .inc();
                         tracing::warn!(channel = %channel.key, event = event.id, attempts, error = %why, "notification not accepted; retrying");
                         report.failed += 1;
-                        oldest = Some(oldest.map_or(event.created_at, |o| o.min(event.created_at)));
+                        lacking(event.created_at);
                     }
                 }
             }

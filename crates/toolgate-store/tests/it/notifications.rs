@@ -32,8 +32,9 @@ both_backends!(every_approval_change_is_an_event_to_notify, |db| {
         )
         .await
         .unwrap();
+    let until = Timestamp::now() + SignedDuration::from_secs(60);
     let ours: Vec<_> = notifications
-        .events(since, 0, 1000)
+        .events(since, until, 0, 1000)
         .await
         .unwrap()
         .into_iter()
@@ -44,13 +45,42 @@ both_backends!(every_approval_change_is_an_event_to_notify, |db| {
     assert!(ours.iter().all(|e| e.approval_id == a.id));
     assert!(ours[1].payload.contains("alice"), "{}", ours[1].payload);
     // Paging by the last id seen, and the window's start, both hold.
-    let after = notifications.events(since, ours[0].id, 1000).await.unwrap();
+    let after = notifications
+        .events(since, until, ours[0].id, 1000)
+        .await
+        .unwrap();
     assert!(after.iter().all(|e| e.id > ours[0].id));
     let later = notifications
-        .events(Timestamp::now() + SignedDuration::from_secs(60), 0, 1000)
+        .events(until, until + SignedDuration::from_secs(60), 0, 1000)
         .await
         .unwrap();
     assert!(later.is_empty(), "nothing is newer than the future");
+    // A row far outside any window (a tenant role writes its own events)
+    // is not read: the page holds only what can be sent.
+    let insert = "INSERT INTO run_events (tenant, run_id, kind, subject_id, payload, created_at) \
+        VALUES ($1, 'run-1', 'approval.requested', 'forged', '{}', $2)";
+    for at in [i64::MAX, -1] {
+        match db.store.as_postgres() {
+            Some(pg) => sqlx::query(insert)
+                .bind(&tenant)
+                .bind(at)
+                .execute(pg)
+                .await
+                .map(|_| ()),
+            None => sqlx::query(insert)
+                .bind(&tenant)
+                .bind(at)
+                .execute(db.store.as_sqlite().unwrap())
+                .await
+                .map(|_| ()),
+        }
+        .unwrap();
+    }
+    let read = notifications.events(since, until, 0, 1000).await.unwrap();
+    assert!(
+        read.iter().all(|e| e.approval_id != "forged"),
+        "out-of-range rows stay unread"
+    );
 });
 
 both_backends!(deliveries_are_remembered_per_channel_and_event, |db| {
@@ -65,7 +95,12 @@ both_backends!(deliveries_are_remembered_per_channel_and_event, |db| {
         .await
         .unwrap();
     let event = notifications
-        .events(since, 0, 1000)
+        .events(
+            since,
+            Timestamp::now() + SignedDuration::from_secs(60),
+            0,
+            1000,
+        )
         .await
         .unwrap()
         .into_iter()
