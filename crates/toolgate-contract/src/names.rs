@@ -13,6 +13,9 @@ pub const BUNDLE_KEY: &str = "bundle.json";
 pub const TRUST_CONFIGMAP: &str = "toolgate-trust";
 /// Key of the PEM inside [`TRUST_CONFIGMAP`].
 pub const TRUST_FIELD: &str = "trust.pem";
+/// The W3C trace-context fields, as header names and as `params._meta`
+/// members of an MCP message: what every way in reads and passes on.
+pub const TRACE_CONTEXT_FIELDS: [&str; 2] = ["traceparent", "tracestate"];
 /// The one Secret (in a profile's namespace, and in the controller's for
 /// the cluster's default channels) whose keys hold notification URLs and
 /// signing secrets: the controller may read it by this name and no other.

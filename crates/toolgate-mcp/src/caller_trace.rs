@@ -6,12 +6,7 @@
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
-
-/// The W3C fields taken from `_meta`, with the headers they become.
-const FIELDS: [(&str, HeaderName); 2] = [
-    ("traceparent", HeaderName::from_static("traceparent")),
-    ("tracestate", HeaderName::from_static("tracestate")),
-];
+use toolgate_contract::names::TRACE_CONTEXT_FIELDS;
 
 /// Longest field passed on: a `traceparent` is 55 characters and W3C caps
 /// `tracestate` at 512; anything longer is not a trace context.
@@ -32,14 +27,14 @@ impl CallerTrace {
     pub fn of_message(message: &Value) -> Self {
         let mut headers = HeaderMap::new();
         let meta = message.pointer("/params/_meta").and_then(Value::as_object);
-        for (field, header) in FIELDS {
+        for field in TRACE_CONTEXT_FIELDS {
             if let Some(value) = meta
                 .and_then(|m| m.get(field))
                 .and_then(Value::as_str)
                 .filter(|v| v.len() <= MAX_FIELD_BYTES)
                 .and_then(|v| HeaderValue::from_str(v).ok())
             {
-                headers.insert(header, value);
+                headers.insert(HeaderName::from_static(field), value);
             }
         }
         Self(headers)

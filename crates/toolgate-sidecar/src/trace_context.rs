@@ -15,14 +15,12 @@ use opentelemetry::trace::TraceContextExt;
 use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 use serde_json::Value;
 use toolgate_contract::TRACE_TARGET;
+use toolgate_contract::names::TRACE_CONTEXT_FIELDS as TRACE_FIELDS;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::error::ApiError;
-
-/// The W3C trace-context fields (`traceparent`, `tracestate`).
-const TRACE_FIELDS: [&str; 2] = ["traceparent", "tracestate"];
 
 /// `params._meta` of an MCP message, read as a carrier.
 struct Meta<'a>(&'a serde_json::Map<String, Value>);

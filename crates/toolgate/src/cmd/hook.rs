@@ -194,10 +194,8 @@ impl HookCall {
 fn trace_headers() -> reqwest::header::HeaderMap {
     use toolgate_contract::env::otel;
     let mut headers = reqwest::header::HeaderMap::new();
-    for (var, name) in [
-        (otel::TRACEPARENT, "traceparent"),
-        (otel::TRACESTATE, "tracestate"),
-    ] {
+    let names = toolgate_contract::names::TRACE_CONTEXT_FIELDS;
+    for (var, name) in [otel::TRACEPARENT, otel::TRACESTATE].into_iter().zip(names) {
         if let Some(value) = std::env::var(var)
             .ok()
             .and_then(|v| reqwest::header::HeaderValue::from_str(v.trim()).ok())

@@ -138,17 +138,11 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
                         ))
                         .await?
                     }
-                    None => {
-                        runs.scope_cancellations(&tenant).await?.into_iter().find(
-                            |stop| match &stop.scope {
-                                toolgate_policy::Scope::Namespace => true,
-                                toolgate_policy::Scope::Profile(p) => {
-                                    Some(p.as_str()) == name.as_deref()
-                                }
-                                toolgate_policy::Scope::Pod(_) => false,
-                            },
-                        )
-                    }
+                    None => runs
+                        .scope_cancellations(&tenant)
+                        .await?
+                        .into_iter()
+                        .find(|stop| stop.scope.covers(None, name.as_deref())),
                 };
                 let pod_usage = match &pod {
                     Some(pod) => Some(runs.pod_usage(&tenant, pod).await?),

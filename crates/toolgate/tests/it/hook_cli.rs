@@ -114,15 +114,18 @@ fn start_sidecar_with(dir: &Path, database: &str, port: u16, profile: &str) -> S
 
 /// `GET /readyz` answered 200.
 fn ready(port: u16) -> bool {
+    http_get(port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+}
+
+/// The whole response to `GET path` on the sidecar at `port`, if it answered.
+fn http_get(port: u16, path: &str) -> Option<String> {
     use std::io::Read;
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let request = "GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
     let mut response = String::new();
-    stream.write_all(request.as_bytes()).is_ok()
-        && stream.read_to_string(&mut response).is_ok()
-        && response.starts_with("HTTP/1.1 200")
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
 }
 
 fn approve(database: &str, approval: &str) {
@@ -425,12 +428,7 @@ fn the_claude_code_profile_decides_each_claude_code_tool() {
 
 /// `GET path` on the sidecar at `port`, as JSON.
 fn http_get_json(port: u16, path: &str) -> Value {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
+    let response = http_get(port, path).unwrap_or_else(|| panic!("GET {path}: no answer"));
     let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {response}"))
 }
