@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use toolgate_policy::{Call, Context, Decision, Enforcement, Id, Reason, Risk, RunId, Verdict};
+use toolgate_policy::{
+    Call, Context, Decision, Enforcement, Id, LabelSet, Provenance, Reason, Risk, RunId, Verdict,
+};
 use toolgate_store::{
     ApprovalStatus, ApprovedCall, Caller, DecisionRecord, NewApproval, RunLimits,
 };
@@ -15,6 +17,7 @@ use tracing::Instrument;
 
 use crate::Enforced;
 use crate::allowed::AllowedCall;
+use crate::flows::FlowState;
 use crate::labels::{MAX_LABEL_CHARS, NO_PROFILE, OTHER_TOOL, metric_tool_label, truncate};
 use crate::trace::{self, traced};
 use crate::{
@@ -26,8 +29,20 @@ impl Gate {
     /// (durably before answering for a high-risk tool), remembers an allow
     /// for its intent, and counts it.
     pub async fn authorize(&self, req: &AuthorizeRequest) -> Result<AuthorizeResponse, GateError> {
+        self.authorize_read(req, None).await
+    }
+
+    /// [`Gate::authorize`] for a workspace read whose file has
+    /// `provenance` (known to the sidecar only, never taken from the agent).
+    pub(crate) async fn authorize_read(
+        &self,
+        req: &AuthorizeRequest,
+        provenance: Option<Provenance>,
+    ) -> Result<AuthorizeResponse, GateError> {
         let span = trace::tool_call(req, &self.tenant, self.trace_arguments);
-        let answer = authorize_call(self, req).instrument(span.clone()).await;
+        let answer = authorize_call(self, req, provenance)
+            .instrument(span.clone())
+            .await;
         trace::decided(&span, &answer);
         answer
     }
@@ -60,6 +75,10 @@ struct Decided {
     limits: RunLimits,
     verdict: Verdict,
     approval_id: Option<String>,
+    /// The labels the run carried when the call was decided (profiles with flows).
+    flow: Option<FlowState>,
+    /// The labels this call set.
+    flow_labels_set: Vec<String>,
 }
 
 /// Authorizes one call: [`decide`] it under the held bundle, [`record`] it
@@ -68,10 +87,12 @@ struct Decided {
 async fn authorize_call(
     app: &Gate,
     req: &AuthorizeRequest,
+    provenance: Option<Provenance>,
 ) -> Result<AuthorizeResponse, GateError> {
     let started = Instant::now();
     app.validate_call(req)?;
-    let mut decided = decide(app, req, Timestamp::now()).await;
+    let mut decided = decide(app, req, Timestamp::now(), provenance).await;
+    set_flow_labels(app, req, &mut decided, provenance).await;
     record(app, req, &mut decided).await?;
     remember(app, req, &decided);
     count(app, req, &decided, started);
@@ -79,19 +100,76 @@ async fn authorize_call(
         decision_id: decided.decision_id,
         verdict: decided.verdict,
         approval_id: decided.approval_id,
+        flow_labels_set: decided.flow_labels_set,
     })
+}
+
+/// Sets the labels an allowed call sets on its run (or pod) before it is
+/// answered; a call whose labels cannot be stored is denied
+/// (`audit_unavailable`), as one that cannot be recorded is.
+async fn set_flow_labels(
+    app: &Gate,
+    req: &AuthorizeRequest,
+    d: &mut Decided,
+    provenance: Option<Provenance>,
+) {
+    let (Some(state), Some(enforced)) = (&d.flow, &d.enforced) else {
+        return;
+    };
+    if d.verdict.verdict != Decision::Allow {
+        return;
+    }
+    let call = Call {
+        tool: &req.tool,
+        action: req.action.as_deref(),
+        arguments: &req.arguments,
+    };
+    let set = enforced.policy.flow_labels_set_by(&call, provenance);
+    if set.is_subset(state.labels) {
+        return;
+    }
+    let write = app.set_flow_labels(&enforced.policy, state, set, &d.decision_id, d.now);
+    match traced("toolgate.flow.labels", write).await {
+        Ok(names) => d.flow_labels_set = names,
+        Err(err) => {
+            tracing::error!(error = %err, "flow labels not stored; denying");
+            deny_audit(&mut d.verdict);
+            d.approval_id = None;
+        }
+    }
 }
 
 /// Decides the call at `now`: [`evaluate`] it, then resolve an escalation
 /// through its approval.
-async fn decide(app: &Gate, req: &AuthorizeRequest, now: Timestamp) -> Decided {
+async fn decide(
+    app: &Gate,
+    req: &AuthorizeRequest,
+    now: Timestamp,
+    provenance: Option<Provenance>,
+) -> Decided {
     let step_id = req
         .step_id
         .as_ref()
         .map_or_else(|| NO_STEP.to_owned(), Id::to_string);
     let decision_id = uuid::Uuid::now_v7().to_string();
     let enforced = app.policy.current();
-    let mut verdict = evaluate(app, req, enforced.as_deref(), now);
+    // The run's flow labels, for a live profile that declares flows; a
+    // store that cannot say which labels the run carries denies the call.
+    let (flow, flow_unknown) = match enforced.as_deref().filter(|e| e.is_live(now)) {
+        Some(e) => match traced("toolgate.flow.read", app.flow_state(&e.policy, &req.run_id)).await {
+            Ok(state) => (state, false),
+            Err(err) => {
+                tracing::error!(error = %err, "flow labels unreadable; denying");
+                (None, true)
+            }
+        },
+        None => (None, false),
+    };
+    let labels = flow.as_ref().map_or(LabelSet::EMPTY, |f| f.labels);
+    let mut verdict = evaluate(app, req, enforced.as_deref(), now, labels, provenance);
+    if flow_unknown {
+        deny_audit(&mut verdict);
+    }
     let (mode, limits) = match &enforced {
         Some(e) => (
             e.policy.enforcement(&req.tool),
@@ -130,6 +208,8 @@ async fn decide(app: &Gate, req: &AuthorizeRequest, now: Timestamp) -> Decided {
         limits,
         verdict,
         approval_id,
+        flow,
+        flow_labels_set: Vec::new(),
     }
 }
 
@@ -141,6 +221,8 @@ fn evaluate(
     req: &AuthorizeRequest,
     enforced: Option<&Enforced>,
     now: Timestamp,
+    labels: LabelSet,
+    provenance: Option<Provenance>,
 ) -> Verdict {
     let call = Call {
         tool: &req.tool,
@@ -157,6 +239,8 @@ fn evaluate(
             &Context {
                 now,
                 subject: Some(&app.tenant),
+                labels,
+                provenance,
             },
         ),
     };
@@ -193,7 +277,7 @@ fn record_of(req: &AuthorizeRequest, d: &Decided, verdict: &Verdict) -> Decision
         tool: req.tool.to_string(),
         verdict: verdict.verdict.as_str().to_owned(),
         reason: verdict.reason.as_str().to_owned(),
-        message: record_message(verdict),
+        message: record_message(verdict, &d.flow_labels_set),
         // Labels come from the profile; a very long glob must not make the
         // log refuse the record.
         matched_rule: verdict
@@ -457,17 +541,22 @@ fn deny_audit(verdict: &mut Verdict) {
 
 /// The decision log's `message` for a verdict: what enforcement would have
 /// answered when it only reports, and which budget refused a call.
-fn record_message(verdict: &Verdict) -> Option<String> {
+fn record_message(verdict: &Verdict, flow_labels_set: &[String]) -> Option<String> {
     if !verdict.enforced {
-        return Some(
-            serde_json::json!({
-                "enforced": false,
-                "would_verdict": verdict.would_verdict,
-                "would_reason": verdict.would_reason,
-                "would_rule": verdict.would_rule.as_deref().map(|r| truncate(r, 512)),
-            })
-            .to_string(),
-        );
+        let mut message = serde_json::json!({
+            "enforced": false,
+            "would_verdict": verdict.would_verdict,
+            "would_reason": verdict.would_reason,
+            "would_rule": verdict.would_rule.as_deref().map(|r| truncate(r, 512)),
+        });
+        if !flow_labels_set.is_empty() {
+            message["flow_labels_set"] = flow_labels_set.into();
+        }
+        return Some(message.to_string());
+    }
+    if !flow_labels_set.is_empty() {
+        // Why a later call of the run was refused starts here.
+        return Some(serde_json::json!({ "flow_labels_set": flow_labels_set }).to_string());
     }
     (verdict.reason == Reason::BudgetExhausted).then(|| {
         format!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::{Decision, Id, RunId};
+use toolgate_policy::{Decision, Id, Provenance, RunId};
 use toolgate_store::{IntentOutcome, NewIntent};
 
 use crate::workspace::{FileRead, FileWritten, Listing, Stat, WorkspaceError, Workspaces};
@@ -99,8 +99,20 @@ async fn govern(
     step_id: Option<Id>,
     arguments: serde_json::Map<String, serde_json::Value>,
 ) -> Result<AuthorizeResponse, GateError> {
+    govern_read(app, op, run_id, step_id, arguments, None).await
+}
+
+/// [`govern`] for a read of a file whose provenance the sidecar knows.
+async fn govern_read(
+    app: &Gate,
+    op: &str,
+    run_id: &RunId,
+    step_id: Option<Id>,
+    arguments: serde_json::Map<String, serde_json::Value>,
+    provenance: Option<Provenance>,
+) -> Result<AuthorizeResponse, GateError> {
     let answer = app
-        .authorize(&AuthorizeRequest {
+        .authorize_read(&AuthorizeRequest {
             tool: Id::parse(format!("workspace.{op}"))?,
             action: None,
             arguments,
@@ -108,7 +120,7 @@ async fn govern(
             step_id,
             tenant: None,
             definition_digest: None,
-        })
+        }, provenance)
         .await?;
     if answer.verdict.verdict == Decision::Allow {
         return Ok(answer);
@@ -157,12 +169,22 @@ impl Gate {
         counted_refusal(self, workspace_write_inner(self.clone(), req).await)
     }
 
-    /// `workspace.read`, decided and recorded.
+    /// `workspace.read`, decided and recorded. Under a profile with flow
+    /// rules the file is read first, inside the run's workspace (nothing
+    /// leaves the sidecar), so the decision and the labels it sets see the
+    /// file's provenance; its content is answered only when allowed.
     pub async fn workspace_read(
         self: &Arc<Self>,
         req: PathRequest,
     ) -> Result<Governed<FileRead>, GateError> {
-        governed_path(self.clone(), req, "read", Workspaces::read).await
+        let flows = self
+            .policy
+            .current()
+            .is_some_and(|e| e.policy.flow_scope().is_some());
+        if !flows {
+            return governed_path(self.clone(), req, "read", Workspaces::read).await;
+        }
+        counted_refusal(self, read_then_govern(self.clone(), req).await)
     }
 
     /// `workspace.list`, decided and recorded.
@@ -235,6 +257,20 @@ async fn workspace_write_inner(
     Ok(Governed {
         decision_id: answer.decision_id,
         result: written?,
+    })
+}
+
+/// A workspace read decided on the provenance of what was read.
+async fn read_then_govern(app: Arc<Gate>, req: PathRequest) -> Result<Governed<FileRead>, GateError> {
+    let state = app.clone();
+    let (run_id, path) = (req.run_id.clone(), req.path.clone());
+    let read = workspace_io(&app, move || Ok(state.workspaces.read(&run_id, &path)?)).await;
+    let provenance = read.as_ref().ok().map(|r| r.provenance);
+    let arguments = path_arguments(&req.path);
+    let answer = govern_read(&app, "read", &req.run_id, req.step_id, arguments, provenance).await?;
+    Ok(Governed {
+        decision_id: answer.decision_id,
+        result: read?,
     })
 }
 

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod policy_state;
 pub mod runs;
 mod trace;
+mod flows;
 pub mod workspace;
 
 use std::collections::HashMap;
@@ -38,6 +39,7 @@ pub use intents::{BeginIntentRequest, CompleteRequest};
 pub use metrics::Metrics;
 pub use policy_state::{BundleFiles, Enforced, PolicyState};
 pub use runs::CancelledRuns;
+pub use trace::with_sampling;
 pub use workspace::Workspaces;
 
 /// Longest `?wait=` an approval long-poll may ask for.
@@ -81,6 +83,8 @@ pub struct Gate {
     /// Whether a call's span carries its arguments (off unless the
     /// sidecar opts in: arguments may hold what a trace store must not).
     pub trace_arguments: bool,
+    /// Flow labels this sidecar knows its runs and pod carry.
+    pub(crate) known_labels: flows::KnownLabels,
 }
 
 /// What a [`Gate`] is made of (see its fields).
@@ -114,6 +118,7 @@ impl Gate {
             workspace_slots: Arc::new(tokio::sync::Semaphore::new(WORKSPACE_SLOTS)),
             cancelled: Arc::new(CancelledRuns::default()),
             trace_arguments: parts.trace_arguments,
+            known_labels: flows::KnownLabels::default(),
         }
     }
 
@@ -220,6 +225,10 @@ pub struct AuthorizeResponse {
     /// For `escalate`: the approval to wait on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
+    /// Flow labels this allowed call set on its run (or pod), in name
+    /// order; absent when it set none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flow_labels_set: Vec<String>,
 }
 
 /// The run a path segment, query or header names, in its canonical

@@ -255,6 +255,7 @@ impl RunStatus {
                 .iter()
                 .map(crate::intents::pending_json)
                 .collect(),
+            flow_labels: None,
             run_id,
         }
     }
@@ -293,6 +294,11 @@ pub struct RunStatus {
     /// Intents of the run still open, as `GET /v1/intents` lists them
     /// (each with its `resume` class).
     pub open_intents: Vec<serde_json::Value>,
+    /// Flow labels the run carries (its pod's, for a profile whose flows
+    /// have `scope: pod`), oldest first, each with the decision that set
+    /// it; absent for a profile without flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_labels: Option<Vec<toolgate_store::FlowLabel>>,
 }
 
 /// The three budgets of a run.
@@ -328,18 +334,33 @@ impl Gate {
             .scope_cancellation(self.caller(enforced.as_deref()))
             .await?;
         let pod = runs.pod_usage(&self.tenant, &self.pod).await?;
-        let limits = enforced.map(|e| limits(&e.policy)).unwrap_or_default();
+        let limits = enforced
+            .as_ref()
+            .map(|e| limits(&e.policy))
+            .unwrap_or_default();
         if let Some(stop) = &scoped {
             self.cancelled.insert_scope(stop.scope.clone());
         }
-        Ok(RunStatus::of(
+        let flow_scope = enforced.as_ref().and_then(|e| e.policy.flow_scope());
+        let flow_labels = match flow_scope {
+            Some(scope) => Some(
+                self.store
+                    .flow_labels()
+                    .of(&self.tenant, scope, &self.flow_subject(scope, &run_id))
+                    .await?,
+            ),
+            None => None,
+        };
+        let mut status = RunStatus::of(
             run_id,
             state,
             scoped,
             Some(pod),
             &limits,
             Timestamp::now(),
-        ))
+        );
+        status.flow_labels = flow_labels;
+        Ok(status)
     }
 }
 

@@ -32,15 +32,9 @@ pub const MAX_PATH_BYTES: usize = 4096;
 /// Most entries one listing returns.
 pub const MAX_LIST_ENTRIES: usize = 10_000;
 
-/// Where a file's content came from, as far as this process can prove.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Provenance {
-    /// Written through this handle by this process and unchanged since.
-    InternalTool,
-    /// Anything else: pre-existing, changed by someone else, or from before a restart.
-    ExternalUntrusted,
-}
+/// Where a file's content came from (one definition, in the policy crate,
+/// since flow rules select reads by it).
+pub use toolgate_policy::Provenance;
 
 /// Kind of a directory entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -8,6 +8,7 @@ use jiff::Timestamp;
 
 use crate::digest::PolicyVersion;
 use crate::error::PolicyError;
+use crate::flows::CompiledFlows;
 use crate::load::validate_object_name;
 use crate::model::{
     ApprovalSettings, Budgets, Enforcement, Grant, Mode, PolicySpec, RuleTiers, ToolEffect,
@@ -26,7 +27,7 @@ pub(crate) struct OrderedGlobs {
 }
 
 impl OrderedGlobs {
-    fn build(entries: Vec<(String, String, String)>) -> Result<Self, PolicyError> {
+    pub(crate) fn build(entries: Vec<(String, String, String)>) -> Result<Self, PolicyError> {
         // entries: (field path, glob, label)
         let mut matchers = Vec::with_capacity(entries.len());
         let mut labels = Vec::with_capacity(entries.len());
@@ -57,6 +58,10 @@ impl OrderedGlobs {
 
     pub(crate) fn len(&self) -> usize {
         self.labels.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.labels.is_empty()
     }
 }
 
@@ -153,6 +158,7 @@ pub struct CompiledPolicy {
     pub(crate) grants: Vec<CompiledGrant>,
     pub(crate) spec: PolicySpec,
     pub(crate) source_grants: Vec<Grant>,
+    pub(crate) flows: Option<CompiledFlows>,
 }
 
 impl CompiledPolicy {
@@ -337,6 +343,8 @@ impl CompiledPolicy {
             compiled_grants.push(compile_grant(i, grant, spec, &canonical)?);
         }
 
+        let flows = spec.flows.as_ref().map(CompiledFlows::compile).transpose()?;
+
         Ok(Self {
             name: name.to_owned(),
             version: PolicyVersion::compute(name, spec, grants),
@@ -350,6 +358,7 @@ impl CompiledPolicy {
             grants: compiled_grants,
             spec: spec.clone(),
             source_grants: grants.to_vec(),
+            flows,
         })
     }
 

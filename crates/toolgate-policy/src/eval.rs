@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::compile::{CompiledPolicy, CompiledTool, MatchText, Tier};
 use crate::digest::{call_digests, canonical_json};
+use crate::flows::{LabelSet, Provenance, Seen};
 use crate::model::{Mode, Risk, SideEffect};
 use crate::paths::{normalize_args, path_values};
 use crate::verdict::{Decision, Reason, Verdict};
@@ -30,12 +31,21 @@ pub struct Context<'a> {
     pub now: Timestamp,
     /// Who is calling (the tenant); standing grants are scoped by it.
     pub subject: Option<&'a str>,
+    /// The flow labels the run (or pod) carries before this call.
+    pub labels: LabelSet,
+    /// For a workspace read: the provenance of the file read.
+    pub provenance: Option<Provenance>,
 }
 
 impl Context<'_> {
-    /// A context at `now` with no subject.
+    /// A context at `now` with no subject, no labels and no provenance.
     pub fn at(now: Timestamp) -> Self {
-        Self { now, subject: None }
+        Self {
+            now,
+            subject: None,
+            labels: LabelSet::EMPTY,
+            provenance: None,
+        }
     }
 }
 
@@ -97,6 +107,10 @@ impl CompiledPolicy {
     /// Decides one call. Never fails: unknown tools and malformed arguments
     /// are denied with a typed reason. Under a `warn` or `dryRun` tool the
     /// verdict only reports (see [`Verdict::under`]).
+    ///
+    /// The order: (0) path normalization, (1) hardline rules and egress,
+    /// (2) flow denials, (3) the mode, (4) shell control, (5) the tiers and
+    /// standing grants, (6) flow escalations of what would be allowed.
     pub fn evaluate(&self, call: &Call<'_>, ctx: &Context<'_>) -> Verdict {
         let verdict = self.evaluate_enforced(call, ctx);
         verdict.under(self.enforcement(call.tool))
@@ -180,34 +194,84 @@ impl CompiledPolicy {
             }
         }
 
-        // 2. Mode.
+        // 2. Flow denials: what the run touched before forbids this call.
+        let seen = Seen {
+            tool: tool_name,
+            side_effect,
+            text: &text,
+            provenance: ctx.provenance,
+        };
+        let flows = self.flows.as_ref();
+        if let Some(rule) = flows.and_then(|f| f.rule(true, ctx.labels, &seen)) {
+            return decide(Decision::Deny, Reason::FlowRule, Some(rule));
+        }
+
+        // 3-5. Mode, shell control, tiers and grants.
+        let (decision, reason, rule) = self.by_rules(tool, tool_name, &text, ctx);
+
+        // 6. Flow escalations: only an allow becomes one, so a label never
+        // loosens a verdict.
+        if decision == Decision::Allow
+            && let Some(rule) = flows.and_then(|f| f.rule(false, ctx.labels, &seen))
+        {
+            return decide(Decision::Escalate, Reason::FlowEscalate, Some(rule));
+        }
+        decide(decision, reason, rule)
+    }
+
+    /// Steps 3-5 of the decision order: the mode, shell control in
+    /// commands (before any allow rule), then the tiers (first match wins)
+    /// with standing grants for escalations.
+    fn by_rules<'a>(
+        &'a self,
+        tool: &'a CompiledTool,
+        tool_name: &str,
+        text: &str,
+        ctx: &Context<'_>,
+    ) -> (Decision, Reason, Option<&'a str>) {
         match self.mode {
-            Mode::AllowAll => return decide(Decision::Allow, Reason::ModeAllowAll, None),
-            Mode::DenyAll => return decide(Decision::Deny, Reason::ModeDenyAll, None),
+            Mode::AllowAll => return (Decision::Allow, Reason::ModeAllowAll, None),
+            Mode::DenyAll => return (Decision::Deny, Reason::ModeDenyAll, None),
             Mode::Rules => {}
         }
-
-        // 3. Shell control in commands, before any allow rule.
-        if side_effect == SideEffect::ProcessExec && has_shell_control(&text) {
-            return decide(Decision::Deny, Reason::ShellControl, None);
+        if tool.effect.side_effect == SideEffect::ProcessExec && has_shell_control(text) {
+            return (Decision::Deny, Reason::ShellControl, None);
         }
-
-        // 4. Tiers, first match wins.
-        let Some(i) = tool.rules.first_match(&text) else {
-            return decide(Decision::Deny, Reason::NoMatchingRule, None);
+        let Some(i) = tool.rules.first_match(text) else {
+            return (Decision::Deny, Reason::NoMatchingRule, None);
         };
         let rule = tool.rules.label(i);
         match tool.tiers[i] {
-            Tier::Deny => decide(Decision::Deny, Reason::DenyRule, Some(rule)),
-            Tier::Allow => decide(Decision::Allow, Reason::AllowRule, Some(rule)),
-            Tier::Escalate => {
-                if let Some(grant) = self.matching_grant(tool_name, &text, ctx) {
-                    decide(Decision::Allow, Reason::ApprovedByGrant, Some(grant))
-                } else {
-                    decide(Decision::Escalate, Reason::EscalateRule, Some(rule))
-                }
-            }
+            Tier::Deny => (Decision::Deny, Reason::DenyRule, Some(rule)),
+            Tier::Allow => (Decision::Allow, Reason::AllowRule, Some(rule)),
+            Tier::Escalate => match self.matching_grant(tool_name, text, ctx) {
+                Some(grant) => (Decision::Allow, Reason::ApprovedByGrant, Some(grant)),
+                None => (Decision::Escalate, Reason::EscalateRule, Some(rule)),
+            },
         }
+    }
+
+    /// The flow labels `call` sets when it is allowed (none for a profile
+    /// without flows or a tool it does not declare); `provenance` is the
+    /// file's, for a workspace read.
+    pub fn flow_labels_set_by(&self, call: &Call<'_>, provenance: Option<Provenance>) -> LabelSet {
+        let Some(flows) = &self.flows else {
+            return LabelSet::EMPTY;
+        };
+        let tool_name = self.canonical_tool(call.tool);
+        let Some(tool) = self.tools.get(tool_name) else {
+            return LabelSet::EMPTY;
+        };
+        let Ok(args) = normalize_args(&tool.path_args, call.arguments) else {
+            return LabelSet::EMPTY;
+        };
+        let text = match_text(tool, call.action, &args);
+        flows.set_by(&Seen {
+            tool: tool_name,
+            side_effect: tool.effect.side_effect,
+            text: &text,
+            provenance,
+        })
     }
 
     fn verdict(

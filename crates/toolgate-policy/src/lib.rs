@@ -30,6 +30,7 @@ mod compile;
 pub mod digest;
 mod error;
 mod eval;
+pub mod flows;
 mod fnmatch;
 pub mod ids;
 pub mod load;
@@ -43,6 +44,9 @@ pub use compile::{ANY_TOOL, CompiledPolicy, MAX_RUN_SECONDS};
 pub use digest::{PolicyVersion, args_digest, call_digest, invocation_digest};
 pub use error::PolicyError;
 pub use eval::{Call, Context};
+pub use flows::{
+    FlowRule, FlowScope, FlowSelector, Flows, LabelSet, MAX_FLOW_LABELS, Provenance,
+};
 pub use ids::{Id, RunId, Scope, ScopeKind, Stop};
 pub use model::{
     Budgets, Enforcement, Grant, Mode, NotifyChannel, NotifyFormat, PodBudgets, PolicyManifest,

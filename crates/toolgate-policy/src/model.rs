@@ -77,6 +77,10 @@ pub struct PolicySpec {
     /// `maxRunSeconds`), counted in the shared database.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budgets: Option<Budgets>,
+    /// Labels a run picks up from what it touches, and rules that deny or
+    /// escalate calls of a run carrying them (docs/policy.md, "Flow rules").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<crate::flows::Flows>,
 }
 
 crate::wire_enum! {

@@ -75,6 +75,12 @@ crate::wire_enum! {
         BudgetExhausted = "budget_exhausted",
         /// The run was cancelled (issued by the sidecar).
         RunCancelled = "run_cancelled",
+        /// A flow rule denied the call: the run carries labels (from what
+        /// it touched before) that the rule forbids this call with.
+        FlowRule = "flow_rule",
+        /// A flow rule asks a human about a call that would otherwise be
+        /// allowed, because of the labels the run carries.
+        FlowEscalate = "flow_escalate",
         /// The profile or tool runs in `warn` or `dryRun` mode: the call is
         /// allowed and the verdict's `would_*` fields say what enforcement
         /// would have answered.
@@ -91,7 +97,7 @@ impl Reason {
             | Self::ApprovedByGrant
             | Self::Approved
             | Self::NotEnforced => Decision::Allow,
-            Self::EscalateRule => Decision::Escalate,
+            Self::EscalateRule | Self::FlowEscalate => Decision::Escalate,
             _ => Decision::Deny,
         }
     }

@@ -1,5 +1,5 @@
-//! What traces cost: `POST /v1/authorize` over loopback HTTP at fixed rates
-//! with tracing off, sampling 1 % and sampling 100 %, exporting over
+//! What traces cost: `POST /v1/authorize` over loopback HTTP one call at a
+//! time and at fixed rates, with tracing off, sampling 1 % and 100 %, exporting over
 //! OTLP/HTTP (the production exporter: batched, reqwest) to a sink on
 //! loopback, phases interleaved in one run so each is measured beside the
 //! others.
@@ -56,6 +56,13 @@ impl ShouldSample for Turnable {
     }
 }
 
+/// CPU time this process has used (every thread: the sidecar, its
+/// exporter, and the load generator, whose share is the same in each mode).
+fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -99,6 +106,28 @@ async fn fixed_rate(
     for h in handles {
         if let Ok(Some(d)) = h.await {
             lat.push(d);
+        }
+    }
+    lat.sort();
+    (percentile(&lat, 0.5), percentile(&lat, 0.99), lat.len())
+}
+
+/// One call at a time for `secs`: what a call costs with nothing queued
+/// ahead of it and no timer between calls. (p50, p99, answered).
+async fn sequential(client: &reqwest::Client, url: &str, secs: u64) -> (Duration, Duration, usize) {
+    let body = json!({"tool": "reader", "arguments": {"path": "src/main.rs"}, "run_id": "bench", "step_id": "s1"});
+    let start = Instant::now();
+    let mut lat = Vec::new();
+    while start.elapsed() < Duration::from_secs(secs) {
+        let t = Instant::now();
+        let ok = client
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ok {
+            lat.push(t.elapsed());
         }
     }
     lat.sort();
@@ -234,23 +263,38 @@ fn main() {
         let _ = fixed_rate(&client, &url, 1000, 1).await; // warm up
     });
     println!(
-        "{:<14} {:>6} {:>10} {:>10} {:>8} {:>12}",
-        "tracing", "rate/s", "p50", "p99", "answered", "OTLP bytes"
+        "{:<14} {:>6} {:>10} {:>10} {:>8} {:>12} {:>10}",
+        "tracing", "rate/s", "p50", "p99", "answered", "OTLP bytes", "CPU/call"
     );
+    // What the process spends idle over a drain (its pollers), taken out
+    // of each phase's CPU so that CPU/call is the calls' own.
+    const DRAIN: Duration = Duration::from_millis(5_500);
+    let idle = process_cpu();
+    client_rt.block_on(async { tokio::time::sleep(DRAIN).await });
+    let idle = process_cpu() - idle;
     for round in 0..rounds {
-        for rate in [1000u32, 5000] {
+        for rate in [None, Some(1000u32), Some(5000)] {
             for (name, mode) in modes {
                 set(mode);
                 let before = received.load(Ordering::Relaxed);
-                let (p50, p99, n) = client_rt.block_on(fixed_rate(&client, &url, rate, secs));
-                // Let the batch processor deliver this phase's spans.
-                client_rt
-                    .block_on(async { tokio::time::sleep(Duration::from_millis(5_500)).await });
+                let cpu = process_cpu();
+                let (p50, p99, n) = client_rt.block_on(async {
+                    match rate {
+                        Some(rate) => fixed_rate(&client, &url, rate, secs).await,
+                        None => sequential(&client, &url, secs).await,
+                    }
+                });
+                // Let the batch processor deliver this phase's spans; its
+                // CPU is counted with the phase's.
+                client_rt.block_on(async { tokio::time::sleep(DRAIN).await });
+                let cpu = (process_cpu() - cpu).saturating_sub(idle) / n.max(1) as u32;
                 let sent = received.load(Ordering::Relaxed) - before;
+                let rate = rate.map_or_else(|| "1 by 1".to_owned(), |r| r.to_string());
                 println!(
-                    "{name:<14} {rate:>6} {:>10} {:>10} {n:>8} {sent:>12}   (round {})",
+                    "{name:<14} {rate:>6} {:>10} {:>10} {n:>8} {sent:>12} {:>10}   (round {})",
                     us(p50),
                     us(p99),
+                    us(cpu),
                     round + 1
                 );
             }

@@ -60,12 +60,21 @@ pub(crate) async fn server_span(req: Request, next: Next) -> Response {
         return next.run(req).await;
     }
     let _ = span.set_parent(extract(&HeaderExtractor(req.headers())));
-    let response = next.run(req).instrument(span.clone()).await;
+    let sampled = sampled(&span);
+    let response = toolgate_gate::with_sampling(sampled, next.run(req))
+        .instrument(span.clone())
+        .await;
     span.record("http.response.status_code", response.status().as_u16());
     if response.status().is_server_error() {
         span.record("otel.status_code", "ERROR");
     }
     response
+}
+
+/// Whether `span`'s trace is recorded: the tracer decides when the span
+/// starts, which this forces (its parent must be set first).
+pub(crate) fn sampled(span: &Span) -> bool {
+    span.context().span().span_context().is_sampled()
 }
 
 /// The gateway's span of one message to upstream `server`, named and

@@ -20,6 +20,7 @@ mod approvals;
 mod checkpoints;
 mod decisions;
 mod fields;
+mod flows;
 mod heartbeats;
 mod intents;
 mod notifications;
@@ -49,6 +50,7 @@ pub use decisions::{
     StreamHead, StreamLink, check_stream, genesis_hash,
 };
 pub use fields::{MAX_FIELD_LEN, check_field};
+pub use flows::{FlowLabel, FlowLabels};
 pub(crate) use fields::{
     duration_ms, new_id, opt_ts_from_ms, parse_json, require, require_opt, require_run_id,
     ts_from_ms,
@@ -556,6 +558,11 @@ impl Store {
     /// Run budgets and cancellation.
     pub fn runs(&self) -> Runs<'_> {
         Runs { store: self }
+    }
+
+    /// Flow labels of runs and pods (`spec.flows`).
+    pub fn flow_labels(&self) -> FlowLabels<'_> {
+        FlowLabels { store: self }
     }
 
     /// Approval events to notify people about, and their deliveries.

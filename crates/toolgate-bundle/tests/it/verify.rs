@@ -489,6 +489,7 @@ fn grants_change_digest_and_version_and_evaluate_from_the_bundle() {
         &Context {
             now: t0(),
             subject: Some("team-a"),
+            ..Context::at(t0())
         },
     );
     assert_eq!(granted.verdict, Decision::Allow);
@@ -503,6 +504,7 @@ fn grants_change_digest_and_version_and_evaluate_from_the_bundle() {
         &Context {
             now: t0(),
             subject: Some("team-b"),
+            ..Context::at(t0())
         },
     );
     assert_eq!(other.verdict, Decision::Escalate);

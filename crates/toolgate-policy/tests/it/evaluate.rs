@@ -338,6 +338,7 @@ fn grants_turn_escalations_into_allows_until_they_expire() {
         &Context {
             now: before,
             subject: Some("team-a"),
+            ..Context::at(before)
         },
     );
     assert_eq!(
@@ -350,6 +351,7 @@ fn grants_turn_escalations_into_allows_until_they_expire() {
         &Context {
             now: after,
             subject: Some("team-a"),
+            ..Context::at(after)
         },
     );
     assert_eq!(v.verdict, Decision::Escalate, "expired grants do nothing");
@@ -358,6 +360,7 @@ fn grants_turn_escalations_into_allows_until_they_expire() {
         &Context {
             now: before,
             subject: Some("team-b"),
+            ..Context::at(before)
         },
     );
     assert_eq!(
@@ -376,6 +379,7 @@ fn grants_turn_escalations_into_allows_until_they_expire() {
         &Context {
             now: before,
             subject: Some("team-a"),
+            ..Context::at(before)
         },
     );
     assert_eq!(v.reason, Reason::DenyRule, "grants never override a deny");

@@ -285,9 +285,17 @@ pub(crate) async fn proxy(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let span = trace_context::mcp_span(&server, &headers, &body);
-    let answer = exchange(mcp, server, method, headers, body)
-        .instrument(span.clone())
-        .await;
+    let exchange = exchange(mcp, server, method, headers, body);
+    let answer = if span.is_disabled() {
+        exchange.await
+    } else {
+        // The message's own `_meta` context may be sampled where the
+        // request's headers were not, or the other way round.
+        let sampled = trace_context::sampled(&span);
+        toolgate_gate::with_sampling(sampled, exchange)
+            .instrument(span.clone())
+            .await
+    };
     trace_context::mcp_answered(&span, &answer);
     answer
 }

@@ -6,6 +6,7 @@ mod common;
 
 mod attacks;
 mod escalations;
+mod flows;
 mod fuzz;
 mod http;
 mod ids;

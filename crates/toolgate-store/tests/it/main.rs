@@ -9,6 +9,7 @@ mod atomicity;
 mod bad_input;
 mod connections;
 mod decisions;
+mod flow_labels;
 mod intents;
 mod notifications;
 mod profiles_and_heartbeats;

@@ -109,6 +109,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CliError> {
         &Context {
             now,
             subject: args.subject.as_deref(),
+            ..Context::at(now)
         },
     );
     outln!(

@@ -77,6 +77,7 @@ pub fn evaluate_case(policy: &CompiledPolicy, case: &Case, now: jiff::Timestamp)
         &Context {
             now,
             subject: case.subject.as_deref(),
+            ..Context::at(now)
         },
     )
 }

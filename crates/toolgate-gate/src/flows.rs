@@ -1,0 +1,130 @@
+//! A run's flow labels at the gate (`spec.flows`). Before a call of a
+//! profile with flows is decided, the labels its run (or pod) carries are
+//! read from the store, which every sidecar of the run shares; an allowed
+//! call that sets labels writes them, durably, before it is answered.
+//!
+//! Why a read per decision is enough, without locking the run: a label is
+//! committed before the call that sets it is answered, and the agent only
+//! has what that call returns (the secret, the injected text) after the
+//! answer. Any later call that could carry it out is decided after the
+//! commit, on whichever sidecar, and so sees the label.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use jiff::Timestamp;
+use toolgate_policy::{CompiledPolicy, FlowScope, LabelSet, RunId};
+
+use crate::Gate;
+
+/// Most runs and pods whose labels one sidecar remembers; past it the
+/// memory starts again (it only saves reads).
+const MAX_REMEMBERED: usize = 10_000;
+
+/// Labels this sidecar knows a run or pod carries: what it read or set.
+/// Labels only grow, so what is known is always a subset of the truth.
+#[derive(Debug, Default)]
+pub(crate) struct KnownLabels {
+    by_subject: Mutex<HashMap<(FlowScope, String), BTreeSet<String>>>,
+}
+
+impl KnownLabels {
+    fn get(&self, key: &(FlowScope, String)) -> Option<BTreeSet<String>> {
+        self.lock().get(key).cloned()
+    }
+
+    fn add<'a>(&self, key: (FlowScope, String), labels: impl IntoIterator<Item = &'a str>) {
+        let mut map = self.lock();
+        if map.len() >= MAX_REMEMBERED && !map.contains_key(&key) {
+            map.clear();
+        }
+        map.entry(key)
+            .or_default()
+            .extend(labels.into_iter().map(str::to_owned));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(FlowScope, String), BTreeSet<String>>> {
+        self.by_subject.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The labels a call's run or pod carries when it is decided.
+#[derive(Debug, Clone)]
+pub(crate) struct FlowState {
+    pub(crate) scope: FlowScope,
+    /// The run id, or the pod name for a pod scope.
+    pub(crate) subject: String,
+    pub(crate) labels: LabelSet,
+}
+
+impl Gate {
+    /// What carries a call's labels under `policy`: its run, or this pod.
+    pub(crate) fn flow_subject(&self, scope: FlowScope, run_id: &RunId) -> String {
+        match scope {
+            FlowScope::Run => run_id.as_str().to_owned(),
+            FlowScope::Pod => self.pod.clone(),
+        }
+    }
+
+    /// The labels `run_id` (or this pod) carries under `policy`; `None`
+    /// for a profile without flows. Read from the store unless this sidecar
+    /// already knows of every label a rule reads.
+    pub(crate) async fn flow_state(
+        &self,
+        policy: &CompiledPolicy,
+        run_id: &RunId,
+    ) -> Result<Option<FlowState>, toolgate_store::StoreError> {
+        let Some(scope) = policy.flow_scope() else {
+            return Ok(None);
+        };
+        let subject = self.flow_subject(scope, run_id);
+        let key = (scope, subject.clone());
+        let known = self.known_labels.get(&key).unwrap_or_default();
+        let mut labels = policy.flow_labels(known.iter().map(String::as_str));
+        if !policy.flow_watched().is_subset(labels) {
+            let stored = self
+                .store
+                .flow_labels()
+                .of(&self.tenant, scope, &subject)
+                .await?;
+            self.known_labels
+                .add(key, stored.iter().map(|l| l.label.as_str()));
+            labels = labels.union(policy.flow_labels(stored.iter().map(|l| l.label.as_str())));
+        }
+        Ok(Some(FlowState {
+            scope,
+            subject,
+            labels,
+        }))
+    }
+
+    /// Records that `decision_id`'s allowed call set `new` labels (those
+    /// the state did not hold); the names set, or the store's refusal.
+    pub(crate) async fn set_flow_labels(
+        &self,
+        policy: &CompiledPolicy,
+        state: &FlowState,
+        new: LabelSet,
+        decision_id: &str,
+        now: Timestamp,
+    ) -> Result<Vec<String>, toolgate_store::StoreError> {
+        let names = policy.flow_label_names(new.minus(state.labels));
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store
+            .flow_labels()
+            .add(
+                &self.tenant,
+                state.scope,
+                &state.subject,
+                &names,
+                decision_id,
+                now,
+            )
+            .await?;
+        self.known_labels
+            .add((state.scope, state.subject.clone()), names.iter().copied());
+        Ok(names.into_iter().map(str::to_owned).collect())
+    }
+}
