@@ -8,6 +8,7 @@ so the tests exercise the working tree, installed or not.
 """
 import os
 import pathlib
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -169,16 +170,25 @@ def evil_upstream(tmp_path_factory):
     proc.wait(timeout=10)
 
 
-def _started_sidecar(d: pathlib.Path, extra_args: list[str], env: dict | None = None):
-    """Starts `toolgate sidecar` on the pytest profile in directory `d`:
-    (process, info dict, log file). Fails the test if it never gets ready."""
+def _started_sidecar(d: pathlib.Path, extra_args: list[str], env: dict | None = None,
+                     profile: str = PROFILE, database: str | None = None, pod: str = 'pytest-agent',
+                     bundle_of: pathlib.Path | None = None):
+    """Starts `toolgate sidecar` on `profile` (the pytest profile) in
+    directory `d`, on `database` (a SQLite file of its own): (process, info
+    dict, log file). Fails the test if it never gets ready. `bundle_of`: the
+    directory of a sidecar whose signed bundle this one enforces too (a
+    second bundle of the same sequence would be refused as a rollback)."""
     toolgate = _toolgate_bin()
-    _run(toolgate, 'keygen', '--out', d / 'keys')
-    (d / 'profile.yaml').write_text(PROFILE)
-    _run(toolgate, 'bundle', 'build', '--profile', d / 'profile.yaml', '--key', d / 'keys' / 'signing.key',
-         '--sequence', '1', '--valid-for', '1h', '--out', d / 'bundle.json')
+    if bundle_of:
+        shutil.copytree(bundle_of / 'keys', d / 'keys')
+        shutil.copy(bundle_of / 'bundle.json', d / 'bundle.json')
+    else:
+        _run(toolgate, 'keygen', '--out', d / 'keys')
+        (d / 'profile.yaml').write_text(profile)
+        _run(toolgate, 'bundle', 'build', '--profile', d / 'profile.yaml', '--key', d / 'keys' / 'signing.key',
+             '--sequence', '1', '--valid-for', '1h', '--out', d / 'bundle.json')
     db = d / 'toolgate.db'
-    database = f"sqlite://{db}?mode=rwc"
+    database = database or f"sqlite://{db}?mode=rwc"
     log_path = d / 'sidecar.log'
     for _attempt in range(3):  # a free port can be taken between probe and bind
         port, ops_port = free_port(), free_port()
@@ -189,7 +199,7 @@ def _started_sidecar(d: pathlib.Path, extra_args: list[str], env: dict | None = 
             '--database', database,
             '--listen', f"127.0.0.1:{port}", '--ops-listen', f"127.0.0.1:{ops_port}",
             '--workspace-base', str(d / 'workspaces'), '--tenant', TENANT,
-            '--pod-name', 'pytest-agent', '--pod-namespace', 'agents', *extra_args,
+            '--pod-name', pod, '--pod-namespace', 'agents', *extra_args,
         ], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG='warn', **(env or {})))
         ops_url = f"http://127.0.0.1:{ops_port}"
         deadline = time.monotonic() + 30

@@ -156,7 +156,8 @@ async fn decide(
     // The run's flow labels, for a live profile that declares flows; a
     // store that cannot say which labels the run carries denies the call.
     let (flow, flow_unknown) = match enforced.as_deref().filter(|e| e.is_live(now)) {
-        Some(e) => match traced("toolgate.flow.read", app.flow_state(&e.policy, &req.run_id)).await {
+        Some(e) => match traced("toolgate.flow.read", app.flow_state(&e.policy, &req.run_id)).await
+        {
             Ok(state) => (state, false),
             Err(err) => {
                 tracing::error!(error = %err, "flow labels unreadable; denying");

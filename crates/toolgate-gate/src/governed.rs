@@ -112,15 +112,18 @@ async fn govern_read(
     provenance: Option<Provenance>,
 ) -> Result<AuthorizeResponse, GateError> {
     let answer = app
-        .authorize_read(&AuthorizeRequest {
-            tool: Id::parse(format!("workspace.{op}"))?,
-            action: None,
-            arguments,
-            run_id: run_id.clone(),
-            step_id,
-            tenant: None,
-            definition_digest: None,
-        }, provenance)
+        .authorize_read(
+            &AuthorizeRequest {
+                tool: Id::parse(format!("workspace.{op}"))?,
+                action: None,
+                arguments,
+                run_id: run_id.clone(),
+                step_id,
+                tenant: None,
+                definition_digest: None,
+            },
+            provenance,
+        )
         .await?;
     if answer.verdict.verdict == Decision::Allow {
         return Ok(answer);
@@ -261,13 +264,24 @@ async fn workspace_write_inner(
 }
 
 /// A workspace read decided on the provenance of what was read.
-async fn read_then_govern(app: Arc<Gate>, req: PathRequest) -> Result<Governed<FileRead>, GateError> {
+async fn read_then_govern(
+    app: Arc<Gate>,
+    req: PathRequest,
+) -> Result<Governed<FileRead>, GateError> {
     let state = app.clone();
     let (run_id, path) = (req.run_id.clone(), req.path.clone());
     let read = workspace_io(&app, move || Ok(state.workspaces.read(&run_id, &path)?)).await;
     let provenance = read.as_ref().ok().map(|r| r.provenance);
     let arguments = path_arguments(&req.path);
-    let answer = govern_read(&app, "read", &req.run_id, req.step_id, arguments, provenance).await?;
+    let answer = govern_read(
+        &app,
+        "read",
+        &req.run_id,
+        req.step_id,
+        arguments,
+        provenance,
+    )
+    .await?;
     Ok(Governed {
         decision_id: answer.decision_id,
         result: read?,

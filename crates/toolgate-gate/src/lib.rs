@@ -11,6 +11,7 @@ mod allowed;
 mod authorize;
 pub mod decision_log;
 mod error;
+mod flows;
 mod governed;
 pub mod intents;
 pub mod labels;
@@ -18,7 +19,6 @@ pub mod metrics;
 pub mod policy_state;
 pub mod runs;
 mod trace;
-mod flows;
 pub mod workspace;
 
 use std::collections::HashMap;

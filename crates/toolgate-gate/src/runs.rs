@@ -351,14 +351,7 @@ impl Gate {
             ),
             None => None,
         };
-        let mut status = RunStatus::of(
-            run_id,
-            state,
-            scoped,
-            Some(pod),
-            &limits,
-            Timestamp::now(),
-        );
+        let mut status = RunStatus::of(run_id, state, scoped, Some(pod), &limits, Timestamp::now());
         status.flow_labels = flow_labels;
         Ok(status)
     }

@@ -343,7 +343,11 @@ impl CompiledPolicy {
             compiled_grants.push(compile_grant(i, grant, spec, &canonical)?);
         }
 
-        let flows = spec.flows.as_ref().map(CompiledFlows::compile).transpose()?;
+        let flows = spec
+            .flows
+            .as_ref()
+            .map(CompiledFlows::compile)
+            .transpose()?;
 
         Ok(Self {
             name: name.to_owned(),

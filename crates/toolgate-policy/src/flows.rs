@@ -197,14 +197,16 @@ impl CompiledSelector {
     }
 
     fn selects(&self, call: &Seen<'_>) -> bool {
-        let by_kind = !(self.tools.is_empty()
-            && self.side_effects.is_empty()
-            && self.match_text.is_empty())
-            && ((self.tools.is_empty() && self.side_effects.is_empty())
-                || self.tools.first_match(call.tool).is_some()
-                || self.side_effects.contains(&call.side_effect))
-            && (self.match_text.is_empty() || self.match_text.first_match(call.text).is_some());
-        by_kind || call.provenance.is_some_and(|p| self.provenance.contains(&p))
+        let by_kind =
+            !(self.tools.is_empty() && self.side_effects.is_empty() && self.match_text.is_empty())
+                && ((self.tools.is_empty() && self.side_effects.is_empty())
+                    || self.tools.first_match(call.tool).is_some()
+                    || self.side_effects.contains(&call.side_effect))
+                && (self.match_text.is_empty() || self.match_text.first_match(call.text).is_some());
+        by_kind
+            || call
+                .provenance
+                .is_some_and(|p| self.provenance.contains(&p))
     }
 }
 
@@ -301,7 +303,10 @@ impl CompiledFlows {
                 when = when.with(index);
             }
             let (deny, selector) = match (&rule.deny, &rule.escalate) {
-                (Some(s), None) => (true, CompiledSelector::compile(&format!("{field}.deny"), s)?),
+                (Some(s), None) => (
+                    true,
+                    CompiledSelector::compile(&format!("{field}.deny"), s)?,
+                ),
                 (None, Some(s)) => (
                     false,
                     CompiledSelector::compile(&format!("{field}.escalate"), s)?,
@@ -396,7 +401,9 @@ impl crate::CompiledPolicy {
 
     /// The names of the labels in `set`, in name order.
     pub fn flow_label_names(&self, set: LabelSet) -> Vec<&str> {
-        self.flows.as_ref().map_or_else(Vec::new, |f| f.names_of(set))
+        self.flows
+            .as_ref()
+            .map_or_else(Vec::new, |f| f.names_of(set))
     }
 
     /// Every label some flow rule reads: once a run is known to carry all
@@ -405,5 +412,48 @@ impl crate::CompiledPolicy {
         self.flows
             .as_ref()
             .map_or(LabelSet::EMPTY, CompiledFlows::watched)
+    }
+}
+
+/// One earlier call of a run, for replaying what labels it carries
+/// (`toolgate test` cases' `history`, `toolgate check --history`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PastCall {
+    /// Tool as the agent called it.
+    pub tool: String,
+    /// Optional action.
+    #[serde(default)]
+    pub action: Option<String>,
+    /// The call's arguments.
+    #[serde(default)]
+    pub args: serde_json::Map<String, serde_json::Value>,
+    /// For a workspace read: the provenance of the file read.
+    #[serde(default)]
+    pub provenance: Option<Provenance>,
+}
+
+impl crate::CompiledPolicy {
+    /// The labels a run carries after `history`, decided in order as the
+    /// sidecar decides them: each call sees the labels before it, and only
+    /// a call that is allowed sets its labels.
+    pub fn labels_after(&self, history: &[PastCall], ctx: &crate::Context<'_>) -> LabelSet {
+        history.iter().fold(LabelSet::EMPTY, |labels, past| {
+            let call = crate::Call {
+                tool: &past.tool,
+                action: past.action.as_deref(),
+                arguments: &past.args,
+            };
+            let ctx = crate::Context {
+                labels,
+                provenance: past.provenance,
+                ..*ctx
+            };
+            if self.evaluate(&call, &ctx).verdict == crate::Decision::Allow {
+                labels.union(self.flow_labels_set_by(&call, past.provenance))
+            } else {
+                labels
+            }
+        })
     }
 }

@@ -45,7 +45,7 @@ pub use digest::{PolicyVersion, args_digest, call_digest, invocation_digest};
 pub use error::PolicyError;
 pub use eval::{Call, Context};
 pub use flows::{
-    FlowRule, FlowScope, FlowSelector, Flows, LabelSet, MAX_FLOW_LABELS, Provenance,
+    FlowRule, FlowScope, FlowSelector, Flows, LabelSet, MAX_FLOW_LABELS, PastCall, Provenance,
 };
 pub use ids::{Id, RunId, Scope, ScopeKind, Stop};
 pub use model::{

@@ -33,7 +33,12 @@ const READ: &str = "SELECT label, decision_id, set_at FROM flow_labels \
 impl FlowLabels<'_> {
     /// The labels `subject` (a run id, or a pod name for
     /// [`FlowScope::Pod`]) of `tenant` carries, oldest first.
-    pub async fn of(&self, tenant: &str, scope: FlowScope, subject: &str) -> Result<Vec<FlowLabel>> {
+    pub async fn of(
+        &self,
+        tenant: &str,
+        scope: FlowScope,
+        subject: &str,
+    ) -> Result<Vec<FlowLabel>> {
         require("tenant", tenant)?;
         require("subject", subject)?;
         let rows: Vec<(String, String, i64)> = on_pool!(self.store, pool => {

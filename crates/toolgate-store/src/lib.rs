@@ -50,11 +50,11 @@ pub use decisions::{
     StreamHead, StreamLink, check_stream, genesis_hash,
 };
 pub use fields::{MAX_FIELD_LEN, check_field};
-pub use flows::{FlowLabel, FlowLabels};
 pub(crate) use fields::{
     duration_ms, new_id, opt_ts_from_ms, parse_json, require, require_opt, require_run_id,
     ts_from_ms,
 };
+pub use flows::{FlowLabel, FlowLabels};
 pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,

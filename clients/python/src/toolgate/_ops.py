@@ -28,6 +28,7 @@ from .types import (
     Approval,
     Batch,
     Cancellation,
+    FlowLabel,
     PodCancellation,
     RunStatus,
     Entry,
@@ -159,7 +160,11 @@ def run_status(run_id: str) -> Op[RunStatus]:
     intents = data.get("open_intents") if isinstance(data, Mapping) else None
     if not isinstance(intents, list):
         raise ProtocolError("sidecar answer lacks `open_intents` (RunStatus)")
-    return parse(RunStatus, data, open_intents=tuple(_intent(i) for i in intents))
+    labels = data.get("flow_labels")
+    if labels is not None and not isinstance(labels, list):
+        raise ProtocolError("`flow_labels` is not a list (RunStatus)")
+    flow = None if labels is None else tuple(parse(FlowLabel, label) for label in labels)
+    return parse(RunStatus, data, open_intents=tuple(_intent(i) for i in intents), flow_labels=flow)
 
 
 def cancel_run(run_id: str, reason: Optional[str]) -> Op[Cancellation]:

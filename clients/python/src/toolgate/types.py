@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, TypeVar
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 from .errors import ProtocolError
 
@@ -68,6 +68,8 @@ class Verdict:
     warning: Optional[str] = None
     """Under ``warn``: what enforcement would not have allowed (the client
     also emits it as a :class:`~toolgate.PolicyWarning`)."""
+    flow_labels_set: Sequence[str] = ()
+    """Flow labels this allowed call set on its run (``spec.flows``)."""
     extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
 
     @property
@@ -205,6 +207,16 @@ class Batch:
 
 
 @dataclass(frozen=True)
+class FlowLabel:
+    """A flow label a run carries, and the decision whose call set it."""
+
+    label: str
+    decision_id: str
+    set_at: str
+    extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
+
+
+@dataclass(frozen=True)
 class RunStatus:
     """``GET /v1/runs/{run_id}``: check it between steps; stop when
     ``cancel_requested``."""
@@ -221,6 +233,9 @@ class RunStatus:
     cancelled_scope: Optional[str] = None
     """When a wider stop holds the run: ``pod NAME``, ``profile NAME`` or
     ``namespace``; ``cancel_requested_at`` and ``cancel_reason`` are then its."""
+    flow_labels: Optional[tuple[FlowLabel, ...]] = None
+    """The flow labels the run (or, with ``flows.scope: pod``, its pod)
+    carries, oldest first; ``None`` when the profile declares no flows."""
     extra: Mapping[str, Any] = field(default_factory=_no_extra, compare=False)
 
 

@@ -71,7 +71,12 @@ fn decide(p: &CompiledPolicy, tool: &str, arguments: Value, labels: &[&str]) -> 
     )
 }
 
-fn sets(p: &CompiledPolicy, tool: &str, arguments: Value, provenance: Option<Provenance>) -> Vec<String> {
+fn sets(
+    p: &CompiledPolicy,
+    tool: &str,
+    arguments: Value,
+    provenance: Option<Provenance>,
+) -> Vec<String> {
     let arguments = args(arguments);
     let set = p.flow_labels_set_by(
         &Call {
@@ -81,25 +86,53 @@ fn sets(p: &CompiledPolicy, tool: &str, arguments: Value, provenance: Option<Pro
         },
         provenance,
     );
-    p.flow_label_names(set).into_iter().map(str::to_owned).collect()
+    p.flow_label_names(set)
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
 fn calls_set_the_labels_their_selectors_name() {
     let p = compile(TRIFECTA);
-    assert_eq!(sets(&p, "fetch", json!({"url": "https://example.com"}), None), ["untrusted"]);
-    assert_eq!(sets(&p, "reader", json!({"path": "app/secrets/db.txt"}), None), ["private"]);
-    assert_eq!(sets(&p, "reader", json!({"path": "keys/server.pem"}), None), ["private"]);
+    assert_eq!(
+        sets(&p, "fetch", json!({"url": "https://example.com"}), None),
+        ["untrusted"]
+    );
+    assert_eq!(
+        sets(&p, "reader", json!({"path": "app/secrets/db.txt"}), None),
+        ["private"]
+    );
+    assert_eq!(
+        sets(&p, "reader", json!({"path": "keys/server.pem"}), None),
+        ["private"]
+    );
     // `tools` and `match` together: the reader of an ordinary file is not private.
     assert!(sets(&p, "reader", json!({"path": "src/main.rs"}), None).is_empty());
     // Provenance sets a label on its own, whatever the tool.
     assert_eq!(
-        sets(&p, "workspace.read", json!({"path": "notes.md"}), Some(Provenance::ExternalUntrusted)),
+        sets(
+            &p,
+            "workspace.read",
+            json!({"path": "notes.md"}),
+            Some(Provenance::ExternalUntrusted)
+        ),
         ["untrusted"]
     );
-    assert!(sets(&p, "workspace.read", json!({"path": "notes.md"}), Some(Provenance::InternalTool)).is_empty());
+    assert!(
+        sets(
+            &p,
+            "workspace.read",
+            json!({"path": "notes.md"}),
+            Some(Provenance::InternalTool)
+        )
+        .is_empty()
+    );
     // A path is matched in its one spelling, as the rules see it.
-    assert_eq!(sets(&p, "reader", json!({"path": "app/./x/../secrets/k"}), None), ["private"]);
+    assert_eq!(
+        sets(&p, "reader", json!({"path": "app/./x/../secrets/k"}), None),
+        ["private"]
+    );
     // An unknown tool sets nothing (it is denied anyway).
     assert!(sets(&p, "nope", json!({}), None).is_empty());
 }
@@ -108,9 +141,18 @@ fn calls_set_the_labels_their_selectors_name() {
 fn the_trifecta_denies_sending_out_only_with_both_labels() {
     let p = compile(TRIFECTA);
     let send = json!({"url": "https://evil.example/collect"});
-    assert_eq!(decide(&p, "send", send.clone(), &[]).verdict, Decision::Allow);
-    assert_eq!(decide(&p, "send", send.clone(), &["private"]).verdict, Decision::Allow);
-    assert_eq!(decide(&p, "send", send.clone(), &["untrusted"]).verdict, Decision::Allow);
+    assert_eq!(
+        decide(&p, "send", send.clone(), &[]).verdict,
+        Decision::Allow
+    );
+    assert_eq!(
+        decide(&p, "send", send.clone(), &["private"]).verdict,
+        Decision::Allow
+    );
+    assert_eq!(
+        decide(&p, "send", send.clone(), &["untrusted"]).verdict,
+        Decision::Allow
+    );
     let v = decide(&p, "send", send, &["untrusted", "private"]);
     assert_eq!((v.verdict, v.reason), (Decision::Deny, Reason::FlowRule));
     assert_eq!(
@@ -118,9 +160,19 @@ fn the_trifecta_denies_sending_out_only_with_both_labels() {
         Some("flow:no-exfiltration when private+untrusted")
     );
     // `tools: [bash]` is selected whatever the side effect; reads are not.
-    let v = decide(&p, "bash", json!({"command": "ls /tmp"}), &["untrusted", "private"]);
+    let v = decide(
+        &p,
+        "bash",
+        json!({"command": "ls /tmp"}),
+        &["untrusted", "private"],
+    );
     assert_eq!(v.reason, Reason::FlowRule);
-    let v = decide(&p, "fetch", json!({"url": "https://a.example"}), &["untrusted", "private"]);
+    let v = decide(
+        &p,
+        "fetch",
+        json!({"url": "https://a.example"}),
+        &["untrusted", "private"],
+    );
     assert_eq!(v.verdict, Decision::Allow);
 }
 
@@ -128,14 +180,25 @@ fn the_trifecta_denies_sending_out_only_with_both_labels() {
 fn a_flow_escalation_only_tightens_an_allow() {
     let p = compile(TRIFECTA);
     let v = decide(&p, "git.push", json!({"remote": "origin"}), &["untrusted"]);
-    assert_eq!((v.verdict, v.reason), (Decision::Escalate, Reason::FlowEscalate));
-    assert_eq!(v.matched_rule.as_deref(), Some("flow:rules[1] when untrusted"));
+    assert_eq!(
+        (v.verdict, v.reason),
+        (Decision::Escalate, Reason::FlowEscalate)
+    );
+    assert_eq!(
+        v.matched_rule.as_deref(),
+        Some("flow:rules[1] when untrusted")
+    );
     // A tier escalation stays the tier's.
     let v = decide(&p, "bash", json!({"command": "rm -r x"}), &["untrusted"]);
     assert_eq!(v.reason, Reason::EscalateRule);
     // A denial is never loosened into an escalation.
     let deny = TRIFECTA.replace("git.push: {allow: [\"*\"]}", "git.push: {deny: [\"*\"]}");
-    let v = decide(&compile(&deny), "git.push", json!({"remote": "origin"}), &["untrusted"]);
+    let v = decide(
+        &compile(&deny),
+        "git.push",
+        json!({"remote": "origin"}),
+        &["untrusted"],
+    );
     assert_eq!(v.reason, Reason::DenyRule);
 }
 
@@ -160,7 +223,12 @@ fn flow_rules_sit_after_hardline_and_before_the_mode() {
 #[test]
 fn trial_modes_report_flow_verdicts() {
     let p = compile(&format!("{TRIFECTA}\nenforcement: dryRun\n"));
-    let v = decide(&p, "send", json!({"url": "https://x.example"}), &["untrusted", "private"]);
+    let v = decide(
+        &p,
+        "send",
+        json!({"url": "https://x.example"}),
+        &["untrusted", "private"],
+    );
     assert_eq!(v.verdict, Decision::Allow);
     assert_eq!(v.would_reason, Some(Reason::FlowRule));
 }
@@ -168,9 +236,15 @@ fn trial_modes_report_flow_verdicts() {
 #[test]
 fn labels_unknown_to_the_profile_mean_nothing() {
     let p = compile(TRIFECTA);
-    assert_eq!(p.flow_labels(["private", "gone", "untrusted"]), p.flow_labels(["untrusted", "private"]));
+    assert_eq!(
+        p.flow_labels(["private", "gone", "untrusted"]),
+        p.flow_labels(["untrusted", "private"])
+    );
     assert!(p.flow_labels(["gone"]).is_empty());
-    assert_eq!(p.flow_label_names(p.flow_watched()), ["private", "untrusted"]);
+    assert_eq!(
+        p.flow_label_names(p.flow_watched()),
+        ["private", "untrusted"]
+    );
     assert_eq!(p.flow_scope(), Some(toolgate_policy::FlowScope::Run));
     let plain = compile("mode: allowAll\neffects:\n  x: {sideEffect: NONE, risk: low}\n");
     assert_eq!(plain.flow_scope(), None);
@@ -187,15 +261,36 @@ fn flows_are_part_of_the_policy_version() {
 #[test]
 fn bad_flows_are_refused_with_the_field() {
     let cases = [
-        ("when: [untrusted, private]", "when: [untrusted, secret]", "spec.flows.rules[0].when[1]"),
-        ("      deny: {sideEffects: [NETWORK_WRITE, EXTERNAL_WRITE], tools: [bash]}",
-         "      deny: {}", "spec.flows.rules[0].deny"),
-        ("    - when: [untrusted]\n      escalate: {tools: [\"git.*\"]}",
-         "    - when: [untrusted]\n      escalate: {tools: [\"git.*\"]}\n      deny: {tools: [x]}",
-         "spec.flows.rules[1]"),
-        ("    - when: [untrusted]\n", "    - when: []\n", "spec.flows.rules[1].when"),
-        ("    private: {", "    Private: {", "spec.flows.labels.Private"),
-        ("name: no-exfiltration", "name: \"no exfiltration\"", "spec.flows.rules[0].name"),
+        (
+            "when: [untrusted, private]",
+            "when: [untrusted, secret]",
+            "spec.flows.rules[0].when[1]",
+        ),
+        (
+            "      deny: {sideEffects: [NETWORK_WRITE, EXTERNAL_WRITE], tools: [bash]}",
+            "      deny: {}",
+            "spec.flows.rules[0].deny",
+        ),
+        (
+            "    - when: [untrusted]\n      escalate: {tools: [\"git.*\"]}",
+            "    - when: [untrusted]\n      escalate: {tools: [\"git.*\"]}\n      deny: {tools: [x]}",
+            "spec.flows.rules[1]",
+        ),
+        (
+            "    - when: [untrusted]\n",
+            "    - when: []\n",
+            "spec.flows.rules[1].when",
+        ),
+        (
+            "    private: {",
+            "    Private: {",
+            "spec.flows.labels.Private",
+        ),
+        (
+            "name: no-exfiltration",
+            "name: \"no exfiltration\"",
+            "spec.flows.rules[0].name",
+        ),
     ];
     for (from, to, field) in cases {
         assert!(TRIFECTA.contains(from), "{from}");
@@ -203,9 +298,11 @@ fn bad_flows_are_refused_with_the_field() {
         assert_eq!(err.field(), Some(field), "{to}: {err}");
     }
     // Unknown fields and values are refused by the loader.
-    let err = compile_err(&TRIFECTA.replace("  rules:\n    - name", "  rulez: []\n  rules:\n    - name"));
+    let err =
+        compile_err(&TRIFECTA.replace("  rules:\n    - name", "  rulez: []\n  rules:\n    - name"));
     assert_eq!(err.code(), "profile_unknown_field", "{err}");
-    let err = compile_err(&TRIFECTA.replace("provenance: [EXTERNAL_UNTRUSTED]", "provenance: [TRUSTED]"));
+    let err =
+        compile_err(&TRIFECTA.replace("provenance: [EXTERNAL_UNTRUSTED]", "provenance: [TRUSTED]"));
     assert!(err.to_string().contains("TRUSTED"), "{err}");
     let err = compile_err(&TRIFECTA.replace("flows:\n", "flows:\n  scope: cluster\n"));
     assert!(err.to_string().contains("cluster"), "{err}");
@@ -213,8 +310,12 @@ fn bad_flows_are_refused_with_the_field() {
 
 #[test]
 fn at_most_64_labels() {
-    let labels: String = (0..65).map(|i| format!("    l{i}: {{tools: [x]}}\n")).collect();
-    let yaml = format!("mode: allowAll\neffects:\n  x: {{sideEffect: NONE, risk: low}}\nflows:\n  labels:\n{labels}");
+    let labels: String = (0..65)
+        .map(|i| format!("    l{i}: {{tools: [x]}}\n"))
+        .collect();
+    let yaml = format!(
+        "mode: allowAll\neffects:\n  x: {{sideEffect: NONE, risk: low}}\nflows:\n  labels:\n{labels}"
+    );
     assert_eq!(compile_err(&yaml).field(), Some("spec.flows.labels"));
 }
 

@@ -19,7 +19,14 @@ both_backends!(labels_are_added_once_and_read_per_subject, |db| {
         .unwrap();
     // A label already there keeps its first setter; new ones are added.
     flows
-        .add(&tenant, FlowScope::Run, &run, &["untrusted", "private"], "d-2", t1)
+        .add(
+            &tenant,
+            FlowScope::Run,
+            &run,
+            &["untrusted", "private"],
+            "d-2",
+            t1,
+        )
         .await
         .unwrap();
     let labels = flows.of(&tenant, FlowScope::Run, &run).await.unwrap();
@@ -42,7 +49,12 @@ both_backends!(labels_are_added_once_and_read_per_subject, |db| {
         .add(&tenant, FlowScope::Run, &run, &[], "d-3", t1)
         .await
         .unwrap();
-    assert!(flows.add(&tenant, FlowScope::Run, " ", &["x"], "d", t1).await.is_err());
+    assert!(
+        flows
+            .add(&tenant, FlowScope::Run, " ", &["x"], "d", t1)
+            .await
+            .is_err()
+    );
     assert!(flows.of(&tenant, FlowScope::Run, "").await.is_err());
 });
 
@@ -85,7 +97,13 @@ async fn a_tenant_role_cannot_remove_a_label_or_label_another_tenant() {
     let labels = a.flow_labels().of(&ta, FlowScope::Run, "r1").await.unwrap();
     assert_eq!(labels.len(), 1);
     // B can neither see A's labels nor add one to A's run.
-    assert!(b.flow_labels().of(&ta, FlowScope::Run, "r1").await.unwrap().is_empty());
+    assert!(
+        b.flow_labels()
+            .of(&ta, FlowScope::Run, "r1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         b.flow_labels()
             .add(&ta, FlowScope::Run, "r1", &["untrusted"], "d-x", now)
@@ -93,7 +111,12 @@ async fn a_tenant_role_cannot_remove_a_label_or_label_another_tenant() {
             .is_err()
     );
     assert_eq!(
-        fx.admin.flow_labels().of(&ta, FlowScope::Run, "r1").await.unwrap().len(),
+        fx.admin
+            .flow_labels()
+            .of(&ta, FlowScope::Run, "r1")
+            .await
+            .unwrap()
+            .len(),
         1
     );
     a.close().await;

@@ -37,6 +37,11 @@ pub struct CheckArgs {
     /// Evaluate as of this RFC 3339 instant instead of now.
     #[arg(long)]
     pub now: Option<String>,
+    /// YAML or JSON list of the run's earlier calls
+    /// (`[{tool, action?, args, provenance?}]`), decided in order: the
+    /// allowed ones set the flow labels this call is decided with.
+    #[arg(long)]
+    pub history: Option<PathBuf>,
 }
 
 /// Loads and compiles a profile file.
@@ -100,17 +105,22 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CliError> {
         }
     };
     let arguments = parse_arguments(&args.args)?;
+    let history: Vec<toolgate_policy::PastCall> = match &args.history {
+        Some(path) => toolgate_policy::load::from_str(&read_text(path)?)?,
+        None => Vec::new(),
+    };
+    let ctx = Context {
+        subject: args.subject.as_deref(),
+        ..Context::at(now)
+    };
+    let labels = policy.labels_after(&history, &ctx);
     let verdict = policy.evaluate(
         &Call {
             tool: &args.tool,
             action: args.action.as_deref(),
             arguments: &arguments,
         },
-        &Context {
-            now,
-            subject: args.subject.as_deref(),
-            ..Context::at(now)
-        },
+        &Context { labels, ..ctx },
     );
     outln!(
         "{}",

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde::Deserialize;
-use toolgate_policy::{Call, CompiledPolicy, Context, Decision, Reason, Verdict};
+use toolgate_policy::{
+    Call, CompiledPolicy, Context, Decision, PastCall, Provenance, Reason, Verdict,
+};
 
 use crate::cli_error::{CliError, read_text};
 use crate::cmd::check::{load_profile, parse_now};
@@ -16,8 +18,8 @@ pub struct TestArgs {
     /// PolicyProfile manifest the cases run against.
     #[arg(long)]
     pub profile: PathBuf,
-    /// YAML or JSON list of cases:
-    /// `[{name, tool, action?, args, expect, reason?, would_verdict?, would_reason?}]`.
+    /// YAML or JSON list of cases: `[{name, tool, action?, args, expect,
+    /// reason?, would_verdict?, would_reason?, history?, provenance?}]`.
     pub cases: PathBuf,
     /// Evaluate as of this RFC 3339 instant instead of now.
     #[arg(long)]
@@ -53,6 +55,13 @@ pub struct Case {
     /// Under `warn` or `dryRun`: why enforcement would have answered so.
     #[serde(default)]
     pub would_reason: Option<Reason>,
+    /// Earlier calls of the same run (`[{tool, action?, args, provenance?}]`),
+    /// decided in order: the allowed ones set the flow labels this call sees.
+    #[serde(default)]
+    pub history: Vec<PastCall>,
+    /// For a workspace read: the provenance of the file read.
+    #[serde(default)]
+    pub provenance: Option<Provenance>,
 }
 
 /// Parses a case file strictly. A field no case defines is the case
@@ -68,6 +77,11 @@ pub fn parse_cases(text: &str) -> Result<Vec<Case>, CliError> {
 
 /// Evaluates one case.
 pub fn evaluate_case(policy: &CompiledPolicy, case: &Case, now: jiff::Timestamp) -> Verdict {
+    let ctx = Context {
+        subject: case.subject.as_deref(),
+        ..Context::at(now)
+    };
+    let labels = policy.labels_after(&case.history, &ctx);
     policy.evaluate(
         &Call {
             tool: &case.tool,
@@ -75,9 +89,9 @@ pub fn evaluate_case(policy: &CompiledPolicy, case: &Case, now: jiff::Timestamp)
             arguments: &case.args,
         },
         &Context {
-            now,
-            subject: case.subject.as_deref(),
-            ..Context::at(now)
+            labels,
+            provenance: case.provenance,
+            ..ctx
         },
     )
 }

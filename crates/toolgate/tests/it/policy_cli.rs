@@ -124,7 +124,13 @@ fn check_reports_typed_errors_with_exit_2() {
 
 #[test]
 fn example_case_files_pass() {
-    for name in ["safe-coding", "read-only", "strict-trial"] {
+    for name in [
+        "safe-coding",
+        "read-only",
+        "strict-trial",
+        "claude-code",
+        "research-agent",
+    ] {
         let profile = repo(&format!("examples/profiles/{name}.yaml"));
         let cases = repo(&format!("examples/cases/{name}.yaml"));
         let out = toolgate(&[
@@ -236,4 +242,54 @@ fn cases_can_pin_what_a_dry_run_profile_would_answer() {
             .contains("would_verdit"),
         "{error}"
     );
+}
+
+#[test]
+fn check_and_test_replay_a_runs_history_for_flow_rules() {
+    let profile = repo("examples/profiles/research-agent.yaml");
+    let history = write_temp(
+        "history.yaml",
+        "- {tool: fs.read_text_file, args: {path: /srv/secrets/token}}\n\
+         - {tool: web.fetch, args: {url: \"https://news.example/a\"}}\n",
+    );
+    let post = |history: Option<&std::path::Path>| {
+        let mut args = vec![
+            "check",
+            "--profile",
+            profile.to_str().unwrap(),
+            "--tool",
+            "web.post",
+            "--args",
+            r#"{"url":"https://hooks.example/x"}"#,
+        ];
+        if let Some(h) = history {
+            args.extend(["--history", h.to_str().unwrap()]);
+        }
+        json(&toolgate(&args))
+    };
+    assert_eq!(post(None)["verdict"], "allow");
+    let v = post(Some(&history));
+    assert_eq!(
+        (v["verdict"].as_str(), v["reason"].as_str()),
+        (Some("deny"), Some("flow_rule")),
+        "{v}"
+    );
+    assert_eq!(
+        v["matched_rule"],
+        "flow:no-exfiltration when private+untrusted"
+    );
+
+    // A history entry is checked as strictly as a case.
+    let typo = write_temp(
+        "history-typo.yaml",
+        "- name: t\n  tool: web.post\n  args: {url: \"https://hooks.example/x\"}\n  expect: allow\n  history: [{tool: web.fetch, arg: {}}]\n",
+    );
+    let out = toolgate(&[
+        "test",
+        "--profile",
+        profile.to_str().unwrap(),
+        typo.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["error"]["code"], "case_unknown_field");
 }
