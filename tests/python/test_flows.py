@@ -7,8 +7,10 @@ secret out: denied `flow_rule`, and the post never reaches the server. The
 two sidecars share the run's labels through PostgreSQL (SQLite outside CI).
 The same sequence without the secret read is allowed. The profile is
 examples/profiles/research-agent.yaml, as shipped."""
+import json
 import os
 import pathlib
+import subprocess
 import sys
 import uuid
 
@@ -16,7 +18,7 @@ import pytest
 import toolgate
 from mcp import Client, StdioServerParameters
 
-from .conftest import ROOT, _started_sidecar, _stopped
+from .conftest import ROOT, TENANT, _started_sidecar, _stopped
 from .test_mcp_wrap import server_js, text  # noqa: F401 (server_js is a fixture)
 
 pytestmark = pytest.mark.asyncio
@@ -99,9 +101,16 @@ async def test_a_run_that_read_a_secret_and_a_page_cannot_send_it_out(two_sideca
     reached = log.read_text().splitlines()
     assert 'fetch https://news.example/q3' in reached
     assert not [line for line in reached if line.startswith('post ')], reached
-    # Both sidecars show the run's labels, each with the decision that set it.
+    # Both sidecars show the run's labels, each with the decision that set
+    # it, and so does the CLI reading the database with the profile.
     assert labels(a, run_id) == labels(b, run_id)
     assert [name for name, _ in labels(a, run_id)] == ['private', 'untrusted']
+    out = subprocess.run([str(a['bin']), 'runs', 'status', run_id, '--database', a['database'],
+                          '--tenant', TENANT, '--profile', str(a['dir'] / 'profile.yaml')],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    shown = [(l['label'], l['decision_id']) for l in json.loads(out.stdout)['flow_labels']]
+    assert shown == labels(a, run_id)
 
 
 async def test_without_the_secret_the_same_post_goes_out(two_sidecars, tmp_path, run_id):

@@ -457,6 +457,23 @@ fn count(app: &Gate, req: &AuthorizeRequest, d: &Decided, started: Instant) {
         .decision_duration
         .with_label_values(&[verdict.risk.as_str()])
         .observe(started.elapsed().as_secs_f64());
+    if matches!(counted_reason, Reason::FlowRule | Reason::FlowEscalate) {
+        let rule = if verdict.enforced {
+            verdict.matched_rule.as_deref()
+        } else {
+            verdict.would_rule.as_deref()
+        };
+        if let Some(rule) = rule.and_then(toolgate_policy::flows::rule_name) {
+            app.metrics
+                .flow_refusals
+                .with_label_values(&[
+                    truncate(rule, MAX_LABEL_CHARS),
+                    counted_verdict.as_str(),
+                    profile_label,
+                ])
+                .inc();
+        }
+    }
 }
 
 fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Verdict {

@@ -59,6 +59,8 @@ pub struct Metrics {
     pub mcp_forward_seconds: prometheus::HistogramVec,
     /// Forwarded MCP requests that failed or got a 5xx, by server.
     pub mcp_upstream_errors: IntCounterVec,
+    /// Calls a flow rule denied or escalated, by rule, verdict and profile.
+    pub flow_refusals: IntCounterVec,
 }
 
 /// Metric names, for dashboards and the test that checks them.
@@ -76,6 +78,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "toolgate_decision_log_written_total",
     "toolgate_mcp_forward_duration_seconds",
     "toolgate_mcp_upstream_errors_total",
+    "toolgate_flow_refusals_total",
 ];
 
 impl Metrics {
@@ -180,6 +183,15 @@ impl Metrics {
             &["server"],
         )
         .expect("static metric definition");
+        let flow_refusals = IntCounterVec::new(
+            Opts::new(
+                "toolgate_flow_refusals_total",
+                "Calls a flow rule (spec.flows) denied or escalated because of what their run had \
+                 touched, by rule; with warn or dryRun, what it would have done.",
+            ),
+            &["rule", "verdict", "profile"],
+        )
+        .expect("static metric definition");
         // Every series an alert may watch exists at 0 before its first event,
         // so `increase()` sees the first failure.
         for code in toolgate_bundle::BundleError::CODES
@@ -217,6 +229,7 @@ impl Metrics {
             Box::new(decision_log_written.clone()),
             Box::new(mcp_forward_seconds.clone()),
             Box::new(mcp_upstream_errors.clone()),
+            Box::new(flow_refusals.clone()),
         ] {
             registry.register(collector).expect("unique metric names");
         }
@@ -234,6 +247,7 @@ impl Metrics {
             decision_log_written,
             mcp_forward_seconds,
             mcp_upstream_errors,
+            flow_refusals,
         }
     }
 
@@ -258,6 +272,11 @@ impl Metrics {
         let profile = crate::labels::truncate(profile, crate::labels::MAX_LABEL_CHARS);
         let declared = policy.spec().effects.keys().take(MAX_PRECREATED_TOOLS);
         let reporting = policy.reports_only_somewhere();
+        for (rule, verdict) in policy.flow_rules() {
+            let rule = crate::labels::truncate(rule, crate::labels::MAX_LABEL_CHARS);
+            self.flow_refusals
+                .with_label_values(&[rule, verdict.as_str(), profile]);
+        }
         for tool in declared
             .map(|t| crate::labels::truncate(t, crate::labels::MAX_LABEL_CHARS))
             .chain([crate::labels::OTHER_TOOL])

@@ -210,8 +210,21 @@ impl CompiledSelector {
     }
 }
 
+/// The `matched_rule` of a flow verdict: `flow:NAME when a+b`.
+const RULE_PREFIX: &str = "flow:";
+const RULE_WHEN: &str = " when ";
+
+/// The flow rule a `matched_rule` names (`no-exfiltration` of
+/// `flow:no-exfiltration when private+untrusted`); `None` for any other rule.
+pub fn rule_name(matched_rule: &str) -> Option<&str> {
+    let rest = matched_rule.strip_prefix(RULE_PREFIX)?;
+    Some(rest.split_once(RULE_WHEN).map_or(rest, |(name, _)| name))
+}
+
 #[derive(Debug, Clone)]
 struct CompiledRule {
+    /// The rule's name (`rules[i]` when it has none).
+    name: String,
     /// `flow:NAME when a+b`, for `matched_rule`.
     label: String,
     when: LabelSet,
@@ -318,12 +331,13 @@ impl CompiledFlows {
                     });
                 }
             };
-            let mut label = format!("flow:{name} when ");
+            let mut label = format!("{RULE_PREFIX}{name}{RULE_WHEN}");
             for (k, index) in (0..names.len()).filter(|&k| when.contains(k)).enumerate() {
                 let _ = write!(label, "{}{}", if k > 0 { "+" } else { "" }, names[index]);
             }
             watched = watched.union(when);
             rules.push(CompiledRule {
+                name,
                 label,
                 when,
                 deny,
@@ -404,6 +418,23 @@ impl crate::CompiledPolicy {
         self.flows
             .as_ref()
             .map_or_else(Vec::new, |f| f.names_of(set))
+    }
+
+    /// Each flow rule's name and the verdict it gives, in order.
+    pub fn flow_rules(&self) -> Vec<(&str, crate::Decision)> {
+        self.flows.as_ref().map_or_else(Vec::new, |f| {
+            f.rules
+                .iter()
+                .map(|r| {
+                    let verdict = if r.deny {
+                        crate::Decision::Deny
+                    } else {
+                        crate::Decision::Escalate
+                    };
+                    (r.name.as_str(), verdict)
+                })
+                .collect()
+        })
     }
 
     /// Every label some flow rule reads: once a run is known to carry all

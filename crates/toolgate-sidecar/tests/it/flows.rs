@@ -105,6 +105,18 @@ async fn the_trifecta_is_refused_across_sidecars_and_restarts() {
             sent["matched_rule"],
             "flow:no-exfiltration when private+untrusted"
         );
+        // Counted by rule (the series exists from the bundle's load on).
+        let (_, metrics) = one.get("/metrics").await;
+        let refusals: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("toolgate_flow_refusals_total{"))
+            .collect();
+        assert!(
+            refusals.iter().any(|l| l.contains("rule=\"no-exfiltration\"")
+                && l.contains("verdict=\"deny\"")
+                && l.ends_with(" 1")),
+            "{refusals:?}"
+        );
         one.stop().await;
         let one_dir = dir.join("one");
         let bytes = std::fs::read(one_dir.join("bundle.json")).unwrap();

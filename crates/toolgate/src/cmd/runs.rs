@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use toolgate_policy::{RunId, Stop};
+use toolgate_policy::{FlowScope, RunId, Stop};
 use toolgate_store::Store;
 
 use crate::cli_error::CliError;
@@ -62,7 +62,9 @@ enum RunsCommand {
         #[arg(long)]
         tenant: String,
         /// The PolicyProfile whose budgets apply, for their limits (without
-        /// it every `limit` is null) and its profile-wide stops.
+        /// it every `limit` is null), its profile-wide stops and, when it
+        /// declares flows, the run's flow labels (the pod's with `scope:
+        /// pod`, given --pod).
         #[arg(long)]
         profile: Option<std::path::PathBuf>,
         /// The pod whose per-pod budgets and pod-wide stops to show.
@@ -148,14 +150,29 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
                     Some(pod) => Some(runs.pod_usage(&tenant, pod).await?),
                     None => None,
                 };
-                print_json(&toolgate_gate::runs::RunStatus::of(
+                // Flow labels as the profile carries them: the run's, or
+                // with `scope: pod` the pod's (which needs --pod).
+                let flow_subject = match policy.as_ref().and_then(|p| p.flow_scope()) {
+                    Some(scope @ FlowScope::Run) => Some((scope, run_id.as_str().to_owned())),
+                    Some(scope @ FlowScope::Pod) => pod.clone().map(|pod| (scope, pod)),
+                    None => None,
+                };
+                let flow_labels = match flow_subject {
+                    Some((scope, subject)) => {
+                        Some(store.flow_labels().of(&tenant, scope, &subject).await?)
+                    }
+                    None => None,
+                };
+                let mut status = toolgate_gate::runs::RunStatus::of(
                     run_id,
                     state,
                     scoped,
                     pod_usage,
                     &limits,
                     jiff::Timestamp::now(),
-                ));
+                );
+                status.flow_labels = flow_labels;
+                print_json(&status);
                 Ok(ExitCode::SUCCESS)
             }
         }
