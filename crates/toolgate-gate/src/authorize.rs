@@ -156,14 +156,22 @@ async fn decide(
     // The run's flow labels, for a live profile that declares flows; a
     // store that cannot say which labels the run carries denies the call.
     let (flow, flow_unknown) = match enforced.as_deref().filter(|e| e.is_live(now)) {
-        Some(e) => match traced("toolgate.flow.read", app.flow_state(&e.policy, &req.run_id)).await
-        {
-            Ok(state) => (state, false),
-            Err(err) => {
-                tracing::error!(error = %err, "flow labels unreadable; denying");
-                (None, true)
+        Some(e) => {
+            let call = Call {
+                tool: &req.tool,
+                action: req.action.as_deref(),
+                arguments: &req.arguments,
+            };
+            let decides = e.policy.flow_rules_select(&call, provenance);
+            let read = app.flow_state(&e.policy, &req.run_id, decides);
+            match traced("toolgate.flow.read", read).await {
+                Ok(state) => (state, false),
+                Err(err) => {
+                    tracing::error!(error = %err, "flow labels unreadable; denying");
+                    (None, true)
+                }
             }
-        },
+        }
         None => (None, false),
     };
     let labels = flow.as_ref().map_or(LabelSet::EMPTY, |f| f.labels);

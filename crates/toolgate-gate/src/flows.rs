@@ -67,12 +67,15 @@ impl Gate {
     }
 
     /// The labels `run_id` (or this pod) carries under `policy`; `None`
-    /// for a profile without flows. Read from the store unless this sidecar
-    /// already knows of every label a rule reads.
+    /// for a profile without flows. Read from the store when some flow rule
+    /// may select the call (`decides`) and this sidecar does not already
+    /// know of every label a rule reads; otherwise what it knows (a subset
+    /// of the truth, used only to skip writing labels already set).
     pub(crate) async fn flow_state(
         &self,
         policy: &CompiledPolicy,
         run_id: &RunId,
+        decides: bool,
     ) -> Result<Option<FlowState>, toolgate_store::StoreError> {
         let Some(scope) = policy.flow_scope() else {
             return Ok(None);
@@ -81,7 +84,7 @@ impl Gate {
         let key = (scope, subject.clone());
         let known = self.known_labels.get(&key).unwrap_or_default();
         let mut labels = policy.flow_labels(known.iter().map(String::as_str));
-        if !policy.flow_watched().is_subset(labels) {
+        if decides && !policy.flow_watched().is_subset(labels) {
             let stored = self
                 .store
                 .flow_labels()
@@ -99,7 +102,8 @@ impl Gate {
     }
 
     /// Records that `decision_id`'s allowed call set `new` labels (those
-    /// the state did not hold); the names set, or the store's refusal.
+    /// the state did not hold); the names it was the first to set, or the
+    /// store's refusal.
     pub(crate) async fn set_flow_labels(
         &self,
         policy: &CompiledPolicy,
@@ -112,7 +116,8 @@ impl Gate {
         if names.is_empty() {
             return Ok(Vec::new());
         }
-        self.store
+        let added = self
+            .store
             .flow_labels()
             .add(
                 &self.tenant,
@@ -125,6 +130,7 @@ impl Gate {
             .await?;
         self.known_labels
             .add((state.scope, state.subject.clone()), names.iter().copied());
-        Ok(names.into_iter().map(str::to_owned).collect())
+        // Labels another sidecar set first are not this call's to claim.
+        Ok(added)
     }
 }

@@ -255,23 +255,41 @@ impl CompiledPolicy {
     /// without flows or a tool it does not declare); `provenance` is the
     /// file's, for a workspace read.
     pub fn flow_labels_set_by(&self, call: &Call<'_>, provenance: Option<Provenance>) -> LabelSet {
-        let Some(flows) = &self.flows else {
-            return LabelSet::EMPTY;
-        };
+        self.with_seen(call, provenance, |flows, seen| flows.set_by(seen))
+            .unwrap_or(LabelSet::EMPTY)
+    }
+
+    /// Whether any flow rule could deny or escalate `call`, whatever labels
+    /// its run carries: when none can, its verdict does not depend on them
+    /// and the sidecar need not read them.
+    pub fn flow_rules_select(&self, call: &Call<'_>, provenance: Option<Provenance>) -> bool {
+        self.with_seen(call, provenance, |flows, seen| flows.selects(seen))
+            .unwrap_or(false)
+    }
+
+    /// Runs `f` on the profile's flows and the call as their selectors see
+    /// it; `None` without flows, for an undeclared tool or a path that
+    /// cannot be normalized (those are denied whatever the labels).
+    fn with_seen<T>(
+        &self,
+        call: &Call<'_>,
+        provenance: Option<Provenance>,
+        f: impl FnOnce(&crate::flows::CompiledFlows, &Seen<'_>) -> T,
+    ) -> Option<T> {
+        let flows = self.flows.as_ref()?;
         let tool_name = self.canonical_tool(call.tool);
-        let Some(tool) = self.tools.get(tool_name) else {
-            return LabelSet::EMPTY;
-        };
-        let Ok(args) = normalize_args(&tool.path_args, call.arguments) else {
-            return LabelSet::EMPTY;
-        };
+        let tool = self.tools.get(tool_name)?;
+        let args = normalize_args(&tool.path_args, call.arguments).ok()?;
         let text = match_text(tool, call.action, &args);
-        flows.set_by(&Seen {
-            tool: tool_name,
-            side_effect: tool.effect.side_effect,
-            text: &text,
-            provenance,
-        })
+        Some(f(
+            flows,
+            &Seen {
+                tool: tool_name,
+                side_effect: tool.effect.side_effect,
+                text: &text,
+                provenance,
+            },
+        ))
     }
 
     fn verdict(

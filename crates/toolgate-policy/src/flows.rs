@@ -365,6 +365,11 @@ impl CompiledFlows {
             .map(|r| r.label.as_str())
     }
 
+    /// Whether some rule selects the call (for some labels).
+    pub(crate) fn selects(&self, call: &Seen<'_>) -> bool {
+        self.rules.iter().any(|r| r.selector.selects(call))
+    }
+
     /// The labels this call sets when it is allowed.
     pub(crate) fn set_by(&self, call: &Seen<'_>) -> LabelSet {
         self.setters

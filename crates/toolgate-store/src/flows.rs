@@ -61,8 +61,9 @@ impl FlowLabels<'_> {
     }
 
     /// Sets `labels` on `subject`, naming `decision_id` as what set them;
-    /// a label it already carries keeps its first setter. Durable when it
-    /// returns: a call is answered only after.
+    /// a label it already carries keeps its first setter. Returns the
+    /// labels this call added. Durable when it returns: a call is answered
+    /// only after.
     pub async fn add(
         &self,
         tenant: &str,
@@ -71,12 +72,12 @@ impl FlowLabels<'_> {
         labels: &[&str],
         decision_id: &str,
         at: Timestamp,
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         require("tenant", tenant)?;
         require("subject", subject)?;
         require("decision_id", decision_id)?;
         if labels.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         if labels.len() > MAX_LABELS_PER_CALL {
             return Err(StoreError::InvalidInput(format!(
@@ -92,9 +93,9 @@ impl FlowLabels<'_> {
             }
             sql.push_str(&format!("($1, $2, $3, ${}, $4, $5)", i + 6));
         }
-        sql.push_str(" ON CONFLICT (tenant, scope, subject, label) DO NOTHING");
-        on_pool!(self.store, pool => {
-            let mut q = sqlx::query(&sql)
+        sql.push_str(" ON CONFLICT (tenant, scope, subject, label) DO NOTHING RETURNING label");
+        let mut added: Vec<String> = on_pool!(self.store, pool => {
+            let mut q = sqlx::query_scalar(&sql)
                 .bind(tenant)
                 .bind(scope.as_str())
                 .bind(subject)
@@ -103,8 +104,9 @@ impl FlowLabels<'_> {
             for label in labels {
                 q = q.bind(*label);
             }
-            q.execute(pool).await?;
+            q.fetch_all(pool).await?
         });
-        Ok(())
+        added.sort();
+        Ok(added)
     }
 }

@@ -352,5 +352,47 @@ proptest! {
         prop_assert!(rank(less.verdict) <= rank(more.verdict),
             "{tool} {text}: {:?} with {small:b} but {:?} with {superset:b}", less.reason, more.reason);
         prop_assert_eq!(more.reason.decision(), more.verdict);
+        // A call no flow rule selects is decided without its run's labels.
+        if !p.flow_rules_select(&call, None) {
+            prop_assert_eq!((less.verdict, less.reason), (more.verdict, more.reason));
+        }
     }
+}
+
+#[test]
+fn only_calls_a_rule_can_select_need_the_runs_labels() {
+    let p = compile(TRIFECTA);
+    let selects = |tool: &str, arguments: Value| {
+        let arguments = args(arguments);
+        p.flow_rules_select(
+            &Call {
+                tool,
+                action: None,
+                arguments: &arguments,
+            },
+            None,
+        )
+    };
+    assert!(selects("send", json!({"url": "https://x.example"})));
+    assert!(selects("bash", json!({"command": "ls"})));
+    assert!(selects("git.push", json!({"remote": "origin"})));
+    assert!(!selects("reader", json!({"path": "app/secrets/k"})));
+    assert!(!selects("fetch", json!({"url": "https://x.example"})));
+    // For every call no rule selects, the labels cannot change the verdict.
+    for (tool, arguments) in [
+        ("reader", json!({"path": "app/secrets/k"})),
+        ("fetch", json!({"url": "https://x.example"})),
+    ] {
+        let all = decide(&p, tool, arguments.clone(), &["untrusted", "private"]);
+        let none = decide(&p, tool, arguments, &[]);
+        assert_eq!((all.verdict, all.reason), (none.verdict, none.reason));
+    }
+    let plain = compile("mode: allowAll\neffects:\n  x: {sideEffect: NONE, risk: low}\n");
+    let empty = Map::new();
+    let call = Call {
+        tool: "x",
+        action: None,
+        arguments: &empty,
+    };
+    assert!(!plain.flow_rules_select(&call, None));
 }

@@ -33,24 +33,6 @@ flows:
       deny: {sideEffects: [NETWORK_WRITE]}
 "#;
 
-async fn pair(dir: &std::path::Path, url: &str, spec: &str) -> (Harness, Harness) {
-    let tenant = unique("t");
-    let (d1, d2) = (dir.join("one"), dir.join("two"));
-    std::fs::create_dir_all(&d1).unwrap();
-    std::fs::create_dir_all(&d2).unwrap();
-    let bytes = bundle(spec, 1, day(), &key());
-    let one = Harness::start_as(&d1, url, Some(&bytes), &tenant).await;
-    let two = Harness::start_as(&d2, url, Some(&bytes), &tenant).await;
-    (one, two)
-}
-
-fn outcome(v: &Value) -> (&str, &str) {
-    (
-        v["verdict"].as_str().unwrap_or("?"),
-        v["reason"].as_str().unwrap_or("?"),
-    )
-}
-
 fn secret() -> Value {
     json!({"path": "app/secrets/db-password"})
 }
@@ -112,9 +94,11 @@ async fn the_trifecta_is_refused_across_sidecars_and_restarts() {
             .filter(|l| l.starts_with("toolgate_flow_refusals_total{"))
             .collect();
         assert!(
-            refusals.iter().any(|l| l.contains("rule=\"no-exfiltration\"")
-                && l.contains("verdict=\"deny\"")
-                && l.ends_with(" 1")),
+            refusals
+                .iter()
+                .any(|l| l.contains("rule=\"no-exfiltration\"")
+                    && l.contains("verdict=\"deny\"")
+                    && l.ends_with(" 1")),
             "{refusals:?}"
         );
         one.stop().await;
@@ -247,4 +231,42 @@ async fn a_profile_without_flows_shows_no_labels() {
     assert!(v.get("flow_labels_set").is_none(), "{v}");
     let (_, state) = one.get_json(&format!("/v1/runs/{run}")).await;
     assert!(state.get("flow_labels").is_none(), "{state}");
+}
+
+/// A flow escalation is an ordinary approval, bound to the exact call: once
+/// a human approves it the call passes once and sets its own labels.
+#[tokio::test]
+async fn a_flow_escalation_is_approved_like_any_other() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (_, url) = backends(scratch.path()).remove(0);
+    let spec = format!(
+        "{FLOWS}    - when: [untrusted]\n      escalate: {{tools: [reader]}}\napprovals: {{ttlSeconds: 600}}\n"
+    );
+    let (one, _two) = pair(scratch.path(), &url, &spec).await;
+    let run = unique("run");
+    let _ = one.authorize("fetch", page(), &run).await;
+    let asked = one.authorize("reader", secret(), &run).await;
+    assert_eq!(outcome(&asked), ("escalate", "flow_escalate"), "{asked}");
+    assert_eq!(asked["matched_rule"], "flow:rules[1] when untrusted");
+    assert_eq!(labels_of(&one, &run).await, ["untrusted"]);
+    one.store
+        .approvals()
+        .resolve(
+            &one.tenant,
+            asked["approval_id"].as_str().unwrap(),
+            toolgate_store::ApprovalDecision::Approved,
+            "alice",
+            None,
+            jiff::Timestamp::now(),
+        )
+        .await
+        .unwrap();
+    let passed = one.authorize("reader", secret(), &run).await;
+    assert_eq!(outcome(&passed), ("allow", "approved"), "{passed}");
+    assert_eq!(passed["flow_labels_set"], json!(["private"]));
+    // Approved once: the same call again asks again; sending is now denied.
+    let again = one.authorize("reader", secret(), &run).await;
+    assert_eq!(outcome(&again), ("escalate", "flow_escalate"), "{again}");
+    let sent = one.authorize("send", exfiltrate(), &run).await;
+    assert_eq!(outcome(&sent), ("deny", "flow_rule"), "{sent}");
 }

@@ -11,25 +11,6 @@ fn budgeted() -> String {
     format!("{SPEC}budgets: {{maxCallsPerRun: 5, maxHighRiskCallsPerRun: 2}}\n")
 }
 
-/// Two sidecars of one tenant on one database, in their own directories.
-async fn pair(dir: &std::path::Path, url: &str, spec: &str) -> (Harness, Harness) {
-    let tenant = unique("t");
-    let (d1, d2) = (dir.join("one"), dir.join("two"));
-    std::fs::create_dir_all(&d1).unwrap();
-    std::fs::create_dir_all(&d2).unwrap();
-    let bytes = bundle(spec, 1, day(), &key());
-    let one = Harness::start_as(&d1, url, Some(&bytes), &tenant).await;
-    let two = Harness::start_as(&d2, url, Some(&bytes), &tenant).await;
-    (one, two)
-}
-
-fn reason(v: &Value) -> (&str, &str) {
-    (
-        v["verdict"].as_str().unwrap_or("?"),
-        v["reason"].as_str().unwrap_or("?"),
-    )
-}
-
 #[tokio::test]
 async fn budgets_are_one_per_run_across_sidecars_and_restarts() {
     let scratch = tempfile::tempdir().unwrap();
@@ -41,16 +22,16 @@ async fn budgets_are_one_per_run_across_sidecars_and_restarts() {
         // Two high-risk calls, one on each sidecar, use that budget up.
         for h in [&one, &two] {
             let v = h.authorize("bash", json!({"command": "ls"}), &run).await;
-            assert_eq!(reason(&v), ("allow", "allow_rule"), "{v}");
+            assert_eq!(outcome(&v), ("allow", "allow_rule"), "{v}");
         }
         let third = one.authorize("bash", json!({"command": "ls"}), &run).await;
-        assert_eq!(reason(&third), ("deny", "budget_exhausted"), "{third}");
+        assert_eq!(outcome(&third), ("deny", "budget_exhausted"), "{third}");
         assert_eq!(third["matched_rule"], "budget:maxHighRiskCallsPerRun=2");
         assert_eq!(third["intent_required"], false);
         // Refused calls count nothing: three more low-risk calls fit.
         for h in [&two, &one, &two] {
             let v = h.authorize("reader", json!({"path": "a"}), &run).await;
-            assert_eq!(reason(&v), ("allow", "allow_rule"), "{v}");
+            assert_eq!(outcome(&v), ("allow", "allow_rule"), "{v}");
         }
         // A restart resets nothing (same bundle: a re-signed sequence 1
         // would be refused as a rollback).
@@ -59,13 +40,13 @@ async fn budgets_are_one_per_run_across_sidecars_and_restarts() {
         let bytes = std::fs::read(two_dir.join("bundle.json")).unwrap();
         two = Harness::start_as(&two_dir, &url, Some(&bytes), &one.tenant).await;
         let sixth = two.authorize("reader", json!({"path": "a"}), &run).await;
-        assert_eq!(reason(&sixth), ("deny", "budget_exhausted"), "{sixth}");
+        assert_eq!(outcome(&sixth), ("deny", "budget_exhausted"), "{sixth}");
         assert_eq!(sixth["matched_rule"], "budget:maxCallsPerRun=5");
         // Denied calls are never charged, and another run has its own budget.
         let other = two
             .authorize("reader", json!({"path": "a"}), &unique("run"))
             .await;
-        assert_eq!(reason(&other), ("allow", "allow_rule"));
+        assert_eq!(outcome(&other), ("allow", "allow_rule"));
 
         let (status, state) = one.get_json(&format!("/v1/runs/{run}")).await;
         assert_eq!(status, 200, "{state}");
@@ -119,7 +100,7 @@ async fn a_cancelled_run_is_refused_everywhere_and_its_waiters_woken() {
             .await;
         assert_eq!(status, 201);
         let escalated = two.authorize("deploy", json!({"env": "prod"}), &run).await;
-        assert_eq!(reason(&escalated), ("escalate", "escalate_rule"));
+        assert_eq!(outcome(&escalated), ("escalate", "escalate_rule"));
         let approval = escalated["approval_id"].as_str().unwrap().to_owned();
         let waiter = {
             let (client, base) = (two.client.clone(), two.base.clone());
@@ -158,16 +139,16 @@ async fn a_cancelled_run_is_refused_everywhere_and_its_waiters_woken() {
             ("bash", json!({"command": "ls"})),
         ] {
             let v = one.authorize(tool, args, &run).await;
-            assert_eq!(reason(&v), ("deny", "run_cancelled"), "{v}");
+            assert_eq!(outcome(&v), ("deny", "run_cancelled"), "{v}");
         }
         // Sidecar two refuses a high-risk call at once (it reaches the
         // database) and a low-risk one once its poll has seen it.
         let v = two.authorize("bash", json!({"command": "ls"}), &run).await;
-        assert_eq!(reason(&v), ("deny", "run_cancelled"), "{v}");
+        assert_eq!(outcome(&v), ("deny", "run_cancelled"), "{v}");
         let mut seen = false;
         for _ in 0..60 {
             let v = two.authorize("reader", json!({"path": "a"}), &run).await;
-            if reason(&v) == ("deny", "run_cancelled") {
+            if outcome(&v) == ("deny", "run_cancelled") {
                 seen = true;
                 break;
             }
@@ -178,7 +159,7 @@ async fn a_cancelled_run_is_refused_everywhere_and_its_waiters_woken() {
         let v = two
             .authorize("deploy", json!({"env": "staging"}), &run)
             .await;
-        assert_eq!(reason(&v), ("deny", "run_cancelled"), "{v}");
+        assert_eq!(outcome(&v), ("deny", "run_cancelled"), "{v}");
         assert!(v.get("approval_id").is_none() || v["approval_id"].is_null());
 
         // The heartbeat: cancelled, and the open intent kept for resume.
@@ -192,7 +173,7 @@ async fn a_cancelled_run_is_refused_everywhere_and_its_waiters_woken() {
         let v = one
             .authorize("reader", json!({"path": "a"}), &unique("run"))
             .await;
-        assert_eq!(reason(&v), ("allow", "allow_rule"));
+        assert_eq!(outcome(&v), ("allow", "allow_rule"));
         let (status, again) = two.post(&format!("/v1/runs/{run}/cancel"), json!({})).await;
         assert_eq!((status, &again["newly_cancelled"]), (200, &json!(false)));
         // Bad input is a typed 400.
@@ -236,7 +217,7 @@ async fn a_run_cancelled_from_outside_is_refused_and_dry_run_does_not_soften_it(
         let v = h
             .authorize("bash", json!({"command": "rm -rf /"}), &run)
             .await;
-        assert_eq!(reason(&v), ("deny", "run_cancelled"), "{v}");
+        assert_eq!(outcome(&v), ("deny", "run_cancelled"), "{v}");
         assert_eq!(v["enforced"], true);
         h.stop().await;
     }
@@ -258,7 +239,7 @@ async fn dry_run_and_warn_allow_and_report_what_enforce_would_do() {
         let v = h
             .authorize("bash", json!({"command": "rm -rf /tmp/x"}), &run)
             .await;
-        assert_eq!(reason(&v), ("allow", "not_enforced"), "{v}");
+        assert_eq!(outcome(&v), ("allow", "not_enforced"), "{v}");
         assert_eq!(v["enforced"], false);
         assert_eq!(v["would_verdict"], "deny");
         assert_eq!(v["would_reason"], "deny_rule");
@@ -270,7 +251,7 @@ async fn dry_run_and_warn_allow_and_report_what_enforce_would_do() {
         assert!(v.get("warning").is_none(), "dryRun is silent");
         // An escalation in warn mode: allowed, no approval asked, a warning.
         let w = h.authorize("deploy", json!({"env": "prod"}), &run).await;
-        assert_eq!(reason(&w), ("allow", "not_enforced"), "{w}");
+        assert_eq!(outcome(&w), ("allow", "not_enforced"), "{w}");
         assert_eq!(w["would_verdict"], "escalate");
         assert!(w.get("approval_id").is_none());
         assert!(
@@ -281,10 +262,10 @@ async fn dry_run_and_warn_allow_and_report_what_enforce_would_do() {
         let hard = h
             .authorize("reader", json!({"path": "app/.env"}), &run)
             .await;
-        assert_eq!(reason(&hard), ("deny", "hardline_path"));
+        assert_eq!(outcome(&hard), ("deny", "hardline_path"));
         assert_eq!(hard["enforced"], true);
         let unknown = h.authorize("browser", json!({}), &run).await;
-        assert_eq!(reason(&unknown), ("deny", "unknown_tool"));
+        assert_eq!(outcome(&unknown), ("deny", "unknown_tool"));
 
         // Counted by what enforcement would have answered.
         let (_, metrics) = h.get("/metrics").await;

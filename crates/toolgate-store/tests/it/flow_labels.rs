@@ -13,12 +13,14 @@ both_backends!(labels_are_added_once_and_read_per_subject, |db| {
     let (tenant, run) = (unique("flows"), unique("run"));
     let t0 = Timestamp::now();
     let t1 = t0 + SignedDuration::from_secs(1);
-    flows
+    let added = flows
         .add(&tenant, FlowScope::Run, &run, &["private"], "d-1", t0)
         .await
         .unwrap();
-    // A label already there keeps its first setter; new ones are added.
-    flows
+    assert_eq!(added, ["private"]);
+    // A label already there keeps its first setter; new ones are added,
+    // and only they are reported.
+    let added = flows
         .add(
             &tenant,
             FlowScope::Run,
@@ -29,6 +31,7 @@ both_backends!(labels_are_added_once_and_read_per_subject, |db| {
         )
         .await
         .unwrap();
+    assert_eq!(added, ["untrusted"]);
     let labels = flows.of(&tenant, FlowScope::Run, &run).await.unwrap();
     let seen: Vec<_> = labels
         .iter()

@@ -320,3 +320,24 @@ macro_rules! each_backend {
         }
     }};
 }
+
+/// Two sidecars of one tenant on one database, in their own directories,
+/// enforcing one bundle of `spec`.
+pub async fn pair(dir: &Path, url: &str, spec: &str) -> (Harness, Harness) {
+    let tenant = unique("t");
+    let (d1, d2) = (dir.join("one"), dir.join("two"));
+    std::fs::create_dir_all(&d1).unwrap();
+    std::fs::create_dir_all(&d2).unwrap();
+    let bytes = bundle(spec, 1, day(), &key());
+    let one = Harness::start_as(&d1, url, Some(&bytes), &tenant).await;
+    let two = Harness::start_as(&d2, url, Some(&bytes), &tenant).await;
+    (one, two)
+}
+
+/// `(verdict, reason)` of an authorize answer.
+pub fn outcome(v: &Value) -> (&str, &str) {
+    (
+        v["verdict"].as_str().unwrap_or("?"),
+        v["reason"].as_str().unwrap_or("?"),
+    )
+}
