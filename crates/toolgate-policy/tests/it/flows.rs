@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use toolgate_policy::{
-    Call, CompiledPolicy, Context, Decision, LabelSet, PolicyError, Provenance, Reason, Verdict,
-    load,
+    Call, CompiledPolicy, Context, Decision, LabelSet, PastCall, PolicyError, Provenance, Reason,
+    Verdict, load,
 };
 
 /// The lethal trifecta: a run that read a secret and something untrusted
@@ -395,4 +395,35 @@ fn only_calls_a_rule_can_select_need_the_runs_labels() {
         arguments: &empty,
     };
     assert!(!plain.flow_rules_select(&call, None));
+}
+
+proptest! {
+    /// Labels only grow along a run: replaying a longer history never
+    /// yields fewer labels than any prefix of it, whatever the calls.
+    #[test]
+    fn labels_only_grow_along_a_history(
+        calls in prop::collection::vec((
+            prop::sample::select(vec!["reader", "fetch", "send", "bash", "git.push", "workspace.read", "nope"]),
+            prop::sample::select(vec!["app/secrets/k", "src/a.rs", "https://h.example/p", "ls", "k.pem"]),
+            prop::option::of(prop::sample::select(vec![Provenance::ExternalUntrusted, Provenance::InternalTool])),
+        ), 0..8),
+    ) {
+        let p = compile(TRIFECTA);
+        let history: Vec<PastCall> = calls
+            .into_iter()
+            .map(|(tool, text, provenance)| PastCall {
+                tool: tool.to_owned(),
+                action: None,
+                args: args(json!({"command": text, "path": text, "url": text})),
+                provenance,
+            })
+            .collect();
+        let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
+        let mut before = LabelSet::EMPTY;
+        for k in 0..=history.len() {
+            let now = p.labels_after(&history[..k], &ctx);
+            prop_assert!(before.is_subset(now), "labels shrank at call {k}");
+            before = now;
+        }
+    }
 }
