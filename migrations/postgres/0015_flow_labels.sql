@@ -43,4 +43,17 @@ CREATE POLICY toolgate_tenant_rows ON flow_labels
     USING (tenant = (SELECT toolgate_current_tenant()))
     WITH CHECK (tenant = (SELECT toolgate_current_tenant()));
 
-ALTER FUNCTION toolgate_flow_label_fixed() SET search_path = pg_catalog, pg_temp;
+-- Pin the new function's search path, as 0012 does for every toolgate function.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace OPERATOR(pg_catalog.=) current_schema()::regnamespace
+          AND pg_catalog.starts_with(p.proname::text, 'toolgate_')
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp',
+                                  f, current_schema());
+    END LOOP;
+END $$;
