@@ -888,3 +888,52 @@ def test_kubectl_get_shows_validity_mode_fleet_and_approval_details():
     for name, path in (("Tool", ".status.tool"), ("Preview", ".spec.request.preview"),
                        ("Decided By", ".spec.decidedBy"), ("Expires", ".status.expiresAt")):
         assert tga[name]["jsonPath"] == path and tga[name].get("priority", 0) == 0, name
+
+
+# ---------------------------------------------------------------- console
+
+
+CONSOLE_VALUES = {
+    "token": {"console": {"enabled": True}},
+    "proxy": {"console": {"enabled": True, "proxy": {"existingSecret": "console-proxy"}}},
+}
+
+
+@pytest.mark.parametrize("mode", CONSOLE_VALUES)
+def test_the_console_renders_strictly_and_may_only_impersonate(chart, mode):
+    report = helm.lint(CHART, CONSOLE_VALUES[mode], strict=True, namespace=NAMESPACE,
+                       kube_version="v" + KUBE_VERSION)
+    assert not report["errors"] and not [m for m in report["messages"] if m["severity"] >= 2], report
+    objects = render(chart, CONSOLE_VALUES[mode])
+    console = [o for o in objects if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "console"]
+    assert sorted(o["kind"] for o in console) == ["ClusterRole", "ClusterRoleBinding", "Deployment",
+                                                  "Service", "ServiceAccount"], console
+    for obj in console:
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    role = only(console, "ClusterRole")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    impersonate = {("", r, "impersonate") for r in ("users", "groups", "serviceaccounts")}
+    review = {("authentication.k8s.io", "tokenreviews", "create")}
+    assert granted == (impersonate | review if mode == "token" else impersonate), granted
+    binding = only(console, "ClusterRoleBinding")
+    sa = only(console, "ServiceAccount")["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    deployment = only(console, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == sa
+    args = pod["containers"][0]["args"]
+    assert args[0] == "console" and ("--proxy-secret-file=/etc/toolgate-console/proxy/secret" in args) == (
+        mode == "proxy"), args
+    # The console's pods are never the controller's: no Service, PDB or
+    # NetworkPolicy of the controller selects them, and the reverse.
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for obj in objects:
+        if obj in console:
+            continue
+        selector = (obj.get("spec", {}).get("selector") or {})
+        selector = selector.get("matchLabels", selector) if isinstance(selector, dict) else {}
+        if selector and obj["kind"] in ("Service", "PodDisruptionBudget", "Deployment"):
+            assert not all(pod_labels.get(k) == v for k, v in selector.items()), obj["metadata"]["name"]
+    service_selector = only(console, "Service")["spec"]["selector"]
+    assert service_selector["app.kubernetes.io/component"] == "console"

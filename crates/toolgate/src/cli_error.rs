@@ -41,6 +41,9 @@ pub enum CliError {
     /// The MCP gateway could not reach the sidecar or run its server.
     #[error("mcp: {0}")]
     Mcp(#[from] toolgate_mcp::McpError),
+    /// The console could not start.
+    #[error("console: {0}")]
+    Console(#[from] toolgate_console::ConsoleError),
     /// A test-case file holds a field no case defines.
     #[error("{field}: unknown field `{name}` in a test case")]
     CaseUnknownField {
@@ -68,6 +71,7 @@ impl CliError {
             Self::Webhook(e) => e.code(),
             Self::Sidecar(e) => e.code(),
             Self::Mcp(e) => e.code(),
+            Self::Console(e) => e.code(),
             Self::Io { .. } => "io_error",
             Self::Usage(_) => "usage",
             Self::Checkpoint(_) => "checkpoint_invalid",

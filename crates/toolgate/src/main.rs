@@ -76,6 +76,8 @@ enum Command {
     Hook(cmd::hook::HookArgs),
     /// The MCP gateway: a stdio MCP server behind the sidecar.
     Mcp(cmd::mcp::McpArgs),
+    /// The approvers' web console (acts as the signed-in user).
+    Console(cmd::console::ConsoleArgs),
 }
 
 fn main() -> ExitCode {
@@ -97,6 +99,7 @@ fn main() -> ExitCode {
         Command::Tenant(args) => cmd::tenant::run(args),
         Command::Hook(args) => cmd::hook::run(args),
         Command::Mcp(args) => cmd::mcp::run(args, cli.log_json),
+        Command::Console(args) => cmd::console::run(args, cli.log_json),
     };
     match result {
         Ok(code) => code,

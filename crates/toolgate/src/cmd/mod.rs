@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod audit;
 pub mod bundle;
 pub mod check;
+pub mod console;
 pub mod crdgen;
 pub mod demo;
 pub mod hook;

@@ -1,0 +1,71 @@
+//! The console's one error type, each with a stable code and an HTTP status.
+
+use axum::http::StatusCode;
+
+/// Why the console could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// Nobody usable is signed in (or a forwarded identity is not trusted).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A form without its token, or from another site.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The Kubernetes API refused, in its own words (RBAC, the webhook).
+    #[error("{message}")]
+    Refused {
+        /// The API server's HTTP status.
+        status: u16,
+        /// Its message (a webhook's denial is in it).
+        message: String,
+    },
+    /// The API server could not be reached or answered nonsense.
+    #[error("Kubernetes API unavailable: {0}")]
+    Unavailable(String),
+    /// The form or path is not one the console takes.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The console is misconfigured.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ConsoleError {
+    /// The stable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthenticated(_) => "unauthenticated",
+            Self::Forbidden(_) => "forbidden",
+            Self::Refused { .. } => "kubernetes_refused",
+            Self::Unavailable(_) => "kubernetes_unavailable",
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::Config(_) => "console_config",
+        }
+    }
+
+    /// The HTTP status it is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Refused { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
+            }
+            Self::Unavailable(_) => StatusCode::BAD_GATEWAY,
+            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Config(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<kube::Error> for ConsoleError {
+    fn from(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(status) => Self::Refused {
+                status: status.code,
+                message: status.message,
+            },
+            other => Self::Unavailable(other.to_string()),
+        }
+    }
+}

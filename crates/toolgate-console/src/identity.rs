@@ -1,0 +1,376 @@
+//! Who is signed in, and the tokens that prove a form came from our page.
+//!
+//! Two ways in, and no other:
+//! - **an authenticating proxy** (oauth2-proxy and the like) in front of the
+//!   console sets `X-Forwarded-User` and `X-Forwarded-Groups`; they count
+//!   only on a request that also carries the proxy's shared secret, and a
+//!   forwarded identity without it is refused outright, never ignored into
+//!   some other sign-in;
+//! - **a Kubernetes bearer token** posted to the sign-in form, checked by a
+//!   TokenReview, after which the console keeps the reviewed identity in a
+//!   cookie it signs (HMAC-SHA256) with a key only it holds.
+
+use axum::http::{HeaderMap, HeaderValue};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+use crate::error::ConsoleError;
+
+/// The forwarded user, set by the authenticating proxy.
+pub const FORWARDED_USER: &str = "x-forwarded-user";
+/// The forwarded groups, comma-separated.
+pub const FORWARDED_GROUPS: &str = "x-forwarded-groups";
+/// The secret the proxy shares with the console.
+pub const PROXY_SECRET: &str = "x-toolgate-proxy-secret";
+/// The session cookie.
+pub const SESSION_COOKIE: &str = "toolgate_session";
+/// How long a signed-in session lasts.
+pub const SESSION_SECONDS: i64 = 8 * 3600;
+/// Longest user name or group accepted (Kubernetes names are shorter).
+const MAX_NAME: usize = 512;
+/// Most groups one identity may carry.
+const MAX_GROUPS: usize = 64;
+
+/// The person the console acts as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The user name the API server will see (impersonated).
+    pub user: String,
+    /// The groups it will see.
+    pub groups: Vec<String>,
+}
+
+impl Identity {
+    /// An identity from untrusted text, checked: a user, groups without
+    /// control characters or commas, within bounds.
+    pub fn checked(user: &str, groups: Vec<String>) -> Result<Self, ConsoleError> {
+        let ok = |s: &str| {
+            !s.trim().is_empty()
+                && s.len() <= MAX_NAME
+                && !s.chars().any(|c| c.is_control() || c == ',')
+        };
+        if !ok(user) {
+            return Err(ConsoleError::Unauthenticated(
+                "not a usable user name".into(),
+            ));
+        }
+        if groups.len() > MAX_GROUPS || !groups.iter().all(|g| ok(g)) {
+            return Err(ConsoleError::Unauthenticated(
+                "not usable group names".into(),
+            ));
+        }
+        Ok(Self {
+            user: user.to_owned(),
+            groups,
+        })
+    }
+}
+
+/// The console's secrets: the session key, and the proxy's shared secret
+/// when sign-in is through a proxy.
+pub struct Keys {
+    session: Vec<u8>,
+    proxy_secret: Option<Vec<u8>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Session {
+    #[serde(rename = "u")]
+    user: String,
+    #[serde(rename = "g")]
+    groups: Vec<String>,
+    /// Expiry, Unix seconds.
+    #[serde(rename = "e")]
+    expires: i64,
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+impl Keys {
+    /// Keys with this session key (at least 32 bytes) and proxy secret.
+    pub fn new(session: Vec<u8>, proxy_secret: Option<String>) -> Result<Self, ConsoleError> {
+        if session.len() < 32 {
+            return Err(ConsoleError::Config(
+                "the session key needs at least 32 bytes".into(),
+            ));
+        }
+        let proxy_secret = proxy_secret
+            .map(|s| s.trim().as_bytes().to_vec())
+            .filter(|s| !s.is_empty());
+        if proxy_secret.as_ref().is_some_and(|s| s.len() < 16) {
+            return Err(ConsoleError::Config(
+                "the proxy secret needs at least 16 bytes".into(),
+            ));
+        }
+        Ok(Self {
+            session,
+            proxy_secret,
+        })
+    }
+
+    /// A fresh random session key (sessions then end with the process).
+    pub fn random_session_key() -> Result<Vec<u8>, ConsoleError> {
+        let mut key = vec![0u8; 32];
+        getrandom::fill(&mut key)
+            .map_err(|e| ConsoleError::Config(format!("no randomness: {e}")))?;
+        Ok(key)
+    }
+
+    /// Whether sign-in is through an authenticating proxy.
+    pub fn proxied(&self) -> bool {
+        self.proxy_secret.is_some()
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> Vec<u8> {
+        let mut mac =
+            HmacSha256::new_from_slice(&self.session).expect("HMAC takes a key of any length");
+        for part in parts {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().to_vec()
+    }
+
+    /// The signed cookie value for `who`, valid until `now + SESSION_SECONDS`.
+    pub fn session_cookie(&self, who: &Identity, now: i64) -> String {
+        let body = serde_json::to_vec(&Session {
+            user: who.user.clone(),
+            groups: who.groups.clone(),
+            expires: now + SESSION_SECONDS,
+        })
+        .unwrap_or_default();
+        let body = URL_SAFE_NO_PAD.encode(body);
+        let mac = URL_SAFE_NO_PAD.encode(self.mac(&[b"session", body.as_bytes()]));
+        format!("{body}.{mac}")
+    }
+
+    fn cookie_identity(&self, value: &str, now: i64) -> Option<Identity> {
+        let (body, mac) = value.split_once('.')?;
+        let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
+        let expected = self.mac(&[b"session", body.as_bytes()]);
+        if !bool::from(mac.ct_eq(&expected)) {
+            return None;
+        }
+        let session: Session = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).ok()?).ok()?;
+        (session.expires > now).then_some(Identity {
+            user: session.user,
+            groups: session.groups,
+        })
+    }
+
+    /// Who sent this request: the proxy's forwarded identity (with its
+    /// secret), else the session cookie; `None` when neither.
+    pub fn identify(
+        &self,
+        headers: &HeaderMap,
+        now: i64,
+    ) -> Result<Option<Identity>, ConsoleError> {
+        let forwarded =
+            headers.contains_key(FORWARDED_USER) || headers.contains_key(FORWARDED_GROUPS);
+        if forwarded {
+            let Some(secret) = &self.proxy_secret else {
+                return Err(ConsoleError::Unauthenticated(
+                    "a forwarded identity is not accepted: this console signs in with tokens"
+                        .into(),
+                ));
+            };
+            let sent = headers
+                .get(PROXY_SECRET)
+                .map(|v| v.as_bytes())
+                .unwrap_or_default();
+            if !bool::from(sent.ct_eq(secret.as_slice())) {
+                return Err(ConsoleError::Unauthenticated(
+                    "a forwarded identity from outside the authenticating proxy".into(),
+                ));
+            }
+            let text = |name: &str| {
+                headers
+                    .get(name)
+                    .map(|v| {
+                        v.to_str().map(str::to_owned).map_err(|_| {
+                            ConsoleError::Unauthenticated(format!("{name} is not text"))
+                        })
+                    })
+                    .transpose()
+            };
+            let user = text(FORWARDED_USER)?
+                .ok_or_else(|| ConsoleError::Unauthenticated("the proxy sent no user".into()))?;
+            let groups = text(FORWARDED_GROUPS)?
+                .map(|g| {
+                    g.split(',')
+                        .map(str::trim)
+                        .filter(|g| !g.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default();
+            return Identity::checked(&user, groups).map(Some);
+        }
+        Ok(cookie(headers, SESSION_COOKIE).and_then(|value| self.cookie_identity(value, now)))
+    }
+
+    /// The token a form of `who` must carry: only our pages can read it.
+    pub fn csrf_token(&self, who: &Identity) -> String {
+        let groups = who.groups.join("\n");
+        hex::encode(self.mac(&[b"csrf", who.user.as_bytes(), groups.as_bytes()]))
+    }
+
+    /// Whether `token` is `who`'s form token.
+    pub fn csrf_ok(&self, who: &Identity, token: &str) -> bool {
+        bool::from(token.as_bytes().ct_eq(self.csrf_token(who).as_bytes()))
+    }
+}
+
+/// The value of cookie `name`, if sent.
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// Whether a state-changing request comes from our own pages: browsers say
+/// where a request comes from, in `Sec-Fetch-Site` (trusted when sent) or
+/// else `Origin`; a cross-site one is refused even before its form token is
+/// checked. A client that sends neither is not a browser a page could
+/// drive, and still needs the form token.
+pub fn same_origin(headers: &HeaderMap) -> bool {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    if let Some(site) = text("sec-fetch-site") {
+        return site == "same-origin";
+    }
+    match text(axum::http::header::ORIGIN.as_str()) {
+        None => true,
+        Some(origin) => text(axum::http::header::HOST.as_str()).is_some_and(|host| {
+            origin
+                .split_once("://")
+                .is_some_and(|(_, rest)| rest.trim_end_matches('/') == host)
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(proxy: Option<&str>) -> Keys {
+        Keys::new(vec![7; 32], proxy.map(str::to_owned)).unwrap()
+    }
+
+    fn alice() -> Identity {
+        Identity::checked("alice", vec!["oncall".into()]).unwrap()
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn a_signed_session_round_trips_and_a_forged_one_does_not() {
+        let k = keys(None);
+        let cookie = k.session_cookie(&alice(), 1_000);
+        let h = headers(&[("cookie", &format!("a=b; {SESSION_COOKIE}={cookie}"))]);
+        assert_eq!(k.identify(&h, 1_001).unwrap(), Some(alice()));
+        // Expired.
+        assert_eq!(k.identify(&h, 1_000 + SESSION_SECONDS).unwrap(), None);
+        // Another body under the same signature, or another key's cookie.
+        let (_, mac) = cookie.split_once('.').unwrap();
+        let admin =
+            URL_SAFE_NO_PAD.encode(br#"{"u":"admin","g":["system:masters"],"e":9999999999}"#);
+        let h = headers(&[("cookie", &format!("{SESSION_COOKIE}={admin}.{mac}"))]);
+        assert_eq!(k.identify(&h, 1_001).unwrap(), None);
+        let other = Keys::new(vec![8; 32], None)
+            .unwrap()
+            .session_cookie(&alice(), 1_000);
+        let h = headers(&[("cookie", &format!("{SESSION_COOKIE}={other}"))]);
+        assert_eq!(k.identify(&h, 1_001).unwrap(), None);
+    }
+
+    #[test]
+    fn a_forwarded_identity_counts_only_with_the_proxys_secret() {
+        let forged = headers(&[
+            ("x-forwarded-user", "admin"),
+            ("x-forwarded-groups", "system:masters"),
+        ]);
+        // Token sign-in: any forwarded identity is refused.
+        assert!(keys(None).identify(&forged, 0).is_err());
+        let k = keys(Some("0123456789abcdef-secret"));
+        assert!(k.identify(&forged, 0).is_err());
+        let mut wrong = forged.clone();
+        wrong.insert(PROXY_SECRET, "0123456789abcdef-secreT".parse().unwrap());
+        assert!(k.identify(&wrong, 0).is_err());
+        let mut right = forged.clone();
+        right.insert(PROXY_SECRET, "0123456789abcdef-secret".parse().unwrap());
+        let who = k.identify(&right, 0).unwrap().unwrap();
+        assert_eq!(
+            (who.user.as_str(), who.groups.as_slice()),
+            ("admin", &["system:masters".to_owned()][..])
+        );
+        // A forwarded identity beats a cookie, so a cookie cannot smuggle one.
+        let mut both = forged;
+        both.insert(
+            "cookie",
+            format!("{SESSION_COOKIE}={}", k.session_cookie(&alice(), 0))
+                .parse()
+                .unwrap(),
+        );
+        assert!(k.identify(&both, 1).is_err());
+    }
+
+    #[test]
+    fn form_tokens_are_per_identity() {
+        let k = keys(None);
+        let token = k.csrf_token(&alice());
+        assert!(k.csrf_ok(&alice(), &token));
+        let bob = Identity::checked("bob", vec!["oncall".into()]).unwrap();
+        assert!(!k.csrf_ok(&bob, &token));
+        assert!(!k.csrf_ok(&alice(), ""));
+    }
+
+    #[test]
+    fn cross_site_posts_are_refused() {
+        assert!(same_origin(&headers(&[
+            ("host", "console.example"),
+            ("origin", "https://console.example")
+        ])));
+        assert!(!same_origin(&headers(&[
+            ("host", "console.example"),
+            ("origin", "https://evil.example")
+        ])));
+        assert!(!same_origin(&headers(&[("sec-fetch-site", "cross-site")])));
+        assert!(same_origin(&headers(&[
+            ("sec-fetch-site", "same-origin"),
+            ("origin", "null")
+        ])));
+        assert!(!same_origin(&headers(&[("sec-fetch-site", "same-site")])));
+        assert!(!same_origin(&headers(&[
+            ("host", "console.example"),
+            ("origin", "null")
+        ])));
+    }
+
+    #[test]
+    fn unusable_names_are_refused() {
+        assert!(Identity::checked("", vec![]).is_err());
+        assert!(Identity::checked("a\nb", vec![]).is_err());
+        assert!(Identity::checked("a", vec!["x,y".into()]).is_err());
+        assert!(Keys::new(vec![0; 8], None).is_err());
+        assert!(Keys::new(vec![0; 32], Some("short".into())).is_err());
+    }
+}

@@ -1,0 +1,336 @@
+//! `toolgate console`: a web page for the people who answer escalations.
+//!
+//! It lists the pending Approvals (tool, masked preview, run, requester,
+//! policy version, time left) and recent decisions, takes an approve or
+//! deny with a reason, and updates live (server-sent events) when
+//! approvals arrive or are decided elsewhere. It holds no authority of its
+//! own: every read and every decision goes to the Kubernetes API as the
+//! signed-in person ([`cluster`]), who signs in through an authenticating
+//! proxy or with a Kubernetes token ([`identity`]).
+//!
+//! Web security: a strict Content-Security-Policy (scripts and styles from
+//! the console only, nothing inline, no framing), `SameSite=Strict`,
+//! `HttpOnly` session cookies, a per-identity token in every form plus a
+//! same-origin check on every change, and HTML escaping of every string
+//! ([`pages`]).
+
+pub mod cluster;
+pub mod error;
+pub mod identity;
+pub mod pages;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use jiff::Timestamp;
+use serde::Deserialize;
+use toolgate_k8s::crd::Decision;
+
+pub use cluster::Cluster;
+pub use error::ConsoleError;
+pub use identity::{Identity, Keys};
+
+/// Every response's security headers.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+                   img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Longest decision reason taken.
+const MAX_REASON: usize = 512;
+
+/// What the console serves with.
+pub struct Console {
+    /// The cluster, reached as the signed-in person.
+    pub cluster: Cluster,
+    /// Session and proxy secrets.
+    pub keys: Keys,
+    /// Whether the session cookie is `Secure` (off only for plain-HTTP
+    /// development on loopback).
+    pub secure_cookies: bool,
+}
+
+type Shared = Arc<Console>;
+
+/// The console's routes.
+pub fn router(console: Console) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/fragment", get(fragment))
+        .route("/events", get(events))
+        .route("/login", get(login_form).post(login))
+        .route("/logout", post(logout))
+        .route("/approvals/{name}", post(decide))
+        .route("/static/console.js", get(script))
+        .route("/static/console.css", get(style))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(axum::middleware::map_response(secure_headers))
+        .with_state(Arc::new(console))
+}
+
+/// Serves the console on `listen` until the process ends.
+pub async fn serve(listen: SocketAddr, console: Console) -> Result<(), ConsoleError> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| ConsoleError::Config(format!("listen on {listen}: {e}")))?;
+    tracing::info!(%listen, proxied = console.keys.proxied(), "console serving");
+    axum::serve(listener, router(console))
+        .await
+        .map_err(|e| ConsoleError::Config(e.to_string()))
+}
+
+/// A page as the response body.
+fn html(page: maud::Markup) -> Response {
+    axum::response::Html(page.into_string()).into_response()
+}
+
+async fn secure_headers(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A refusal: JSON `{error: {code, message}}` for a script, a page for a person.
+fn refusal(headers: &HeaderMap, who: Option<&Identity>, e: &ConsoleError) -> Response {
+    let wants_json = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/json"));
+    let body = if wants_json {
+        Json(serde_json::json!({"error": {"code": e.code(), "message": e.to_string()}}))
+            .into_response()
+    } else {
+        html(pages::error(who, e.code(), &e.to_string()))
+    };
+    (e.status(), body).into_response()
+}
+
+/// The signed-in person, or the answer to give instead: a redirect to the
+/// sign-in form when nobody is, a refusal for an untrusted forwarded identity.
+fn signed_in(console: &Console, headers: &HeaderMap) -> Result<Identity, Box<Response>> {
+    match console.keys.identify(headers, Timestamp::now().as_second()) {
+        Ok(Some(who)) => Ok(who),
+        Ok(None) if !console.keys.proxied() => {
+            Err(Box::new(Redirect::to("/login").into_response()))
+        }
+        Ok(None) => Err(Box::new(refusal(
+            headers,
+            None,
+            &ConsoleError::Unauthenticated("sign in through the authenticating proxy".into()),
+        ))),
+        Err(e) => Err(Box::new(refusal(headers, None, &e))),
+    }
+}
+
+#[derive(Deserialize)]
+struct Notice {
+    done: Option<String>,
+}
+
+async fn index(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<Notice>,
+) -> Response {
+    let who = match signed_in(&console, &headers) {
+        Ok(who) => who,
+        Err(r) => return *r,
+    };
+    match console.cluster.list(&who).await {
+        Ok(items) => {
+            let table = pages::approvals(&items, &console.keys.csrf_token(&who), Timestamp::now());
+            let notice = match q.done.as_deref() {
+                Some("approved") => Some("Approved."),
+                Some("denied") => Some("Denied."),
+                _ => None,
+            };
+            html(pages::index(&who, table, notice))
+        }
+        Err(e) => refusal(&headers, Some(&who), &e),
+    }
+}
+
+async fn fragment(State(console): State<Shared>, headers: HeaderMap) -> Response {
+    let who = match signed_in(&console, &headers) {
+        Ok(who) => who,
+        Err(r) => return *r,
+    };
+    match console.cluster.list(&who).await {
+        Ok(items) => html(pages::approvals(
+            &items,
+            &console.keys.csrf_token(&who),
+            Timestamp::now(),
+        )),
+        Err(e) => refusal(&headers, Some(&who), &e),
+    }
+}
+
+async fn events(State(console): State<Shared>, headers: HeaderMap) -> Response {
+    let who = match signed_in(&console, &headers) {
+        Ok(who) => who,
+        Err(r) => return *r,
+    };
+    match console.cluster.changes(&who) {
+        Ok(changes) => {
+            let stream = changes
+                .map(|()| Ok::<_, Infallible>(Event::default().event("change").data("approvals")));
+            Sse::new(stream)
+                .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+                .into_response()
+        }
+        Err(e) => refusal(&headers, Some(&who), &e),
+    }
+}
+
+async fn login_form(State(console): State<Shared>) -> Response {
+    if console.keys.proxied() {
+        return Redirect::to("/").into_response();
+    }
+    html(pages::login(None))
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    if console.keys.proxied() || !identity::same_origin(&headers) {
+        return refusal(
+            &headers,
+            None,
+            &ConsoleError::Forbidden("sign in from the console's own page".into()),
+        );
+    }
+    match console.cluster.review(&form.token).await {
+        Ok(who) => {
+            let cookie = console
+                .keys
+                .session_cookie(&who, Timestamp::now().as_second());
+            let secure = if console.secure_cookies {
+                "; Secure"
+            } else {
+                ""
+            };
+            let set = format!(
+                "{}={cookie}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+                identity::SESSION_COOKIE,
+                identity::SESSION_SECONDS
+            );
+            let mut r = Redirect::to("/").into_response();
+            if let Ok(v) = HeaderValue::from_str(&set) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Err(e) => (e.status(), html(pages::login(Some(&e.to_string())))).into_response(),
+    }
+}
+
+async fn logout(headers: HeaderMap) -> Response {
+    if !identity::same_origin(&headers) {
+        return refusal(
+            &headers,
+            None,
+            &ConsoleError::Forbidden("sign out from the console's own page".into()),
+        );
+    }
+    let mut r = Redirect::to("/login").into_response();
+    let clear = format!(
+        "{}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+        identity::SESSION_COOKIE
+    );
+    if let Ok(v) = HeaderValue::from_str(&clear) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+#[derive(Deserialize)]
+struct DecideForm {
+    csrf: String,
+    decision: String,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn decide(
+    State(console): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    Form(form): Form<DecideForm>,
+) -> Response {
+    let who = match signed_in(&console, &headers) {
+        Ok(who) => who,
+        Err(r) => return *r,
+    };
+    if !identity::same_origin(&headers) || !console.keys.csrf_ok(&who, &form.csrf) {
+        let e = ConsoleError::Forbidden(
+            "this form did not come from your console page; reload it".into(),
+        );
+        return refusal(&headers, Some(&who), &e);
+    }
+    let decision = match form.decision.as_str() {
+        "approved" => Decision::Approved,
+        "denied" => Decision::Denied,
+        _ => {
+            let e = ConsoleError::InvalidRequest("decision is approved or denied".into());
+            return refusal(&headers, Some(&who), &e);
+        }
+    };
+    let reason = form.reason.trim();
+    if reason.chars().count() > MAX_REASON || reason.chars().any(char::is_control) {
+        let e = ConsoleError::InvalidRequest(format!(
+            "a reason is one line of at most {MAX_REASON} characters"
+        ));
+        return refusal(&headers, Some(&who), &e);
+    }
+    let reason = (!reason.is_empty()).then_some(reason);
+    match console.cluster.decide(&who, &name, decision, reason).await {
+        Ok(_) => Redirect::to(&format!("/?done={}", form.decision)).into_response(),
+        Err(e) => refusal(&headers, Some(&who), &e),
+    }
+}
+
+async fn script() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("assets/console.js"),
+    )
+        .into_response()
+}
+
+async fn style() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("assets/console.css"),
+    )
+        .into_response()
+}

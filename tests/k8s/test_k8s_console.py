@@ -1,0 +1,302 @@
+"""The approvers' console (`toolgate console`, issue #36 part 2) on the real
+API server: it runs as the chart's console ServiceAccount (rendered by real
+Helm: impersonate users and groups, review tokens, nothing else), people
+sign in with their own Kubernetes tokens (service accounts here), and every
+read and decision is made as them, so the approver role, the webhook that
+pins `decidedBy` and the profile's approvers apply unchanged. A forged
+forwarded identity is refused; an agent's `<script>` preview stays text;
+a form from another site is refused. A real headless Chromium signs in,
+sees an approval arrive without reloading and approves it (screenshots are
+kept under target/console-screenshots)."""
+import http.cookiejar
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+
+import pytest
+from k8s_env import ROOT, free_port, profile, ready, wait_for
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from envtest import render_chart  # noqa: E402
+
+APPROVALS_NS = "toolgate-system"
+PEOPLE = "console-people"
+SHOTS = pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target") / "console-screenshots"
+XSS = "<script>document.title='owned'</script><img src=x onerror=\"document.title='owned'\">"
+
+
+def _psql(cluster, sql):
+    out = subprocess.run(["psql", cluster["database_url"], "-v", "ON_ERROR_STOP=1", "-AtXqc", sql],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def _user(sa):
+    return f"system:serviceaccount:{PEOPLE}:{sa}"
+
+
+def _pending(kube, cluster, tenant, version, preview="make deploy"):
+    """An escalated call as a sidecar records it; the controller mirrors it."""
+    approval_id = f"con-{uuid.uuid4().hex[:12]}"
+    now = int(time.time() * 1000)
+    preview_sql = preview.replace("'", "''")
+    _psql(cluster, "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, args_digest, policy_version,"
+                   " decision_id, requested_by, status, created_at, expires_at, action, preview) VALUES"
+                   f" ('{approval_id}', '{tenant}', 'inv-{approval_id}', 'run-7', 'bash', 'sha256:abc',"
+                   f" '{version}', 'dec-{approval_id}', 'sidecar:{tenant}/agent-0', 'pending', {now},"
+                   f" {now + 900_000}, 'bash', '{preview_sql}')")
+    name = f"apr-{approval_id}"
+    wait_for("mirrored Approval", lambda: kube.get("approval", name, "-n", APPROVALS_NS), 30)
+    return approval_id, name
+
+
+def _row(cluster, approval_id):
+    return _psql(cluster, f"SELECT status, coalesce(resolved_by, '') FROM approvals WHERE id = '{approval_id}'")
+
+
+def _kubeconfig(cluster, token, path):
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "console",
+        "clusters": [{"name": "envtest", "cluster": {"server": cluster["server"],
+                                                     "certificate-authority": cluster["ca"]}}],
+        "users": [{"name": "console", "user": {"token": token}}],
+        "contexts": [{"name": "console", "context": {"cluster": "envtest", "user": "console",
+                                                     "namespace": APPROVALS_NS}}],
+    }))
+    path.chmod(0o600)
+    return path
+
+
+def _start(cluster, d, name, extra):
+    port = free_port()
+    log = open(d / f"{name}.log", "w")
+    proc = subprocess.Popen([cluster["toolgate"], "console", "--listen", f"127.0.0.1:{port}",
+                             "--namespace", APPROVALS_NS, "--insecure-cookies", *extra],
+                            stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, KUBECONFIG=str(d / "console.kubeconfig"), RUST_LOG="info"))
+    url = f"http://127.0.0.1:{port}"
+    wait_for(f"{name} /healthz", lambda: urllib.request.urlopen(url + "/healthz", timeout=2).status == 200, 30)
+    return proc, url
+
+
+@pytest.fixture(scope="module")
+def console(kube, cluster, tmp_path_factory):
+    d = tmp_path_factory.mktemp("console")
+    # The chart's console RBAC, as real Helm renders it.
+    objects = [o for o in render_chart({"console": {"enabled": True}})
+               if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+               and o["metadata"]["name"].endswith("-console")]
+    assert {o["kind"] for o in objects} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}, objects
+    role = next(o for o in objects if o["kind"] == "ClusterRole")
+    assert {v for r in role["rules"] for v in r["verbs"]} == {"impersonate", "create"}, role
+    listing = d / "rbac.json"
+    listing.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    kube("apply", "--server-side", "--field-manager", "helm", "-f", str(listing))
+    sa = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]
+    token = kube("create", "token", sa, "-n", APPROVALS_NS, "--duration", "2h").stdout.strip()
+    _kubeconfig(cluster, token, d / "console.kubeconfig")
+    # The people: alice approves (the profile names her), bob may patch
+    # Approvals but is no approver, mallory has no rights at all.
+    kube.namespace(PEOPLE)
+    for person in ("alice", "bob", "mallory"):
+        kube("create", "serviceaccount", person, "-n", PEOPLE)
+    kube("-n", APPROVALS_NS, "create", "rolebinding", "console-approvers", "--clusterrole=toolgate-approver",
+         f"--serviceaccount={PEOPLE}:alice", f"--serviceaccount={PEOPLE}:bob")
+    team = kube.namespace("console-team")
+    kube.apply(profile("safe-coding", team, approvals={"ttlSeconds": 900, "approvers": [f"user:{_user('alice')}"]}))
+    version = wait_for("profile Ready", lambda: (p := kube.get("tgp", "safe-coding", "-n", team))
+                       and ready(p.get("status")) and p["status"]["version"])
+    secret = d / "proxy-secret"
+    secret.write_text("proxy-" + uuid.uuid4().hex)
+    token_proc, token_url = _start(cluster, d, "console", [])
+    proxy_proc, proxy_url = _start(cluster, d, "console-proxied", ["--proxy-secret-file", str(secret)])
+    tokens = {p: kube("create", "token", p, "-n", PEOPLE, "--duration", "1h").stdout.strip()
+              for p in ("alice", "bob", "mallory")}
+    yield {"url": token_url, "proxied": proxy_url, "secret": secret.read_text(), "tokens": tokens,
+           "team": team, "version": version, "dir": d}
+    for proc in (token_proc, proxy_proc):
+        proc.terminate()
+        proc.wait(timeout=10)
+    for name in ("console", "console-proxied"):
+        print(f"--- {name}.log (tail) ---\n{(d / f'{name}.log').read_text(errors='replace')[-3000:]}")
+
+
+class Browser:
+    """A cookie-keeping HTTP client: what a browser sends, without the browser."""
+
+    def __init__(self, base):
+        self.base = base
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+
+    def request(self, method, path, form=None, headers=None):
+        data = urllib.parse.urlencode(form).encode() if form is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers={
+            "Origin": self.base, **(headers or {})})
+        try:
+            with self.opener.open(req, timeout=30) as r:
+                return r.status, r.read().decode(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), dict(e.headers)
+
+    def sign_in(self, token):
+        status, body, _ = self.request("POST", "/login", {"token": token})
+        assert status == 200 and 'id="who"' in body, (status, body[-2000:])
+        return body
+
+
+def _csrf(body):
+    return re.search(r'name="csrf" value="([0-9a-f]+)"', body).group(1)
+
+
+def test_people_decide_as_themselves(console, kube, cluster):
+    approval_id, name = _pending(kube, cluster, console["team"], console["version"], preview=XSS)
+    alice = Browser(console["url"])
+    page = alice.sign_in(console["tokens"]["alice"])
+    assert _user("alice") in page and name in page
+    # The agent's preview is text: escaped, never markup.
+    assert "<script>document.title" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;document.title=" in page
+    status, _, headers = alice.request("GET", "/")
+    csp = headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+    assert headers["x-content-type-options"] == "nosniff"
+
+    # A form without the page's token, or from another site, changes nothing.
+    status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": "0" * 64, "decision": "approved"})
+    assert status == 403 and "forbidden" in body, (status, body[-500:])
+    status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": _csrf(page), "decision": "approved"},
+                                    headers={"Origin": "https://evil.example"})
+    assert status == 403, status
+    assert _row(cluster, approval_id) == "pending|"
+
+    # bob may patch Approvals but is no approver: the decision is written as
+    # him (the webhook accepts only his own name) and the controller refuses it.
+    bob_id, bob_name = _pending(kube, cluster, console["team"], console["version"])
+    bob = Browser(console["url"])
+    bob_page = bob.sign_in(console["tokens"]["bob"])
+    status, _, _ = bob.request("POST", f"/approvals/{bob_name}", {"csrf": _csrf(bob_page), "decision": "approved",
+                                                                    "reason": "looks fine"})
+    assert status == 200
+    obj = kube.get("approval", bob_name, "-n", APPROVALS_NS)
+    assert obj["spec"]["decidedBy"] == _user("bob"), obj["spec"]
+    wait_for("ApproverNotAllowed", lambda: "ApproverNotAllowed" in (
+        kube.get("approval", bob_name, "-n", APPROVALS_NS)["status"].get("message") or ""), 30)
+    assert _row(cluster, bob_id) == "pending|"
+    # ... and the console shows bob why.
+    _, refreshed, _ = bob.request("GET", "/fragment")
+    assert "ApproverNotAllowed" in refreshed, refreshed[-2000:]
+
+    # mallory has no rights: the API server's refusal is what she sees.
+    mallory = Browser(console["url"])
+    status, body, _ = mallory.request("POST", "/login", {"token": console["tokens"]["mallory"]})
+    assert status == 403 and "forbidden" in body.lower() and name not in body, (status, body[-800:])
+    status, body, _ = mallory.request("POST", f"/approvals/{name}", {"csrf": "x", "decision": "approved"})
+    assert status == 403
+    assert _row(cluster, approval_id) == "pending|"
+
+    # alice approves through the console: recorded as her, the row resolves.
+    status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": _csrf(page), "decision": "approved",
+                                                                     "reason": "reviewed the diff"})
+    assert status == 200 and "Approved." in body, body[-1500:]
+    obj = kube.get("approval", name, "-n", APPROVALS_NS)
+    assert (obj["spec"]["decidedBy"], obj["spec"]["reason"]) == (_user("alice"), "reviewed the diff")
+    wait_for("row approved", lambda: _row(cluster, approval_id) == f"approved|{_user('alice')}", 30)
+
+
+def test_a_forwarded_identity_needs_the_proxy(console, kube, cluster):
+    forged = {"X-Forwarded-User": _user("alice"), "X-Forwarded-Groups": "system:authenticated",
+              "Accept": "application/json"}
+    # The token-sign-in console takes no forwarded identity at all.
+    status, body, _ = Browser(console["url"]).request("GET", "/", headers=forged)
+    assert status == 401 and json.loads(body)["error"]["code"] == "unauthenticated", body
+    # The proxied one takes it only with the proxy's secret.
+    proxied = Browser(console["proxied"])
+    for secret in (None, "wrong-" + console["secret"]):
+        headers = dict(forged, **({"X-Toolgate-Proxy-Secret": secret} if secret else {}))
+        status, body, _ = proxied.request("GET", "/", headers=headers)
+        assert status == 401 and json.loads(body)["error"]["code"] == "unauthenticated", body
+    status, body, _ = proxied.request("GET", "/", headers=dict(forged, **{"X-Toolgate-Proxy-Secret": console["secret"],
+                                                                          "Accept": "text/html"}))
+    assert status == 200 and _user("alice") in body, body[-1000:]
+    # A forwarded admin is still only who the API server lets it be: the
+    # proxy vouches for a name, RBAC decides what it may see.
+    status, body, _ = proxied.request("GET", "/", headers={"X-Forwarded-User": _user("mallory"),
+                                                           "X-Toolgate-Proxy-Secret": console["secret"],
+                                                           "Accept": "application/json"})
+    assert status == 403 and json.loads(body)["error"]["code"] == "kubernetes_refused", body
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+def test_a_browser_sees_approvals_arrive_and_approves_one(console, kube, cluster):
+    chromium, driver_bin = _chromium(), shutil.which("chromedriver")
+    if not (chromium and driver_bin):
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium and chromedriver are required (Debian: apt-get install chromium chromium-driver)")
+        pytest.skip("no chromium/chromedriver here")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(driver_bin), options=options)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    wait = WebDriverWait(driver, 30)
+    try:
+        driver.get(console["url"] + "/")
+        assert driver.current_url.endswith("/login")
+        driver.save_screenshot(str(SHOTS / "1-sign-in.png"))
+        driver.find_element(By.ID, "token").send_keys(console["tokens"]["alice"])
+        driver.find_element(By.ID, "sign-in").click()
+        try:
+            wait.until(ec.text_to_be_present_in_element((By.ID, "who"), _user("alice")))
+        except Exception:
+            raise AssertionError(f"{driver.current_url}: {driver.page_source[-3000:]}")
+        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "on")
+        title = driver.title
+
+        # An escalation arrives while the page is open: it appears, no reload.
+        marker = driver.execute_script("window.stillHere = 1; return window.stillHere")
+        approval_id, name = _pending(kube, cluster, console["team"], console["version"], preview=XSS)
+        card = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'article[data-name="{name}"]')))
+        assert marker == driver.execute_script("return window.stillHere"), "the page was reloaded"
+        # The XSS preview is shown as its text and ran nothing.
+        assert card.find_element(By.CSS_SELECTOR, "pre.preview").text == XSS
+        assert driver.title == title and "owned" not in driver.title
+        driver.save_screenshot(str(SHOTS / "2-pending.png"))
+
+        card.find_element(By.NAME, "reason").send_keys("checked in the browser")
+        card.find_element(By.CSS_SELECTOR, "button.approve").click()
+        wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "p.notice"), "Approved."))
+        driver.save_screenshot(str(SHOTS / "3-approved.png"))
+        wait_for("row approved", lambda: _row(cluster, approval_id) == f"approved|{_user('alice')}", 30)
+        # Decided elsewhere (kubectl), it leaves the open page by itself.
+        other_id, other = _pending(kube, cluster, console["team"], console["version"])
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'article[data-name="{other}"]')))
+        kube("patch", "approval", other, "-n", APPROVALS_NS, "--type", "merge", "-p",
+             json.dumps({"spec": {"decision": "denied", "decidedBy": _user("alice"),
+                                  "decidedByGroups": []}}), as_user=_user("alice"))
+        wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, f'article[data-name="{other}"]')))
+        driver.save_screenshot(str(SHOTS / "4-decided-elsewhere.png"))
+    finally:
+        driver.quit()
