@@ -98,7 +98,10 @@ def console(kube, cluster, tmp_path_factory):
                and o["metadata"]["name"].endswith("-console")]
     assert {o["kind"] for o in objects} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}, objects
     role = next(o for o in objects if o["kind"] == "ClusterRole")
-    assert {v for r in role["rules"] for v in r["verbs"]} == {"impersonate", "create"}, role
+    granted = {(g, res, v) for r in role["rules"] for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
+    assert granted == {("", "users", "impersonate"), ("", "groups", "impersonate"),
+                       ("", "serviceaccounts", "impersonate"),
+                       ("authentication.k8s.io", "tokenreviews", "create")}, granted
     listing = d / "rbac.json"
     listing.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     kube("apply", "--server-side", "--field-manager", "helm", "-f", str(listing))
@@ -106,12 +109,17 @@ def console(kube, cluster, tmp_path_factory):
     token = kube("create", "token", sa, "-n", APPROVALS_NS, "--duration", "2h").stdout.strip()
     _kubeconfig(cluster, token, d / "console.kubeconfig")
     # The people: alice approves (the profile names her), bob may patch
-    # Approvals but is no approver, mallory has no rights at all.
+    # Approvals but is no approver, victor may only look, mallory has no
+    # rights at all.
     kube.namespace(PEOPLE)
-    for person in ("alice", "bob", "mallory"):
+    for person in ("alice", "bob", "victor", "mallory"):
         kube("create", "serviceaccount", person, "-n", PEOPLE)
     kube("-n", APPROVALS_NS, "create", "rolebinding", "console-approvers", "--clusterrole=toolgate-approver",
-         f"--serviceaccount={PEOPLE}:alice", f"--serviceaccount={PEOPLE}:bob")
+         f"--serviceaccount={PEOPLE}:alice", f"--serviceaccount={PEOPLE}:bob", "--user=carol@example.com")
+    kube("-n", APPROVALS_NS, "create", "role", "approval-viewer", "--verb=get,list,watch",
+         "--resource=approvals.toolgate.dev")
+    kube("-n", APPROVALS_NS, "create", "rolebinding", "approval-viewers", "--role=approval-viewer",
+         f"--serviceaccount={PEOPLE}:victor")
     team = kube.namespace("console-team")
     kube.apply(profile("safe-coding", team, approvals={"ttlSeconds": 900, "approvers": [f"user:{_user('alice')}"]}))
     version = wait_for("profile Ready", lambda: (p := kube.get("tgp", "safe-coding", "-n", team))
@@ -121,7 +129,7 @@ def console(kube, cluster, tmp_path_factory):
     token_proc, token_url = _start(cluster, d, "console", [])
     proxy_proc, proxy_url = _start(cluster, d, "console-proxied", ["--proxy-secret-file", str(secret)])
     tokens = {p: kube("create", "token", p, "-n", PEOPLE, "--duration", "1h").stdout.strip()
-              for p in ("alice", "bob", "mallory")}
+              for p in ("alice", "bob", "victor", "mallory")}
     yield {"url": token_url, "proxied": proxy_url, "secret": secret.read_text(), "tokens": tokens,
            "team": team, "version": version, "dir": d}
     for proc in (token_proc, proxy_proc):
@@ -174,9 +182,15 @@ def test_people_decide_as_themselves(console, kube, cluster):
     # A form without the page's token, or from another site, changes nothing.
     status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": "0" * 64, "decision": "approved"})
     assert status == 403 and "forbidden" in body, (status, body[-500:])
-    status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": _csrf(page), "decision": "approved"},
-                                    headers={"Origin": "https://evil.example"})
-    assert status == 403, status
+    for cross_site in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
+                       {"Sec-Fetch-Site": "same-site"}, {"Origin": "null"}):
+        status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": _csrf(page), "decision": "approved"},
+                                        headers=cross_site)
+        assert status == 403 and 'data-code="forbidden"' in body, (cross_site, status)
+    # Nor can another site sign anyone in (login CSRF) or out.
+    status, _, _ = Browser(console["url"]).request("POST", "/login", {"token": console["tokens"]["alice"]},
+                                                   headers={"Sec-Fetch-Site": "cross-site"})
+    assert status == 403
     assert _row(cluster, approval_id) == "pending|"
 
     # bob may patch Approvals but is no approver: the decision is written as
@@ -196,6 +210,16 @@ def test_people_decide_as_themselves(console, kube, cluster):
     _, refreshed, _ = bob.request("GET", "/fragment")
     assert "ApproverNotAllowed" in refreshed, refreshed[-2000:]
 
+    # victor may look but not decide: the console tries, as him, and shows
+    # the API server's refusal.
+    victor = Browser(console["url"])
+    victor_page = victor.sign_in(console["tokens"]["victor"])
+    assert name in victor_page
+    status, body, _ = victor.request("POST", f"/approvals/{name}", {"csrf": _csrf(victor_page),
+                                                                      "decision": "approved"})
+    assert status == 403 and 'data-code="kubernetes_refused"' in body and "forbidden" in body, body[-800:]
+    assert _row(cluster, approval_id) == "pending|"
+
     # mallory has no rights: the API server's refusal is what she sees.
     mallory = Browser(console["url"])
     status, body, _ = mallory.request("POST", "/login", {"token": console["tokens"]["mallory"]})
@@ -207,32 +231,35 @@ def test_people_decide_as_themselves(console, kube, cluster):
     # alice approves through the console: recorded as her, the row resolves.
     status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": _csrf(page), "decision": "approved",
                                                                      "reason": "reviewed the diff"})
-    assert status == 200 and "Approved." in body, body[-1500:]
+    assert status == 200 and "Submitted: approved." in body, body[-1500:]
     obj = kube.get("approval", name, "-n", APPROVALS_NS)
     assert (obj["spec"]["decidedBy"], obj["spec"]["reason"]) == (_user("alice"), "reviewed the diff")
     wait_for("row approved", lambda: _row(cluster, approval_id) == f"approved|{_user('alice')}", 30)
 
 
 def test_a_forwarded_identity_needs_the_proxy(console, kube, cluster):
-    forged = {"X-Forwarded-User": _user("alice"), "X-Forwarded-Groups": "system:authenticated",
-              "Accept": "application/json"}
+    carol = {"X-Forwarded-User": "carol@example.com", "X-Forwarded-Groups": "oncall, sre",
+             "Accept": "application/json"}
     # The token-sign-in console takes no forwarded identity at all.
-    status, body, _ = Browser(console["url"]).request("GET", "/", headers=forged)
+    status, body, _ = Browser(console["url"]).request("GET", "/", headers=carol)
     assert status == 401 and json.loads(body)["error"]["code"] == "unauthenticated", body
-    # The proxied one takes it only with the proxy's secret.
+    # The proxied one takes it only with the proxy's secret, sent once.
     proxied = Browser(console["proxied"])
-    for secret in (None, "wrong-" + console["secret"]):
-        headers = dict(forged, **({"X-Toolgate-Proxy-Secret": secret} if secret else {}))
+    wrong = console["secret"][:-1] + ("0" if console["secret"][-1] != "0" else "1")  # same length
+    for secret in (None, wrong):
+        headers = dict(carol, **({"X-Toolgate-Proxy-Secret": secret} if secret else {}))
         status, body, _ = proxied.request("GET", "/", headers=headers)
         assert status == 401 and json.loads(body)["error"]["code"] == "unauthenticated", body
-    status, body, _ = proxied.request("GET", "/", headers=dict(forged, **{"X-Toolgate-Proxy-Secret": console["secret"],
-                                                                          "Accept": "text/html"}))
-    assert status == 200 and _user("alice") in body, body[-1000:]
-    # A forwarded admin is still only who the API server lets it be: the
-    # proxy vouches for a name, RBAC decides what it may see.
-    status, body, _ = proxied.request("GET", "/", headers={"X-Forwarded-User": _user("mallory"),
-                                                           "X-Toolgate-Proxy-Secret": console["secret"],
-                                                           "Accept": "application/json"})
+    trusted = dict(carol, **{"X-Toolgate-Proxy-Secret": console["secret"]})
+    status, body, _ = proxied.request("GET", "/", headers=dict(trusted, Accept="text/html"))
+    assert status == 200 and "carol@example.com" in body, body[-1000:]
+    # The API server's own names are never taken from a proxy ...
+    for user, groups in ((_user("alice"), "oncall"), ("carol@example.com", "system:masters")):
+        status, body, _ = proxied.request("GET", "/", headers=dict(trusted, **{"X-Forwarded-User": user,
+                                                                                 "X-Forwarded-Groups": groups}))
+        assert status == 401 and json.loads(body)["error"]["code"] == "unauthenticated", (user, body)
+    # ... and a name it vouches for is only what RBAC lets that name be.
+    status, body, _ = proxied.request("GET", "/", headers=dict(trusted, **{"X-Forwarded-User": "mallory@example.com"}))
     assert status == 403 and json.loads(body)["error"]["code"] == "kubernetes_refused", body
 
 
@@ -286,8 +313,12 @@ def test_a_browser_sees_approvals_arrive_and_approves_one(console, kube, cluster
         driver.save_screenshot(str(SHOTS / "2-pending.png"))
 
         card.find_element(By.NAME, "reason").send_keys("checked in the browser")
-        card.find_element(By.CSS_SELECTOR, "button.approve").click()
-        wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "p.notice"), "Approved."))
+        # Buttons pause for a moment after the list changes (nothing that
+        # appears may take a click meant for something else).
+        approve = card.find_element(By.CSS_SELECTOR, "button.approve")
+        wait.until(lambda d: approve.is_enabled())
+        approve.click()
+        wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "p.notice"), "Submitted: approved."))
         driver.save_screenshot(str(SHOTS / "3-approved.png"))
         wait_for("row approved", lambda: _row(cluster, approval_id) == f"approved|{_user('alice')}", 30)
         # Decided elsewhere (kubectl), it leaves the open page by itself.

@@ -215,7 +215,7 @@ def _started_sidecar(d: pathlib.Path, extra_args: list[str], env: dict | None = 
     info = {
         'url': f"http://127.0.0.1:{port}", 'ops_url': ops_url, 'db': db, 'database': database,
         'bin': toolgate, 'dir': d, 'log': log_path, 'workspaces': d / 'workspaces' / TENANT,
-        'pid': proc.pid,
+        'pid': proc.pid, 'pod': pod,
     }
     return proc, info, log
 

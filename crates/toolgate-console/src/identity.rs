@@ -28,8 +28,9 @@ pub const FORWARDED_GROUPS: &str = "x-forwarded-groups";
 pub const PROXY_SECRET: &str = "x-toolgate-proxy-secret";
 /// The session cookie.
 pub const SESSION_COOKIE: &str = "toolgate_session";
-/// How long a signed-in session lasts.
-pub const SESSION_SECONDS: i64 = 8 * 3600;
+/// How long a signed-in session lasts at most (less when the token it was
+/// made from expires sooner).
+pub const SESSION_SECONDS: i64 = 3600;
 /// Longest user name or group accepted (Kubernetes names are shorter).
 const MAX_NAME: usize = 512;
 /// Most groups one identity may carry.
@@ -45,28 +46,47 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// An identity from untrusted text, checked: a user, groups without
-    /// control characters or commas, within bounds.
-    pub fn checked(user: &str, groups: Vec<String>) -> Result<Self, ConsoleError> {
+    /// An identity from untrusted text, checked: names the impersonation
+    /// headers carry exactly (visible ASCII and inner spaces; no commas,
+    /// which separate forwarded groups), within bounds. Groups are kept
+    /// sorted, so their order never matters.
+    pub fn checked(user: &str, mut groups: Vec<String>) -> Result<Self, ConsoleError> {
         let ok = |s: &str| {
-            !s.trim().is_empty()
+            !s.is_empty()
                 && s.len() <= MAX_NAME
-                && !s.chars().any(|c| c.is_control() || c == ',')
+                && s.trim() == s
+                && s.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b',')
         };
         if !ok(user) {
             return Err(ConsoleError::Unauthenticated(
-                "not a usable user name".into(),
+                "the user name cannot be impersonated (visible ASCII only, no commas)".into(),
             ));
         }
         if groups.len() > MAX_GROUPS || !groups.iter().all(|g| ok(g)) {
             return Err(ConsoleError::Unauthenticated(
-                "not usable group names".into(),
+                "a group name cannot be impersonated (visible ASCII only, no commas)".into(),
             ));
         }
+        groups.sort();
+        groups.dedup();
         Ok(Self {
             user: user.to_owned(),
             groups,
         })
+    }
+
+    /// [`Identity::checked`] for what a proxy forwards: names in the
+    /// `system:` namespace are the API server's own (service accounts,
+    /// nodes, `system:masters`), which an identity provider never vouches
+    /// for, so a proxy may not forward them.
+    pub fn forwarded(user: &str, groups: Vec<String>) -> Result<Self, ConsoleError> {
+        let reserved = |s: &str| s.starts_with("system:");
+        if reserved(user) || groups.iter().any(|g| reserved(g)) {
+            return Err(ConsoleError::Unauthenticated(
+                "a forwarded identity cannot be a system: user or group".into(),
+            ));
+        }
+        Self::checked(user, groups)
     }
 }
 
@@ -135,12 +155,12 @@ impl Keys {
         mac.finalize().into_bytes().to_vec()
     }
 
-    /// The signed cookie value for `who`, valid until `now + SESSION_SECONDS`.
-    pub fn session_cookie(&self, who: &Identity, now: i64) -> String {
+    /// The signed cookie value for `who`, valid until `expires` (Unix seconds).
+    pub fn session_cookie(&self, who: &Identity, expires: i64) -> String {
         let body = serde_json::to_vec(&Session {
             user: who.user.clone(),
             groups: who.groups.clone(),
-            expires: now + SESSION_SECONDS,
+            expires,
         })
         .unwrap_or_default();
         let body = URL_SAFE_NO_PAD.encode(body);
@@ -148,7 +168,7 @@ impl Keys {
         format!("{body}.{mac}")
     }
 
-    fn cookie_identity(&self, value: &str, now: i64) -> Option<Identity> {
+    fn cookie_identity(&self, value: &str, now: i64) -> Option<(Identity, i64)> {
         let (body, mac) = value.split_once('.')?;
         let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
         let expected = self.mac(&[b"session", body.as_bytes()]);
@@ -156,19 +176,33 @@ impl Keys {
             return None;
         }
         let session: Session = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).ok()?).ok()?;
-        (session.expires > now).then_some(Identity {
-            user: session.user,
-            groups: session.groups,
-        })
+        (session.expires > now).then_some((
+            Identity {
+                user: session.user,
+                groups: session.groups,
+            },
+            session.expires,
+        ))
     }
 
     /// Who sent this request: the proxy's forwarded identity (with its
-    /// secret), else the session cookie; `None` when neither.
+    /// secret), else (token sign-in only) the session cookie; `None` when
+    /// neither.
     pub fn identify(
         &self,
         headers: &HeaderMap,
         now: i64,
     ) -> Result<Option<Identity>, ConsoleError> {
+        Ok(self.identify_until(headers, now)?.map(|(who, _)| who))
+    }
+
+    /// [`Keys::identify`], with when the identity stops counting (Unix
+    /// seconds; `i64::MAX` for a proxy's, which is asked every request).
+    pub fn identify_until(
+        &self,
+        headers: &HeaderMap,
+        now: i64,
+    ) -> Result<Option<(Identity, i64)>, ConsoleError> {
         let forwarded =
             headers.contains_key(FORWARDED_USER) || headers.contains_key(FORWARDED_GROUPS);
         if forwarded {
@@ -178,6 +212,15 @@ impl Keys {
                         .into(),
                 ));
             };
+            // One value each: a proxy that appends to a header the client
+            // sent would otherwise let the client's copy come first.
+            for name in [FORWARDED_USER, FORWARDED_GROUPS, PROXY_SECRET] {
+                if headers.get_all(name).iter().count() > 1 {
+                    return Err(ConsoleError::Unauthenticated(format!(
+                        "{name} sent more than once"
+                    )));
+                }
+            }
             let sent = headers
                 .get(PROXY_SECRET)
                 .map(|v| v.as_bytes())
@@ -208,7 +251,11 @@ impl Keys {
                         .collect()
                 })
                 .unwrap_or_default();
-            return Identity::checked(&user, groups).map(Some);
+            return Identity::forwarded(&user, groups).map(|who| Some((who, i64::MAX)));
+        }
+        if self.proxied() {
+            // Behind a proxy only the proxy says who is signed in.
+            return Ok(None);
         }
         Ok(cookie(headers, SESSION_COOKIE).and_then(|value| self.cookie_identity(value, now)))
     }
@@ -223,6 +270,28 @@ impl Keys {
     pub fn csrf_ok(&self, who: &Identity, token: &str) -> bool {
         bool::from(token.as_bytes().ct_eq(self.csrf_token(who).as_bytes()))
     }
+}
+
+/// When a JSON Web Token says it expires (`exp`, Unix seconds), read
+/// without checking its signature: only for a token the API server has just
+/// accepted, so that a session never outlives it. `None` for other tokens.
+pub fn token_expiry(token: &str) -> Option<i64> {
+    let payload = token.trim().split('.').nth(1)?;
+    let claims: serde_json::Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    claims.get("exp")?.as_i64()
+}
+
+/// Whether `name` is an object name the API server could hold (a DNS-1123
+/// subdomain): a path segment that is anything else never reaches it.
+pub fn object_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
 }
 
 /// The value of cookie `name`, if sent.
@@ -284,7 +353,7 @@ mod tests {
     #[test]
     fn a_signed_session_round_trips_and_a_forged_one_does_not() {
         let k = keys(None);
-        let cookie = k.session_cookie(&alice(), 1_000);
+        let cookie = k.session_cookie(&alice(), 1_000 + SESSION_SECONDS);
         let h = headers(&[("cookie", &format!("a=b; {SESSION_COOKIE}={cookie}"))]);
         assert_eq!(k.identify(&h, 1_001).unwrap(), Some(alice()));
         // Expired.
@@ -297,7 +366,7 @@ mod tests {
         assert_eq!(k.identify(&h, 1_001).unwrap(), None);
         let other = Keys::new(vec![8; 32], None)
             .unwrap()
-            .session_cookie(&alice(), 1_000);
+            .session_cookie(&alice(), 1_000 + SESSION_SECONDS);
         let h = headers(&[("cookie", &format!("{SESSION_COOKIE}={other}"))]);
         assert_eq!(k.identify(&h, 1_001).unwrap(), None);
     }
@@ -306,7 +375,7 @@ mod tests {
     fn a_forwarded_identity_counts_only_with_the_proxys_secret() {
         let forged = headers(&[
             ("x-forwarded-user", "admin"),
-            ("x-forwarded-groups", "system:masters"),
+            ("x-forwarded-groups", "oncall, ops"),
         ]);
         // Token sign-in: any forwarded identity is refused.
         assert!(keys(None).identify(&forged, 0).is_err());
@@ -319,18 +388,33 @@ mod tests {
         right.insert(PROXY_SECRET, "0123456789abcdef-secret".parse().unwrap());
         let who = k.identify(&right, 0).unwrap().unwrap();
         assert_eq!(
-            (who.user.as_str(), who.groups.as_slice()),
-            ("admin", &["system:masters".to_owned()][..])
+            (who.user.as_str(), who.groups.clone()),
+            ("admin", vec!["oncall".to_owned(), "ops".to_owned()])
         );
-        // A forwarded identity beats a cookie, so a cookie cannot smuggle one.
-        let mut both = forged;
-        both.insert(
-            "cookie",
-            format!("{SESSION_COOKIE}={}", k.session_cookie(&alice(), 0))
-                .parse()
-                .unwrap(),
-        );
-        assert!(k.identify(&both, 1).is_err());
+        // A second copy of any of the three headers (a proxy that appends
+        // to what the client sent) is refused.
+        for (name, value) in [
+            ("x-forwarded-user", "mallory"),
+            ("x-forwarded-groups", "admins"),
+            (PROXY_SECRET, "0123456789abcdef-secret"),
+        ] {
+            let mut twice = right.clone();
+            twice.append(name, value.parse().unwrap());
+            assert!(k.identify(&twice, 0).is_err(), "{name}");
+        }
+        // The API server's own names are never forwarded.
+        for (user, groups) in [
+            ("system:serviceaccount:toolgate-system:toolgate", "oncall"),
+            ("admin", "system:masters"),
+        ] {
+            let mut h = headers(&[("x-forwarded-user", user), ("x-forwarded-groups", groups)]);
+            h.insert(PROXY_SECRET, "0123456789abcdef-secret".parse().unwrap());
+            assert!(k.identify(&h, 0).is_err(), "{user} {groups}");
+        }
+        // Behind a proxy a session cookie counts for nothing, even a valid one.
+        let cookie = k.session_cookie(&alice(), SESSION_SECONDS);
+        let h = headers(&[("cookie", &format!("{SESSION_COOKIE}={cookie}"))]);
+        assert_eq!(k.identify(&h, 1).unwrap(), None);
     }
 
     #[test]
@@ -340,6 +424,10 @@ mod tests {
         assert!(k.csrf_ok(&alice(), &token));
         let bob = Identity::checked("bob", vec!["oncall".into()]).unwrap();
         assert!(!k.csrf_ok(&bob, &token));
+        // The order groups arrive in does not matter.
+        let ab = Identity::checked("carol", vec!["a".into(), "b".into()]).unwrap();
+        let ba = Identity::checked("carol", vec!["b".into(), "a".into()]).unwrap();
+        assert_eq!(k.csrf_token(&ab), k.csrf_token(&ba));
         assert!(!k.csrf_ok(&alice(), ""));
     }
 
@@ -366,10 +454,34 @@ mod tests {
     }
 
     #[test]
+    fn tokens_cap_sessions_and_names_are_checked() {
+        let claims = URL_SAFE_NO_PAD.encode(br#"{"exp":1700000000,"sub":"x"}"#);
+        assert_eq!(
+            token_expiry(&format!("eyJhbGciOiJSUzI1NiJ9.{claims}.sig")),
+            Some(1_700_000_000)
+        );
+        assert_eq!(token_expiry("opaque-static-token"), None);
+        assert!(object_name("apr-con-1f2e"));
+        for bad in [
+            "",
+            "a/b",
+            "x?dryRun=All",
+            "A",
+            "-a",
+            "a/status",
+            "status%2F",
+        ] {
+            assert!(!object_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn unusable_names_are_refused() {
         assert!(Identity::checked("", vec![]).is_err());
         assert!(Identity::checked("a\nb", vec![]).is_err());
         assert!(Identity::checked("a", vec!["x,y".into()]).is_err());
+        assert!(Identity::checked(" alice", vec![]).is_err());
+        assert!(Identity::checked("zoë", vec![]).is_err());
         assert!(Keys::new(vec![0; 8], None).is_err());
         assert!(Keys::new(vec![0; 32], Some("short".into())).is_err());
     }

@@ -104,7 +104,16 @@ async fn secure_headers(mut response: Response) -> Response {
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
+    );
+    // Another site's window or page gets no handle on ours, nor our responses.
+    h.insert(
+        "cross-origin-opener-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("same-origin"),
     );
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
@@ -126,19 +135,32 @@ fn refusal(headers: &HeaderMap, who: Option<&Identity>, e: &ConsoleError) -> Res
     (e.status(), body).into_response()
 }
 
-/// The signed-in person, or the answer to give instead: a redirect to the
-/// sign-in form when nobody is, a refusal for an untrusted forwarded identity.
-fn signed_in(console: &Console, headers: &HeaderMap) -> Result<Identity, Box<Response>> {
-    match console.keys.identify(headers, Timestamp::now().as_second()) {
+/// The signed-in person and until when (Unix seconds), or the answer to
+/// give instead: for a page, a redirect to the sign-in form when nobody is
+/// signed in; for what scripts fetch (`page` false), a `401`; a refusal for
+/// an untrusted forwarded identity.
+fn signed_in(
+    console: &Console,
+    headers: &HeaderMap,
+    page: bool,
+) -> Result<(Identity, i64), Box<Response>> {
+    match console
+        .keys
+        .identify_until(headers, Timestamp::now().as_second())
+    {
         Ok(Some(who)) => Ok(who),
-        Ok(None) if !console.keys.proxied() => {
+        Ok(None) if page && !console.keys.proxied() => {
             Err(Box::new(Redirect::to("/login").into_response()))
         }
-        Ok(None) => Err(Box::new(refusal(
-            headers,
-            None,
-            &ConsoleError::Unauthenticated("sign in through the authenticating proxy".into()),
-        ))),
+        Ok(None) => {
+            let why = if console.keys.proxied() {
+                "sign in through the authenticating proxy"
+            } else {
+                "sign in first"
+            };
+            let e = ConsoleError::Unauthenticated(why.into());
+            Err(Box::new(refusal(headers, None, &e)))
+        }
         Err(e) => Err(Box::new(refusal(headers, None, &e))),
     }
 }
@@ -153,16 +175,18 @@ async fn index(
     headers: HeaderMap,
     Query(q): Query<Notice>,
 ) -> Response {
-    let who = match signed_in(&console, &headers) {
-        Ok(who) => who,
+    let who = match signed_in(&console, &headers, true) {
+        Ok((who, _)) => who,
         Err(r) => return *r,
     };
     match console.cluster.list(&who).await {
         Ok(items) => {
             let table = pages::approvals(&items, &console.keys.csrf_token(&who), Timestamp::now());
+            // Submitted, not recorded: the controller may still refuse a
+            // decision (the list then says why).
             let notice = match q.done.as_deref() {
-                Some("approved") => Some("Approved."),
-                Some("denied") => Some("Denied."),
+                Some("approved") => Some("Submitted: approved."),
+                Some("denied") => Some("Submitted: denied."),
                 _ => None,
             };
             html(pages::index(&who, table, notice))
@@ -172,8 +196,8 @@ async fn index(
 }
 
 async fn fragment(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    let who = match signed_in(&console, &headers) {
-        Ok(who) => who,
+    let who = match signed_in(&console, &headers, false) {
+        Ok((who, _)) => who,
         Err(r) => return *r,
     };
     match console.cluster.list(&who).await {
@@ -186,14 +210,29 @@ async fn fragment(State(console): State<Shared>, headers: HeaderMap) -> Response
     }
 }
 
+/// The longest one event stream lives before the browser reconnects (and
+/// so is identified again).
+const STREAM_SECONDS: i64 = 600;
+
 async fn events(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    let who = match signed_in(&console, &headers) {
+    let (who, until) = match signed_in(&console, &headers, false) {
         Ok(who) => who,
         Err(r) => return *r,
     };
+    // Someone who may not list Approvals gets the API server's refusal (a
+    // browser's EventSource then stops), not a stream that ends at once.
+    if let Err(e) = console.cluster.list(&who).await {
+        return refusal(&headers, Some(&who), &e);
+    }
+    let left = until
+        .saturating_sub(Timestamp::now().as_second())
+        .clamp(0, STREAM_SECONDS);
     match console.cluster.changes(&who) {
         Ok(changes) => {
+            // The stream ends no later than the session.
+            let end = tokio::time::sleep(Duration::from_secs(left.unsigned_abs()));
             let stream = changes
+                .take_until(end)
                 .map(|()| Ok::<_, Infallible>(Event::default().event("change").data("approvals")));
             Sse::new(stream)
                 .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
@@ -215,32 +254,36 @@ struct LoginForm {
     token: String,
 }
 
+fn cookie_attributes(console: &Console, max_age: i64) -> String {
+    let secure = if console.secure_cookies {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!("Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
+}
+
 async fn login(
     State(console): State<Shared>,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
     if console.keys.proxied() || !identity::same_origin(&headers) {
-        return refusal(
-            &headers,
-            None,
-            &ConsoleError::Forbidden("sign in from the console's own page".into()),
-        );
+        let e = ConsoleError::Forbidden("sign in from the console's own page".into());
+        return refusal(&headers, None, &e);
     }
     match console.cluster.review(&form.token).await {
         Ok(who) => {
-            let cookie = console
-                .keys
-                .session_cookie(&who, Timestamp::now().as_second());
-            let secure = if console.secure_cookies {
-                "; Secure"
-            } else {
-                ""
-            };
+            // Never longer than the token the person signed in with.
+            let now = Timestamp::now().as_second();
+            let longest = now + identity::SESSION_SECONDS;
+            let expires =
+                identity::token_expiry(&form.token).map_or(longest, |exp| exp.min(longest));
+            let cookie = console.keys.session_cookie(&who, expires);
             let set = format!(
-                "{}={cookie}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+                "{}={cookie}; {}",
                 identity::SESSION_COOKIE,
-                identity::SESSION_SECONDS
+                cookie_attributes(&console, (expires - now).max(0))
             );
             let mut r = Redirect::to("/").into_response();
             if let Ok(v) = HeaderValue::from_str(&set) {
@@ -252,18 +295,16 @@ async fn login(
     }
 }
 
-async fn logout(headers: HeaderMap) -> Response {
+async fn logout(State(console): State<Shared>, headers: HeaderMap) -> Response {
     if !identity::same_origin(&headers) {
-        return refusal(
-            &headers,
-            None,
-            &ConsoleError::Forbidden("sign out from the console's own page".into()),
-        );
+        let e = ConsoleError::Forbidden("sign out from the console's own page".into());
+        return refusal(&headers, None, &e);
     }
     let mut r = Redirect::to("/login").into_response();
     let clear = format!(
-        "{}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
-        identity::SESSION_COOKIE
+        "{}=; {}",
+        identity::SESSION_COOKIE,
+        cookie_attributes(&console, 0)
     );
     if let Ok(v) = HeaderValue::from_str(&clear) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -285,14 +326,19 @@ async fn decide(
     headers: HeaderMap,
     Form(form): Form<DecideForm>,
 ) -> Response {
-    let who = match signed_in(&console, &headers) {
-        Ok(who) => who,
+    let who = match signed_in(&console, &headers, true) {
+        Ok((who, _)) => who,
         Err(r) => return *r,
     };
     if !identity::same_origin(&headers) || !console.keys.csrf_ok(&who, &form.csrf) {
         let e = ConsoleError::Forbidden(
             "this form did not come from your console page; reload it".into(),
         );
+        return refusal(&headers, Some(&who), &e);
+    }
+    // A path segment that is no object name never reaches the API server.
+    if !identity::object_name(&name) {
+        let e = ConsoleError::InvalidRequest("not an Approval name".into());
         return refusal(&headers, Some(&who), &e);
     }
     let decision = match form.decision.as_str() {

@@ -57,6 +57,24 @@ pub fn login(message: Option<&str>) -> Markup {
     )
 }
 
+/// `text` with the characters that change how text around them looks
+/// without showing themselves (bidirectional overrides and isolates,
+/// zero-width characters) written out, so an agent cannot make a command
+/// read as another.
+fn visible(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            let hidden = matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}');
+            if hidden {
+                format!("\\u{{{:04X}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn time_left(expires: Option<&str>, now: Timestamp) -> String {
     let Some(at) = expires.and_then(|e| e.parse::<Timestamp>().ok()) else {
         return "-".into();
@@ -73,7 +91,10 @@ fn time_left(expires: Option<&str>, now: Timestamp) -> String {
 
 /// The approvals table: what `/` shows and `/fragment` refreshes.
 pub fn approvals(items: &[Approval], csrf: &str, now: Timestamp) -> Markup {
-    let waiting: Vec<&Approval> = items.iter().filter(|a| pending(a)).collect();
+    // Oldest first: a new approval is added below the ones on screen, so
+    // an arrival never moves a button under the approver's cursor.
+    let mut waiting: Vec<&Approval> = items.iter().filter(|a| pending(a)).collect();
+    waiting.reverse();
     let decided: Vec<&Approval> = items
         .iter()
         .filter(|a| a.spec.request.is_some() && !pending(a))
@@ -88,11 +109,11 @@ pub fn approvals(items: &[Approval], csrf: &str, now: Timestamp) -> Markup {
                 @let r = a.spec.request.as_ref().expect("pending approvals have a request");
                 @let status = a.status.as_ref();
                 article.approval data-name=(name) {
-                    h3 { code.tool { (r.tool) } " · " span.tenant { (r.tenant) } }
-                    pre.preview { (r.preview.as_deref().unwrap_or("(no preview)")) }
+                    h3 { code.tool { (visible(&r.tool)) } " · " span.tenant { (r.tenant) } }
+                    pre.preview { (visible(r.preview.as_deref().unwrap_or("(no preview)"))) }
                     dl {
-                        dt { "Run" } dd { code { (r.run_id) } }
-                        dt { "Requested by" } dd { (r.requested_by.as_deref().unwrap_or("-")) }
+                        dt { "Run" } dd { code { (visible(&r.run_id)) } }
+                        dt { "Requested by" } dd { (visible(r.requested_by.as_deref().unwrap_or("-"))) }
                         dt { "Policy" } dd { code { (r.policy_version) } }
                         dt { "Time left" } dd.left { (time_left(status.and_then(|s| s.expires_at.as_deref()), now)) }
                         @if let Some(m) = status.and_then(|s| s.message.as_deref()) {
@@ -200,5 +221,6 @@ mod tests {
         assert!(!html.contains("<b>") && !html.contains("<i>"), "{html}");
         assert!(!html.contains("x\"onmouseover"), "{html}");
         assert!(html.contains("value=\"tok&quot;en\""), "{html}");
+        assert_eq!(visible("rm -rf /\u{202E}gnp.x"), "rm -rf /\\u{202E}gnp.x");
     }
 }

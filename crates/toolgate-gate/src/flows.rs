@@ -54,6 +54,10 @@ pub(crate) struct FlowState {
     pub(crate) scope: FlowScope,
     /// The run id, or the pod name for a pod scope.
     pub(crate) subject: String,
+    /// The other scope's key: labels are kept for both the run and the
+    /// pod whatever the profile reads, so a profile that changes its
+    /// `scope` forgets nothing.
+    pub(crate) other: (FlowScope, String),
     pub(crate) labels: LabelSet,
 }
 
@@ -81,6 +85,11 @@ impl Gate {
             return Ok(None);
         };
         let subject = self.flow_subject(scope, run_id);
+        let other_scope = match scope {
+            FlowScope::Run => FlowScope::Pod,
+            FlowScope::Pod => FlowScope::Run,
+        };
+        let other = (other_scope, self.flow_subject(other_scope, run_id));
         let key = (scope, subject.clone());
         let known = self.known_labels.get(&key).unwrap_or_default();
         let mut labels = policy.flow_labels(known.iter().map(String::as_str));
@@ -97,6 +106,7 @@ impl Gate {
         Ok(Some(FlowState {
             scope,
             subject,
+            other,
             labels,
         }))
     }
@@ -130,6 +140,20 @@ impl Gate {
             .await?;
         self.known_labels
             .add((state.scope, state.subject.clone()), names.iter().copied());
+        // The other scope's copy (see `FlowState::other`): not read for
+        // this profile's decisions, so only what this call adds is sent.
+        let (other_scope, other_subject) = &state.other;
+        self.store
+            .flow_labels()
+            .add(
+                &self.tenant,
+                *other_scope,
+                other_subject,
+                &names,
+                decision_id,
+                now,
+            )
+            .await?;
         // Labels another sidecar set first are not this call's to claim.
         Ok(added)
     }

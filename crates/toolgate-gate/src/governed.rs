@@ -172,8 +172,8 @@ impl Gate {
         counted_refusal(self, workspace_write_inner(self.clone(), req).await)
     }
 
-    /// `workspace.read`, decided and recorded. Under a profile with flow
-    /// rules the file is read first, inside the run's workspace (nothing
+    /// `workspace.read`, decided and recorded. Under a profile whose flow
+    /// selectors name a provenance the file is read first, inside the run's workspace (nothing
     /// leaves the sidecar), so the decision and the labels it sets see the
     /// file's provenance; its content is answered only when allowed.
     pub async fn workspace_read(
@@ -183,7 +183,7 @@ impl Gate {
         let flows = self
             .policy
             .current()
-            .is_some_and(|e| e.policy.flow_scope().is_some());
+            .is_some_and(|e| e.policy.flows_use_provenance());
         if !flows {
             return governed_path(self.clone(), req, "read", Workspaces::read).await;
         }

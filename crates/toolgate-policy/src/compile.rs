@@ -346,7 +346,7 @@ impl CompiledPolicy {
         let flows = spec
             .flows
             .as_ref()
-            .map(CompiledFlows::compile)
+            .map(|f| CompiledFlows::compile(f, &aliases))
             .transpose()?;
 
         Ok(Self {

@@ -15,7 +15,7 @@
 //! into an escalation and leaves a denial or an escalation as it is. So a
 //! label can only make a verdict stricter.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use schemars::JsonSchema;
@@ -167,7 +167,13 @@ struct CompiledSelector {
 }
 
 impl CompiledSelector {
-    fn compile(field: &str, s: &FlowSelector) -> Result<Self, PolicyError> {
+    /// `aliases` maps an alias to its tool: a selector naming an alias
+    /// means the tool, as a rule key does.
+    fn compile(
+        field: &str,
+        s: &FlowSelector,
+        aliases: &HashMap<String, String>,
+    ) -> Result<Self, PolicyError> {
         if s.tools.is_empty()
             && s.side_effects.is_empty()
             && s.match_text.is_empty()
@@ -188,8 +194,13 @@ impl CompiledSelector {
                     .collect(),
             )
         };
+        let tools: Vec<String> = s
+            .tools
+            .iter()
+            .map(|t| aliases.get(t).cloned().unwrap_or_else(|| t.clone()))
+            .collect();
         Ok(Self {
-            tools: globs("tools", &s.tools)?,
+            tools: globs("tools", &tools)?,
             side_effects: s.side_effects.clone(),
             match_text: globs("match", &s.match_text)?,
             provenance: s.provenance.clone(),
@@ -242,6 +253,8 @@ pub(crate) struct CompiledFlows {
     rules: Vec<CompiledRule>,
     /// Every label some rule reads.
     watched: LabelSet,
+    /// Whether some selector looks at a read file's provenance.
+    uses_provenance: bool,
 }
 
 fn check_name(field: &str, name: &str) -> Result<(), PolicyError> {
@@ -266,7 +279,10 @@ fn check_name(field: &str, name: &str) -> Result<(), PolicyError> {
 }
 
 impl CompiledFlows {
-    pub(crate) fn compile(flows: &Flows) -> Result<Self, PolicyError> {
+    pub(crate) fn compile(
+        flows: &Flows,
+        aliases: &HashMap<String, String>,
+    ) -> Result<Self, PolicyError> {
         if flows.labels.len() > MAX_FLOW_LABELS {
             return Err(PolicyError::InvalidValue {
                 field: "spec.flows.labels".into(),
@@ -279,7 +295,7 @@ impl CompiledFlows {
             let field = format!("spec.flows.labels.{name}");
             check_name(&field, name)?;
             names.push(name.clone());
-            setters.push(CompiledSelector::compile(&field, selector)?);
+            setters.push(CompiledSelector::compile(&field, selector, aliases)?);
         }
         let mut rules = Vec::with_capacity(flows.rules.len());
         let mut watched = LabelSet::EMPTY;
@@ -318,11 +334,11 @@ impl CompiledFlows {
             let (deny, selector) = match (&rule.deny, &rule.escalate) {
                 (Some(s), None) => (
                     true,
-                    CompiledSelector::compile(&format!("{field}.deny"), s)?,
+                    CompiledSelector::compile(&format!("{field}.deny"), s, aliases)?,
                 ),
                 (None, Some(s)) => (
                     false,
-                    CompiledSelector::compile(&format!("{field}.escalate"), s)?,
+                    CompiledSelector::compile(&format!("{field}.escalate"), s, aliases)?,
                 ),
                 _ => {
                     return Err(PolicyError::InvalidValue {
@@ -344,7 +360,15 @@ impl CompiledFlows {
                 selector,
             });
         }
+        let uses_provenance = flows.labels.values().any(|l| !l.provenance.is_empty())
+            || flows.rules.iter().any(|r| {
+                [&r.deny, &r.escalate]
+                    .into_iter()
+                    .flatten()
+                    .any(|s| !s.provenance.is_empty())
+            });
         Ok(Self {
+            uses_provenance,
             scope: flows.scope,
             names,
             setters,
@@ -440,6 +464,12 @@ impl crate::CompiledPolicy {
                 })
                 .collect()
         })
+    }
+
+    /// Whether a workspace read must know its file's provenance before it is
+    /// decided (some flow selector names a provenance).
+    pub fn flows_use_provenance(&self) -> bool {
+        self.flows.as_ref().is_some_and(|f| f.uses_provenance)
     }
 
     /// Every label some flow rule reads: once a run is known to carry all

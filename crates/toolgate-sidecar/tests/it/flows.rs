@@ -270,3 +270,38 @@ async fn a_flow_escalation_is_approved_like_any_other() {
     let sent = one.authorize("send", exfiltrate(), &run).await;
     assert_eq!(outcome(&sent), ("deny", "flow_rule"), "{sent}");
 }
+
+/// Labels are kept for the run and the pod whatever the profile reads, so
+/// a profile that moves from `scope: run` to `scope: pod` forgets nothing:
+/// the pod's other runs are held by what one run touched before.
+#[tokio::test]
+async fn a_profile_that_changes_its_scope_forgets_nothing() {
+    let scratch = tempfile::tempdir().unwrap();
+    for (name, url) in backends(scratch.path()) {
+        eprintln!("backend: {name}");
+        let (one, _two) = pair(&scratch.path().join(&name), &url, FLOWS).await;
+        let run = unique("run");
+        let _ = one.authorize("reader", secret(), &run).await;
+        let _ = one.authorize("fetch", page(), &run).await;
+        // Per run: another run of the pod is clean.
+        let other = unique("run");
+        let sent = one.authorize("send", exfiltrate(), &other).await;
+        assert_eq!(outcome(&sent), ("allow", "allow_rule"), "{sent}");
+        // The profile now reads the pod's labels.
+        let pod_scoped = FLOWS.replace("flows:\n", "flows:\n  scope: pod\n");
+        replace_file(&one.bundle_path, &bundle(&pod_scoped, 2, day(), &key()));
+        let old = one
+            .sidecar
+            .as_ref()
+            .unwrap()
+            .state
+            .gate
+            .policy
+            .current()
+            .map(|e| e.policy_version.clone());
+        one.wait_for_version(|v| v.is_some() && v.map(str::to_owned) != old)
+            .await;
+        let sent = one.authorize("send", exfiltrate(), &unique("run")).await;
+        assert_eq!(outcome(&sent), ("deny", "flow_rule"), "{sent}");
+    }
+}
