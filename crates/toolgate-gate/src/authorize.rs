@@ -4,25 +4,22 @@
 //! permissive than another.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use jiff::Timestamp;
 use toolgate_policy::{
     Call, Context, Decision, Enforcement, Id, LabelSet, Provenance, Reason, Risk, RunId, Verdict,
 };
-use toolgate_store::{
-    ApprovalStatus, ApprovedCall, Caller, DecisionRecord, NewApproval, RunLimits,
-};
+use toolgate_store::{DecisionRecord, RunLimits};
 use tracing::Instrument;
 
 use crate::Enforced;
 use crate::allowed::AllowedCall;
+use crate::escalation::{escalate, refuse_if_cancelled, refuse_if_unpayable};
 use crate::flows::FlowState;
 use crate::labels::{MAX_LABEL_CHARS, NO_PROFILE, OTHER_TOOL, metric_tool_label, truncate};
 use crate::trace::{self, traced};
-use crate::{
-    AuthorizeRequest, AuthorizeResponse, Gate, GateError, MAX_APPROVAL_ROUNDS, NO_POLICY, NO_STEP,
-};
+use crate::{AuthorizeRequest, AuthorizeResponse, Gate, GateError, NO_POLICY, NO_STEP};
 
 impl Gate {
     /// Authorizes one call: decides it under the held bundle, records it
@@ -119,16 +116,14 @@ async fn set_flow_labels(
     if d.verdict.verdict != Decision::Allow {
         return;
     }
-    let call = Call {
-        tool: &req.tool,
-        action: req.action.as_deref(),
-        arguments: &req.arguments,
-    };
-    let set = enforced.policy.flow_labels_set_by(&call, provenance);
-    if set.is_subset(state.labels) {
-        return;
-    }
-    let write = app.set_flow_labels(&enforced.policy, state, set, &d.decision_id, d.now);
+    let write = app.set_call_labels(
+        &enforced.policy,
+        state,
+        req,
+        provenance,
+        &d.decision_id,
+        d.now,
+    );
     match traced("toolgate.flow.labels", write).await {
         Ok(names) => d.flow_labels_set = names,
         Err(err) => {
@@ -156,22 +151,18 @@ async fn decide(
     // The run's flow labels, for a live profile that declares flows; a
     // store that cannot say which labels the run carries denies the call.
     let (flow, flow_unknown) = match enforced.as_deref().filter(|e| e.is_live(now)) {
-        Some(e) => {
-            let call = Call {
-                tool: &req.tool,
-                action: req.action.as_deref(),
-                arguments: &req.arguments,
-            };
-            let decides = e.policy.flow_rules_select(&call, provenance);
-            let read = app.flow_state(&e.policy, &req.run_id, decides);
-            match traced("toolgate.flow.read", read).await {
-                Ok(state) => (state, false),
-                Err(err) => {
-                    tracing::error!(error = %err, "flow labels unreadable; denying");
-                    (None, true)
-                }
+        Some(e) => match traced(
+            "toolgate.flow.read",
+            app.call_flow_state(&e.policy, req, provenance),
+        )
+        .await
+        {
+            Ok(state) => (state, false),
+            Err(err) => {
+                tracing::error!(error = %err, "flow labels unreadable; denying");
+                (None, true)
             }
-        }
+        },
         None => (None, false),
     };
     let labels = flow.as_ref().map_or(LabelSet::EMPTY, |f| f.labels);
@@ -233,11 +224,7 @@ fn evaluate(
     labels: LabelSet,
     provenance: Option<Provenance>,
 ) -> Verdict {
-    let call = Call {
-        tool: &req.tool,
-        action: req.action.as_deref(),
-        arguments: &req.arguments,
-    };
+    let call = req.call();
     let mut verdict = match enforced {
         None => sidecar_verdict(Reason::NoBundle, NO_POLICY, &call),
         Some(e) if !e.is_live(now) => {
@@ -390,7 +377,7 @@ async fn charge(
 /// Applies the run's answer to `verdict`, remembering the run as cancelled
 /// when the run itself was: a stopped scope is learned by the poll (the run
 /// id alone says nothing about it).
-fn apply_run_answer(
+pub(crate) fn apply_run_answer(
     app: &Gate,
     run_id: &RunId,
     admission: &toolgate_store::Admission,
@@ -502,66 +489,7 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
     }
 }
 
-/// Reads the run's cancellation from the database (a cancellation made
-/// anywhere) and refuses `verdict` when there is one; an unreadable run
-/// state denies `audit_unavailable`.
-async fn refuse_if_cancelled(
-    app: &Gate,
-    caller: Caller<'_>,
-    run_id: &RunId,
-    verdict: &mut Verdict,
-) {
-    match app.store.runs().cancelled_at(caller, run_id).await {
-        Ok(None) => {}
-        // The run itself is remembered as cancelled; a stopped scope is
-        // learned by the poll (the run id alone says nothing about it).
-        Ok(Some(stopped)) => {
-            if !stopped.scoped {
-                app.cancelled.insert(run_id.as_str());
-            }
-            crate::runs::refuse(verdict, Reason::RunCancelled, None);
-        }
-        Err(err) => {
-            tracing::error!(error = %err, "run state unreadable; denying");
-            deny_audit(verdict);
-        }
-    }
-}
-
-/// Refuses an escalation its run could not pay for: cancelled, or (under
-/// budgets) a budget the call would need is used up, read without
-/// charging. Without budgets only the cancellation is read.
-// Each argument is a plain value the caller has at hand.
-#[allow(clippy::too_many_arguments)]
-async fn refuse_if_unpayable(
-    app: &Gate,
-    caller: Caller<'_>,
-    run_id: &RunId,
-    limits: &RunLimits,
-    mode: Enforcement,
-    verdict: &mut Verdict,
-    now: Timestamp,
-) {
-    if *limits == RunLimits::default() {
-        return refuse_if_cancelled(app, caller, run_id, verdict).await;
-    }
-    let high_risk = verdict.risk == Risk::High;
-    match app
-        .store
-        .runs()
-        .would_refuse(caller, run_id, high_risk, limits, now)
-        .await
-    {
-        Ok(None) => {}
-        Ok(Some(refusal)) => apply_run_answer(app, run_id, &refusal, verdict, mode),
-        Err(err) => {
-            tracing::error!(error = %err, "run state unreadable; denying");
-            deny_audit(verdict);
-        }
-    }
-}
-
-fn deny_audit(verdict: &mut Verdict) {
+pub(crate) fn deny_audit(verdict: &mut Verdict) {
     crate::runs::refuse(verdict, Reason::AuditUnavailable, None);
 }
 
@@ -590,97 +518,4 @@ fn record_message(verdict: &Verdict, flow_labels_set: &[String]) -> Option<Strin
             verdict.matched_rule.as_deref().unwrap_or("budget")
         )
     })
-}
-
-/// Finds or creates the approval for an escalated call. An approved,
-/// unused approval for exactly this call turns the verdict into `approved`.
-async fn escalate(
-    app: &Gate,
-    enforced: &Enforced,
-    req: &AuthorizeRequest,
-    step_id: &str,
-    decision_id: &str,
-    verdict: &mut Verdict,
-    now: Timestamp,
-) -> Result<Option<String>, GateError> {
-    let tool = enforced.policy.canonical_tool(&req.tool).to_owned();
-    let base = toolgate_policy::invocation_digest(
-        &app.tenant,
-        req.run_id.as_str(),
-        step_id,
-        &verdict.call_digest,
-        &verdict.policy_version,
-    );
-    // What the approver is shown: the text the rules matched, masked.
-    let preview = enforced.policy.preview(&Call {
-        tool: &req.tool,
-        action: req.action.as_deref(),
-        arguments: &req.arguments,
-    });
-    for round in 0..MAX_APPROVAL_ROUNDS {
-        let approval = app
-            .store
-            .approvals()
-            .request(
-                NewApproval {
-                    approval_id: None,
-                    invocation_id: format!("{base}:{round}"),
-                    tenant: app.tenant.clone(),
-                    run_id: req.run_id.as_str().to_owned(),
-                    tool: tool.clone(),
-                    args_digest: verdict.args_digest.clone(),
-                    call_digest: Some(verdict.call_digest.clone()),
-                    policy_version: verdict.policy_version.clone(),
-                    decision_id: decision_id.to_owned(),
-                    requested_by: app.identity.clone(),
-                    ttl: Duration::from_secs(u64::from(enforced.approval_ttl_seconds)),
-                    action: req.action.as_ref().map(Id::to_string),
-                    preview: preview.clone(),
-                },
-                now,
-            )
-            .await?;
-        if approval.consumed_at.is_some() || approval.status == ApprovalStatus::Expired {
-            continue; // used or lapsed: this call needs a fresh approval
-        }
-        match approval.status {
-            ApprovalStatus::Pending => return Ok(Some(approval.id)),
-            ApprovalStatus::Denied => {
-                verdict.set_reason(Reason::ApprovalDenied);
-                verdict.matched_rule = Some(format!("approval:{}", approval.id));
-                return Ok(Some(approval.id));
-            }
-            ApprovalStatus::Approved => {
-                let consumed = app
-                    .store
-                    .approvals()
-                    .consume(
-                        &app.tenant,
-                        &approval.id,
-                        &ApprovedCall {
-                            tool: &tool,
-                            args_digest: &verdict.args_digest,
-                            call_digest: &verdict.call_digest,
-                            policy_version: &verdict.policy_version,
-                        },
-                        now,
-                    )
-                    .await?;
-                if consumed {
-                    verdict.set_reason(Reason::Approved);
-                    verdict.matched_rule = Some(format!("approval:{}", approval.id));
-                    return Ok(Some(approval.id));
-                }
-                // Someone else used it first: ask again.
-            }
-            ApprovalStatus::Expired => {}
-            ApprovalStatus::Cancelled => {
-                verdict.set_reason(Reason::RunCancelled);
-                verdict.matched_rule = Some(format!("approval:{}", approval.id));
-                return Ok(Some(approval.id));
-            }
-        }
-    }
-    verdict.set_reason(Reason::ApprovalDenied);
-    Ok(None)
 }

@@ -13,7 +13,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use jiff::Timestamp;
-use toolgate_policy::{CompiledPolicy, FlowScope, LabelSet, RunId};
+use toolgate_policy::{CompiledPolicy, FlowScope, LabelSet, Provenance, RunId};
+
+use crate::AuthorizeRequest;
 
 use crate::Gate;
 
@@ -109,6 +111,38 @@ impl Gate {
             other,
             labels,
         }))
+    }
+
+    /// The labels a call is decided with under `policy`: read from the
+    /// store only when some flow rule could select the call (otherwise its
+    /// verdict cannot depend on them).
+    pub(crate) async fn call_flow_state(
+        &self,
+        policy: &CompiledPolicy,
+        req: &AuthorizeRequest,
+        provenance: Option<Provenance>,
+    ) -> Result<Option<FlowState>, toolgate_store::StoreError> {
+        let decides = policy.flow_rules_select(&req.call(), provenance);
+        self.flow_state(policy, &req.run_id, decides).await
+    }
+
+    /// Stores the labels the allowed call `req` sets that `state` does not
+    /// hold; the names it was the first to set.
+    pub(crate) async fn set_call_labels(
+        &self,
+        policy: &CompiledPolicy,
+        state: &FlowState,
+        req: &AuthorizeRequest,
+        provenance: Option<Provenance>,
+        decision_id: &str,
+        now: Timestamp,
+    ) -> Result<Vec<String>, toolgate_store::StoreError> {
+        let set = policy.flow_labels_set_by(&req.call(), provenance);
+        if set.is_subset(state.labels) {
+            return Ok(Vec::new());
+        }
+        self.set_flow_labels(policy, state, set, decision_id, now)
+            .await
     }
 
     /// Records that `decision_id`'s allowed call set `new` labels (those

@@ -11,6 +11,7 @@ mod allowed;
 mod authorize;
 pub mod decision_log;
 mod error;
+mod escalation;
 mod flows;
 mod governed;
 pub mod intents;
@@ -212,6 +213,17 @@ pub struct AuthorizeRequest {
     /// `definitionDigest`.
     #[serde(default)]
     pub definition_digest: Option<Id>,
+}
+
+impl AuthorizeRequest {
+    /// The call as the policy sees it.
+    pub fn call(&self) -> toolgate_policy::Call<'_> {
+        toolgate_policy::Call {
+            tool: &self.tool,
+            action: self.action.as_deref(),
+            arguments: &self.arguments,
+        }
+    }
 }
 
 /// The answer to one call: the verdict plus its identifiers.
