@@ -937,3 +937,13 @@ def test_the_console_renders_strictly_and_may_only_impersonate(chart, mode):
             assert not all(pod_labels.get(k) == v for k, v in selector.items()), obj["metadata"]["name"]
     service_selector = only(console, "Service")["spec"]["selector"]
     assert service_selector["app.kubernetes.io/component"] == "console"
+
+
+def test_default_notification_channels_reach_the_controller(rendered):
+    """The chart hands `notifications.defaultChannels` to the controller as
+    the JSON its --default-notify takes, channel for channel."""
+    args = only(rendered["full"], "Deployment", f"{RELEASE}")["spec"]["template"]["spec"]["containers"][0]["args"]
+    channels = json.loads(args[args.index("--default-notify") + 1])
+    assert channels == VALUE_SETS["full"]["notifications"]["defaultChannels"]
+    default_args = only(rendered["default"], "Deployment", f"{RELEASE}")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--default-notify" not in default_args

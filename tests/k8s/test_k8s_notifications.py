@@ -165,3 +165,44 @@ def test_approval_events_reach_every_channel_at_least_once(kube, cluster, tmp_pa
     assert len(ids) == 1, f"one event, one id: {ids}"
     assert not receiver.unverified, receiver.unverified
     receiver.server.shutdown()
+
+
+def _controller(cluster, extra):
+    """Restarts controller-0 with `extra` flags (none: as `up` started it)."""
+    metrics = cluster["controller"]["metrics"]["controller-0"]
+    stop(cluster, "controller-0")
+    argv = list(cluster["controller"]["argv"])
+    argv[argv.index("--metrics-listen") + 1] = metrics.removeprefix("http://")
+    respawn(cluster, "controller-0", [*argv, *extra],
+            dict(os.environ, **cluster["controller"]["env"], POD_NAME="controller-0"))
+    wait_for("controller-0 ready", lambda: urllib.request.urlopen(metrics + "/readyz", timeout=2).status == 200, 60)
+
+
+def test_profiles_without_channels_use_the_cluster_default(kube, cluster):
+    """`--default-notify` (the chart's notifications.defaultChannels): a
+    profile that names no channels is heard on the cluster's, whose keys
+    live in Secret toolgate-notify of the controller's namespace; a profile
+    with channels of its own is not."""
+    signing = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    receiver = Receiver(signing)
+    kube.create({"apiVersion": "v1", "kind": "Secret",
+                 "metadata": {"name": "toolgate-notify", "namespace": cluster["namespace"]},
+                 "stringData": {"default-url": f"{receiver.url}/default", "default-signing": signing}})
+    _controller(cluster, ["--default-notify", json.dumps(
+        [{"webhook": {"urlSecretKey": "default-url", "signingSecretKey": "default-signing"}}])])
+    try:
+        ns = kube.namespace("defaulted")
+        kube.apply(profile("plain", ns))
+        version = wait_for("profile Ready", lambda: (p := kube.get("tgp", "plain", "-n", ns))
+                           and ready(p.get("status")) and p["status"]["version"])
+        _requested(cluster, "dflt-1", ns, version)
+        got = wait_for("the default channel's signed message",
+                       lambda: receiver.of("/default", "dflt-1", "approval.requested"), 30)
+        assert got[0][1]["data"]["namespace"] == ns, got
+        assert not receiver.unverified, receiver.unverified
+        # The earlier test's profile has channels of its own: none of its
+        # approvals reach the default channel.
+        assert not [1 for path, approval in receiver.arrived if path == "/default" and approval.startswith("note-")]
+    finally:
+        _controller(cluster, [])
+        receiver.server.shutdown()

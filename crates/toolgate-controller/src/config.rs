@@ -65,6 +65,24 @@ pub struct ControllerArgs {
     /// receiver down longer misses what is older.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub notify_retention: SignedDuration,
+    /// Where approvers are told about the approvals of every profile that
+    /// names no channels of its own: a JSON list shaped like
+    /// `spec.approvals.notify`, whose keys are read from Secret
+    /// `toolgate-notify` in the controller's namespace.
+    #[arg(long, env = "TOOLGATE_DEFAULT_NOTIFY", value_parser = parse_channels)]
+    pub default_notify: Option<DefaultChannels>,
+}
+
+/// The cluster's default notification channels, as checked.
+#[derive(Debug, Clone, Default)]
+pub struct DefaultChannels(pub Vec<toolgate_policy::NotifyChannel>);
+
+fn parse_channels(text: &str) -> Result<DefaultChannels, String> {
+    let channels: Vec<toolgate_policy::NotifyChannel> =
+        toolgate_policy::load::from_str(text).map_err(|e| e.to_string())?;
+    toolgate_policy::notify::check_channels("--default-notify", &channels)
+        .map_err(|e| e.to_string())?;
+    Ok(DefaultChannels(channels))
 }
 
 /// Everything [`run_controller`](crate::run_controller) needs, resolved from
@@ -108,6 +126,7 @@ impl From<ControllerArgs> for ControllerConfig {
         settings.tenant_base_url = args.tenant_database_url;
         settings.notify_interval = std_duration(args.notify_interval);
         settings.notify_retention = args.notify_retention;
+        settings.default_notify = args.default_notify.unwrap_or_default().0;
         let identity = args
             .identity
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -140,6 +159,37 @@ mod tests {
     fn parse(extra: &[&str]) -> Result<ControllerArgs, clap::Error> {
         let base = ["controller", "--database", "sqlite::memory:"];
         Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.args)
+    }
+
+    #[test]
+    fn default_channels_are_checked_like_a_profiles() {
+        let json = r#"[{"webhook": {"urlSecretKey": "url", "signingSecretKey": "signing"}},
+                        {"webhook": {"urlSecretKey": "slack-url", "format": "slack"}}]"#;
+        let config = ControllerConfig::from(parse(&["--default-notify", json]).unwrap());
+        assert_eq!(config.settings.default_notify.len(), 2);
+        assert!(
+            ControllerConfig::from(parse(&[]).unwrap())
+                .settings
+                .default_notify
+                .is_empty()
+        );
+        for bad in [
+            r#"[{"webhook": {"urlSecretKey": "url"}}]"#,
+            r#"[{"webhook": {"urlSecretKey": "u", "format": "slack"}}, {"webhook": {"urlSecretKey": "u", "format": "slack"}}]"#,
+            r#"[{"webhook": {"urlSecretKey": "u", "format": "slack", "url": "https://x"}}]"#,
+            "not json",
+        ] {
+            let err = parse(&["--default-notify", bad])
+                .err()
+                .expect(bad)
+                .to_string();
+            assert!(
+                err.contains("--default-notify")
+                    || err.contains("unknown field")
+                    || err.contains("expected"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

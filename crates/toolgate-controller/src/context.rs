@@ -42,6 +42,9 @@ pub struct Settings {
     pub notify_interval: std::time::Duration,
     /// How old an approval event may be and still be sent.
     pub notify_retention: SignedDuration,
+    /// Channels for the approvals of profiles that name none, with their
+    /// keys in Secret `toolgate-notify` of [`Settings::namespace`].
+    pub default_notify: Vec<toolgate_policy::NotifyChannel>,
 }
 
 impl Settings {
@@ -58,6 +61,7 @@ impl Settings {
             tenant_base_url: None,
             notify_interval: std::time::Duration::from_secs(2),
             notify_retention: SignedDuration::from_hours(24),
+            default_notify: Vec::new(),
         }
     }
 }

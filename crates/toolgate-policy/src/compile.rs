@@ -303,18 +303,8 @@ impl CompiledPolicy {
                 message: "ttlSeconds must be at least 1".into(),
             });
         }
-        let mut seen = std::collections::HashSet::new();
-        for (i, channel) in spec.approvals.iter().flat_map(|a| &a.notify).enumerate() {
-            crate::notify::check_channel(i, &channel.webhook)?;
-            // Deliveries are remembered per format and URL key: twins
-            // would share (and so lose) them.
-            let w = &channel.webhook;
-            if !seen.insert((w.format, w.url_secret_key.as_str())) {
-                return Err(PolicyError::InvalidValue {
-                    field: format!("spec.approvals.notify[{i}].webhook.urlSecretKey"),
-                    message: "the same URL key and format twice".into(),
-                });
-            }
+        if let Some(approvals) = &spec.approvals {
+            crate::notify::check_channels("spec.approvals.notify", &approvals.notify)?;
         }
 
         if let Some(budgets) = &spec.budgets {

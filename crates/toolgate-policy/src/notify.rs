@@ -3,7 +3,7 @@
 //! are served by the controller.
 
 use crate::error::PolicyError;
-use crate::model::{NotifyFormat, WebhookChannel};
+use crate::model::{NotifyChannel, NotifyFormat, WebhookChannel};
 
 /// Whether `key` can be a Secret data key (`[-._a-zA-Z0-9]`, 1-253).
 pub fn is_secret_key(key: &str) -> bool {
@@ -13,9 +13,27 @@ pub fn is_secret_key(key: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
 }
 
-/// Checks channel `i` of `spec.approvals.notify`.
-pub(crate) fn check_channel(i: usize, channel: &WebhookChannel) -> Result<(), PolicyError> {
-    let at = format!("spec.approvals.notify[{i}].webhook");
+/// Checks a list of channels (`spec.approvals.notify`, or the
+/// controller's cluster default, named `field`): each on its own, and no
+/// two with the same format and URL key, since deliveries are remembered
+/// per format and URL key and twins would share (and so lose) them.
+pub fn check_channels(field: &str, channels: &[NotifyChannel]) -> Result<(), PolicyError> {
+    let mut seen = std::collections::HashSet::new();
+    for (i, channel) in channels.iter().enumerate() {
+        let w = &channel.webhook;
+        check_channel(&format!("{field}[{i}].webhook"), w)?;
+        if !seen.insert((w.format, w.url_secret_key.as_str())) {
+            return Err(PolicyError::InvalidValue {
+                field: format!("{field}[{i}].webhook.urlSecretKey"),
+                message: "the same URL key and format twice".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks one channel, at `at`.
+fn check_channel(at: &str, channel: &WebhookChannel) -> Result<(), PolicyError> {
     let refuse = |field: &str, message: String| PolicyError::InvalidValue {
         field: format!("{at}.{field}"),
         message,

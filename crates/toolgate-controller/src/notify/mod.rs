@@ -103,31 +103,48 @@ impl Configured {
 async fn channels(ctx: &Context, profiles: &[Arc<PolicyProfile>]) -> Configured {
     let mut secrets: HashMap<String, Option<Secret>> = HashMap::new();
     let mut out = Configured::default();
+    let defaults = &ctx.settings.default_notify;
     for profile in profiles {
-        let Some(settings) = &profile.spec.approvals else {
-            continue;
+        let own = profile
+            .spec
+            .approvals
+            .as_ref()
+            .map_or(&[][..], |a| a.notify.as_slice());
+        // A profile's own channels, else the cluster's default ones, whose
+        // keys live in the controller's namespace.
+        let (notify, secret_ns, prefix) = match (own.is_empty(), defaults.is_empty()) {
+            (false, _) => (own, None, None),
+            (true, false) => (
+                defaults.as_slice(),
+                Some(ctx.settings.namespace.clone()),
+                Some("cluster"),
+            ),
+            (true, true) => continue,
         };
-        if settings.notify.is_empty() {
-            continue;
-        }
         let (ns, name) = (profile.namespace().unwrap_or_default(), profile.name_any());
-        if !secrets.contains_key(&ns) {
-            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+        let secret_ns = secret_ns.unwrap_or_else(|| ns.clone());
+        if !secrets.contains_key(&secret_ns) {
+            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret_ns);
             let secret = api.get_opt(NOTIFY_SECRET).await.unwrap_or_else(|e| {
-                tracing::warn!(namespace = %ns, error = %e, "notification Secret unreadable");
+                tracing::warn!(namespace = %secret_ns, error = %e, "notification Secret unreadable");
                 None
             });
-            secrets.insert(ns.clone(), secret);
+            secrets.insert(secret_ns.clone(), secret);
         }
-        let data = secrets[&ns].as_ref().and_then(|s| s.data.as_ref());
+        let data = secrets[&secret_ns].as_ref().and_then(|s| s.data.as_ref());
         let value = |key: &str| {
             data.and_then(|d| d.get(key))
                 .and_then(|v| String::from_utf8(v.0.clone()).ok())
                 .map(|v| v.trim().to_owned())
         };
-        for channel in &settings.notify {
+        for channel in notify {
             let w = &channel.webhook;
-            let key = format!("{ns}/{name}/{}:{}", w.format.as_str(), w.url_secret_key);
+            // A default channel is one channel for every profile it serves:
+            // its deliveries are remembered under one key.
+            let key = match prefix {
+                Some(prefix) => format!("{prefix}/{}:{}", w.format.as_str(), w.url_secret_key),
+                None => format!("{ns}/{name}/{}:{}", w.format.as_str(), w.url_secret_key),
+            };
             let profile_key = (ns.clone(), name.clone());
             let url = value(&w.url_secret_key);
             let secret = w.signing_secret_key.as_ref().map(|k| {
