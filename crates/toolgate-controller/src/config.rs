@@ -180,8 +180,7 @@ mod tests {
             "not json",
         ] {
             let err = parse(&["--default-notify", bad])
-                .err()
-                .expect(bad)
+                .expect_err(bad)
                 .to_string();
             assert!(
                 err.contains("--default-notify")
