@@ -59,7 +59,7 @@ class Receiver:
                     self.send_response(500)
                     self.end_headers()
                     return
-                if self.path == "/standard":
+                if self.path in ("/standard", "/default"):
                     try:
                         self.webhook_verify(body, headers)
                     except Exception as e:  # noqa: BLE001 - recorded, then refused
@@ -188,9 +188,9 @@ def test_profiles_without_channels_use_the_cluster_default(kube, cluster):
     kube.create({"apiVersion": "v1", "kind": "Secret",
                  "metadata": {"name": "toolgate-notify", "namespace": cluster["namespace"]},
                  "stringData": {"default-url": f"{receiver.url}/default", "default-signing": signing}})
-    _controller(cluster, ["--default-notify", json.dumps(
-        [{"webhook": {"urlSecretKey": "default-url", "signingSecretKey": "default-signing"}}])])
     try:
+        _controller(cluster, ["--default-notify", json.dumps(
+            [{"webhook": {"urlSecretKey": "default-url", "signingSecretKey": "default-signing"}}])])
         ns = kube.namespace("defaulted")
         kube.apply(profile("plain", ns))
         version = wait_for("profile Ready", lambda: (p := kube.get("tgp", "plain", "-n", ns))

@@ -116,14 +116,12 @@ async fn set_flow_labels(
     if d.verdict.verdict != Decision::Allow {
         return;
     }
-    let write = app.set_call_labels(
-        &enforced.policy,
-        state,
-        req,
-        provenance,
-        &d.decision_id,
-        d.now,
-    );
+    // Nothing to store (the usual case) is no step of its own.
+    let set = enforced.policy.flow_labels_set_by(&req.call(), provenance);
+    if set.is_subset(state.labels) {
+        return;
+    }
+    let write = app.set_flow_labels(&enforced.policy, state, set, &d.decision_id, d.now);
     match traced("toolgate.flow.labels", write).await {
         Ok(names) => d.flow_labels_set = names,
         Err(err) => {

@@ -126,25 +126,6 @@ impl Gate {
         self.flow_state(policy, &req.run_id, decides).await
     }
 
-    /// Stores the labels the allowed call `req` sets that `state` does not
-    /// hold; the names it was the first to set.
-    pub(crate) async fn set_call_labels(
-        &self,
-        policy: &CompiledPolicy,
-        state: &FlowState,
-        req: &AuthorizeRequest,
-        provenance: Option<Provenance>,
-        decision_id: &str,
-        now: Timestamp,
-    ) -> Result<Vec<String>, toolgate_store::StoreError> {
-        let set = policy.flow_labels_set_by(&req.call(), provenance);
-        if set.is_subset(state.labels) {
-            return Ok(Vec::new());
-        }
-        self.set_flow_labels(policy, state, set, decision_id, now)
-            .await
-    }
-
     /// Records that `decision_id`'s allowed call set `new` labels (those
     /// the state did not hold); the names it was the first to set, or the
     /// store's refusal.

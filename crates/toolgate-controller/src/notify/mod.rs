@@ -8,8 +8,9 @@
 //! or the event is older than the retention.
 //!
 //! Each channel's URL and signing secret are keys of the Secret
-//! `toolgate-notify` in the profile's namespace: the controller reads that
-//! Secret by name and no other (its RBAC names it).
+//! `toolgate-notify` in the profile's namespace (for the cluster's default
+//! channels, in the controller's): the controller reads that Secret by
+//! name and no other (its RBAC names it).
 
 mod message;
 
@@ -42,7 +43,8 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 struct Channel {
     /// What its deliveries are remembered under: namespace, profile,
     /// format and URL key (so reordering a profile's list sends nothing
-    /// twice).
+    /// twice); for a cluster default channel, `cluster/` with format and
+    /// URL key, one for every profile it serves.
     key: String,
     format: NotifyFormat,
     url: String,
@@ -297,14 +299,18 @@ pub async fn deliver_once(
             if !channels.serves(&event.tenant) {
                 continue;
             }
-            let waiting_here = channels.waiting.iter().any(|(ns, _)| *ns == event.tenant);
-            let all_sent = channels
-                .ready
-                .iter()
-                .filter(|((ns, _), _)| *ns == event.tenant)
-                .flat_map(|(_, list)| list)
-                .all(|c| delivered(&c.key, event.id));
-            if all_sent && !waiting_here {
+            // An event goes to its own profile's channels only, so once
+            // some profile of the namespace (served, with channels) has it
+            // on every channel, it is that profile's and it is done: a
+            // profile's own keys name the profile, and profiles on the
+            // cluster's default channels share theirs.
+            let sent = channels.ready.iter().any(|(key, list)| {
+                key.0 == event.tenant
+                    && !list.is_empty()
+                    && !channels.waiting.contains(key)
+                    && list.iter().all(|c| delivered(&c.key, event.id))
+            });
+            if sent {
                 continue;
             }
             let Some((profile, notice)) = Box::pin(notice(ctx, event, kind)).await else {
