@@ -947,3 +947,22 @@ def test_default_notification_channels_reach_the_controller(rendered):
     assert channels == VALUE_SETS["full"]["notifications"]["defaultChannels"]
     default_args = only(rendered["default"], "Deployment", f"{RELEASE}")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--default-notify" not in default_args
+
+
+
+def test_the_console_network_policy_admits_only_the_named_peers(chart):
+    proxy = {"podSelector": {"matchLabels": {"app": "oauth2-proxy"}}}
+    objects = render(chart, {"console": {"enabled": True, "proxy": {"existingSecret": "p"},
+                                         "networkPolicy": {"enabled": True, "from": [proxy]}}})
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"
+                and o["metadata"]["labels"].get("app.kubernetes.io/component") == "console"]
+    assert len(policies) == 1, policies
+    policy = policies[0]
+    kubernetes_validate.validate(policy, KUBE_VERSION, strict=True)
+    deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-console"))
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items())
+    assert policy["spec"]["ingress"] == [{"from": [proxy], "ports": [{"port": "http", "protocol": "TCP"}]}]
+    # Enabled without peers would shut everyone out: refused at render time.
+    with pytest.raises(Exception, match="must name who may reach the console"):
+        render(chart, {"console": {"enabled": True, "networkPolicy": {"enabled": True}}})
