@@ -31,8 +31,12 @@ pub(crate) struct KnownLabels {
 }
 
 impl KnownLabels {
-    fn get(&self, key: &(FlowScope, String)) -> Option<BTreeSet<String>> {
-        self.lock().get(key).cloned()
+    /// The labels known for `key`, as a set of `policy`'s labels (read
+    /// under the lock: nothing is copied on a decision's path).
+    fn labels(&self, key: &(FlowScope, String), policy: &CompiledPolicy) -> LabelSet {
+        self.lock().get(key).map_or(LabelSet::EMPTY, |known| {
+            policy.flow_labels(known.iter().map(String::as_str))
+        })
     }
 
     fn add<'a>(&self, key: (FlowScope, String), labels: impl IntoIterator<Item = &'a str>) {
@@ -93,8 +97,7 @@ impl Gate {
         };
         let other = (other_scope, self.flow_subject(other_scope, run_id));
         let key = (scope, subject.clone());
-        let known = self.known_labels.get(&key).unwrap_or_default();
-        let mut labels = policy.flow_labels(known.iter().map(String::as_str));
+        let mut labels = self.known_labels.labels(&key, policy);
         if decides && !policy.flow_watched().is_subset(labels) {
             let stored = self
                 .store
