@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 
 use crate::McpError;
 use crate::message;
+use crate::tasks::TaskBook;
 
 /// One `tools/call` as the decider is asked about it, under its policy
 /// tool name (`<server>__<tool>`).
@@ -93,12 +94,29 @@ pub enum CallOutcome {
     },
     /// Answer the client with this message; the server never sees the call.
     Respond(Value),
+    /// Escalated, for a client that takes a task: hold the call until
+    /// `approval` is decided. `refusal` answers it if no task can be held.
+    Defer {
+        /// The approval the call waits on.
+        approval: String,
+        /// The digest of the definition the call was decided against.
+        definition_digest: String,
+        /// The answer of a client without tasks.
+        refusal: Value,
+    },
 }
 
 /// Why a governed request was not let through.
-enum Refusal {
+pub(crate) enum Refusal {
     /// The profile does not declare the tool.
     UnknownTool,
+    /// Escalated: waits on `approval`; `text` and `verdict` as for
+    /// [`Refusal::Policy`].
+    Escalated {
+        approval: String,
+        text: String,
+        verdict: Option<Value>,
+    },
     /// Denied, escalated, or not decidable: the text the client reads and
     /// the verdict, when there is one.
     Policy {
@@ -169,6 +187,8 @@ pub struct Gateway<D> {
     listing: Mutex<HashSet<String>>,
     /// The server answered `server/discover` (protocol 2026-07-28).
     pub(crate) modern_server: std::sync::atomic::AtomicBool,
+    /// Escalated calls held for clients of the tasks extension.
+    pub(crate) tasks: TaskBook,
 }
 
 impl<D: Decider> Gateway<D> {
@@ -183,6 +203,7 @@ impl<D: Decider> Gateway<D> {
             in_flight: Mutex::new(HashMap::new()),
             listing: Mutex::new(HashSet::new()),
             modern_server: std::sync::atomic::AtomicBool::new(false),
+            tasks: TaskBook::default(),
         }
     }
 
@@ -205,7 +226,9 @@ impl<D: Decider> Gateway<D> {
     }
 
     /// Decides one `tools/call` (`id`, MCP tool `name`, `arguments`) of run
-    /// `run_id`. `modern`: the client speaks protocol 2026-07-28.
+    /// `run_id`. `modern`: the client speaks protocol 2026-07-28;
+    /// `deferrable`: it declared the tasks extension, so an escalation is
+    /// [`CallOutcome::Defer`] rather than a refusal.
     pub async fn decide_call(
         &self,
         id: &Value,
@@ -213,6 +236,7 @@ impl<D: Decider> Gateway<D> {
         arguments: &Map<String, Value>,
         run_id: &toolgate_policy::RunId,
         modern: bool,
+        deferrable: bool,
     ) -> CallOutcome {
         let refuse = |text: String, verdict: Option<&Value>| {
             CallOutcome::Respond(message::refusal(id, &text, verdict, modern))
@@ -253,7 +277,18 @@ impl<D: Decider> Gateway<D> {
                 message::INVALID_PARAMS,
                 &format!("Unknown tool: {name}"),
             )),
-            Err(Refusal::Policy { text, verdict }) => refuse(text, verdict.as_ref()),
+            Err(Refusal::Escalated {
+                approval,
+                text,
+                verdict,
+            }) if deferrable => CallOutcome::Defer {
+                approval,
+                definition_digest: definition.digest,
+                refusal: message::refusal(id, &text, verdict.as_ref(), modern),
+            },
+            Err(Refusal::Policy { text, verdict } | Refusal::Escalated { text, verdict, .. }) => {
+                refuse(text, verdict.as_ref())
+            }
         }
     }
 
@@ -283,7 +318,7 @@ impl<D: Decider> Gateway<D> {
                 ),
                 None,
             )),
-            Err(Refusal::Policy { text, verdict }) => {
+            Err(Refusal::Policy { text, verdict } | Refusal::Escalated { text, verdict, .. }) => {
                 Some(message::policy_error(id, &text, verdict.as_ref()))
             }
         }
@@ -292,7 +327,7 @@ impl<D: Decider> Gateway<D> {
     /// The decision path shared by calls and other governed requests: ask,
     /// wait up to `wait` for an approval and ask again, record the intent
     /// of an allowed high-risk call. `Ok` carries that intent.
-    async fn decide(
+    pub(crate) async fn decide(
         &self,
         tool: &str,
         arguments: &Map<String, Value>,
@@ -333,13 +368,14 @@ impl<D: Decider> Gateway<D> {
             Decision::Allow => {}
             Decision::Deny if reason == Reason::UnknownTool => return Err(Refusal::UnknownTool),
             Decision::Escalate => {
-                let approval = answer.approval_id.as_deref().unwrap_or_default();
-                return Err(Refusal::Policy {
+                let approval = answer.approval_id.clone().unwrap_or_default();
+                return Err(Refusal::Escalated {
                     text: format!(
                         "toolgate: approval_required: approval {approval} must be approved by a \
                          human; retry the same call afterwards (decision {decision})"
                     ),
                     verdict: shown(&answer),
+                    approval,
                 });
             }
             Decision::Deny => {

@@ -14,6 +14,8 @@
 //!   intents, approvals, visible tools).
 //! - [`stdio`]: `toolgate mcp wrap`, which runs a stdio MCP server as a child
 //!   and speaks MCP on its own stdin/stdout.
+//! - [`tasks`]: escalated calls held as tasks (protocol 2026-07-28's tasks
+//!   extension), so a client that declares it is not blocked on a human.
 //!
 //! Fails closed: a call the sidecar cannot be asked about is refused, never
 //! forwarded.
@@ -27,6 +29,7 @@ pub mod relay;
 pub mod sidecar;
 pub mod sse;
 pub mod stdio;
+pub mod tasks;
 
 /// Everything the gateway reports.
 #[derive(Debug, thiserror::Error)]

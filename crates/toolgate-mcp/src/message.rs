@@ -10,6 +10,8 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC: invalid request (batches, non-objects).
 pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC: method not found.
+pub const METHOD_NOT_FOUND: i64 = -32601;
 /// JSON-RPC: internal error (an answer the gateway could not read).
 pub const INTERNAL_ERROR: i64 = -32603;
 /// JSON-RPC (implementation-defined range): the policy refused a request
@@ -301,6 +303,61 @@ pub fn refusal(id: &Value, text: &str, verdict: Option<&Value>, modern: bool) ->
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
+/// The `Mcp-Method` and `Mcp-Name` headers of a 2026-07-28 request over
+/// HTTP, made from the message the server gets (so they agree with it
+/// whatever the gateway rewrote). A name that is not visible ASCII is sent
+/// as `=?base64?…?=`.
+pub fn routing_headers(message: &Value) -> Vec<(&'static str, String)> {
+    let Some(method) = message.get("method").and_then(Value::as_str) else {
+        return Vec::new();
+    };
+    let mut headers = vec![("mcp-method", method.to_owned())];
+    let member = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        m if m.starts_with("tasks/") => "taskId",
+        _ => return headers,
+    };
+    if let Some(name) = message
+        .get("params")
+        .and_then(|p| p.get(member))
+        .and_then(Value::as_str)
+    {
+        let plain = !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b));
+        headers.push((
+            "mcp-name",
+            if plain && !name.starts_with("=?base64?") {
+                name.to_owned()
+            } else {
+                use base64::Engine as _;
+                format!(
+                    "=?base64?{}?=",
+                    base64::engine::general_purpose::STANDARD.encode(name)
+                )
+            },
+        ));
+    }
+    headers
+}
+
+/// The text of an `Mcp-Name` header: `=?base64?…?=` decoded; `None` when
+/// that encoding does not decode to UTF-8.
+pub fn header_name(value: &str) -> Option<String> {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(value.to_owned()),
+    }
+}
+
 /// `sha256:` digest of a tool's canonical `{name, description, inputSchema}`
 /// (RFC 8785; an absent member counts as `null`): what a profile pins.
 pub fn definition_digest(tool: &Value) -> String {
@@ -481,6 +538,19 @@ mod tests {
         filter_tools(&mut response, "fs", &visible);
         assert_eq!(listed_tools(&response), ["read_file", "move_file"]);
         assert_eq!(response["result"]["nextCursor"], "c2");
+    }
+
+    #[test]
+    fn routing_headers_follow_the_body_and_encode_what_a_header_cannot_hold() {
+        let call = json!({"method": "tools/call", "params": {"name": "déployer"}});
+        let headers = routing_headers(&call);
+        assert_eq!(headers[0], ("mcp-method", "tools/call".to_owned()));
+        assert!(headers[1].1.starts_with("=?base64?"), "{headers:?}");
+        assert_eq!(header_name(&headers[1].1).as_deref(), Some("déployer"));
+        let task = json!({"method": "tasks/get", "params": {"taskId": "t-1"}});
+        assert_eq!(routing_headers(&task)[1], ("mcp-name", "t-1".to_owned()));
+        assert_eq!(routing_headers(&json!({"method": "ping"})).len(), 1);
+        assert_eq!(header_name("=?base64?!!?="), None);
     }
 
     #[test]

@@ -18,14 +18,16 @@
 //!   gets the error and the client never sees it.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use toolgate_policy::RunId;
 
-use crate::gateway::{CallOutcome, Decider, Gateway};
+use crate::gateway::{CallOutcome, Decider, Gateway, Refusal};
 use crate::message::{self, FromClient};
+use crate::tasks::{self, DeferredCall};
 
 /// Largest message the gateway reads (parses) from either side, in bytes.
 /// A larger answer to a request is replaced by a JSON-RPC error.
@@ -78,6 +80,15 @@ pub enum ClientStep {
         /// The gateway's id of a forwarded request.
         request: Option<String>,
     },
+    /// Answer the client with `answer` (a task) now, and run `call` apart:
+    /// [`Gateway::run_deferred`] waits on its approval and gives the
+    /// message to send the server, if it is to be sent.
+    Defer {
+        /// The task's creation result.
+        answer: Value,
+        /// The held call.
+        call: DeferredCall,
+    },
 }
 
 /// What the gateway does with one message of the server.
@@ -89,6 +100,9 @@ pub enum ServerStep {
     ToServer(Value),
     /// Nothing reaches the client; why, for the log.
     Drop(&'static str),
+    /// The answer to a deferred call: kept for its task, which the client
+    /// reads with `tasks/get`.
+    Kept,
 }
 
 /// What a forwarded request's answer must go through.
@@ -101,6 +115,12 @@ pub(crate) enum Awaiting {
     Call { intent: Option<String> },
     /// `server/discover`: a result means protocol 2026-07-28.
     Discover,
+    /// A deferred call, sent after its approval: its answer ends `task`
+    /// (and closes `intent`).
+    Task {
+        task: String,
+        intent: Option<String>,
+    },
     /// Anything else: only its id is restored.
     Plain,
 }
@@ -134,17 +154,53 @@ impl<D: Decider> Gateway<D> {
     /// Decides one message of the client (a JSON object) on `route`.
     pub async fn from_client(&self, mut message: Value, route: Route<'_>) -> ClientStep {
         let Route { run_id, modern, .. } = route;
+        if let Some((method, task)) = tasks::own_task_request(&message) {
+            return ClientStep::Answer(self.tasks.answer(
+                &message["id"],
+                method,
+                task,
+                run_id,
+                route.session,
+            ));
+        }
+        let deferrable = modern && tasks::client_declares_tasks(&message);
         let awaiting = match message::classify(&message) {
             FromClient::CallTool {
                 id,
                 name,
                 arguments,
             } => match self
-                .decide_call(&id, &name, &arguments, run_id, modern)
+                .decide_call(&id, &name, &arguments, run_id, modern, deferrable)
                 .await
             {
                 CallOutcome::Respond(answer) => return ClientStep::Answer(answer),
                 CallOutcome::Forward { intent } => Awaiting::Call { intent },
+                CallOutcome::Defer {
+                    approval,
+                    definition_digest,
+                    refusal,
+                } => {
+                    let Some((task, created)) = self.tasks.open(run_id, route.session, &approval)
+                    else {
+                        return ClientStep::Answer(refusal);
+                    };
+                    let mut created = created;
+                    if let Some(meta) = refusal.pointer("/result/_meta") {
+                        created["_meta"] = meta.clone();
+                    }
+                    return ClientStep::Defer {
+                        answer: serde_json::json!({"jsonrpc": "2.0", "id": id, "result": created}),
+                        call: DeferredCall {
+                            task,
+                            message,
+                            tool: message::policy_tool(self.server(), &name),
+                            arguments,
+                            run_id: run_id.clone(),
+                            definition_digest: Some(definition_digest),
+                            approval,
+                        },
+                    };
+                }
             },
             FromClient::BadRequest { id, reason } => {
                 return ClientStep::Answer(message::error(&id, message::INVALID_PARAMS, &reason));
@@ -236,10 +292,108 @@ impl<D: Decider> Gateway<D> {
     /// answer with an error, or `None` when it was already answered.
     pub fn abandon(&self, ours: &str) -> Option<Value> {
         let f = self.in_flight().remove(ours)?;
-        if matches!(f.awaiting, Awaiting::List { .. }) {
-            self.forget_definitions();
+        match f.awaiting {
+            Awaiting::List { .. } => self.forget_definitions(),
+            Awaiting::Task { task, .. } => {
+                // No client waits on this request: its task reads why.
+                self.tasks.fail(
+                    &task,
+                    tasks::error_object(
+                        message::INTERNAL_ERROR,
+                        "toolgate: the server's answer to the approved call was not received; \
+                         whether it took effect is unknown",
+                    ),
+                );
+                return None;
+            }
+            _ => {}
         }
         Some(f.original)
+    }
+
+    /// Shuts the gateway's tasks: those not yet ended fail, and every held
+    /// call stops waiting (so nothing outlives the process's shutdown).
+    pub fn close_tasks(&self) {
+        self.tasks.close();
+    }
+
+    /// Waits for the approval of a deferred call, then decides it again (the
+    /// approval lets it through once, bound to the call) and returns the
+    /// message to send the server, under the gateway's id. `None` when the
+    /// call is not to be made: denied, expired, cancelled; its task says
+    /// which.
+    pub async fn run_deferred(&self, call: DeferredCall) -> Option<Value> {
+        const WAIT: Duration = Duration::from_secs(30);
+        loop {
+            if !self.tasks.is_waiting(&call.task) {
+                return None;
+            }
+            let status = tokio::select! {
+                status = self.decider().wait_for_approval(&call.approval, WAIT) => status,
+                () = self.tasks.closing() => return None,
+            };
+            match status {
+                Ok(status) if status.is_pending() => {}
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(server = %self.server(), approval = %call.approval, error = %e, "cannot read a deferred call's approval; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                        () = self.tasks.closing() => return None,
+                    }
+                }
+            }
+        }
+        if !self.tasks.start_forwarding(&call.task) {
+            return None;
+        }
+        let decided = self
+            .decide(
+                &call.tool,
+                &call.arguments,
+                &call.run_id,
+                call.definition_digest.as_deref(),
+                Duration::ZERO,
+            )
+            .await;
+        let intent = match decided {
+            Ok(intent) => intent,
+            Err(refusal) => {
+                let error = match refusal {
+                    Refusal::UnknownTool => tasks::error_object(
+                        message::INVALID_PARAMS,
+                        &format!("Unknown tool: {}", call.tool),
+                    ),
+                    Refusal::Policy { text, verdict }
+                    | Refusal::Escalated { text, verdict, .. } => {
+                        let mut e = tasks::error_object(message::POLICY_REFUSED, &text);
+                        if let Some(v) = verdict {
+                            e["data"] = serde_json::json!({ message::VERDICT_META: v });
+                        }
+                        e
+                    }
+                };
+                self.tasks.fail(&call.task, error);
+                return None;
+            }
+        };
+        let mut message = call.message;
+        tasks::strip_declaration(&mut message);
+        let ours = format!("{ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let original = message["id"].take();
+        message["id"] = Value::String(ours.clone());
+        self.in_flight().insert(
+            ours,
+            InFlight {
+                original,
+                awaiting: Awaiting::Task {
+                    task: call.task,
+                    intent,
+                },
+                session: None,
+            },
+        );
+        Some(message)
     }
 
     /// Judges one message of the server (`raw`, its JSON text) on a stream
@@ -297,6 +451,13 @@ impl<D: Decider> Gateway<D> {
         let Some(f) = self.in_flight().remove(ours) else {
             return ServerStep::Drop("an answer to no request the gateway forwarded");
         };
+        if let Awaiting::Task { task, intent } = &f.awaiting {
+            if let Some(intent) = intent {
+                self.finish_call(intent, &message).await;
+            }
+            self.tasks.settle(task, &message);
+            return ServerStep::Kept;
+        }
         // Protocol 2026-07-28 carries server requests inside a result too.
         if let Some(refusal) = self
             .decide_input_requests(&message, &f.original, run_id)
@@ -314,6 +475,7 @@ impl<D: Decider> Gateway<D> {
             } => self.finish_call(intent, &message).await,
             Awaiting::Discover if message.get("result").is_some() => {
                 self.modern_server.store(true, Ordering::Relaxed);
+                tasks::advertise(&mut message);
             }
             _ => {}
         }

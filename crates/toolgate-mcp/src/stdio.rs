@@ -128,6 +128,16 @@ impl Relay {
                 ClientStep::Answer(answer) => relay.send_client(&answer),
                 ClientStep::Forward { message, .. } => relay.send_server(&message),
                 ClientStep::Nothing => {}
+                ClientStep::Defer { answer, call } => {
+                    relay.send_client(&answer);
+                    // Waits on a human: apart, so this line's task ends.
+                    let relay = Arc::clone(&relay);
+                    tokio::spawn(async move {
+                        if let Some(message) = relay.gateway.run_deferred(call).await {
+                            relay.send_server(&message);
+                        }
+                    });
+                }
             }
         });
         // Decided concurrently: one call waiting for a human must not hold
@@ -161,6 +171,7 @@ impl Relay {
             ServerStep::Drop(why) => {
                 tracing::warn!(server = %self.config.server, %why, "a message from the server was not passed on");
             }
+            ServerStep::Kept => {}
         }
     }
 }

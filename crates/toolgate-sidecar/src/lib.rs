@@ -246,6 +246,8 @@ impl Sidecar {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.server.await;
+        // Calls held for their approval stop waiting and let the gate go.
+        self.state.mcp.close_tasks();
         for task in self.background {
             let _ = task.await;
         }

@@ -108,6 +108,13 @@ impl McpUpstreams {
         }
     }
 
+    /// Ends every upstream's held calls (see `Gateway::close_tasks`).
+    pub(crate) fn close_tasks(&self) {
+        for upstream in self.servers.values() {
+            upstream.gateway.close_tasks();
+        }
+    }
+
     /// Whether any upstream is configured.
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty()
@@ -311,21 +318,8 @@ async fn exchange(
     let upstream = mcp.servers.get(&server).cloned().ok_or_else(|| {
         ApiError::McpUnknownServer(toolgate_gate::labels::truncate(&server, 64).to_owned())
     })?;
-    match mcp.gate.policy.live(jiff::Timestamp::now()) {
-        Some(e) => {
-            if let Some(reason) = e.policy.egress_refusal(&upstream.url) {
-                return Err(ApiError::McpUpstreamNotAllowed(format!(
-                    "{server}: {} ({})",
-                    upstream.url,
-                    reason.as_str()
-                )));
-            }
-        }
-        _ => {
-            return Err(ApiError::McpUpstreamNotAllowed(
-                "no live policy bundle to check the upstream with".into(),
-            ));
-        }
+    if let Some(why) = upstream_refusal(&mcp, &upstream) {
+        return Err(ApiError::McpUpstreamNotAllowed(why));
     }
     let run_id = request_run(&headers, &upstream)?;
     let modern = header(&headers, "mcp-protocol-version").is_some_and(|v| v >= "2026-07-28");
@@ -337,6 +331,8 @@ async fn exchange(
         modern,
     };
     let mut awaited = None;
+    // The message as the upstream gets it, for its routing headers.
+    let mut routed = None;
     // Only a POST carries a message; any other body is not the server's to
     // read past the gateway.
     let body = if method == Method::POST {
@@ -364,13 +360,28 @@ async fn exchange(
         match upstream.gateway.from_client(message, route).await {
             ClientStep::Answer(a) => return Ok(answer(&a)),
             ClientStep::Nothing => return Ok(StatusCode::ACCEPTED.into_response()),
+            ClientStep::Defer {
+                answer: created,
+                call,
+            } => {
+                let deferred = Deferred {
+                    mcp: mcp.clone(),
+                    upstream: upstream.clone(),
+                    headers: forward_headers(&headers),
+                    run_id: run_id.clone(),
+                };
+                tokio::spawn(deferred.run(call).in_current_span());
+                return Ok(answer(&created));
+            }
             ClientStep::Forward {
                 mut message,
                 request,
             } => {
                 trace_context::inject_meta(&mut message);
                 awaited = request;
-                Bytes::from(message.to_string())
+                let body = Bytes::from(message.to_string());
+                routed = Some(message);
+                body
             }
         }
     } else {
@@ -380,6 +391,9 @@ async fn exchange(
 
     let started = Instant::now();
     let mut forwarded = forward_headers(&headers);
+    if modern && let Some(message) = &routed {
+        set_routing_headers(&mut forwarded, message);
+    }
     trace_context::inject(&mut forwarded);
     let sent = mcp
         .http
@@ -430,6 +444,92 @@ async fn exchange(
     Ok(stream.relay(response).await)
 }
 
+/// Why `upstream` may not be reached now: its address fails the live
+/// policy's egress rules, or no policy is live.
+fn upstream_refusal(mcp: &McpUpstreams, upstream: &Upstream) -> Option<String> {
+    match mcp.gate.policy.live(jiff::Timestamp::now()) {
+        Some(e) => e.policy.egress_refusal(&upstream.url).map(|reason| {
+            format!(
+                "{}: {} ({})",
+                upstream.gateway.server(),
+                upstream.url,
+                reason.as_str()
+            )
+        }),
+        None => Some("no live policy bundle to check the upstream with".into()),
+    }
+}
+
+/// A call held under a task (see `toolgate_mcp::tasks`), sent upstream
+/// once its approval is granted, with the headers of the request that
+/// made it.
+struct Deferred {
+    mcp: McpUpstreams,
+    upstream: Arc<Upstream>,
+    headers: reqwest::header::HeaderMap,
+    run_id: toolgate_policy::RunId,
+}
+
+impl Deferred {
+    async fn run(self, call: toolgate_mcp::tasks::DeferredCall) {
+        let gateway = &self.upstream.gateway;
+        let Some(mut message) = gateway.run_deferred(call).await else {
+            return;
+        };
+        let Some(ours) = message["id"].as_str().map(str::to_owned) else {
+            return;
+        };
+        // The policy may have changed while a human decided.
+        if let Some(why) = upstream_refusal(&self.mcp, &self.upstream) {
+            tracing::warn!(%why, "an approved call's upstream is no longer allowed");
+            gateway.abandon(&ours);
+            return;
+        }
+        trace_context::inject_meta(&mut message);
+        let mut headers = self.headers.clone();
+        set_routing_headers(&mut headers, &message);
+        trace_context::inject(&mut headers);
+        let sent = self
+            .mcp
+            .http
+            .post(&self.upstream.url)
+            .headers(headers.clone())
+            .body(message.to_string())
+            .send()
+            .await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(server = %gateway.server(), error = %e, "an approved call could not be sent");
+                gateway.abandon(&ours);
+                return;
+            }
+        };
+        let stream = relay::Stream {
+            http: self.mcp.http.clone(),
+            upstream: self.upstream.clone(),
+            headers,
+            run_id: self.run_id,
+            awaited: Some(ours),
+            is_post: true,
+        };
+        // Read to its end: the answer is kept for the task, nothing else
+        // has anyone to go to.
+        let mut relayed = stream.relay(response).await.into_body().into_data_stream();
+        while futures_util::StreamExt::next(&mut relayed).await.is_some() {}
+    }
+}
+
+/// `Mcp-Method` / `Mcp-Name` of a 2026-07-28 request, from the message
+/// the upstream gets (the client's own are never passed on).
+fn set_routing_headers(headers: &mut reqwest::header::HeaderMap, message: &Value) {
+    for (name, value) in message::routing_headers(message) {
+        if let Ok(value) = reqwest::header::HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+}
+
 /// `Mcp-Method` / `Mcp-Name` that contradict the body.
 fn header_mismatch(headers: &HeaderMap, message: &Value) -> Option<String> {
     let method = message.get("method").and_then(Value::as_str);
@@ -445,7 +545,7 @@ fn header_mismatch(headers: &HeaderMap, message: &Value) -> Option<String> {
         .or_else(|| message.pointer("/params/uri"))
         .and_then(Value::as_str);
     if let Some(h) = header(headers, "mcp-name")
-        && Some(h) != name
+        && message::header_name(h).as_deref() != name
     {
         return Some(format!("Mcp-Name header `{h}` does not match the body"));
     }

@@ -224,6 +224,7 @@ impl Stream {
                 tracing::warn!(server = %gateway.server(), %why, "a message from the upstream was not passed on");
                 None
             }
+            ServerStep::Kept => None,
         }
     }
 

@@ -1,0 +1,507 @@
+//! Escalated calls that do not block the client: the tasks extension of
+//! protocol 2026-07-28 (`io.modelcontextprotocol/tasks`).
+//!
+//! A client that declares the extension on a `tools/call` (in
+//! `_meta["io.modelcontextprotocol/clientCapabilities"]`) and whose call
+//! escalates gets a task instead of a refusal. The gateway holds the task:
+//! `tasks/get` reports it `working` while the approval is pending; the call
+//! is forwarded once, through the same decision (and approval binding) as a
+//! retried call, the moment the approval is granted; the task then
+//! completes with the server's answer, or fails with the denial.
+//!
+//! - A task belongs to the run (and, over HTTP, the MCP session) that made
+//!   it: asked from anywhere else it does not exist. Its id is random.
+//! - Task ids the gateway made start with [`TASK_ID_PREFIX`]; `tasks/*`
+//!   requests naming any other id are the server's and pass through.
+//! - At most [`MAX_OPEN_TASKS`] wait at once per server; past that, an
+//!   escalation is refused as it is for clients without the extension.
+//! - The deferred call reaches the server without the client's tasks
+//!   capability, so the server answers it directly.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use toolgate_policy::RunId;
+
+use crate::message;
+
+/// The extension's identifier, in capabilities and request `_meta`.
+pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// The `_meta` member in which a 2026-07-28 request carries the client's
+/// capabilities.
+const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+/// Prefix of the ids of tasks the gateway holds.
+pub const TASK_ID_PREFIX: &str = "toolgate-task-";
+/// How long a task is kept, waiting or done.
+pub const TASK_TTL: Duration = Duration::from_secs(3600);
+/// How often a client is asked to poll.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Most tasks that wait on an approval at once, per server.
+pub const MAX_OPEN_TASKS: usize = 256;
+
+/// Whether a client message (a `tools/call`) declares the extension.
+pub fn client_declares_tasks(message: &Value) -> bool {
+    message
+        .pointer("/params/_meta")
+        .and_then(|m| m.get(CLIENT_CAPABILITIES_META))
+        .and_then(|c| c.get("extensions"))
+        .and_then(|e| e.get(EXTENSION))
+        .is_some_and(Value::is_object)
+}
+
+/// Removes the client's declaration of the extension from a request, so
+/// the server answers a deferred call directly.
+pub(crate) fn strip_declaration(message: &mut Value) {
+    if let Some(Value::Object(extensions)) = message
+        .pointer_mut("/params/_meta")
+        .and_then(|m| m.get_mut(CLIENT_CAPABILITIES_META))
+        .and_then(|c| c.get_mut("extensions"))
+    {
+        extensions.remove(EXTENSION);
+    }
+}
+
+/// Adds the extension to a `server/discover` result's capabilities: the
+/// gateway serves it, whatever the server does.
+pub(crate) fn advertise(answer: &mut Value) {
+    let Some(Value::Object(capabilities)) = answer.pointer_mut("/result/capabilities") else {
+        return;
+    };
+    let extensions = capabilities
+        .entry("extensions")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(extensions) = extensions {
+        extensions.insert(EXTENSION.to_owned(), json!({}));
+    }
+}
+
+/// Where a task stands.
+#[derive(Debug, Clone)]
+enum State {
+    /// The approval is pending.
+    Waiting {
+        approval: String,
+    },
+    /// Approved and decided again; the call went to the server.
+    Forwarded,
+    /// The server's result.
+    Completed(Value),
+    /// A JSON-RPC error object: the denial, or the server's error.
+    Failed(Value),
+    Cancelled,
+}
+
+impl State {
+    fn is_terminal(&self) -> bool {
+        matches!(self, Self::Completed(_) | Self::Failed(_) | Self::Cancelled)
+    }
+}
+
+#[derive(Debug)]
+struct Task {
+    run_id: RunId,
+    session: Option<String>,
+    created_at: String,
+    updated_at: String,
+    deadline: Instant,
+    state: State,
+}
+
+impl Task {
+    fn belongs_to(&self, run_id: &RunId, session: Option<&str>) -> bool {
+        &self.run_id == run_id && self.session.as_deref() == session
+    }
+
+    /// The task as the extension spells it (`Task`, with its result or
+    /// error when it has ended).
+    fn view(&self, id: &str) -> Value {
+        let (status, message) = match &self.state {
+            State::Waiting { approval } => (
+                "working",
+                format!(
+                    "waiting for approval {approval}: a human approves or denies it (kubectl \
+                     toolgate approve, or the console); the call is made once it is approved"
+                ),
+            ),
+            State::Forwarded => (
+                "working",
+                "approved; the call was sent to the server".to_owned(),
+            ),
+            State::Completed(_) => ("completed", "the server answered".to_owned()),
+            State::Failed(_) => ("failed", "the call was not completed".to_owned()),
+            State::Cancelled => ("cancelled", "cancelled by the client".to_owned()),
+        };
+        let mut task = json!({
+            "taskId": id,
+            "status": status,
+            "statusMessage": message,
+            "createdAt": self.created_at,
+            "lastUpdatedAt": self.updated_at,
+            "ttlMs": TASK_TTL.as_millis() as u64,
+            "pollIntervalMs": POLL_INTERVAL.as_millis() as u64,
+        });
+        match &self.state {
+            State::Completed(result) => task["result"] = result.clone(),
+            State::Failed(error) => task["error"] = error.clone(),
+            _ => {}
+        }
+        task
+    }
+}
+
+fn now() -> String {
+    jiff::Timestamp::now().to_string()
+}
+
+/// The tasks one server's gateway holds.
+#[derive(Debug)]
+pub(crate) struct TaskBook {
+    tasks: Mutex<HashMap<String, Task>>,
+    /// Set when the gateway shuts down: held calls stop waiting.
+    closed: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for TaskBook {
+    fn default() -> Self {
+        Self {
+            tasks: Mutex::default(),
+            closed: tokio::sync::watch::Sender::new(false),
+        }
+    }
+}
+
+impl TaskBook {
+    /// Fails every task not yet ended and releases every held call: the
+    /// gateway is shutting down, and no approval will be waited on.
+    pub(crate) fn close(&self) {
+        self.closed.send_replace(true);
+        let mut tasks = self.lock();
+        for t in tasks.values_mut() {
+            if !t.state.is_terminal() {
+                t.state = State::Failed(error_object(
+                    message::INTERNAL_ERROR,
+                    "toolgate: the gateway shut down before the call was made",
+                ));
+                t.updated_at = now();
+            }
+        }
+    }
+
+    /// Resolves once the gateway shuts down.
+    pub(crate) async fn closing(&self) {
+        let mut closed = self.closed.subscribe();
+        let _ = closed.wait_for(|c| *c).await;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Task>> {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new task of `run_id` waiting on `approval`: its id and its
+    /// creation result. `None` when [`MAX_OPEN_TASKS`] already wait.
+    pub(crate) fn open(
+        &self,
+        run_id: &RunId,
+        session: Option<&str>,
+        approval: &str,
+    ) -> Option<(String, Value)> {
+        let mut tasks = self.lock();
+        sweep(&mut tasks);
+        let open = tasks.values().filter(|t| !t.state.is_terminal()).count();
+        if open >= MAX_OPEN_TASKS {
+            return None;
+        }
+        let id = format!("{TASK_ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let at = now();
+        let task = Task {
+            run_id: run_id.clone(),
+            session: session.map(str::to_owned),
+            created_at: at.clone(),
+            updated_at: at,
+            deadline: Instant::now() + TASK_TTL,
+            state: State::Waiting {
+                approval: approval.to_owned(),
+            },
+        };
+        let mut created = task.view(&id);
+        created["resultType"] = json!("task");
+        tasks.insert(id.clone(), task);
+        Some((id, created))
+    }
+
+    /// Whether task `id` still waits on its approval (neither cancelled nor
+    /// expired).
+    pub(crate) fn is_waiting(&self, id: &str) -> bool {
+        let mut tasks = self.lock();
+        sweep(&mut tasks);
+        tasks
+            .get(id)
+            .is_some_and(|t| matches!(t.state, State::Waiting { .. }))
+    }
+
+    /// Moves a waiting task on to `Forwarded`; `false` when it no longer
+    /// waits (a cancellation won).
+    pub(crate) fn start_forwarding(&self, id: &str) -> bool {
+        let mut tasks = self.lock();
+        match tasks.get_mut(id) {
+            Some(t) if matches!(t.state, State::Waiting { .. }) => {
+                t.state = State::Forwarded;
+                t.updated_at = now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends task `id` with the server's answer (a result or an error).
+    pub(crate) fn settle(&self, id: &str, answer: &Value) {
+        let state = match (answer.get("result"), answer.get("error")) {
+            (Some(result), _)
+                if result.get("resultType").and_then(Value::as_str) == Some("input_required") =>
+            {
+                State::Failed(error_object(
+                    message::INTERNAL_ERROR,
+                    "toolgate: the server asked for input during a call the gateway made on \
+                     the client's behalf after its approval; there is no one to ask",
+                ))
+            }
+            (Some(result), _) => {
+                // A 2026-07-28 client rejects a task result without it.
+                let mut result = result.clone();
+                if let Value::Object(r) = &mut result {
+                    r.entry("resultType").or_insert_with(|| json!("complete"));
+                }
+                State::Completed(result)
+            }
+            (None, Some(error)) => State::Failed(error.clone()),
+            (None, None) => State::Failed(error_object(
+                message::INTERNAL_ERROR,
+                "toolgate: the server's answer held neither a result nor an error",
+            )),
+        };
+        self.end(id, state);
+    }
+
+    /// Ends task `id` as failed with `error` (a JSON-RPC error object).
+    pub(crate) fn fail(&self, id: &str, error: Value) {
+        self.end(id, State::Failed(error));
+    }
+
+    fn end(&self, id: &str, state: State) {
+        if let Some(t) = self.lock().get_mut(id)
+            && !t.state.is_terminal()
+        {
+            t.state = state;
+            t.updated_at = now();
+        }
+    }
+
+    /// Answers a `tasks/*` request (`method`) naming one of the gateway's
+    /// tasks, for `run_id` / `session`; `id` is the request's id.
+    pub(crate) fn answer(
+        &self,
+        id: &Value,
+        method: &str,
+        task_id: &str,
+        run_id: &RunId,
+        session: Option<&str>,
+    ) -> Value {
+        let mut tasks = self.lock();
+        sweep(&mut tasks);
+        let Some(task) = tasks
+            .get_mut(task_id)
+            .filter(|t| t.belongs_to(run_id, session))
+        else {
+            return message::error(
+                id,
+                message::INVALID_PARAMS,
+                &format!("toolgate: no task {task_id} of this run"),
+            );
+        };
+        let mut result = match method {
+            "tasks/get" => task.view(task_id),
+            "tasks/cancel" => match task.state {
+                State::Waiting { .. } => {
+                    task.state = State::Cancelled;
+                    task.updated_at = now();
+                    json!({})
+                }
+                _ => {
+                    return message::error(
+                        id,
+                        message::INVALID_PARAMS,
+                        &format!(
+                            "toolgate: task {task_id} can no longer be cancelled: its call was \
+                             already sent to the server, or it has ended"
+                        ),
+                    );
+                }
+            },
+            "tasks/update" => {
+                return message::error(
+                    id,
+                    message::INVALID_PARAMS,
+                    &format!(
+                        "toolgate: task {task_id} takes no input: it waits on a human's \
+                         approval, given in Kubernetes"
+                    ),
+                );
+            }
+            other => {
+                return message::error(
+                    id,
+                    message::METHOD_NOT_FOUND,
+                    &format!("toolgate: {other} is not a method of the tasks extension"),
+                );
+            }
+        };
+        result["resultType"] = json!("complete");
+        json!({"jsonrpc": "2.0", "id": id, "result": result})
+    }
+}
+
+/// Drops tasks past their time; one still waiting or forwarded then fails
+/// first, so a client polling at the edge reads why.
+fn sweep(tasks: &mut HashMap<String, Task>) {
+    let now_instant = Instant::now();
+    tasks.retain(|_, t| now_instant < t.deadline + TASK_TTL / 4);
+    for t in tasks.values_mut() {
+        if now_instant >= t.deadline && !t.state.is_terminal() {
+            t.state = State::Failed(error_object(
+                message::INTERNAL_ERROR,
+                "toolgate: the task expired before its call completed",
+            ));
+            t.updated_at = now();
+        }
+    }
+}
+
+/// A JSON-RPC error object.
+pub(crate) fn error_object(code: i64, text: &str) -> Value {
+    json!({"code": code, "message": text})
+}
+
+/// The task-naming requests the gateway answers itself: `(method, task id)`
+/// when `message` is a `tasks/*` request naming one of its tasks.
+pub(crate) fn own_task_request(message: &Value) -> Option<(&str, &str)> {
+    message.get("id")?;
+    let method = message.get("method")?.as_str()?;
+    if !method.starts_with("tasks/") {
+        return None;
+    }
+    let task = message.pointer("/params/taskId")?.as_str()?;
+    task.starts_with(TASK_ID_PREFIX).then_some((method, task))
+}
+
+/// A `tools/call` deferred under a task until its approval is decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeferredCall {
+    pub(crate) task: String,
+    /// The client's request as it came, its own id included.
+    pub(crate) message: Value,
+    pub(crate) tool: String,
+    pub(crate) arguments: Map<String, Value>,
+    pub(crate) run_id: RunId,
+    pub(crate) definition_digest: Option<String>,
+    pub(crate) approval: String,
+}
+
+impl DeferredCall {
+    /// The id of the task it runs under.
+    pub fn task(&self) -> &str {
+        &self.task
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> RunId {
+        RunId::parse("run-tasks").unwrap()
+    }
+
+    #[test]
+    fn a_declaration_is_read_only_where_the_extension_puts_it() {
+        let declared = json!({"params": {"_meta": {CLIENT_CAPABILITIES_META: {"extensions": {EXTENSION: {}}}}}});
+        assert!(client_declares_tasks(&declared));
+        for other in [
+            json!({"params": {"_meta": {"extensions": {EXTENSION: {}}}}}),
+            json!({"params": {"_meta": {CLIENT_CAPABILITIES_META: {"extensions": {EXTENSION: true}}}}}),
+            json!({"params": {"task": {"ttl": 1000}}}),
+        ] {
+            assert!(!client_declares_tasks(&other), "{other}");
+        }
+        let mut stripped = declared.clone();
+        strip_declaration(&mut stripped);
+        assert!(!client_declares_tasks(&stripped));
+    }
+
+    #[test]
+    fn a_task_is_seen_only_by_its_run_and_session_and_cancelled_only_while_waiting() {
+        let book = TaskBook::default();
+        let (task, created) = book.open(&run(), Some("s1"), "appr-1").unwrap();
+        assert_eq!(created["resultType"], "task");
+        assert_eq!(created["status"], "working");
+        let id = json!(7);
+        let other_run = RunId::parse("run-other").unwrap();
+        for (run_id, session) in [
+            (&other_run, Some("s1")),
+            (&run(), Some("s2")),
+            (&run(), None),
+        ] {
+            let answer = book.answer(&id, "tasks/get", &task, run_id, session);
+            assert_eq!(answer["error"]["code"], message::INVALID_PARAMS, "{answer}");
+        }
+        let seen = book.answer(&id, "tasks/get", &task, &run(), Some("s1"));
+        assert_eq!(seen["result"]["status"], "working");
+        assert!(
+            seen["result"]["statusMessage"]
+                .as_str()
+                .unwrap()
+                .contains("appr-1")
+        );
+        assert!(book.start_forwarding(&task));
+        let late = book.answer(&id, "tasks/cancel", &task, &run(), Some("s1"));
+        assert!(late.get("error").is_some(), "{late}");
+        book.settle(&task, &json!({"result": {"content": []}}));
+        let done = book.answer(&id, "tasks/get", &task, &run(), Some("s1"));
+        assert_eq!(done["result"]["status"], "completed");
+        assert_eq!(
+            done["result"]["result"],
+            json!({"content": [], "resultType": "complete"}),
+            "a 2026-07-28 result is always marked complete"
+        );
+
+        let (second, _) = book.open(&run(), None, "appr-2").unwrap();
+        let cancelled = book.answer(&id, "tasks/cancel", &second, &run(), None);
+        assert_eq!(cancelled["result"]["resultType"], "complete");
+        assert!(!book.is_waiting(&second));
+        assert!(
+            !book.start_forwarding(&second),
+            "a cancelled task is never forwarded"
+        );
+    }
+
+    #[test]
+    fn open_tasks_are_bounded() {
+        let book = TaskBook::default();
+        for i in 0..MAX_OPEN_TASKS {
+            assert!(book.open(&run(), None, &format!("a{i}")).is_some());
+        }
+        assert!(book.open(&run(), None, "one-too-many").is_none());
+    }
+
+    #[test]
+    fn only_the_gateways_task_ids_are_answered_here() {
+        let ours = json!({"id": 1, "method": "tasks/get", "params": {"taskId": format!("{TASK_ID_PREFIX}x")}});
+        assert!(own_task_request(&ours).is_some());
+        let theirs = json!({"id": 1, "method": "tasks/get", "params": {"taskId": "server-task"}});
+        assert!(own_task_request(&theirs).is_none());
+        let notification =
+            json!({"method": "tasks/get", "params": {"taskId": format!("{TASK_ID_PREFIX}x")}});
+        assert!(own_task_request(&notification).is_none());
+    }
+}

@@ -1,0 +1,346 @@
+//! Escalations that do not block an MCP client (issue #36, part 3): a
+//! client that declares the tasks extension of protocol 2026-07-28 gets a
+//! task for an escalated call; the gateway forwards the call once, when a
+//! human approves it, and the task ends with the server's answer or the
+//! denial. Against a real sidecar and an upstream that records every call
+//! it receives.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::{Value, json};
+use toolgate_store::ApprovalDecision;
+
+use crate::common::*;
+
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+fn spec() -> String {
+    "mode: rules\nrules:\n  demo.deploy: {escalate: [\"*\"]}\n  demo.echo: {allow: [\"*\"]}\n\
+     effects:\n  demo.deploy: {sideEffect: PROCESS_EXEC, risk: high}\n  \
+     demo.echo: {sideEffect: NONE, risk: low}\n\
+     egress: {allowHosts: [localhost]}\nhardline: {cidrs: [\"169.254.0.0/16\"]}\n"
+        .to_owned()
+}
+
+/// The `tools/call` requests the upstream received.
+type Received = Arc<Mutex<Vec<Value>>>;
+
+/// A 2026-07-28 MCP server on loopback that answers in JSON and records
+/// every call; it declares no tasks support of its own.
+async fn upstream() -> (String, Received) {
+    async fn handle(State(received): State<Received>, Json(m): Json<Value>) -> Json<Value> {
+        let id = m["id"].clone();
+        let result = match m["method"].as_str().unwrap_or_default() {
+            "server/discover" => json!({
+                "resultType": "complete",
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "recorder", "version": "1"},
+            }),
+            "tools/list" => json!({"resultType": "complete", "tools": [
+                {"name": "deploy", "inputSchema": {"type": "object", "properties": {"service": {"type": "string"}}}},
+                {"name": "echo", "inputSchema": {"type": "object"}},
+            ]}),
+            "tools/call" => {
+                received.lock().unwrap().push(m.clone());
+                let service = m.pointer("/params/arguments/service").cloned();
+                json!({"resultType": "complete", "content": [
+                    {"type": "text", "text": format!("deployed {}", service.unwrap_or(Value::Null))}
+                ]})
+            }
+            _ => json!({"resultType": "complete"}),
+        };
+        Json(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+    }
+    let received: Received = Arc::default();
+    let app = axum::Router::new()
+        .route("/mcp", axum::routing::post(handle))
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://localhost:{port}/mcp"), received)
+}
+
+/// A client of the gateway: one run, one MCP session.
+struct Client<'a> {
+    h: &'a Harness,
+    run: String,
+    session: String,
+}
+
+impl Client<'_> {
+    async fn send(&self, message: Value) -> Value {
+        let response = self
+            .h
+            .client
+            .post(format!("{}/mcp/demo", self.h.base))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-session-id", &self.session)
+            .header("x-toolgate-run-id", &self.run)
+            .json(&message)
+            .send()
+            .await
+            .unwrap();
+        response.json().await.unwrap()
+    }
+
+    async fn request(&self, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}))
+            .await
+    }
+
+    /// `tools/call`, declaring the tasks extension when `tasks`.
+    async fn call(&self, tool: &str, arguments: Value, tasks: bool) -> Value {
+        let mut params = json!({"name": tool, "arguments": arguments});
+        if tasks {
+            params["_meta"] = json!({"io.modelcontextprotocol/clientCapabilities":
+                {"extensions": {TASKS: {}}}});
+        }
+        self.request("tools/call", params).await
+    }
+
+    async fn task(&self, id: &str) -> Value {
+        self.request("tasks/get", json!({"taskId": id})).await
+    }
+
+    /// Polls task `id` until it leaves `working`.
+    async fn settled(&self, id: &str) -> Value {
+        for _ in 0..200 {
+            let t = self.task(id).await;
+            if t["result"]["status"] != "working" {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("task {id} never settled");
+    }
+}
+
+async fn decide(h: &Harness, approval: &str, decision: ApprovalDecision) {
+    h.store
+        .approvals()
+        .resolve(
+            &h.tenant,
+            approval,
+            decision,
+            "alice",
+            None,
+            jiff::Timestamp::now(),
+        )
+        .await
+        .unwrap();
+}
+
+async fn start(dir: &std::path::Path, url: &str) -> (Harness, Received) {
+    let (upstream, received) = upstream().await;
+    let h = Harness::start_configured(
+        dir,
+        url,
+        Some(&bundle(&spec(), 1, day(), &key())),
+        &unique("t"),
+        |c| c.mcp_upstreams = vec![("demo".to_owned(), upstream)],
+    )
+    .await;
+    h.wait_for_version(|v| v.is_some()).await;
+    (h, received)
+}
+
+fn approval_of(task: &Value) -> String {
+    task.pointer("/result/_meta/toolgate.dev~1verdict/approval_id")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no approval in {task}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn an_escalated_call_becomes_a_task_that_completes_once_approved() {
+    let scratch = tempfile::tempdir().unwrap();
+    for (name, url) in backends(scratch.path()) {
+        let dir = scratch.path().join(&name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (mut h, received) = start(&dir, &url).await;
+        let client = Client {
+            h: &h,
+            run: unique("run"),
+            session: unique("session"),
+        };
+        let discovered = client.request("server/discover", json!({})).await;
+        assert_eq!(
+            discovered.pointer("/result/capabilities/extensions"),
+            Some(&json!({TASKS: {}})),
+            "the gateway serves the extension: {discovered}"
+        );
+        client.request("tools/list", json!({})).await;
+
+        let created = client.call("deploy", json!({"service": "api"}), true).await;
+        assert_eq!(created["id"], 7, "{created}");
+        assert_eq!(created["result"]["resultType"], "task", "{created}");
+        assert_eq!(created["result"]["status"], "working", "{created}");
+        let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+        let approval = approval_of(&created);
+        let waiting = client.task(&task).await;
+        assert_eq!(waiting["result"]["status"], "working", "{waiting}");
+        assert!(
+            waiting["result"]["statusMessage"]
+                .as_str()
+                .unwrap()
+                .contains(&approval),
+            "{waiting}"
+        );
+        assert!(received.lock().unwrap().is_empty(), "sent before approval");
+
+        // Another run, or another session of this run, sees no such task and
+        // cannot cancel it.
+        for stranger in [
+            Client {
+                h: &h,
+                run: unique("run"),
+                session: client.session.clone(),
+            },
+            Client {
+                h: &h,
+                run: client.run.clone(),
+                session: unique("session"),
+            },
+        ] {
+            for method in ["tasks/get", "tasks/cancel"] {
+                let a = stranger.request(method, json!({"taskId": task})).await;
+                assert_eq!(a["error"]["code"], -32602, "{method}: {a}");
+            }
+        }
+
+        decide(&h, &approval, ApprovalDecision::Approved).await;
+        let done = client.settled(&task).await;
+        assert_eq!(done["result"]["status"], "completed", "{name}: {done}");
+        assert_eq!(
+            done["result"]["result"]["content"][0]["text"], "deployed \"api\"",
+            "{done}"
+        );
+        let calls = received.lock().unwrap().clone();
+        assert_eq!(calls.len(), 1, "forwarded exactly once: {calls:?}");
+        assert!(
+            calls[0]
+                .pointer("/params/_meta/io.modelcontextprotocol~1clientCapabilities/extensions")
+                .and_then(|e| e.get(TASKS))
+                .is_none(),
+            "the server is not asked for a task of its own: {}",
+            calls[0]
+        );
+        assert!(
+            calls[0]["id"].as_str().unwrap().starts_with("toolgate-"),
+            "{}",
+            calls[0]
+        );
+        let open = h
+            .store
+            .intents()
+            .pending(&h.tenant, &client.run)
+            .await
+            .unwrap();
+        assert!(
+            open.is_empty(),
+            "the high-risk call's intent was closed: {open:?}"
+        );
+
+        // The approval was used: the same call asks again.
+        let again = client.call("deploy", json!({"service": "api"}), true).await;
+        assert_eq!(again["result"]["resultType"], "task", "{again}");
+        assert_ne!(approval_of(&again), approval);
+        // A call that is allowed is answered directly, task or not.
+        let echo = client.call("echo", json!({}), true).await;
+        assert_eq!(echo["result"]["resultType"], "complete", "{echo}");
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_denied_or_cancelled_task_never_reaches_the_server() {
+    let scratch = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        scratch.path().join("toolgate.db").display()
+    );
+    let (mut h, received) = start(scratch.path(), &url).await;
+    let client = Client {
+        h: &h,
+        run: unique("run"),
+        session: unique("session"),
+    };
+    client.request("tools/list", json!({})).await;
+
+    let denied = client.call("deploy", json!({"service": "db"}), true).await;
+    let task = denied["result"]["taskId"].as_str().unwrap().to_owned();
+    decide(&h, &approval_of(&denied), ApprovalDecision::Denied).await;
+    let failed = client.settled(&task).await;
+    assert_eq!(failed["result"]["status"], "failed", "{failed}");
+    assert_eq!(failed["result"]["error"]["code"], -32001, "{failed}");
+    assert!(
+        failed["result"]["error"]["data"]["toolgate.dev/verdict"]["decision_id"].is_string(),
+        "the denial's verdict rides along: {failed}"
+    );
+
+    let held = client
+        .call("deploy", json!({"service": "cache"}), true)
+        .await;
+    let task = held["result"]["taskId"].as_str().unwrap().to_owned();
+    let cancelled = client
+        .request("tasks/cancel", json!({"taskId": task}))
+        .await;
+    assert_eq!(cancelled["result"]["resultType"], "complete", "{cancelled}");
+    assert_eq!(client.task(&task).await["result"]["status"], "cancelled");
+    // Approved after the cancellation: still never sent.
+    decide(&h, &approval_of(&held), ApprovalDecision::Approved).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(client.task(&task).await["result"]["status"], "cancelled");
+    assert!(
+        received.lock().unwrap().is_empty(),
+        "{:?}",
+        received.lock().unwrap()
+    );
+
+    // Input to a task that takes none, and the ids of tasks the gateway
+    // does not hold (passed to the server, which knows none).
+    let update = client
+        .request(
+            "tasks/update",
+            json!({"taskId": task, "inputResponses": {}}),
+        )
+        .await;
+    assert_eq!(update["error"]["code"], -32602, "{update}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_without_the_extension_is_refused_as_before() {
+    let scratch = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        scratch.path().join("toolgate.db").display()
+    );
+    let (mut h, received) = start(scratch.path(), &url).await;
+    let client = Client {
+        h: &h,
+        run: unique("run"),
+        session: unique("session"),
+    };
+    client.request("tools/list", json!({})).await;
+    let refused = client
+        .call("deploy", json!({"service": "api"}), false)
+        .await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(
+        refused["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("approval_required"),
+        "{refused}"
+    );
+    assert!(refused["result"].get("taskId").is_none());
+    assert!(received.lock().unwrap().is_empty());
+    h.stop().await;
+}
