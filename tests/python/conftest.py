@@ -60,6 +60,8 @@ spec:
     evil.prompts/get: {allow: ["greeting"]}
     evil.roots/list: {allow: ["*"]}
     evil2.note: {allow: ["*"]}
+    # The TypeScript SDK server of test_mcp_tasks.py.
+    tasks.deploy: {escalate: ["*"]}
   hardline:
     paths: ["**/.env"]
     cidrs: ["169.254.0.0/16"]
@@ -95,6 +97,7 @@ spec:
     evil.prompts/get: {sideEffect: NONE, risk: low, matchArgs: [name]}
     evil.roots/list: {sideEffect: NONE, risk: low}
     evil2.note: {sideEffect: NONE, risk: low, matchArgs: [text]}
+    tasks.deploy: {sideEffect: EXTERNAL_WRITE, risk: high, matchArgs: [service]}
   approvals: {ttlSeconds: 300}
 """
 

@@ -312,17 +312,7 @@ pub fn routing_headers(message: &Value) -> Vec<(&'static str, String)> {
         return Vec::new();
     };
     let mut headers = vec![("mcp-method", method.to_owned())];
-    let member = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" => "uri",
-        m if m.starts_with("tasks/") => "taskId",
-        _ => return headers,
-    };
-    if let Some(name) = message
-        .get("params")
-        .and_then(|p| p.get(member))
-        .and_then(Value::as_str)
-    {
+    if let Some(name) = routed_name(message) {
         let plain = !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b));
         headers.push((
             "mcp-name",
@@ -338,6 +328,18 @@ pub fn routing_headers(message: &Value) -> Vec<(&'static str, String)> {
         ));
     }
     headers
+}
+
+/// What a 2026-07-28 request's `Mcp-Name` header names: the member of its
+/// params its method routes on (`name`, `uri`, `taskId`), if any.
+pub fn routed_name(message: &Value) -> Option<&str> {
+    let member = match message.get("method")?.as_str()? {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        m if m.starts_with("tasks/") => "taskId",
+        _ => return None,
+    };
+    message.get("params")?.get(member)?.as_str()
 }
 
 /// The text of an `Mcp-Name` header: `=?base64?…?=` decoded; `None` when

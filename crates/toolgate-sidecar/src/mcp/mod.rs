@@ -540,10 +540,7 @@ fn header_mismatch(headers: &HeaderMap, message: &Value) -> Option<String> {
             "Mcp-Method header `{h}` does not match the body's method"
         ));
     }
-    let name = message
-        .pointer("/params/name")
-        .or_else(|| message.pointer("/params/uri"))
-        .and_then(Value::as_str);
+    let name = message::routed_name(message);
     if let Some(h) = header(headers, "mcp-name")
         && message::header_name(h).as_deref() != name
     {
