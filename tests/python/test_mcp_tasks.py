@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -153,3 +154,68 @@ def test_a_task_is_no_one_elses(gateway, deploy_server, run_id):
     client.proc.kill()
     client.proc.wait()
     assert 'deploy search' not in calls(deploy_server)
+
+
+TASKS_META = {'io.modelcontextprotocol/clientCapabilities': {'extensions': {'io.modelcontextprotocol/tasks': {}}}}
+
+
+class Wrapped:
+    """`toolgate mcp wrap` around modern_stdio_server.py, spoken to line by
+    line."""
+
+    def __init__(self, sidecar, run_id, log):
+        server = pathlib.Path(__file__).parent / 'modern_stdio_server.py'
+        self.proc = subprocess.Popen(
+            [str(sidecar['bin']), 'mcp', 'wrap', '--sidecar', sidecar['url'], '--server', 'tasks',
+             '--run-id', run_id, '--', sys.executable, str(server), str(log)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ, RUST_LOG='warn'))
+        self.next_id = 0
+
+    def request(self, method, params) -> dict:
+        self.next_id += 1
+        self.proc.stdin.write(json.dumps({'jsonrpc': '2.0', 'id': self.next_id, 'method': method,
+                                          'params': params}) + '\n')
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline())
+        assert answer['id'] == self.next_id, answer
+        return answer
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+def test_mcp_wrap_holds_an_escalated_call_as_a_task_too(sidecar, run_id, tmp_path):
+    log = tmp_path / 'calls.log'
+    log.write_text('')
+    wrapped = Wrapped(sidecar, run_id, log)
+    try:
+        discovered = wrapped.request('server/discover', {})
+        assert discovered['result']['capabilities']['extensions'] == {'io.modelcontextprotocol/tasks': {}}
+        assert [t['name'] for t in wrapped.request('tools/list', {})['result']['tools']] == ['deploy']
+
+        created = wrapped.request('tools/call', {'name': 'deploy', 'arguments': {'service': 'stdio'},
+                                                 '_meta': TASKS_META})['result']
+        assert created['resultType'] == 'task' and created['status'] == 'working', created
+        approval = created['_meta']['toolgate.dev/verdict']['approval_id']
+        task = created['taskId']
+        assert wrapped.request('tasks/get', {'taskId': task})['result']['status'] == 'working'
+        assert log.read_text() == ''
+        decide(sidecar, approval, 'approve')
+        deadline = time.monotonic() + 30
+        while (got := wrapped.request('tasks/get', {'taskId': task})['result'])['status'] == 'working':
+            assert time.monotonic() < deadline, got
+            time.sleep(0.1)
+        assert got['status'] == 'completed', got
+        assert got['result']['content'] == [{'type': 'text', 'text': 'deployed stdio'}], got
+        ran = [json.loads(line) for line in log.read_text().splitlines()]
+        assert len(ran) == 1 and ran[0]['service'] == 'stdio', ran
+        # The server answers the approved call itself: it is not offered a task.
+        assert 'io.modelcontextprotocol/tasks' not in json.dumps(ran[0]['meta']), ran
+
+        # Without the declaration, the same escalation is refused as before.
+        refused = wrapped.request('tools/call', {'name': 'deploy', 'arguments': {'service': 'plain'}})['result']
+        assert refused['isError'] and 'approval_required' in refused['content'][0]['text'], refused
+        assert 'taskId' not in refused
+    finally:
+        wrapped.close()

@@ -267,7 +267,12 @@ impl<D: Decider> Gateway<D> {
                 arguments,
                 run_id,
                 Some(&definition.digest),
-                self.approval_wait,
+                // A client that takes a task is not held here.
+                if deferrable {
+                    Duration::ZERO
+                } else {
+                    self.approval_wait
+                },
             )
             .await
         {
