@@ -127,8 +127,8 @@ pub(crate) enum Refusal {
 
 /// One announced tool: its pinnable digest and its argument validator.
 #[derive(Clone)]
-struct Definition {
-    digest: String,
+pub(crate) struct Definition {
+    pub(crate) digest: String,
     /// `Err` when the `inputSchema` is missing or unusable: calls are refused.
     validator: Result<Arc<jsonschema::Validator>, String>,
 }
@@ -158,7 +158,7 @@ impl Definition {
 
     /// `Err` with the refusal (`code: problem`) when `arguments` do not fit
     /// the schema or the definition is unusable.
-    fn check(&self, arguments: &Map<String, Value>) -> Result<(), String> {
+    pub(crate) fn check(&self, arguments: &Map<String, Value>) -> Result<(), String> {
         let validator = self.validator.as_ref().map_err(Clone::clone)?;
         validator
             .validate(&Value::Object(arguments.clone()))
@@ -217,7 +217,7 @@ impl<D: Decider> Gateway<D> {
         &self.decider
     }
 
-    fn definition(&self, name: &str) -> Option<Definition> {
+    pub(crate) fn definition(&self, name: &str) -> Option<Definition> {
         self.definitions
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod caller_trace;
+mod deferred;
 pub mod gateway;
 pub mod message;
 pub mod relay;

@@ -313,7 +313,10 @@ pub fn routing_headers(message: &Value) -> Vec<(&'static str, String)> {
     };
     let mut headers = vec![("mcp-method", method.to_owned())];
     if let Some(name) = routed_name(message) {
-        let plain = !name.is_empty() && name.bytes().all(|b| (0x20..0x7f).contains(&b));
+        // HTTP trims a header's edges: a name with spaces there is encoded.
+        let plain = !name.is_empty()
+            && name.trim() == name
+            && name.bytes().all(|b| (0x20..0x7f).contains(&b));
         headers.push((
             "mcp-name",
             if plain && !name.starts_with("=?base64?") {
@@ -552,6 +555,9 @@ mod tests {
         let task = json!({"method": "tasks/get", "params": {"taskId": "t-1"}});
         assert_eq!(routing_headers(&task)[1], ("mcp-name", "t-1".to_owned()));
         assert_eq!(routing_headers(&json!({"method": "ping"})).len(), 1);
+        let spaced = json!({"method": "tools/call", "params": {"name": " deploy "}});
+        let name = &routing_headers(&spaced)[1].1;
+        assert_eq!(header_name(name).as_deref(), Some(" deploy "), "{name}");
         assert_eq!(header_name("=?base64?!!?="), None);
     }
 

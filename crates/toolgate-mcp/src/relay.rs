@@ -18,14 +18,13 @@
 //!   gets the error and the client never sees it.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use toolgate_policy::RunId;
 
-use crate::gateway::{CallOutcome, Decider, Gateway, Refusal};
+use crate::gateway::{CallOutcome, Decider, Gateway};
 use crate::message::{self, FromClient};
 use crate::tasks::{self, DeferredCall};
 
@@ -38,7 +37,7 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// Prefix of the ids the gateway forwards requests under.
-const ID_PREFIX: &str = "toolgate-";
+pub(crate) const ID_PREFIX: &str = "toolgate-";
 
 /// Where a message of the client travels.
 #[derive(Debug, Clone, Copy)]
@@ -128,9 +127,12 @@ pub(crate) enum Awaiting {
 /// One request forwarded under the gateway's id.
 #[derive(Debug, Clone)]
 pub(crate) struct InFlight {
-    original: Value,
-    awaiting: Awaiting,
-    session: Option<String>,
+    pub(crate) original: Value,
+    pub(crate) awaiting: Awaiting,
+    /// The run and MCP session of the request, so a cancellation names
+    /// only a request of its own.
+    pub(crate) run_id: RunId,
+    pub(crate) session: Option<String>,
 }
 
 /// The part of a message read when the whole of it cannot be: to whom an
@@ -174,7 +176,14 @@ impl<D: Decider> Gateway<D> {
                 .await
             {
                 CallOutcome::Respond(answer) => return ClientStep::Answer(answer),
-                CallOutcome::Forward { intent } => Awaiting::Call { intent },
+                CallOutcome::Forward { intent } => {
+                    if intent.is_some() {
+                        // The intent closes from this answer: the server
+                        // answers it, rather than starting a task of its own.
+                        tasks::strip_declaration(&mut message);
+                    }
+                    Awaiting::Call { intent }
+                }
                 CallOutcome::Defer {
                     approval,
                     definition_digest,
@@ -192,6 +201,7 @@ impl<D: Decider> Gateway<D> {
                         answer: serde_json::json!({"jsonrpc": "2.0", "id": id, "result": created}),
                         call: DeferredCall {
                             task,
+                            name: name.clone(),
                             message,
                             tool: message::policy_tool(self.server(), &name),
                             arguments,
@@ -234,7 +244,7 @@ impl<D: Decider> Gateway<D> {
                 }
             }
             FromClient::Other => {
-                if !self.rewrite_cancellation(&mut message, route.session) {
+                if !self.rewrite_cancellation(&mut message, route) {
                     return ClientStep::Nothing;
                 }
                 return ClientStep::Forward {
@@ -254,6 +264,7 @@ impl<D: Decider> Gateway<D> {
             InFlight {
                 original,
                 awaiting,
+                run_id: run_id.clone(),
                 session,
             },
         );
@@ -264,9 +275,10 @@ impl<D: Decider> Gateway<D> {
     }
 
     /// A cancellation names the request by the id the server knows: the
-    /// request of this session the client named. `false` when it names none
-    /// (not forwarded: it could only be about another session's request).
-    fn rewrite_cancellation(&self, message: &mut Value, session: Option<&str>) -> bool {
+    /// request of this run and session the client named. `false` when it
+    /// names none (not forwarded: it could only be about another run's or
+    /// session's request, or a deferred call, which no client's id names).
+    fn rewrite_cancellation(&self, message: &mut Value, route: Route<'_>) -> bool {
         if message.get("method").and_then(Value::as_str) != Some("notifications/cancelled") {
             return true;
         }
@@ -276,7 +288,12 @@ impl<D: Decider> Gateway<D> {
         let ours = self
             .in_flight()
             .iter()
-            .find(|(_, f)| &f.original == named && f.session.as_deref() == session)
+            .find(|(_, f)| {
+                &f.original == named
+                    && &f.run_id == route.run_id
+                    && f.session.as_deref() == route.session
+                    && !matches!(f.awaiting, Awaiting::Task { .. })
+            })
             .map(|(k, _)| k.clone());
         match ours {
             Some(ours) => {
@@ -311,91 +328,6 @@ impl<D: Decider> Gateway<D> {
         Some(f.original)
     }
 
-    /// Shuts the gateway's tasks: those not yet ended fail, and every held
-    /// call stops waiting (so nothing outlives the process's shutdown).
-    pub fn close_tasks(&self) {
-        self.tasks.close();
-    }
-
-    /// Waits for the approval of a deferred call, then decides it again (the
-    /// approval lets it through once, bound to the call) and returns the
-    /// message to send the server, under the gateway's id. `None` when the
-    /// call is not to be made: denied, expired, cancelled; its task says
-    /// which.
-    pub async fn run_deferred(&self, call: DeferredCall) -> Option<Value> {
-        const WAIT: Duration = Duration::from_secs(30);
-        loop {
-            if !self.tasks.is_waiting(&call.task) {
-                return None;
-            }
-            let status = tokio::select! {
-                status = self.decider().wait_for_approval(&call.approval, WAIT) => status,
-                () = self.tasks.closing() => return None,
-            };
-            match status {
-                Ok(status) if status.is_pending() => {}
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::warn!(server = %self.server(), approval = %call.approval, error = %e, "cannot read a deferred call's approval; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_secs(2)) => {}
-                        () = self.tasks.closing() => return None,
-                    }
-                }
-            }
-        }
-        if !self.tasks.start_forwarding(&call.task) {
-            return None;
-        }
-        let decided = self
-            .decide(
-                &call.tool,
-                &call.arguments,
-                &call.run_id,
-                call.definition_digest.as_deref(),
-                Duration::ZERO,
-            )
-            .await;
-        let intent = match decided {
-            Ok(intent) => intent,
-            Err(refusal) => {
-                let error = match refusal {
-                    Refusal::UnknownTool => tasks::error_object(
-                        message::INVALID_PARAMS,
-                        &format!("Unknown tool: {}", call.tool),
-                    ),
-                    Refusal::Policy { text, verdict }
-                    | Refusal::Escalated { text, verdict, .. } => {
-                        let mut e = tasks::error_object(message::POLICY_REFUSED, &text);
-                        if let Some(v) = verdict {
-                            e["data"] = serde_json::json!({ message::VERDICT_META: v });
-                        }
-                        e
-                    }
-                };
-                self.tasks.fail(&call.task, error);
-                return None;
-            }
-        };
-        let mut message = call.message;
-        tasks::strip_declaration(&mut message);
-        let ours = format!("{ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
-        let original = message["id"].take();
-        message["id"] = Value::String(ours.clone());
-        self.in_flight().insert(
-            ours,
-            InFlight {
-                original,
-                awaiting: Awaiting::Task {
-                    task: call.task,
-                    intent,
-                },
-                session: None,
-            },
-        );
-        Some(message)
-    }
-
     /// Judges one message of the server (`raw`, its JSON text) on a stream
     /// of run `run_id` that may carry `answers`.
     pub async fn from_server(
@@ -426,6 +358,9 @@ impl<D: Decider> Gateway<D> {
                     None => ServerStep::ToClient(message),
                 }
             }
+            (Some(method), None) if method == tasks::STATUS_NOTIFICATION => {
+                self.task_notification(message, run_id).await
+            }
             (Some(_), None) => ServerStep::ToClient(message),
             (None, Some(id))
                 if message.get("result").is_some() || message.get("error").is_some() =>
@@ -435,6 +370,43 @@ impl<D: Decider> Gateway<D> {
             }
             _ => ServerStep::Drop("neither a request, a notification nor an answer"),
         }
+    }
+
+    /// A task status notification of the server: dropped when it names one
+    /// of the gateway's own tasks (only the gateway speaks for those), or
+    /// embeds a request for input the policy does not let through.
+    async fn task_notification(&self, message: Value, run_id: &RunId) -> ServerStep {
+        let named = message.pointer("/params/taskId").and_then(Value::as_str);
+        if named.is_none_or(|t| t.starts_with(tasks::TASK_ID_PREFIX)) {
+            return ServerStep::Drop(
+                "a task notification naming none or one of the gateway's tasks",
+            );
+        }
+        if let Some(embedded) = message.pointer("/params/inputRequests") {
+            let Value::Object(requests) = embedded else {
+                return ServerStep::Drop(
+                    "a task notification whose inputRequests are not an object",
+                );
+            };
+            for request in requests.values() {
+                let Some(method) = request.get("method").and_then(Value::as_str) else {
+                    return ServerStep::Drop(
+                        "a task notification embedding a request without a method",
+                    );
+                };
+                if message::UNGOVERNED_SERVER_REQUESTS.contains(&method) {
+                    continue;
+                }
+                if self
+                    .decide_request(&Value::Null, method, &Map::new(), run_id)
+                    .await
+                    .is_some()
+                {
+                    return ServerStep::Drop("a task notification embedding a refused request");
+                }
+            }
+        }
+        ServerStep::ToClient(message)
     }
 
     /// The answer `message` to the request the gateway forwarded as `id`.
@@ -452,10 +424,7 @@ impl<D: Decider> Gateway<D> {
             return ServerStep::Drop("an answer to no request the gateway forwarded");
         };
         if let Awaiting::Task { task, intent } = &f.awaiting {
-            if let Some(intent) = intent {
-                self.finish_call(intent, &message).await;
-            }
-            self.tasks.settle(task, &message);
+            self.settle_task(task, intent.as_deref(), &message).await;
             return ServerStep::Kept;
         }
         // Protocol 2026-07-28 carries server requests inside a result too.

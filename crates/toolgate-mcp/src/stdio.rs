@@ -133,7 +133,16 @@ impl Relay {
                     // Waits on a human: apart, so this line's task ends.
                     let relay = Arc::clone(&relay);
                     tokio::spawn(async move {
-                        if let Some(message) = relay.gateway.run_deferred(call).await {
+                        let client_here = || {
+                            let open = relay
+                                .to_server
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .is_some();
+                            open.then_some(())
+                                .ok_or_else(|| "the client has gone".to_owned())
+                        };
+                        if let Some(message) = relay.gateway.run_deferred(call, client_here).await {
                             relay.send_server(&message);
                         }
                     });
@@ -301,9 +310,10 @@ pub async fn wrap(
             }
         }
     }
-    // The client is gone. Calls still being decided get a moment to settle
-    // (one waiting for a human is abandoned), then the server's stdin
-    // closes and it exits.
+    // The client is gone. Calls held as tasks have no one to read them;
+    // calls still being decided get a moment to settle (one waiting for a
+    // human is abandoned), then the server's stdin closes and it exits.
+    relay.gateway.close_tasks();
     let settle = futures_join_all(in_flight);
     let _ = tokio::time::timeout(Duration::from_secs(5), settle).await;
     relay

@@ -13,8 +13,13 @@
 //!   it: asked from anywhere else it does not exist. Its id is random.
 //! - Task ids the gateway made start with [`TASK_ID_PREFIX`]; `tasks/*`
 //!   requests naming any other id are the server's and pass through.
-//! - At most [`MAX_OPEN_TASKS`] wait at once per server; past that, an
-//!   escalation is refused as it is for clients without the extension.
+//! - At most [`MAX_OPEN_TASKS`] wait at once per server and
+//!   [`MAX_OPEN_TASKS_PER_RUN`] per run, and [`MAX_TASKS`] are kept in all
+//!   (the oldest ended ones make room); past that, an escalation is refused
+//!   as it is for clients without the extension.
+//! - A task's answer is read strictly: a result that asks for input, is a
+//!   task of the server's own, or is not an object, fails the task, and so
+//!   does an error asking to open a URL (it was never decided).
 //! - The deferred call reaches the server without the client's tasks
 //!   capability, so the server answers it directly.
 
@@ -32,6 +37,8 @@ pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// The `_meta` member in which a 2026-07-28 request carries the client's
 /// capabilities.
 const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The server's notification of a task's status.
+pub const STATUS_NOTIFICATION: &str = "notifications/tasks";
 /// Prefix of the ids of tasks the gateway holds.
 pub const TASK_ID_PREFIX: &str = "toolgate-task-";
 /// How long a task is kept, waiting or done.
@@ -40,6 +47,12 @@ pub const TASK_TTL: Duration = Duration::from_secs(3600);
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Most tasks that wait on an approval at once, per server.
 pub const MAX_OPEN_TASKS: usize = 256;
+/// Most tasks of one run that wait at once.
+pub const MAX_OPEN_TASKS_PER_RUN: usize = 32;
+/// Most tasks kept per server, ended ones included.
+pub const MAX_TASKS: usize = 1024;
+/// JSON-RPC error of an answer that asks the client to open a URL.
+const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// Whether a client message (a `tools/call`) declares the extension.
 pub fn client_declares_tasks(message: &Value) -> bool {
@@ -84,6 +97,8 @@ enum State {
     Waiting {
         approval: String,
     },
+    /// The approval was decided; the call is being decided again.
+    Deciding,
     /// Approved and decided again; the call went to the server.
     Forwarded,
     /// The server's result.
@@ -124,6 +139,10 @@ impl Task {
                     "waiting for approval {approval}: a human approves or denies it (kubectl \
                      toolgate approve, or the console); the call is made once it is approved"
                 ),
+            ),
+            State::Deciding => (
+                "working",
+                "the approval was decided; the call is being decided again".to_owned(),
             ),
             State::Forwarded => (
                 "working",
@@ -179,13 +198,16 @@ impl TaskBook {
         self.closed.send_replace(true);
         let mut tasks = self.lock();
         for t in tasks.values_mut() {
-            if !t.state.is_terminal() {
-                t.state = State::Failed(error_object(
-                    message::INTERNAL_ERROR,
-                    "toolgate: the gateway shut down before the call was made",
-                ));
-                t.updated_at = now();
-            }
+            let why = match t.state {
+                State::Forwarded => {
+                    "toolgate: the gateway shut down before the server answered; whether the \
+                     call took effect is unknown"
+                }
+                _ if t.state.is_terminal() => continue,
+                _ => "toolgate: the gateway shut down before the call was made",
+            };
+            t.state = State::Failed(error_object(message::INTERNAL_ERROR, why));
+            t.updated_at = now();
         }
     }
 
@@ -207,11 +229,29 @@ impl TaskBook {
         session: Option<&str>,
         approval: &str,
     ) -> Option<(String, Value)> {
+        if *self.closed.borrow() {
+            return None;
+        }
         let mut tasks = self.lock();
         sweep(&mut tasks);
-        let open = tasks.values().filter(|t| !t.state.is_terminal()).count();
-        if open >= MAX_OPEN_TASKS {
+        let open = tasks.values().filter(|t| !t.state.is_terminal());
+        let (all, of_run) = open.fold((0, 0), |(all, of_run), t| {
+            (all + 1, of_run + usize::from(&t.run_id == run_id))
+        });
+        if all >= MAX_OPEN_TASKS || of_run >= MAX_OPEN_TASKS_PER_RUN {
             return None;
+        }
+        if tasks.len() >= MAX_TASKS {
+            // Room is made from the ended tasks, oldest first.
+            let mut ended: Vec<(Instant, String)> = tasks
+                .iter()
+                .filter(|(_, t)| t.state.is_terminal())
+                .map(|(id, t)| (t.deadline, id.clone()))
+                .collect();
+            ended.sort();
+            for (_, id) in ended.into_iter().take(tasks.len() + 1 - MAX_TASKS) {
+                tasks.remove(&id);
+            }
         }
         let id = format!("{TASK_ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let at = now();
@@ -241,13 +281,28 @@ impl TaskBook {
             .is_some_and(|t| matches!(t.state, State::Waiting { .. }))
     }
 
-    /// Moves a waiting task on to `Forwarded`; `false` when it no longer
-    /// waits (a cancellation won).
-    pub(crate) fn start_forwarding(&self, id: &str) -> bool {
+    /// Moves a waiting task on to `Deciding`; `false` when it no longer
+    /// waits (a cancellation won, it expired, the gateway is closing).
+    pub(crate) fn begin_deciding(&self, id: &str) -> bool {
+        self.advance(id, |s| matches!(s, State::Waiting { .. }), State::Deciding)
+    }
+
+    /// Moves a task being decided on to `Forwarded`, just before its call
+    /// is sent; `false` when that must not happen any more (closing,
+    /// expired).
+    pub(crate) fn mark_sent(&self, id: &str) -> bool {
+        self.advance(id, |s| matches!(s, State::Deciding), State::Forwarded)
+    }
+
+    fn advance(&self, id: &str, from: impl Fn(&State) -> bool, to: State) -> bool {
+        if *self.closed.borrow() {
+            return false;
+        }
         let mut tasks = self.lock();
+        sweep(&mut tasks);
         match tasks.get_mut(id) {
-            Some(t) if matches!(t.state, State::Waiting { .. }) => {
-                t.state = State::Forwarded;
+            Some(t) if from(&t.state) => {
+                t.state = to;
                 t.updated_at = now();
                 true
             }
@@ -255,33 +310,16 @@ impl TaskBook {
         }
     }
 
-    /// Ends task `id` with the server's answer (a result or an error).
-    pub(crate) fn settle(&self, id: &str, answer: &Value) {
-        let state = match (answer.get("result"), answer.get("error")) {
-            (Some(result), _)
-                if result.get("resultType").and_then(Value::as_str) == Some("input_required") =>
-            {
-                State::Failed(error_object(
-                    message::INTERNAL_ERROR,
-                    "toolgate: the server asked for input during a call the gateway made on \
-                     the client's behalf after its approval; there is no one to ask",
-                ))
-            }
-            (Some(result), _) => {
-                // A 2026-07-28 client rejects a task result without it.
-                let mut result = result.clone();
-                if let Value::Object(r) = &mut result {
-                    r.entry("resultType").or_insert_with(|| json!("complete"));
-                }
-                State::Completed(result)
-            }
-            (None, Some(error)) => State::Failed(error.clone()),
-            (None, None) => State::Failed(error_object(
-                message::INTERNAL_ERROR,
-                "toolgate: the server's answer held neither a result nor an error",
-            )),
+    /// Ends task `id` with the server's answer (a result or an error);
+    /// returns the error it failed with, if it did.
+    pub(crate) fn settle(&self, id: &str, answer: &Value) -> Option<Value> {
+        let state = answer_state(answer);
+        let failed = match &state {
+            State::Failed(e) => Some(e.clone()),
+            _ => None,
         };
         self.end(id, state);
+        failed
     }
 
     /// Ends task `id` as failed with `error` (a JSON-RPC error object).
@@ -362,6 +400,51 @@ impl TaskBook {
     }
 }
 
+/// What the server's answer to a deferred call makes of its task. Only a
+/// plain result completes it: there is no client to take a request for
+/// input, or to follow a task of the server's own, and a request to open a
+/// URL was never decided.
+fn answer_state(answer: &Value) -> State {
+    let unusable = |why: &str| State::Failed(error_object(message::INTERNAL_ERROR, why));
+    match (answer.get("result"), answer.get("error")) {
+        (Some(Value::Object(result)), _) => {
+            let kind = result.get("resultType").and_then(Value::as_str);
+            if !matches!(kind, None | Some("complete")) || result.contains_key("inputRequests") {
+                return unusable(
+                    "toolgate: the server answered the approved call with something other than \
+                     its result (a request for input, or a task of its own); the gateway made \
+                     the call on the client's behalf and has no one to pass that to",
+                );
+            }
+            // A 2026-07-28 client rejects a task result without it.
+            let mut result = result.clone();
+            result.insert("resultType".into(), json!("complete"));
+            State::Completed(Value::Object(result))
+        }
+        (Some(_), _) => unusable("toolgate: the server's result is not an object"),
+        (None, Some(error)) => match (
+            error.get("code").and_then(Value::as_i64),
+            error.get("message").and_then(Value::as_str),
+        ) {
+            (Some(URL_ELICITATION_REQUIRED), _) => unusable(
+                "toolgate: the server asked for a URL to be opened during the approved call; \
+                 that request was not passed on",
+            ),
+            (Some(code), Some(text)) => {
+                let mut e = error_object(code, text);
+                if let Some(data) = error.get("data") {
+                    e["data"] = data.clone();
+                }
+                State::Failed(e)
+            }
+            _ => unusable("toolgate: the server's error is not a JSON-RPC error object"),
+        },
+        (None, None) => {
+            unusable("toolgate: the server's answer held neither a result nor an error")
+        }
+    }
+}
+
 /// Drops tasks past their time; one still waiting or forwarded then fails
 /// first, so a client polling at the edge reads why.
 fn sweep(tasks: &mut HashMap<String, Task>) {
@@ -399,6 +482,8 @@ pub(crate) fn own_task_request(message: &Value) -> Option<(&str, &str)> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeferredCall {
     pub(crate) task: String,
+    /// The MCP tool name, whose definition is read again before sending.
+    pub(crate) name: String,
     /// The client's request as it came, its own id included.
     pub(crate) message: Value,
     pub(crate) tool: String,
@@ -463,7 +548,8 @@ mod tests {
                 .unwrap()
                 .contains("appr-1")
         );
-        assert!(book.start_forwarding(&task));
+        assert!(book.begin_deciding(&task));
+        assert!(book.mark_sent(&task));
         let late = book.answer(&id, "tasks/cancel", &task, &run(), Some("s1"));
         assert!(late.get("error").is_some(), "{late}");
         book.settle(&task, &json!({"result": {"content": []}}));
@@ -480,18 +566,81 @@ mod tests {
         assert_eq!(cancelled["result"]["resultType"], "complete");
         assert!(!book.is_waiting(&second));
         assert!(
-            !book.start_forwarding(&second),
+            !book.begin_deciding(&second),
             "a cancelled task is never forwarded"
         );
     }
 
     #[test]
-    fn open_tasks_are_bounded() {
+    fn tasks_are_bounded_per_run_per_server_and_in_all() {
         let book = TaskBook::default();
-        for i in 0..MAX_OPEN_TASKS {
+        for i in 0..MAX_OPEN_TASKS_PER_RUN {
             assert!(book.open(&run(), None, &format!("a{i}")).is_some());
         }
         assert!(book.open(&run(), None, "one-too-many").is_none());
+        let runs: Vec<RunId> = (0..MAX_OPEN_TASKS)
+            .map(|i| RunId::parse(&format!("run-{i}")).unwrap())
+            .collect();
+        let opened = runs
+            .iter()
+            .filter(|r| book.open(r, None, "b").is_some())
+            .count();
+        assert_eq!(opened, MAX_OPEN_TASKS - MAX_OPEN_TASKS_PER_RUN);
+
+        // Opened and cancelled in a loop: ended tasks make room, the book
+        // never holds more than its bound.
+        let book = TaskBook::default();
+        let id = json!(1);
+        for i in 0..(MAX_TASKS * 2) {
+            let (task, _) = book
+                .open(&run(), None, "c")
+                .unwrap_or_else(|| panic!("open {i}"));
+            book.answer(&id, "tasks/cancel", &task, &run(), None);
+        }
+        assert!(book.lock().len() <= MAX_TASKS);
+
+        book.close();
+        assert!(book.open(&run(), None, "after-close").is_none());
+    }
+
+    #[test]
+    fn only_a_plain_result_completes_a_task() {
+        for (answer, completes) in [
+            (json!({"result": {"content": []}}), true),
+            (
+                json!({"result": {"resultType": "complete", "content": []}}),
+                true,
+            ),
+            (
+                json!({"result": {"resultType": "input_required", "inputRequests": {}}}),
+                false,
+            ),
+            (
+                json!({"result": {"content": [], "inputRequests": {"a": {}}}}),
+                false,
+            ),
+            (
+                json!({"result": {"resultType": "task", "taskId": "x"}}),
+                false,
+            ),
+            (json!({"result": "text"}), false),
+            (
+                json!({"error": {"code": -32042, "message": "open", "data": {"url": "https://x"}}}),
+                false,
+            ),
+            (json!({"error": {"code": "bad"}}), false),
+            (json!({"error": {"code": -32000, "message": "boom"}}), false),
+        ] {
+            let state = answer_state(&answer);
+            assert_eq!(matches!(state, State::Completed(_)), completes, "{answer}");
+            if let State::Failed(e) = state {
+                assert!(e["code"].is_i64() && e["message"].is_string(), "{e}");
+                assert!(
+                    e.get("data").is_none() || answer["error"]["code"] != -32042,
+                    "{e}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -440,6 +440,7 @@ async fn exchange(
         run_id,
         awaited,
         is_post,
+        detached: false,
     };
     Ok(stream.relay(response).await)
 }
@@ -473,22 +474,37 @@ struct Deferred {
 impl Deferred {
     async fn run(self, call: toolgate_mcp::tasks::DeferredCall) {
         let gateway = &self.upstream.gateway;
-        let Some(mut message) = gateway.run_deferred(call).await else {
+        // The policy may have changed while a human decided: the upstream
+        // is checked again before the approval is consumed.
+        let sendable = || match upstream_refusal(&self.mcp, &self.upstream) {
+            Some(why) => Err(format!("mcp_upstream_not_allowed: {why}")),
+            None => Ok(()),
+        };
+        let Some(mut message) = gateway.run_deferred(call, sendable).await else {
             return;
         };
         let Some(ours) = message["id"].as_str().map(str::to_owned) else {
             return;
         };
-        // The policy may have changed while a human decided.
-        if let Some(why) = upstream_refusal(&self.mcp, &self.upstream) {
-            tracing::warn!(%why, "an approved call's upstream is no longer allowed");
-            gateway.abandon(&ours);
-            return;
-        }
         trace_context::inject_meta(&mut message);
         let mut headers = self.headers.clone();
         set_routing_headers(&mut headers, &message);
         trace_context::inject(&mut headers);
+        let send = self.send(message, headers, ours.clone());
+        // Bounded: a server that never ends its answer must not hold the
+        // gate (and the sidecar's shutdown) for ever.
+        tokio::select! {
+            () = send => {}
+            () = gateway.closing() => {}
+            () = tokio::time::sleep(toolgate_mcp::tasks::TASK_TTL) => {}
+        }
+        // Still unanswered: its task fails (whether it took effect is unknown).
+        gateway.abandon(&ours);
+    }
+
+    /// Sends the approved call and reads the answer into its task.
+    async fn send(&self, message: Value, headers: reqwest::header::HeaderMap, ours: String) {
+        let gateway = &self.upstream.gateway;
         let sent = self
             .mcp
             .http
@@ -501,7 +517,6 @@ impl Deferred {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(server = %gateway.server(), error = %e, "an approved call could not be sent");
-                gateway.abandon(&ours);
                 return;
             }
         };
@@ -509,9 +524,10 @@ impl Deferred {
             http: self.mcp.http.clone(),
             upstream: self.upstream.clone(),
             headers,
-            run_id: self.run_id,
+            run_id: self.run_id.clone(),
             awaited: Some(ours),
             is_post: true,
+            detached: true,
         };
         // Read to its end: the answer is kept for the task, nothing else
         // has anyone to go to.

@@ -41,6 +41,9 @@ pub(super) struct Stream {
     pub(super) awaited: Option<String>,
     /// The stream answers a POST (a GET's carries no answers).
     pub(super) is_post: bool,
+    /// No client reads the stream (a deferred call's): a request of the
+    /// server on it is answered with an error, not left waiting.
+    pub(super) detached: bool,
 }
 
 /// What the gateway reads a body as: its media type, from the raw header
@@ -215,6 +218,17 @@ impl Stream {
             _ => Answers::None,
         };
         match gateway.from_server(raw, &self.run_id, answers).await {
+            ServerStep::ToClient(message) if self.detached => {
+                if let (Some(id), Some(_)) = (message.get("id"), message.get("method")) {
+                    self.answer_server(toolgate_mcp::message::error(
+                        id,
+                        toolgate_mcp::message::POLICY_REFUSED,
+                        "toolgate: this call was made by the gateway after its approval; no \
+                         client is there to answer",
+                    ));
+                }
+                None
+            }
             ServerStep::ToClient(message) => Some(message),
             ServerStep::ToServer(answer) => {
                 self.answer_server(answer);

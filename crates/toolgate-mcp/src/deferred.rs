@@ -1,0 +1,190 @@
+//! Running a call held under a task (see [`crate::tasks`]): waiting for its
+//! approval, deciding it again, and reading the server's answer into the
+//! task. The transport sends what [`Gateway::run_deferred`] returns.
+//!
+//! Everything a retried call would go through is checked again when the
+//! approval comes, not remembered from when the task was made: the tool's
+//! definition (the server may have re-announced it meanwhile), its
+//! arguments against that definition, the transport's own conditions (the
+//! upstream's egress, a client still there) and the policy's decision,
+//! which consumes the approval once.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::gateway::{Decider, Gateway, Refusal};
+use crate::message;
+use crate::relay::{Awaiting, ID_PREFIX, InFlight};
+use crate::tasks::{self, DeferredCall};
+
+/// How long one wait on the approval lasts before the task is looked at
+/// again (cancelled, expired).
+const WAIT: Duration = Duration::from_secs(30);
+
+impl<D: Decider> Gateway<D> {
+    /// Shuts the gateway's tasks: those not yet ended fail, and every held
+    /// call stops waiting (so nothing outlives the process's shutdown).
+    pub fn close_tasks(&self) {
+        self.tasks.close();
+    }
+
+    /// Resolves once [`Gateway::close_tasks`] was called: a transport's
+    /// deferred send stops then.
+    pub async fn closing(&self) {
+        self.tasks.closing().await;
+    }
+
+    /// Waits for the approval of a deferred call, then decides it again (the
+    /// approval lets it through once, bound to the call) and returns the
+    /// message to send the server, under the gateway's id. `sendable` is the
+    /// transport's own check, made before the approval is consumed (`Err`
+    /// with why not). `None` when the call is not to be made: denied,
+    /// expired, cancelled, changed, closing; its task says which.
+    pub async fn run_deferred(
+        &self,
+        call: DeferredCall,
+        sendable: impl Fn() -> Result<(), String>,
+    ) -> Option<Value> {
+        loop {
+            if !self.tasks.is_waiting(&call.task) {
+                return None;
+            }
+            let status = tokio::select! {
+                status = self.decider().wait_for_approval(&call.approval, WAIT) => status,
+                () = self.tasks.closing() => return None,
+            };
+            match status {
+                Ok(status) if status.is_pending() => {}
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(server = %self.server(), approval = %call.approval, error = %e, "cannot read a deferred call's approval; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                        () = self.tasks.closing() => return None,
+                    }
+                }
+            }
+        }
+        if !self.tasks.begin_deciding(&call.task) {
+            return None;
+        }
+        let fail = |code: i64, text: String| {
+            self.tasks
+                .fail(&call.task, tasks::error_object(code, &text));
+            None
+        };
+        if let Err(why) = sendable() {
+            return fail(
+                message::INTERNAL_ERROR,
+                format!("toolgate: {why}; the call was not made"),
+            );
+        }
+        if let Err(problem) = self.still_as_listed(&call) {
+            return fail(
+                message::POLICY_REFUSED,
+                format!("toolgate: {problem}; the call was not made"),
+            );
+        }
+        let decided = self
+            .decide(
+                &call.tool,
+                &call.arguments,
+                &call.run_id,
+                call.definition_digest.as_deref(),
+                Duration::ZERO,
+            )
+            .await;
+        let intent = match decided {
+            Ok(intent) => intent,
+            Err(refusal) => {
+                self.tasks
+                    .fail(&call.task, refusal_error(refusal, &call.tool));
+                return None;
+            }
+        };
+        if !self.tasks.mark_sent(&call.task) {
+            // Closed or expired between the decision and now: not sent.
+            if let Some(intent) = &intent
+                && let Err(e) = self
+                    .decider()
+                    .complete_intent(intent, true, Some("not sent: its task ended first"))
+                    .await
+            {
+                tracing::error!(%intent, error = %e, "could not complete the intent");
+            }
+            return None;
+        }
+        let mut message = call.message;
+        tasks::strip_declaration(&mut message);
+        let ours = format!("{ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let original = message["id"].take();
+        message["id"] = Value::String(ours.clone());
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                ours,
+                InFlight {
+                    original,
+                    awaiting: Awaiting::Task {
+                        task: call.task,
+                        intent,
+                    },
+                    run_id: call.run_id,
+                    session: None,
+                },
+            );
+        Some(message)
+    }
+
+    /// `Err` with the refusal when the tool is no longer what the call was
+    /// decided against: unlisted, re-announced with another definition, or
+    /// its arguments no longer fit.
+    fn still_as_listed(&self, call: &DeferredCall) -> Result<(), String> {
+        let definition = self.definition(&call.name).ok_or_else(|| {
+            format!(
+                "tool_not_listed: `{}` is no longer in the server's tools/list",
+                call.name
+            )
+        })?;
+        if call.definition_digest.as_deref() != Some(definition.digest.as_str()) {
+            return Err(format!(
+                "tool_definition_changed: the server announced `{}` anew while the call waited \
+                 for its approval",
+                call.name
+            ));
+        }
+        definition.check(&call.arguments)
+    }
+
+    /// Ends the task of a deferred call with the server's answer, and
+    /// closes its intent: `error` unless the task completed.
+    pub(crate) async fn settle_task(&self, task: &str, intent: Option<&str>, answer: &Value) {
+        let failed = self.tasks.settle(task, answer);
+        if let Some(intent) = intent {
+            let closing = match failed {
+                Some(error) => json!({ "error": error }),
+                None => answer.clone(),
+            };
+            self.finish_call(intent, &closing).await;
+        }
+    }
+}
+
+/// The JSON-RPC error a task fails with when the call is refused on its
+/// second decision.
+fn refusal_error(refusal: Refusal, tool: &str) -> Value {
+    match refusal {
+        Refusal::UnknownTool => {
+            tasks::error_object(message::INVALID_PARAMS, &format!("Unknown tool: {tool}"))
+        }
+        Refusal::Policy { text, verdict } | Refusal::Escalated { text, verdict, .. } => {
+            let mut e = tasks::error_object(message::POLICY_REFUSED, &text);
+            if let Some(v) = verdict {
+                e["data"] = json!({ message::VERDICT_META: v });
+            }
+            e
+        }
+    }
+}
