@@ -59,6 +59,9 @@ pub struct Metrics {
     pub mcp_forward_seconds: prometheus::HistogramVec,
     /// Forwarded MCP requests that failed or got a 5xx, by server.
     pub mcp_upstream_errors: IntCounterVec,
+    /// Escalated MCP calls held as tasks, and how they ended, by server
+    /// and outcome.
+    pub mcp_tasks: IntCounterVec,
     /// Calls a flow rule denied or escalated, by rule, verdict and profile.
     pub flow_refusals: IntCounterVec,
 }
@@ -78,6 +81,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "toolgate_decision_log_written_total",
     "toolgate_mcp_forward_duration_seconds",
     "toolgate_mcp_upstream_errors_total",
+    "toolgate_mcp_tasks_total",
     "toolgate_flow_refusals_total",
 ];
 
@@ -183,6 +187,15 @@ impl Metrics {
             &["server"],
         )
         .expect("static metric definition");
+        let mcp_tasks = IntCounterVec::new(
+            Opts::new(
+                "toolgate_mcp_tasks_total",
+                "Escalated MCP calls held as tasks for clients of the tasks extension: created, \
+                 refused for want of room (no_room), and ended completed, failed or cancelled.",
+            ),
+            &["server", "outcome"],
+        )
+        .expect("static metric definition");
         let flow_refusals = IntCounterVec::new(
             Opts::new(
                 "toolgate_flow_refusals_total",
@@ -229,6 +242,7 @@ impl Metrics {
             Box::new(decision_log_written.clone()),
             Box::new(mcp_forward_seconds.clone()),
             Box::new(mcp_upstream_errors.clone()),
+            Box::new(mcp_tasks.clone()),
             Box::new(flow_refusals.clone()),
         ] {
             registry.register(collector).expect("unique metric names");
@@ -247,17 +261,19 @@ impl Metrics {
             decision_log_written,
             mcp_forward_seconds,
             mcp_upstream_errors,
+            mcp_tasks,
             flow_refusals,
         }
     }
 
-    /// Creates, at 0, the MCP series of each configured upstream.
     /// The registry every metric here is registered in (the sidecar adds
     /// the build-info and process metrics every component exports).
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
 
+    /// Creates, at 0, the MCP series of each configured upstream (the task
+    /// series are the gateway's, created where it is).
     pub fn precreate_mcp<'a>(&self, servers: impl Iterator<Item = &'a str>) {
         for server in servers {
             let server = crate::labels::truncate(server, crate::labels::MAX_LABEL_CHARS);

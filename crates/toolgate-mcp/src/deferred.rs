@@ -29,6 +29,11 @@ impl<D: Decider> Gateway<D> {
         self.tasks.close();
     }
 
+    /// Tells `observer` of every task event of this gateway (for metrics).
+    pub fn observe_tasks(&self, observer: tasks::TaskObserver) {
+        self.tasks.observe(observer);
+    }
+
     /// Resolves once [`Gateway::close_tasks`] was called: a transport's
     /// deferred send stops then.
     pub async fn closing(&self) {

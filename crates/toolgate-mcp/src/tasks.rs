@@ -24,7 +24,7 @@
 //!   capability, so the server answers it directly.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
@@ -53,6 +53,48 @@ pub const MAX_OPEN_TASKS_PER_RUN: usize = 32;
 pub const MAX_TASKS: usize = 1024;
 /// JSON-RPC error of an answer that asks the client to open a URL.
 const URL_ELICITATION_REQUIRED: i64 = -32042;
+
+/// What happens to the gateway's tasks, as counted
+/// (`toolgate_mcp_tasks_total{outcome}` in the sidecar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskEvent {
+    /// An escalated call was held as a task.
+    Created,
+    /// An escalated call of a client that takes tasks was refused: too many
+    /// tasks wait (of the server, or of the run).
+    NoRoom,
+    /// A task ended with the server's result.
+    Completed,
+    /// A task ended failed: denied, expired, changed, or the server's error.
+    Failed,
+    /// A task was cancelled by its client.
+    Cancelled,
+}
+
+impl TaskEvent {
+    /// Every event, for series created at 0.
+    pub const ALL: [TaskEvent; 5] = [
+        Self::Created,
+        Self::NoRoom,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::NoRoom => "no_room",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Told of every [`TaskEvent`] of one gateway.
+pub type TaskObserver = Arc<dyn Fn(TaskEvent) + Send + Sync>;
 
 /// Whether a client message (a `tools/call`) declares the extension.
 pub fn client_declares_tasks(message: &Value) -> bool {
@@ -175,11 +217,11 @@ fn now() -> String {
 }
 
 /// The tasks one server's gateway holds.
-#[derive(Debug)]
 pub(crate) struct TaskBook {
     tasks: Mutex<HashMap<String, Task>>,
     /// Set when the gateway shuts down: held calls stop waiting.
     closed: tokio::sync::watch::Sender<bool>,
+    observer: OnceLock<TaskObserver>,
 }
 
 impl Default for TaskBook {
@@ -187,16 +229,37 @@ impl Default for TaskBook {
         Self {
             tasks: Mutex::default(),
             closed: tokio::sync::watch::Sender::new(false),
+            observer: OnceLock::new(),
         }
     }
 }
 
 impl TaskBook {
+    /// Tells `observer` of every event from now on (once; later calls are
+    /// ignored).
+    pub(crate) fn observe(&self, observer: TaskObserver) {
+        let _ = self.observer.set(observer);
+    }
+
+    fn emit(&self, event: TaskEvent, times: usize) {
+        if let Some(observer) = self.observer.get() {
+            for _ in 0..times {
+                observer(event);
+            }
+        }
+    }
+
+    fn swept(&self, tasks: &mut HashMap<String, Task>) {
+        let expired = sweep(tasks);
+        self.emit(TaskEvent::Failed, expired);
+    }
+
     /// Fails every task not yet ended and releases every held call: the
     /// gateway is shutting down, and no approval will be waited on.
     pub(crate) fn close(&self) {
         self.closed.send_replace(true);
         let mut tasks = self.lock();
+        let mut failed = 0;
         for t in tasks.values_mut() {
             let why = match t.state {
                 State::Forwarded => {
@@ -208,7 +271,9 @@ impl TaskBook {
             };
             t.state = State::Failed(error_object(message::INTERNAL_ERROR, why));
             t.updated_at = now();
+            failed += 1;
         }
+        self.emit(TaskEvent::Failed, failed);
     }
 
     /// Resolves once the gateway shuts down.
@@ -233,12 +298,13 @@ impl TaskBook {
             return None;
         }
         let mut tasks = self.lock();
-        sweep(&mut tasks);
+        self.swept(&mut tasks);
         let open = tasks.values().filter(|t| !t.state.is_terminal());
         let (all, of_run) = open.fold((0, 0), |(all, of_run), t| {
             (all + 1, of_run + usize::from(&t.run_id == run_id))
         });
         if all >= MAX_OPEN_TASKS || of_run >= MAX_OPEN_TASKS_PER_RUN {
+            self.emit(TaskEvent::NoRoom, 1);
             return None;
         }
         if tasks.len() >= MAX_TASKS {
@@ -268,6 +334,7 @@ impl TaskBook {
         let mut created = task.view(&id);
         created["resultType"] = json!("task");
         tasks.insert(id.clone(), task);
+        self.emit(TaskEvent::Created, 1);
         Some((id, created))
     }
 
@@ -275,7 +342,7 @@ impl TaskBook {
     /// expired).
     pub(crate) fn is_waiting(&self, id: &str) -> bool {
         let mut tasks = self.lock();
-        sweep(&mut tasks);
+        self.swept(&mut tasks);
         tasks
             .get(id)
             .is_some_and(|t| matches!(t.state, State::Waiting { .. }))
@@ -299,7 +366,7 @@ impl TaskBook {
             return false;
         }
         let mut tasks = self.lock();
-        sweep(&mut tasks);
+        self.swept(&mut tasks);
         match tasks.get_mut(id) {
             Some(t) if from(&t.state) => {
                 t.state = to;
@@ -328,11 +395,17 @@ impl TaskBook {
     }
 
     fn end(&self, id: &str, state: State) {
+        let event = match state {
+            State::Completed(_) => TaskEvent::Completed,
+            State::Cancelled => TaskEvent::Cancelled,
+            _ => TaskEvent::Failed,
+        };
         if let Some(t) = self.lock().get_mut(id)
             && !t.state.is_terminal()
         {
             t.state = state;
             t.updated_at = now();
+            self.emit(event, 1);
         }
     }
 
@@ -347,7 +420,7 @@ impl TaskBook {
         session: Option<&str>,
     ) -> Value {
         let mut tasks = self.lock();
-        sweep(&mut tasks);
+        self.swept(&mut tasks);
         let Some(task) = tasks
             .get_mut(task_id)
             .filter(|t| t.belongs_to(run_id, session))
@@ -364,6 +437,7 @@ impl TaskBook {
                 State::Waiting { .. } => {
                     task.state = State::Cancelled;
                     task.updated_at = now();
+                    self.emit(TaskEvent::Cancelled, 1);
                     json!({})
                 }
                 _ => {
@@ -446,10 +520,16 @@ fn answer_state(answer: &Value) -> State {
 }
 
 /// Drops tasks past their time; one still waiting or forwarded then fails
-/// first, so a client polling at the edge reads why.
-fn sweep(tasks: &mut HashMap<String, Task>) {
+/// first, so a client polling at the edge reads why. Returns how many
+/// failed so.
+fn sweep(tasks: &mut HashMap<String, Task>) -> usize {
     let now_instant = Instant::now();
-    tasks.retain(|_, t| now_instant < t.deadline + TASK_TTL / 4);
+    let mut expired = 0;
+    tasks.retain(|_, t| {
+        let keep = now_instant < t.deadline + TASK_TTL / 4;
+        expired += usize::from(!keep && !t.state.is_terminal());
+        keep
+    });
     for t in tasks.values_mut() {
         if now_instant >= t.deadline && !t.state.is_terminal() {
             t.state = State::Failed(error_object(
@@ -457,8 +537,10 @@ fn sweep(tasks: &mut HashMap<String, Task>) {
                 "toolgate: the task expired before its call completed",
             ));
             t.updated_at = now();
+            expired += 1;
         }
     }
+    expired
 }
 
 /// A JSON-RPC error object.
@@ -601,6 +683,27 @@ mod tests {
 
         book.close();
         assert!(book.open(&run(), None, "after-close").is_none());
+    }
+
+    #[test]
+    fn every_end_of_a_task_is_counted_once() {
+        let counted = Arc::new(Mutex::new(Vec::new()));
+        let book = TaskBook::default();
+        let seen = counted.clone();
+        book.observe(Arc::new(move |e| seen.lock().unwrap().push(e)));
+        let id = json!(1);
+        let (done, _) = book.open(&run(), None, "a").unwrap();
+        let (cancelled, _) = book.open(&run(), None, "b").unwrap();
+        let (_, _) = book.open(&run(), None, "c").unwrap();
+        book.settle(&done, &json!({"result": {"content": []}}));
+        book.settle(&done, &json!({"error": {"code": 1, "message": "late"}}));
+        book.answer(&id, "tasks/cancel", &cancelled, &run(), None);
+        book.close();
+        use TaskEvent::*;
+        assert_eq!(
+            *counted.lock().unwrap(),
+            [Created, Created, Created, Completed, Cancelled, Failed]
+        );
     }
 
     #[test]

@@ -37,6 +37,7 @@ use toolgate_mcp::McpError;
 use toolgate_mcp::gateway::{Decider, Gateway, ToolCall};
 use toolgate_mcp::message;
 use toolgate_mcp::relay::{ClientStep, Route};
+use toolgate_mcp::tasks::TaskEvent;
 use toolgate_policy::Id;
 
 use toolgate_gate::{
@@ -98,6 +99,18 @@ impl McpUpstreams {
                         InProcess { gate: gate.clone() },
                     ),
                 };
+                let label =
+                    toolgate_gate::labels::truncate(name, toolgate_gate::labels::MAX_LABEL_CHARS)
+                        .to_owned();
+                let counter = gate.metrics.mcp_tasks.clone();
+                for event in TaskEvent::ALL {
+                    counter.with_label_values(&[&label, event.as_str()]);
+                }
+                upstream
+                    .gateway
+                    .observe_tasks(Arc::new(move |event: TaskEvent| {
+                        counter.with_label_values(&[&label, event.as_str()]).inc();
+                    }));
                 (name.clone(), Arc::new(upstream))
             })
             .collect();

@@ -310,6 +310,22 @@ async fn an_escalated_call_becomes_a_task_that_completes_once_approved() {
             "the high-risk call's intent was closed: {open:?}"
         );
 
+        let (_, metrics) = h.get("/metrics").await;
+        let counted = |outcome: &str| {
+            metrics
+                .lines()
+                .find(|l| {
+                    l.starts_with("toolgate_mcp_tasks_total{")
+                        && l.contains(&format!("outcome=\"{outcome}\""))
+                        && l.contains("server=\"demo\"")
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(counted("created").as_deref(), Some("1"), "{metrics}");
+        assert_eq!(counted("completed").as_deref(), Some("1"), "{metrics}");
+        assert_eq!(counted("failed").as_deref(), Some("0"), "{metrics}");
+
         // The approval was used: the same call asks again.
         let again = client.call("deploy", json!({"service": "api"}), true).await;
         assert_eq!(again["result"]["resultType"], "task", "{again}");

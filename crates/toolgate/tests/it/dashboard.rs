@@ -201,6 +201,7 @@ fn sidecar_families() -> BTreeMap<String, Family> {
         .with_label_values(&["fs"])
         .observe(0.002);
     m.mcp_upstream_errors.with_label_values(&["fs"]).inc();
+    m.mcp_tasks.with_label_values(&["fs", "created"]).inc();
     m.flow_refusals
         .with_label_values(&["no-exfiltration", "deny", "research-agent"])
         .inc();
