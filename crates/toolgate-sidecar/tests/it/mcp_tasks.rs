@@ -116,7 +116,16 @@ struct Client<'a> {
     session: String,
 }
 
-impl Client<'_> {
+impl<'a> Client<'a> {
+    /// A client of a run and MCP session of its own.
+    fn new(h: &'a Harness) -> Self {
+        Self {
+            h,
+            run: unique("run"),
+            session: unique("session"),
+        }
+    }
+
     async fn send(&self, message: Value) -> Value {
         let response = self
             .h
@@ -167,6 +176,15 @@ impl Client<'_> {
         self.request("tools/call", params).await
     }
 
+    /// `deploy service` as a task: its id and the approval it waits on.
+    async fn hold(&self, service: &str) -> (String, String) {
+        let held = self.call("deploy", json!({"service": service}), true).await;
+        let task = held["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no task: {held}"));
+        (task.to_owned(), approval_of(&held))
+    }
+
     async fn task(&self, id: &str) -> Value {
         self.request("tasks/get", json!({"taskId": id})).await
     }
@@ -213,6 +231,17 @@ async fn start(dir: &std::path::Path, url: &str) -> (Harness, Received) {
     (h, received)
 }
 
+/// A sidecar on a SQLite database of its own, in front of a new upstream.
+async fn on_sqlite() -> (tempfile::TempDir, Harness, Received) {
+    let scratch = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        scratch.path().join("toolgate.db").display()
+    );
+    let (h, received) = start(scratch.path(), &url).await;
+    (scratch, h, received)
+}
+
 fn approval_of(task: &Value) -> String {
     task.pointer("/result/_meta/toolgate.dev~1verdict/approval_id")
         .and_then(Value::as_str)
@@ -227,11 +256,7 @@ async fn an_escalated_call_becomes_a_task_that_completes_once_approved() {
         let dir = scratch.path().join(&name);
         std::fs::create_dir_all(&dir).unwrap();
         let (mut h, received) = start(&dir, &url).await;
-        let client = Client {
-            h: &h,
-            run: unique("run"),
-            session: unique("session"),
-        };
+        let client = Client::new(&h);
         let discovered = client.request("server/discover", json!({})).await;
         assert_eq!(
             discovered.pointer("/result/capabilities/extensions"),
@@ -345,22 +370,12 @@ async fn an_escalated_call_becomes_a_task_that_completes_once_approved() {
 
 #[tokio::test]
 async fn a_denied_or_cancelled_task_never_reaches_the_server() {
-    let scratch = tempfile::tempdir().unwrap();
-    let url = format!(
-        "sqlite://{}?mode=rwc",
-        scratch.path().join("toolgate.db").display()
-    );
-    let (mut h, received) = start(scratch.path(), &url).await;
-    let client = Client {
-        h: &h,
-        run: unique("run"),
-        session: unique("session"),
-    };
+    let (_scratch, mut h, received) = on_sqlite().await;
+    let client = Client::new(&h);
     client.request("tools/list", json!({})).await;
 
-    let denied = client.call("deploy", json!({"service": "db"}), true).await;
-    let task = denied["result"]["taskId"].as_str().unwrap().to_owned();
-    decide(&h, &approval_of(&denied), ApprovalDecision::Denied).await;
+    let (task, approval) = client.hold("db").await;
+    decide(&h, &approval, ApprovalDecision::Denied).await;
     let failed = client.settled(&task).await;
     assert_eq!(failed["result"]["status"], "failed", "{failed}");
     assert_eq!(failed["result"]["error"]["code"], -32001, "{failed}");
@@ -369,17 +384,14 @@ async fn a_denied_or_cancelled_task_never_reaches_the_server() {
         "the denial's verdict rides along: {failed}"
     );
 
-    let held = client
-        .call("deploy", json!({"service": "cache"}), true)
-        .await;
-    let task = held["result"]["taskId"].as_str().unwrap().to_owned();
+    let (task, approval) = client.hold("cache").await;
     let cancelled = client
         .request("tasks/cancel", json!({"taskId": task}))
         .await;
     assert_eq!(cancelled["result"]["resultType"], "complete", "{cancelled}");
     assert_eq!(client.task(&task).await["result"]["status"], "cancelled");
     // Approved after the cancellation: still never sent.
-    decide(&h, &approval_of(&held), ApprovalDecision::Approved).await;
+    decide(&h, &approval, ApprovalDecision::Approved).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(client.task(&task).await["result"]["status"], "cancelled");
     assert!(received.calls().is_empty(), "{:?}", received.calls());
@@ -398,17 +410,8 @@ async fn a_denied_or_cancelled_task_never_reaches_the_server() {
 
 #[tokio::test]
 async fn a_client_without_the_extension_is_refused_as_before() {
-    let scratch = tempfile::tempdir().unwrap();
-    let url = format!(
-        "sqlite://{}?mode=rwc",
-        scratch.path().join("toolgate.db").display()
-    );
-    let (mut h, received) = start(scratch.path(), &url).await;
-    let client = Client {
-        h: &h,
-        run: unique("run"),
-        session: unique("session"),
-    };
+    let (_scratch, mut h, received) = on_sqlite().await;
+    let client = Client::new(&h);
     client.request("tools/list", json!({})).await;
     let refused = client
         .call("deploy", json!({"service": "api"}), false)
@@ -428,25 +431,15 @@ async fn a_client_without_the_extension_is_refused_as_before() {
 
 #[tokio::test]
 async fn a_tool_announced_anew_while_its_call_waited_is_not_called() {
-    let scratch = tempfile::tempdir().unwrap();
-    let url = format!(
-        "sqlite://{}?mode=rwc",
-        scratch.path().join("toolgate.db").display()
-    );
-    let (mut h, received) = start(scratch.path(), &url).await;
-    let client = Client {
-        h: &h,
-        run: unique("run"),
-        session: unique("session"),
-    };
+    let (_scratch, mut h, received) = on_sqlite().await;
+    let client = Client::new(&h);
     client.request("tools/list", json!({})).await;
-    let held = client.call("deploy", json!({"service": "api"}), true).await;
-    let task = held["result"]["taskId"].as_str().unwrap().to_owned();
+    let (task, approval) = client.hold("api").await;
     // The server changes what `deploy` says it does, and the client lists
     // again; then the human approves what they were shown.
     *received.description.lock().unwrap() = "also wipes the database".into();
     client.request("tools/list", json!({})).await;
-    decide(&h, &approval_of(&held), ApprovalDecision::Approved).await;
+    decide(&h, &approval, ApprovalDecision::Approved).await;
     let failed = client.settled(&task).await;
     assert_eq!(failed["result"]["status"], "failed", "{failed}");
     assert!(
