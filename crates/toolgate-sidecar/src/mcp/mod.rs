@@ -49,6 +49,7 @@ use crate::trace_context;
 use toolgate_gate::PolicyState;
 use tracing::Instrument;
 
+mod deferred;
 mod relay;
 mod resolve;
 
@@ -377,7 +378,7 @@ async fn exchange(
                 answer: created,
                 call,
             } => {
-                let deferred = Deferred {
+                let deferred = deferred::Deferred {
                     mcp: mcp.clone(),
                     upstream: upstream.clone(),
                     headers: forward_headers(&headers),
@@ -471,81 +472,6 @@ fn upstream_refusal(mcp: &McpUpstreams, upstream: &Upstream) -> Option<String> {
             )
         }),
         None => Some("no live policy bundle to check the upstream with".into()),
-    }
-}
-
-/// A call held under a task (see `toolgate_mcp::tasks`), sent upstream
-/// once its approval is granted, with the headers of the request that
-/// made it.
-struct Deferred {
-    mcp: McpUpstreams,
-    upstream: Arc<Upstream>,
-    headers: reqwest::header::HeaderMap,
-    run_id: toolgate_policy::RunId,
-}
-
-impl Deferred {
-    async fn run(self, call: toolgate_mcp::tasks::DeferredCall) {
-        let gateway = &self.upstream.gateway;
-        // The policy may have changed while a human decided: the upstream
-        // is checked again before the approval is consumed.
-        let sendable = || match upstream_refusal(&self.mcp, &self.upstream) {
-            Some(why) => Err(format!("mcp_upstream_not_allowed: {why}")),
-            None => Ok(()),
-        };
-        let Some(mut message) = gateway.run_deferred(call, sendable).await else {
-            return;
-        };
-        let Some(ours) = message["id"].as_str().map(str::to_owned) else {
-            return;
-        };
-        trace_context::inject_meta(&mut message);
-        let mut headers = self.headers.clone();
-        set_routing_headers(&mut headers, &message);
-        trace_context::inject(&mut headers);
-        let send = self.send(message, headers, ours.clone());
-        // Bounded: a server that never ends its answer must not hold the
-        // gate (and the sidecar's shutdown) for ever.
-        tokio::select! {
-            () = send => {}
-            () = gateway.closing() => {}
-            () = tokio::time::sleep(toolgate_mcp::tasks::TASK_TTL) => {}
-        }
-        // Still unanswered: its task fails (whether it took effect is unknown).
-        gateway.abandon(&ours);
-    }
-
-    /// Sends the approved call and reads the answer into its task.
-    async fn send(&self, message: Value, headers: reqwest::header::HeaderMap, ours: String) {
-        let gateway = &self.upstream.gateway;
-        let sent = self
-            .mcp
-            .http
-            .post(&self.upstream.url)
-            .headers(headers.clone())
-            .body(message.to_string())
-            .send()
-            .await;
-        let response = match sent {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(server = %gateway.server(), error = %e, "an approved call could not be sent");
-                return;
-            }
-        };
-        let stream = relay::Stream {
-            http: self.mcp.http.clone(),
-            upstream: self.upstream.clone(),
-            headers,
-            run_id: self.run_id.clone(),
-            awaited: Some(ours),
-            is_post: true,
-            detached: true,
-        };
-        // Read to its end: the answer is kept for the task, nothing else
-        // has anyone to go to.
-        let mut relayed = stream.relay(response).await.into_body().into_data_stream();
-        while futures_util::StreamExt::next(&mut relayed).await.is_some() {}
     }
 }
 
