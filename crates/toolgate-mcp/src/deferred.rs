@@ -76,7 +76,7 @@ impl<D: Decider> Gateway<D> {
         }
         let fail = |code: i64, text: String| {
             self.tasks
-                .fail(&call.task, tasks::error_object(code, &text));
+                .fail(&call.task, message::error_object(code, &text));
             None
         };
         if let Err(why) = sendable() {
@@ -178,18 +178,14 @@ impl<D: Decider> Gateway<D> {
 }
 
 /// The JSON-RPC error a task fails with when the call is refused on its
-/// second decision.
+/// second decision: what a client without tasks would have been answered.
 fn refusal_error(refusal: Refusal, tool: &str) -> Value {
     match refusal {
         Refusal::UnknownTool => {
-            tasks::error_object(message::INVALID_PARAMS, &format!("Unknown tool: {tool}"))
+            message::error_object(message::INVALID_PARAMS, &format!("Unknown tool: {tool}"))
         }
         Refusal::Policy { text, verdict } | Refusal::Escalated { text, verdict, .. } => {
-            let mut e = tasks::error_object(message::POLICY_REFUSED, &text);
-            if let Some(v) = verdict {
-                e["data"] = json!({ message::VERDICT_META: v });
-            }
-            e
+            message::policy_error_object(&text, verdict.as_ref())
         }
     }
 }

@@ -259,9 +259,15 @@ fn percent_decode(text: &str) -> Option<String> {
 /// A JSON-RPC error refusing a request on the policy's behalf, the verdict
 /// (when there is one) as its `data`.
 pub fn policy_error(id: &Value, text: &str, verdict: Option<&Value>) -> Value {
-    let mut e = error(id, POLICY_REFUSED, text);
+    respond_error(id, policy_error_object(text, verdict))
+}
+
+/// The error object of [`policy_error`], for answers held elsewhere (a
+/// task's).
+pub fn policy_error_object(text: &str, verdict: Option<&Value>) -> Value {
+    let mut e = error_object(POLICY_REFUSED, text);
     if let Some(v) = verdict {
-        e["error"]["data"] = json!({ VERDICT_META: v });
+        e["data"] = json!({ VERDICT_META: v });
     }
     e
 }
@@ -282,7 +288,16 @@ pub fn waits_on_a_decision(message: &Value) -> bool {
 
 /// A JSON-RPC error response.
 pub fn error(id: &Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+    respond_error(id, error_object(code, message))
+}
+
+/// A JSON-RPC error object (`code`, `message`).
+pub fn error_object(code: i64, message: &str) -> Value {
+    json!({"code": code, "message": message})
+}
+
+fn respond_error(id: &Value, error: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": error})
 }
 
 /// The `CallToolResult` of a call toolgate refused: `isError`, a text the

@@ -315,7 +315,7 @@ impl<D: Decider> Gateway<D> {
                 // No client waits on this request: its task reads why.
                 self.tasks.fail(
                     &task,
-                    tasks::error_object(
+                    message::error_object(
                         message::INTERNAL_ERROR,
                         "toolgate: the server's answer to the approved call was not received; \
                          whether it took effect is unknown",

@@ -269,7 +269,7 @@ impl TaskBook {
                 _ if t.state.is_terminal() => continue,
                 _ => "toolgate: the gateway shut down before the call was made",
             };
-            t.state = State::Failed(error_object(message::INTERNAL_ERROR, why));
+            t.state = State::Failed(message::error_object(message::INTERNAL_ERROR, why));
             t.updated_at = now();
             failed += 1;
         }
@@ -479,7 +479,7 @@ impl TaskBook {
 /// input, or to follow a task of the server's own, and a request to open a
 /// URL was never decided.
 fn answer_state(answer: &Value) -> State {
-    let unusable = |why: &str| State::Failed(error_object(message::INTERNAL_ERROR, why));
+    let unusable = |why: &str| State::Failed(message::error_object(message::INTERNAL_ERROR, why));
     match (answer.get("result"), answer.get("error")) {
         (Some(Value::Object(result)), _) => {
             let kind = result.get("resultType").and_then(Value::as_str);
@@ -505,7 +505,7 @@ fn answer_state(answer: &Value) -> State {
                  that request was not passed on",
             ),
             (Some(code), Some(text)) => {
-                let mut e = error_object(code, text);
+                let mut e = message::error_object(code, text);
                 if let Some(data) = error.get("data") {
                     e["data"] = data.clone();
                 }
@@ -532,7 +532,7 @@ fn sweep(tasks: &mut HashMap<String, Task>) -> usize {
     });
     for t in tasks.values_mut() {
         if now_instant >= t.deadline && !t.state.is_terminal() {
-            t.state = State::Failed(error_object(
+            t.state = State::Failed(message::error_object(
                 message::INTERNAL_ERROR,
                 "toolgate: the task expired before its call completed",
             ));
@@ -541,11 +541,6 @@ fn sweep(tasks: &mut HashMap<String, Task>) -> usize {
         }
     }
     expired
-}
-
-/// A JSON-RPC error object.
-pub(crate) fn error_object(code: i64, text: &str) -> Value {
-    json!({"code": code, "message": text})
 }
 
 /// The task-naming requests the gateway answers itself: `(method, task id)`
