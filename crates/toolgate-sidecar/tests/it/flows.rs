@@ -290,15 +290,7 @@ async fn a_profile_that_changes_its_scope_forgets_nothing() {
         // The profile now reads the pod's labels.
         let pod_scoped = FLOWS.replace("flows:\n", "flows:\n  scope: pod\n");
         replace_file(&one.bundle_path, &bundle(&pod_scoped, 2, day(), &key()));
-        let old = one
-            .sidecar
-            .as_ref()
-            .unwrap()
-            .state
-            .gate
-            .policy
-            .current()
-            .map(|e| e.policy_version.clone());
+        let old = one.policy().current().map(|e| e.policy_version.clone());
         one.wait_for_version(|v| v.is_some() && v.map(str::to_owned) != old)
             .await;
         let sent = one.authorize("send", exfiltrate(), &unique("run")).await;

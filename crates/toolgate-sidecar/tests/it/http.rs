@@ -207,17 +207,7 @@ async fn no_bundle_and_expired_bundle_fail_closed() {
 async fn bad_bundles_never_replace_the_good_one() {
     each_backend!(|h| {
         h.wait_for_version(|v| v.is_some()).await;
-        let good = h
-            .sidecar
-            .as_ref()
-            .unwrap()
-            .state
-            .gate
-            .policy
-            .current()
-            .unwrap()
-            .policy_version
-            .clone();
+        let good = h.policy().current().unwrap().policy_version.clone();
 
         // Tampered: one byte of the envelope changed.
         let signed = bundle(&SPEC.replace("rm *", "rn *"), 2, day(), &key());
@@ -229,28 +219,9 @@ async fn bad_bundles_never_replace_the_good_one() {
         replace_file(&h.bundle_path, envelope.to_string().as_bytes());
         // Signed by a key nobody trusts.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let failure = h
-            .sidecar
-            .as_ref()
-            .unwrap()
-            .state
-            .gate
-            .policy
-            .last_failure()
-            .expect("rejection recorded");
+        let failure = h.policy().last_failure().expect("rejection recorded");
         assert_eq!(failure.code, "bundle_bad_signature", "{failure:?}");
-        assert_eq!(
-            h.sidecar
-                .as_ref()
-                .unwrap()
-                .state
-                .gate
-                .policy
-                .current()
-                .unwrap()
-                .policy_version,
-            good
-        );
+        assert_eq!(h.policy().current().unwrap().policy_version, good);
 
         replace_file(
             &h.bundle_path,
@@ -263,15 +234,7 @@ async fn bad_bundles_never_replace_the_good_one() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
-            h.sidecar
-                .as_ref()
-                .unwrap()
-                .state
-                .gate
-                .policy
-                .last_failure()
-                .unwrap()
-                .code,
+            h.policy().last_failure().unwrap().code,
             "bundle_unknown_key"
         );
 
@@ -279,43 +242,11 @@ async fn bad_bundles_never_replace_the_good_one() {
         let newer = SPEC.replace("\"git status\"", "\"git status\", \"pwd\"");
         replace_file(&h.bundle_path, &bundle(&newer, 5, day(), &key()));
         h.wait_for_version(|v| v.is_some_and(|v| v != good)).await;
-        let v5 = h
-            .sidecar
-            .as_ref()
-            .unwrap()
-            .state
-            .gate
-            .policy
-            .current()
-            .unwrap()
-            .policy_version
-            .clone();
+        let v5 = h.policy().current().unwrap().policy_version.clone();
         replace_file(&h.bundle_path, &bundle(SPEC, 4, day(), &key()));
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(
-            h.sidecar
-                .as_ref()
-                .unwrap()
-                .state
-                .gate
-                .policy
-                .last_failure()
-                .unwrap()
-                .code,
-            "bundle_rollback"
-        );
-        assert_eq!(
-            h.sidecar
-                .as_ref()
-                .unwrap()
-                .state
-                .gate
-                .policy
-                .current()
-                .unwrap()
-                .policy_version,
-            v5
-        );
+        assert_eq!(h.policy().last_failure().unwrap().code, "bundle_rollback");
+        assert_eq!(h.policy().current().unwrap().policy_version, v5);
         assert_eq!(
             h.authorize("bash", json!({"command": "pwd"}), "r").await["verdict"],
             "allow"
@@ -353,30 +284,9 @@ async fn hot_swap_under_load_never_mixes_policies() {
             &key(),
         );
         replace_file(&h.bundle_path, &a);
-        h.wait_for_version(|_| {
-            h.sidecar
-                .as_ref()
-                .unwrap()
-                .state
-                .gate
-                .policy
-                .current()
-                .unwrap()
-                .sequence
-                == 10
-        })
-        .await;
-        let a_version = h
-            .sidecar
-            .as_ref()
-            .unwrap()
-            .state
-            .gate
-            .policy
-            .current()
-            .unwrap()
-            .policy_version
-            .clone();
+        h.wait_for_version(|_| h.policy().current().unwrap().sequence == 10)
+            .await;
+        let a_version = h.policy().current().unwrap().policy_version.clone();
 
         let client = h.client.clone();
         let url = format!("{}/v1/authorize", h.base);
@@ -402,34 +312,12 @@ async fn hot_swap_under_load_never_mixes_policies() {
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
         replace_file(&h.bundle_path, &b);
-        h.wait_for_version(|_| {
-            h.sidecar
-                .as_ref()
-                .unwrap()
-                .state
-                .gate
-                .policy
-                .current()
-                .unwrap()
-                .sequence
-                == 11
-        })
-        .await;
+        h.wait_for_version(|_| h.policy().current().unwrap().sequence == 11)
+            .await;
         tokio::time::sleep(Duration::from_millis(150)).await;
         replace_file(&h.bundle_path, &b2);
-        h.wait_for_version(|_| {
-            h.sidecar
-                .as_ref()
-                .unwrap()
-                .state
-                .gate
-                .policy
-                .current()
-                .unwrap()
-                .sequence
-                == 12
-        })
-        .await;
+        h.wait_for_version(|_| h.policy().current().unwrap().sequence == 12)
+            .await;
         tokio::time::sleep(Duration::from_millis(150)).await;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut versions = std::collections::BTreeSet::new();

@@ -247,9 +247,14 @@ impl Harness {
     }
 
     /// Waits until the served policy version satisfies `pred`.
+    /// The sidecar's policy: the bundle it enforces, its last reload failure.
+    pub fn policy(&self) -> &toolgate_gate::PolicyState {
+        &self.sidecar.as_ref().unwrap().state.gate.policy
+    }
+
     pub async fn wait_for_version(&self, pred: impl Fn(Option<&str>) -> bool) {
         for _ in 0..200 {
-            let current = self.sidecar.as_ref().unwrap().state.gate.policy.current();
+            let current = self.policy().current();
             if pred(current.as_deref().map(|e| e.policy_version.as_str())) {
                 return;
             }
