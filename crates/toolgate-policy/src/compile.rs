@@ -13,6 +13,7 @@ use crate::load::validate_object_name;
 use crate::model::{
     ApprovalSettings, Budgets, Enforcement, Grant, Mode, PolicySpec, RuleTiers, ToolEffect,
 };
+use crate::network::TargetArgs;
 
 /// Rule key that applies to every tool.
 pub const ANY_TOOL: &str = "*";
@@ -128,6 +129,8 @@ pub(crate) struct CompiledTool {
     /// Whether `hardline.paths` applies: a workspace tool, or one that
     /// declares `pathArgs`.
     pub(crate) hardline_paths: bool,
+    /// Arguments naming network targets (see [`crate::network`]).
+    pub(crate) targets: TargetArgs,
     /// deny(tool), deny(*), allow(tool), allow(*), escalate(tool), escalate(*).
     pub(crate) rules: OrderedGlobs,
     /// Tier of each rule, parallel to `rules`.
@@ -155,6 +158,8 @@ pub struct CompiledPolicy {
     pub(crate) hardline_paths: OrderedGlobs,
     pub(crate) hardline_cidrs: Vec<(IpNet, String)>,
     pub(crate) egress_hosts: OrderedGlobs,
+    /// `egress.allowSchemes`, lowercase (`http` and `https` always pass).
+    pub(crate) egress_schemes: Vec<String>,
     pub(crate) grants: Vec<CompiledGrant>,
     pub(crate) spec: PolicySpec,
     pub(crate) source_grants: Vec<Grant>,
@@ -179,6 +184,8 @@ impl CompiledPolicy {
             for (name, args) in [
                 ("matchArgs", &effect.match_args),
                 ("pathArgs", &effect.path_args),
+                ("urlArgs", &effect.url_args),
+                ("hostArgs", &effect.host_args),
             ] {
                 if let Some(args) = args
                     && (args.is_empty() || args.iter().any(String::is_empty))
@@ -249,6 +256,11 @@ impl CompiledPolicy {
                     match_text: default_match_text(tool, effect),
                     path_args: path_args(tool, effect),
                     hardline_paths: effect.side_effect.is_workspace() || effect.path_args.is_some(),
+                    targets: TargetArgs::new(
+                        effect.side_effect.is_network(),
+                        effect.url_args.as_deref().unwrap_or_default(),
+                        effect.host_args.as_deref().unwrap_or_default(),
+                    ),
                     rules: OrderedGlobs::build(entries)?,
                     tiers,
                 },
@@ -349,6 +361,7 @@ impl CompiledPolicy {
             hardline_paths,
             hardline_cidrs,
             egress_hosts,
+            egress_schemes: crate::network::compile_schemes(spec.egress.as_ref())?,
             grants: compiled_grants,
             spec: spec.clone(),
             source_grants: grants.to_vec(),

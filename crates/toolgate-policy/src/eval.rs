@@ -6,11 +6,13 @@ use std::net::IpAddr;
 use jiff::Timestamp;
 use serde_json::{Map, Value};
 
-use crate::compile::{CompiledPolicy, CompiledTool, MatchText, Tier};
-use crate::digest::{call_digests, canonical_json};
+use crate::args::CallView;
+use crate::compile::{CompiledPolicy, CompiledTool, Tier};
+use crate::digest::call_digests;
 use crate::flows::{LabelSet, Provenance, Seen};
 use crate::model::{Mode, Risk, SideEffect};
-use crate::paths::{normalize_args, path_values};
+use crate::network::{Target, reached_addresses, url_target};
+use crate::paths::path_values;
 use crate::verdict::{Decision, Reason, Verdict};
 
 /// One tool call as the agent proposes it.
@@ -59,25 +61,30 @@ fn has_shell_control(command: &str) -> bool {
 
 impl CompiledPolicy {
     /// Why a connection to `url` is refused, as a NETWORK_* tool naming it
-    /// would be (hardline CIDRs for IP literals, `egress.allowHosts` for
-    /// names, an unusable URL); `None` when it may be made. Gateways check
-    /// their upstream with it.
+    /// would be (one unambiguous reading, an allowed scheme, hardline CIDRs
+    /// for IP literals, `egress.allowHosts` for names); `None` when it may
+    /// be made. Gateways check their upstream with it.
     pub fn egress_refusal(&self, url: &str) -> Option<Reason> {
-        let mut args = Map::new();
-        args.insert("url".into(), Value::String(url.to_owned()));
-        let targets = network_targets(&args);
-        if targets.is_empty() {
-            return Some(Reason::NetworkTargetInvalid);
+        match url_target(url, &self.egress_schemes) {
+            Ok(target) => self.target_refusal(&target).map(|(reason, _)| reason),
+            Err(reason) => Some(reason),
         }
-        targets.iter().find_map(|target| match target {
-            Target::Ip(ip) => self.blocked_cidr(*ip).map(|_| Reason::HardlineCidr),
+    }
+
+    /// Why a connection to `target` is refused, with the rule that refuses
+    /// it: a hardline CIDR holding any address it reaches, or a name
+    /// outside `egress.allowHosts`.
+    fn target_refusal(&self, target: &Target) -> Option<(Reason, Option<&str>)> {
+        match target {
+            Target::Ip(ip) => self
+                .blocked_cidr(*ip)
+                .map(|rule| (Reason::HardlineCidr, Some(rule))),
             Target::Host(host) => self
                 .egress_hosts
                 .first_match(host)
                 .is_none()
-                .then_some(Reason::EgressHostNotAllowed),
-            Target::Invalid => Some(Reason::NetworkTargetInvalid),
-        })
+                .then_some((Reason::EgressHostNotAllowed, None)),
+        }
     }
 
     /// Whether a connection to `ip` falls in a hardline CIDR: what a
@@ -93,15 +100,15 @@ impl CompiledPolicy {
     /// the profile does not declare.
     pub fn preview(&self, call: &Call<'_>) -> Option<String> {
         let tool = self.tools.get(self.canonical_tool(call.tool))?;
-        // A path that cannot be normalized is denied, never escalated; show
-        // it as written.
-        let args = normalize_args(&tool.path_args, call.arguments)
-            .unwrap_or(std::borrow::Cow::Borrowed(call.arguments));
-        Some(crate::preview::preview(&match_text(
-            tool,
-            call.action,
-            &args,
-        )))
+        // A call that cannot be read is denied, never escalated; show its
+        // arguments as written.
+        let shown = match tool.read(call.action, call.arguments) {
+            Ok(view) => view.shown(),
+            Err(_) => {
+                String::from_utf8_lossy(&crate::digest::canonical_json(call.arguments)).into_owned()
+            }
+        };
+        Some(crate::preview::preview(&shown))
     }
 
     /// Decides one call. Never fails: unknown tools and malformed arguments
@@ -139,66 +146,23 @@ impl CompiledPolicy {
                 digests.clone(),
             )
         };
-        // 0. Paths in their one spelling, before any rule sees them.
-        let args = match normalize_args(&tool.path_args, call.arguments) {
-            Ok(args) => args,
+        // 0. The arguments in their one reading, before any rule sees them.
+        let view = match tool.read(call.action, call.arguments) {
+            Ok(view) => view,
             Err(reason) => return decide(Decision::Deny, reason, None),
         };
-        let text = match_text(tool, call.action, &args);
         let side_effect = tool.effect.side_effect;
 
-        // 1. Hardline rules, in every mode.
-        if side_effect == SideEffect::ProcessExec
-            && let Some(i) = self.hardline_commands.first_match(&text)
-        {
-            return decide(
-                Decision::Deny,
-                Reason::HardlineCommand,
-                Some(self.hardline_commands.label(i)),
-            );
-        }
-        if tool.hardline_paths {
-            let candidates =
-                std::iter::once(text.as_str()).chain(path_values(&tool.path_args, &args));
-            for candidate in candidates {
-                if let Some(i) = self.hardline_paths.first_match(candidate) {
-                    return decide(
-                        Decision::Deny,
-                        Reason::HardlinePath,
-                        Some(self.hardline_paths.label(i)),
-                    );
-                }
-            }
-        }
-        if side_effect.is_network() {
-            let targets = network_targets(call.arguments);
-            if targets.is_empty() {
-                return decide(Decision::Deny, Reason::NetworkTargetInvalid, None);
-            }
-            for target in &targets {
-                match target {
-                    Target::Ip(ip) => {
-                        if let Some(rule) = self.blocked_cidr(*ip) {
-                            return decide(Decision::Deny, Reason::HardlineCidr, Some(rule));
-                        }
-                    }
-                    Target::Host(host) => {
-                        if self.egress_hosts.first_match(host).is_none() {
-                            return decide(Decision::Deny, Reason::EgressHostNotAllowed, None);
-                        }
-                    }
-                    Target::Invalid => {
-                        return decide(Decision::Deny, Reason::NetworkTargetInvalid, None);
-                    }
-                }
-            }
+        // 1. Hardline rules and egress, in every mode.
+        if let Some((reason, rule)) = self.hardline(tool, &view) {
+            return decide(Decision::Deny, reason, rule);
         }
 
         // 2. Flow denials: what the run touched before forbids this call.
         let seen = Seen {
             tool: tool_name,
             side_effect,
-            text: &text,
+            texts: &view.texts,
             provenance: ctx.provenance,
         };
         let flows = self.flows.as_ref();
@@ -206,8 +170,20 @@ impl CompiledPolicy {
             return decide(Decision::Deny, Reason::FlowRule, Some(rule));
         }
 
-        // 3-5. Mode, shell control, tiers and grants.
-        let (decision, reason, rule) = self.by_rules(tool, tool_name, &text, ctx);
+        // 3-5. Mode, shell control, tiers and grants: each match text is
+        // decided, and the strictest answer (the first of them) stands.
+        let mut strictest: Option<(Decision, Reason, Option<&str>)> = None;
+        for text in &view.texts {
+            let answer = self.by_rules(tool, tool_name, text, ctx);
+            if strictest.is_none_or(|s| strictness(answer.0) > strictness(s.0)) {
+                strictest = Some(answer);
+            }
+            if answer.0 == Decision::Deny || self.mode != Mode::Rules {
+                break;
+            }
+        }
+        let (decision, reason, rule) =
+            strictest.unwrap_or((Decision::Deny, Reason::NoMatchingRule, None));
 
         // 6. Flow escalations: only an allow becomes one, so a label never
         // loosens a verdict.
@@ -219,9 +195,44 @@ impl CompiledPolicy {
         decide(decision, reason, rule)
     }
 
-    /// Steps 3-5 of the decision order: the mode, shell control in
-    /// commands (before any allow rule), then the tiers (first match wins)
-    /// with standing grants for escalations.
+    /// Step 1: hardline commands (on every match text of a PROCESS_EXEC
+    /// tool), hardline paths (on every match text and path), then the
+    /// network targets (one reading each, hardline CIDRs, egress hosts).
+    fn hardline(&self, tool: &CompiledTool, view: &CallView<'_>) -> Option<(Reason, Option<&str>)> {
+        let side_effect = tool.effect.side_effect;
+        if side_effect == SideEffect::ProcessExec {
+            for text in &view.texts {
+                if let Some(i) = self.hardline_commands.first_match(text) {
+                    let rule = self.hardline_commands.label(i);
+                    return Some((Reason::HardlineCommand, Some(rule)));
+                }
+            }
+        }
+        if tool.hardline_paths {
+            let paths = path_values(&tool.path_args, &view.args);
+            let candidates = view.texts.iter().map(String::as_str).chain(paths);
+            for candidate in candidates {
+                if let Some(i) = self.hardline_paths.first_match(candidate) {
+                    return Some((Reason::HardlinePath, Some(self.hardline_paths.label(i))));
+                }
+            }
+        }
+        if tool.targets.is_empty() {
+            return None;
+        }
+        let targets = match tool.targets.targets(&view.args, &self.egress_schemes) {
+            Ok(targets) => targets,
+            Err(reason) => return Some((reason, None)),
+        };
+        if targets.is_empty() && side_effect.is_network() {
+            return Some((Reason::NetworkTargetInvalid, None));
+        }
+        targets.iter().find_map(|t| self.target_refusal(t))
+    }
+
+    /// Steps 3-5 of the decision order for one match text: the mode, shell
+    /// control in commands (before any allow rule), then the tiers (first
+    /// match wins) with standing grants for escalations.
     fn by_rules<'a>(
         &'a self,
         tool: &'a CompiledTool,
@@ -268,8 +279,8 @@ impl CompiledPolicy {
     }
 
     /// Runs `f` on the profile's flows and the call as their selectors see
-    /// it; `None` without flows, for an undeclared tool or a path that
-    /// cannot be normalized (those are denied whatever the labels).
+    /// it; `None` without flows, for an undeclared tool or a call that
+    /// cannot be read (those are denied whatever the labels).
     fn with_seen<T>(
         &self,
         call: &Call<'_>,
@@ -279,14 +290,13 @@ impl CompiledPolicy {
         let flows = self.flows.as_ref()?;
         let tool_name = self.canonical_tool(call.tool);
         let tool = self.tools.get(tool_name)?;
-        let args = normalize_args(&tool.path_args, call.arguments).ok()?;
-        let text = match_text(tool, call.action, &args);
+        let view = tool.read(call.action, call.arguments).ok()?;
         Some(f(
             flows,
             &Seen {
                 tool: tool_name,
                 side_effect: tool.effect.side_effect,
-                text: &text,
+                texts: &view.texts,
                 provenance,
             },
         ))
@@ -317,14 +327,13 @@ impl CompiledPolicy {
         }
     }
 
+    /// The first hardline CIDR holding any address a connection to `ip`
+    /// reaches ([`reached_addresses`]).
     fn blocked_cidr(&self, ip: IpAddr) -> Option<&str> {
-        let mapped = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4),
-            IpAddr::V4(_) => None,
-        };
+        let reached = reached_addresses(ip);
         self.hardline_cidrs
             .iter()
-            .find(|(net, _)| net.contains(&ip) || mapped.is_some_and(|m| net.contains(&m)))
+            .find(|(net, _)| reached.iter().any(|ip| net.contains(ip)))
             .map(|(_, label)| label.as_str())
     }
 
@@ -342,109 +351,13 @@ impl CompiledPolicy {
     }
 }
 
-/// The text rules match for this call (`arguments` with its paths
-/// normalized).
-fn match_text(tool: &CompiledTool, action: Option<&str>, arguments: &Map<String, Value>) -> String {
-    let mut out = String::new();
-    let mut push = |piece: &str| {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(piece);
-    };
-    match &tool.match_text {
-        MatchText::Named(names) => {
-            for name in names {
-                match arguments.get(name) {
-                    Some(Value::String(s)) => push(s),
-                    Some(Value::Null) | None => {}
-                    Some(other) => push(&String::from_utf8_lossy(&canonical_json(other))),
-                }
-            }
-        }
-        MatchText::ActionAndValues => {
-            if let Some(action) = action {
-                push(action);
-            }
-            // serde_json's Map iterates in key order unless a dependency
-            // turns on `preserve_order`; sort then, so the text never
-            // depends on how the caller built the map.
-            let mut entries: Vec<(&String, &Value)> = arguments.iter().collect();
-            if !entries.windows(2).all(|w| w[0].0 < w[1].0) {
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-            }
-            for (_, value) in entries {
-                match value {
-                    Value::String(s) => push(s),
-                    other => push(&String::from_utf8_lossy(&canonical_json(other))),
-                }
-            }
-        }
-    }
-    out
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
-    Ip(IpAddr),
-    Host(String),
-    Invalid,
-}
-
-/// Network targets named by `url` and `host` arguments. IP literals in any
-/// WHATWG-accepted spelling (`2130706433`, `0x7f.1`) are normalized, so a
-/// rewritten address cannot slip past a CIDR rule.
-fn network_targets(args: &Map<String, Value>) -> Vec<Target> {
-    let mut targets = Vec::with_capacity(2);
-    if let Some(value) = args.get("url") {
-        targets.push(match value.as_str().map(url::Url::parse) {
-            Some(Ok(u)) => match u.host() {
-                Some(host) => host_target(host),
-                None => Target::Invalid,
-            },
-            _ => Target::Invalid,
-        });
-    }
-    if let Some(value) = args.get("host") {
-        targets.push(match value.as_str() {
-            Some(h) => host_arg_target(h),
-            None => Target::Invalid,
-        });
-    }
-    targets
-}
-
-fn host_target<S: AsRef<str>>(host: url::Host<S>) -> Target {
-    match host {
-        url::Host::Ipv4(a) => Target::Ip(IpAddr::V4(a)),
-        url::Host::Ipv6(a) => Target::Ip(IpAddr::V6(a)),
-        url::Host::Domain(d) => {
-            let d = d.as_ref().trim_end_matches('.').to_ascii_lowercase();
-            if d.is_empty() {
-                Target::Invalid
-            } else {
-                Target::Host(d)
-            }
-        }
-    }
-}
-
-fn host_arg_target(raw: &str) -> Target {
-    let raw = raw.trim();
-    if let Ok(ip) = raw.parse::<IpAddr>() {
-        return Target::Ip(ip);
-    }
-    if let Ok(sock) = raw.parse::<std::net::SocketAddr>() {
-        return Target::Ip(sock.ip());
-    }
-    let host = match raw.rsplit_once(':') {
-        Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => raw,
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    match url::Host::parse(host) {
-        Ok(h) => host_target(h),
-        Err(_) => Target::Invalid,
+/// How strict a decision is: a call expanded to several match texts gets
+/// the strictest of their answers.
+fn strictness(decision: Decision) -> u8 {
+    match decision {
+        Decision::Allow => 0,
+        Decision::Escalate => 1,
+        Decision::Deny => 2,
     }
 }
 
@@ -463,40 +376,5 @@ mod tests {
         for ok in ["ls -la", "git status", "echo $HOME", "grep -n foo bar.txt"] {
             assert!(!has_shell_control(ok), "{ok:?}");
         }
-    }
-
-    #[test]
-    fn ip_spellings_are_normalized() {
-        let args = |k: &str, v: &str| {
-            let mut m = Map::new();
-            m.insert(k.into(), Value::String(v.into()));
-            m
-        };
-        let loopback = Target::Ip("127.0.0.1".parse().unwrap());
-        assert_eq!(
-            network_targets(&args("url", "http://2130706433/x")),
-            vec![loopback.clone()]
-        );
-        assert_eq!(
-            network_targets(&args("url", "http://0x7f.1/")),
-            vec![loopback.clone()]
-        );
-        assert_eq!(
-            network_targets(&args("host", "127.0.0.1:8080")),
-            vec![loopback.clone()]
-        );
-        assert_eq!(network_targets(&args("host", "2130706433")), vec![loopback]);
-        assert_eq!(
-            network_targets(&args("host", "[::1]:443")),
-            vec![Target::Ip("::1".parse().unwrap())]
-        );
-        assert_eq!(
-            network_targets(&args("url", "https://API.GitHub.com./repos")),
-            vec![Target::Host("api.github.com".into())]
-        );
-        assert_eq!(
-            network_targets(&args("url", "not a url")),
-            vec![Target::Invalid]
-        );
     }
 }

@@ -154,7 +154,9 @@ impl LabelSet {
 pub(crate) struct Seen<'a> {
     pub(crate) tool: &'a str,
     pub(crate) side_effect: SideEffect,
-    pub(crate) text: &'a str,
+    /// The call's match texts ([`crate::args`]): a glob matching any of
+    /// them selects the call.
+    pub(crate) texts: &'a [String],
     pub(crate) provenance: Option<Provenance>,
 }
 
@@ -213,7 +215,11 @@ impl CompiledSelector {
                 && ((self.tools.is_empty() && self.side_effects.is_empty())
                     || self.tools.first_match(call.tool).is_some()
                     || self.side_effects.contains(&call.side_effect))
-                && (self.match_text.is_empty() || self.match_text.first_match(call.text).is_some());
+                && (self.match_text.is_empty()
+                    || call
+                        .texts
+                        .iter()
+                        .any(|t| self.match_text.first_match(t).is_some()));
         by_kind
             || call
                 .provenance

@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod args;
 mod compile;
 pub mod digest;
 mod error;
@@ -35,6 +36,7 @@ mod fnmatch;
 pub mod ids;
 pub mod load;
 pub mod model;
+pub mod network;
 pub mod notify;
 pub mod paths;
 pub mod preview;

@@ -194,6 +194,10 @@ pub struct Egress {
     /// Hostname globs (e.g. `api.github.com`, `*.example.com`), compared case-insensitively.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_hosts: Vec<String>,
+    /// URL schemes network tools may use besides `http` and `https` (e.g.
+    /// `wss`); a URL with any other scheme is refused in every mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_schemes: Vec<String>,
 }
 
 /// What a tool does to the world, and how risky it is.
@@ -219,6 +223,17 @@ pub struct ToolEffect {
     /// `hardline.paths` applies to it whatever the side effect.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_args: Option<Vec<String>>,
+    /// Argument names whose values are URLs (a string, or an array of
+    /// strings), besides the built-in `url` of network tools: each is read
+    /// in its one spelling and checked against `hardline.cidrs`,
+    /// `egress.allowHosts` and the allowed schemes, whatever the side effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_args: Option<Vec<String>>,
+    /// Argument names whose values are hosts (`name`, `name:port`,
+    /// `[v6]:port`; a string or an array of strings), besides the built-in
+    /// `host` of network tools; checked as `urlArgs` are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_args: Option<Vec<String>>,
     /// For an MCP tool: the `sha256:` digest of its canonical `{name,
     /// description, inputSchema}` as reviewed. A gateway reporting another
     /// definition (a server that changed the tool after review) gets

@@ -67,60 +67,64 @@ fn is_normal(path: &str) -> bool {
 }
 
 /// `args` with the values of the path arguments `names` normalized: a
-/// string, or each string of an array. Borrowed when nothing changes.
+/// string, or each string of an array (nested arrays too). Any other value
+/// in a path argument but `null` is refused ([`Reason::PathInvalid`]): a
+/// number or object is no path a rule could judge. Borrowed when nothing
+/// changes.
 pub(crate) fn normalize_args<'a>(
     names: &[String],
     args: &'a Map<String, Value>,
 ) -> Result<Cow<'a, Map<String, Value>>, Reason> {
     let mut changed: Option<Map<String, Value>> = None;
     for name in names {
-        let replacement = match args.get(name) {
-            Some(Value::String(s)) => match normalize(s)? {
-                Cow::Borrowed(_) => None,
-                Cow::Owned(n) => Some(Value::String(n)),
-            },
-            Some(Value::Array(items)) => {
-                let mut any = false;
-                let mut out = Vec::with_capacity(items.len());
-                for item in items {
-                    out.push(match item {
-                        Value::String(s) => match normalize(s)? {
-                            Cow::Borrowed(_) => item.clone(),
-                            Cow::Owned(n) => {
-                                any = true;
-                                Value::String(n)
-                            }
-                        },
-                        other => other.clone(),
-                    });
-                }
-                any.then_some(Value::Array(out))
-            }
-            _ => None,
+        let Some(value) = args.get(name) else {
+            continue;
         };
-        if let Some(value) = replacement {
+        if let Some(normal) = normalize_value(value)? {
             changed
                 .get_or_insert_with(|| args.clone())
-                .insert(name.clone(), value);
+                .insert(name.clone(), normal);
         }
     }
     Ok(changed.map_or(Cow::Borrowed(args), Cow::Owned))
 }
 
+/// The normal form of one path argument's value, `None` when it already is.
+fn normalize_value(value: &Value) -> Result<Option<Value>, Reason> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(match normalize(s)? {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(n) => Some(Value::String(n)),
+        }),
+        Value::Array(items) => {
+            let mut out: Option<Vec<Value>> = None;
+            for (i, item) in items.iter().enumerate() {
+                if let Some(normal) = normalize_value(item)? {
+                    out.get_or_insert_with(|| items.clone())[i] = normal;
+                }
+            }
+            Ok(out.map(Value::Array))
+        }
+        _ => Err(Reason::PathInvalid),
+    }
+}
+
 /// Every path the arguments `names` of `args` hold: string values and the
-/// strings of array values.
-pub(crate) fn path_values<'a>(
-    names: &'a [String],
-    args: &'a Map<String, Value>,
-) -> impl Iterator<Item = &'a str> {
-    names
-        .iter()
-        .filter_map(|name| args.get(name))
-        .flat_map(|value| match value {
-            Value::String(s) => vec![s.as_str()],
-            Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
-        })
+/// strings of (nested) array values.
+pub(crate) fn path_values<'a>(names: &'a [String], args: &'a Map<String, Value>) -> Vec<&'a str> {
+    fn collect<'v>(value: &'v Value, out: &mut Vec<&'v str>) {
+        match value {
+            Value::String(s) => out.push(s),
+            Value::Array(items) => items.iter().for_each(|v| collect(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for value in names.iter().filter_map(|name| args.get(name)) {
+        collect(value, &mut out);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -171,15 +175,15 @@ mod tests {
     #[test]
     fn arrays_and_strings_are_normalized_in_place() {
         let args: Map<String, Value> = serde_json::from_value(serde_json::json!({
-            "path": "a//b/", "paths": ["x/./y", 3, "z"], "content": "a//b"
+            "path": "a//b/", "paths": ["x/./y", ["z//"]], "content": "a//b"
         }))
         .unwrap();
         let names = vec!["path".to_owned(), "paths".to_owned(), "missing".to_owned()];
         let out = normalize_args(&names, &args).unwrap();
         assert_eq!(out["path"], "a/b");
-        assert_eq!(out["paths"], serde_json::json!(["x/y", 3, "z"]));
+        assert_eq!(out["paths"], serde_json::json!(["x/y", ["z"]]));
         assert_eq!(out["content"], "a//b");
-        let values: Vec<&str> = path_values(&names, &out).collect();
+        let values: Vec<&str> = path_values(&names, &out);
         assert_eq!(values, ["a/b", "x/y", "z"]);
         let bad: Map<String, Value> =
             serde_json::from_value(serde_json::json!({"paths": ["ok", "../x"]})).unwrap();
@@ -187,5 +191,15 @@ mod tests {
             normalize_args(&names, &bad).unwrap_err(),
             Reason::PathEscapes
         );
+        for not_a_path in [
+            serde_json::json!({"paths": ["ok", 3]}),
+            serde_json::json!({"path": {"p": "/w/.env"}}),
+        ] {
+            let args: Map<String, Value> = serde_json::from_value(not_a_path).unwrap();
+            assert_eq!(
+                normalize_args(&names, &args).unwrap_err(),
+                Reason::PathInvalid
+            );
+        }
     }
 }

@@ -34,7 +34,8 @@ crate::wire_enum! {
         /// A path argument climbs above where it starts (`../x`, `/..`)
         /// once normalized (see [`crate::paths`]).
         PathEscapes = "path_escapes",
-        /// A path argument holds a NUL character.
+        /// A path argument holds a NUL character, or a value that is no
+        /// path (a number, an object).
         PathInvalid = "path_invalid",
         /// A literal-IP network target fell inside a hardline CIDR.
         HardlineCidr = "hardline_cidr",
@@ -42,6 +43,16 @@ crate::wire_enum! {
         EgressHostNotAllowed = "egress_host_not_allowed",
         /// A network tool gave no usable `url` or `host` argument.
         NetworkTargetInvalid = "network_target_invalid",
+        /// A URL or host argument can be read as more than one target
+        /// (userinfo, a backslash, whitespace, percent-encoding, a non-canonical
+        /// address or name; see [`crate::network`]).
+        UrlAmbiguous = "url_ambiguous",
+        /// A URL's scheme is neither `http`, `https` nor one of
+        /// `egress.allowSchemes`.
+        UrlSchemeNotAllowed = "url_scheme_not_allowed",
+        /// The call's array arguments expand to more match texts than
+        /// [`crate::args::MAX_MATCH_TEXTS`].
+        TooManyValues = "too_many_values",
         /// The profile allows every remaining call.
         ModeAllowAll = "mode_allow_all",
         /// The profile denies every call.
@@ -117,6 +128,9 @@ impl Reason {
                 | Self::PathEscapes
                 | Self::PathInvalid
                 | Self::HardlineCidr
+                | Self::UrlAmbiguous
+                | Self::UrlSchemeNotAllowed
+                | Self::TooManyValues
                 | Self::ToolDefinitionChanged
                 | Self::ApprovalDenied
                 | Self::RunCancelled

@@ -217,7 +217,7 @@ fn network_targets_hit_cidrs_and_egress() {
         ),
         (json!({"url": "http://[fd00::1]/"}), Reason::HardlineCidr),
         (json!({"host": "10.9.9.9:22"}), Reason::HardlineCidr),
-        (json!({"url": "http://0xA9FEA9FE/"}), Reason::HardlineCidr),
+        (json!({"url": "http://0xA9FEA9FE/"}), Reason::UrlAmbiguous),
         (
             json!({"url": "https://api.example.com/x"}),
             Reason::ModeAllowAll,
@@ -242,7 +242,9 @@ fn network_targets_hit_cidrs_and_egress() {
         ),
         (json!({}), Reason::NetworkTargetInvalid),
         (json!({"url": 42}), Reason::NetworkTargetInvalid),
-        (json!({"url": "mailto:x"}), Reason::NetworkTargetInvalid),
+        (json!({"url": "mailto:x"}), Reason::UrlSchemeNotAllowed),
+        (json!({"url": "not-a-url"}), Reason::NetworkTargetInvalid),
+        (json!({"url": "not a url"}), Reason::UrlAmbiguous),
     ];
     for (arguments, reason) in cases {
         assert_eq!(
@@ -654,7 +656,7 @@ fn egress_refusal_applies_the_network_rules_to_a_url() {
         Some(Reason::HardlineCidr)
     );
     assert_eq!(
-        policy.egress_refusal("not a url"),
+        policy.egress_refusal("not-a-url"),
         Some(Reason::NetworkTargetInvalid)
     );
 }

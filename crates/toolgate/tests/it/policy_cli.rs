@@ -191,7 +191,8 @@ fn demo_runs_from_any_directory() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("deny:bash:rm *"), "{stdout}");
-    assert!(stdout.contains("hardline:cidrs:127.0.0.0/8"), "{stdout}");
+    assert!(stdout.contains("hardline:cidrs:169.254.0.0/16"), "{stdout}");
+    assert!(stdout.contains("url_ambiguous"), "{stdout}");
     assert!(stdout.contains("0 differed"), "{stdout}");
     // The scripted session, MCP gateway scene included, behaved as scripted.
     assert!(stdout.contains("purge_all hidden"), "{stdout}");
