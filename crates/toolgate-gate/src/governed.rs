@@ -4,6 +4,12 @@
 //! profile that declares no `workspace.*` tool denies them (`unknown_tool`);
 //! a hardline path rule denies them in every mode. A high-risk write records
 //! its intent around the write itself.
+//!
+//! A path that goes through a symbolic link inside the root is decided
+//! twice, and both must allow: as the agent named it, then as the link
+//! resolves (`{"path": resolved}`), so hardline paths, rules and flow labels
+//! see the file that is actually opened; the operation then opens exactly
+//! the resolved path (see [`crate::workspace`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +19,9 @@ use serde::{Deserialize, Serialize};
 use toolgate_policy::{Decision, Id, Provenance, RunId};
 use toolgate_store::{IntentOutcome, NewIntent};
 
-use crate::workspace::{FileRead, FileWritten, Listing, Stat, WorkspaceError, Workspaces};
+use crate::workspace::{
+    FileRead, FileWritten, Listing, Resolved, Stat, WorkspaceError, Workspaces,
+};
 use crate::{AuthorizeRequest, AuthorizeResponse, Gate, GateError, NO_STEP};
 
 /// Body of workspace `read`, `list` and `stat`.
@@ -145,6 +153,41 @@ async fn govern_read(
     })
 }
 
+/// Resolves `path` in the run's workspace, and when a link makes it lead
+/// elsewhere, decides `workspace.<op>` again on where it leads (with the
+/// same other arguments): the answer that lets the operation run, and the
+/// path it runs on.
+async fn govern_resolved(
+    app: &Arc<Gate>,
+    op: &'static str,
+    req: &PathRequest,
+    allow_root: bool,
+    mut arguments: serde_json::Map<String, serde_json::Value>,
+    answer: AuthorizeResponse,
+) -> Result<(AuthorizeResponse, Resolved), GateError> {
+    let resolved = resolve(app, req, allow_root).await?;
+    if !resolved.through_link() {
+        return Ok((answer, resolved));
+    }
+    arguments.insert("path".into(), resolved.resolved().into());
+    let answer = govern(app, op, &req.run_id, req.step_id.clone(), arguments).await?;
+    Ok((answer, resolved))
+}
+
+/// Where `req.path` leads in the run's workspace.
+async fn resolve(
+    app: &Arc<Gate>,
+    req: &PathRequest,
+    allow_root: bool,
+) -> Result<Resolved, GateError> {
+    let state = app.clone();
+    let (run_id, path) = (req.run_id.clone(), req.path.clone());
+    workspace_io(app, move || {
+        Ok(state.workspaces.resolve(&run_id, &path, allow_root)?)
+    })
+    .await
+}
+
 /// Counts a refused workspace request in `toolgate_workspace_refusals_total{code}`.
 fn counted_refusal<T>(app: &Gate, result: Result<T, GateError>) -> Result<T, GateError> {
     if let Err(e) = &result {
@@ -214,7 +257,13 @@ async fn workspace_write_inner(
     let mut args = path_arguments(&req.path);
     args.insert("content".into(), req.content.clone().into());
     let step = req.step_id.clone();
-    let answer = govern(&app, "write", &req.run_id, step.clone(), args).await?;
+    let answer = govern(&app, "write", &req.run_id, step.clone(), args.clone()).await?;
+    let target = PathRequest {
+        run_id: req.run_id.clone(),
+        path: req.path.clone(),
+        step_id: step.clone(),
+    };
+    let (answer, resolved) = govern_resolved(&app, "write", &target, false, args, answer).await?;
     // A high-risk write is recorded like any high-risk call: pending before
     // the effect, watermarked, then closed with its outcome.
     let intents = app.store.intents();
@@ -243,9 +292,9 @@ async fn workspace_write_inner(
         None
     };
     let state = app.clone();
-    let (run_id, path, content) = (req.run_id, req.path, req.content);
+    let (run_id, content) = (req.run_id, req.content);
     let written = workspace_io(&app, move || {
-        Ok(state.workspaces.write(&run_id, &path, &content)?)
+        Ok(state.workspaces.write(&run_id, &resolved, &content)?)
     })
     .await;
     if let Some(id) = intent {
@@ -263,51 +312,69 @@ async fn workspace_write_inner(
     })
 }
 
-/// A workspace read decided on the provenance of what was read.
+/// A workspace read decided on the provenance of what was read: the file
+/// is read first (inside the sidecar), then the path is decided as named
+/// and, through a link, as resolved.
 async fn read_then_govern(
     app: Arc<Gate>,
     req: PathRequest,
 ) -> Result<Governed<FileRead>, GateError> {
-    let state = app.clone();
-    let (run_id, path) = (req.run_id.clone(), req.path.clone());
-    let read = workspace_io(&app, move || Ok(state.workspaces.read(&run_id, &path)?)).await;
+    let resolved = resolve(&app, &req, false).await;
+    let read = match &resolved {
+        Ok(resolved) => {
+            let (state, run_id, resolved) = (app.clone(), req.run_id.clone(), resolved.clone());
+            workspace_io(&app, move || {
+                Ok(state.workspaces.read(&run_id, &resolved)?)
+            })
+            .await
+        }
+        Err(_) => Err(GateError::Workspace(WorkspaceError::NotFound)),
+    };
     let provenance = read.as_ref().ok().map(|r| r.provenance);
-    let arguments = path_arguments(&req.path);
-    let answer = govern_read(
+    let mut answer = govern_read(
         &app,
         "read",
         &req.run_id,
-        req.step_id,
-        arguments,
+        req.step_id.clone(),
+        path_arguments(&req.path),
         provenance,
     )
     .await?;
+    let resolved = resolved?;
+    if resolved.through_link() {
+        answer = govern_read(
+            &app,
+            "read",
+            &req.run_id,
+            req.step_id,
+            path_arguments(resolved.resolved()),
+            provenance,
+        )
+        .await?;
+    }
     Ok(Governed {
         decision_id: answer.decision_id,
         result: read?,
     })
 }
 
-/// Decides `workspace.<op>` for a path request and, when allowed, runs
-/// `op` on the run's workspace; refusals are counted.
+/// Decides `workspace.<op>` for a path request and, when allowed (through
+/// a link: allowed twice), runs `op` on the resolved path; refusals are
+/// counted.
 async fn governed_path<T: Send + 'static>(
     app: Arc<Gate>,
     req: PathRequest,
     op: &'static str,
-    run: fn(&Workspaces, &RunId, &str) -> Result<T, WorkspaceError>,
+    run: fn(&Workspaces, &RunId, &Resolved) -> Result<T, WorkspaceError>,
 ) -> Result<Governed<T>, GateError> {
     let outcome = async {
-        let answer = govern(
-            &app,
-            op,
-            &req.run_id,
-            req.step_id.clone(),
-            path_arguments(&req.path),
-        )
-        .await?;
+        let args = path_arguments(&req.path);
+        let answer = govern(&app, op, &req.run_id, req.step_id.clone(), args.clone()).await?;
+        let (answer, resolved) =
+            govern_resolved(&app, op, &req, op != "read", args, answer).await?;
         let state = app.clone();
         let result = workspace_io(&app, move || {
-            Ok(run(&state.workspaces, &req.run_id, &req.path)?)
+            Ok(run(&state.workspaces, &req.run_id, &resolved)?)
         })
         .await?;
         Ok(Governed {

@@ -15,10 +15,11 @@ pub const RISK_LABELS: [&str; 3] = toolgate_policy::Risk::NAMES;
 pub const RESUME_CLASSES: [&str; 2] = toolgate_store::ResumeClass::NAMES;
 /// Codes of `toolgate_workspace_refusals_total` created at 0 (any other
 /// refusal code is still counted, from a fixed set of `&'static str`).
-pub const WORKSPACE_REFUSAL_CODES: [&str; 8] = [
+pub const WORKSPACE_REFUSAL_CODES: [&str; 9] = [
     "policy_denied",
     "approval_required",
     "workspace_escape",
+    "workspace_changed",
     "workspace_invalid_path",
     "workspace_hardlink",
     "workspace_not_regular_file",

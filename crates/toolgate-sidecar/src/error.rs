@@ -94,6 +94,7 @@ fn gate_status(e: &GateError) -> StatusCode {
         G::Workspace(w) => match w {
             WorkspaceError::NotFound => StatusCode::NOT_FOUND,
             WorkspaceError::Escape | WorkspaceError::HardLink => StatusCode::FORBIDDEN,
+            WorkspaceError::Changed => StatusCode::CONFLICT,
             WorkspaceError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             WorkspaceError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,

@@ -1,10 +1,12 @@
 //! Per-run workspace roots that tools can only reach by relative path.
 //!
 //! Every run gets `<base>/<tenant>/<run_id>`. Paths are checked as text
-//! (absolute, `..`, empty components, NUL) and then opened through a
-//! capability directory (`cap-std`), which resolves each component beneath the
-//! root with kernel help, so a symlink that points outside is refused at open
-//! time rather than by a string check that a race could defeat.
+//! (absolute, `..`, empty components, NUL), then resolved beneath the root
+//! through a capability directory (`cap-std`): a symlink that points
+//! outside is an escape, and one that stays inside leads to the path the
+//! policy judges ([`walk`]), which is then opened without following any
+//! link, so a link swapped in after the decision is refused rather than
+//! followed.
 //!
 //! Provenance is conservative: a file is `INTERNAL_TOOL` only while it still
 //! looks exactly as this process wrote it; anything else found on disk,
@@ -12,14 +14,18 @@
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use std::io::{Read, Write};
 
+mod results;
+mod walk;
+pub use results::{Entry, EntryKind, FileRead, FileWritten, Listing, Stat};
+pub use walk::MAX_LINK_HOPS;
+
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 use toolgate_policy::RunId;
 
@@ -36,20 +42,6 @@ pub const MAX_LIST_ENTRIES: usize = 10_000;
 /// since flow rules select reads by it).
 pub use toolgate_policy::Provenance;
 
-/// Kind of a directory entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EntryKind {
-    /// A regular file.
-    File,
-    /// A directory.
-    Dir,
-    /// A symbolic link (not followed when listing).
-    Symlink,
-    /// Sockets, devices and the like.
-    Other,
-}
-
 /// Why a workspace operation was refused. Messages never contain host paths.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
@@ -62,6 +54,10 @@ pub enum WorkspaceError {
     /// Resolution left the workspace root (e.g. through a symlink).
     #[error("path escapes the workspace")]
     Escape,
+    /// A link appeared, or an entry was replaced, on the resolved path
+    /// between the decision and the open.
+    #[error("the path changed while it was being opened")]
+    Changed,
     /// Nothing at that path.
     #[error("no such file or directory")]
     NotFound,
@@ -103,6 +99,7 @@ impl WorkspaceError {
             Self::InvalidPath(_) => "workspace_invalid_path",
             Self::InvalidId(_) => "workspace_invalid_id",
             Self::Escape => "workspace_escape",
+            Self::Changed => "workspace_changed",
             Self::NotFound => "workspace_not_found",
             Self::NotText => "workspace_not_text",
             Self::TooLarge => "workspace_too_large",
@@ -192,12 +189,9 @@ impl RelPath {
         &self.0
     }
 
-    fn as_path(&self) -> &Path {
-        if self.0.is_empty() {
-            Path::new(".")
-        } else {
-            Path::new(&self.0)
-        }
+    /// Its components (none for the root).
+    fn components(&self) -> impl DoubleEndedIterator<Item = &str> {
+        self.0.split('/').filter(|c| !c.is_empty())
     }
 }
 
@@ -233,15 +227,14 @@ impl Written {
     }
 }
 
-/// Opens `path` for reading without blocking (a FIFO would otherwise hang
-/// the open itself) and checks the *open handle*: a regular file with one
-/// link, within the size limit.
-fn open_regular(root: &Dir, path: &Path) -> Result<(File, Metadata), WorkspaceError> {
+/// Opens the resolved path for reading without blocking (a FIFO would
+/// otherwise hang the open itself) and without following a link, and checks
+/// the *open handle*: a regular file with one link, within the size limit.
+fn open_regular(root: &Dir, resolved: &RelPath) -> Result<(File, Metadata), WorkspaceError> {
     let mut options = OpenOptions::new();
     options.read(true).custom_flags(libc::O_NONBLOCK);
-    let file = root
-        .open_with(path, &options)
-        .map_err(WorkspaceError::from_io)?;
+    let (dir, name) = walk::open_parent(root, resolved, false)?;
+    let file = walk::open_file(&dir, name, &options, false)?;
     let meta = file.metadata().map_err(WorkspaceError::from_io)?;
     check_regular(&meta)?;
     Ok((file, meta))
@@ -271,69 +264,6 @@ fn read_bounded(file: File) -> Result<Vec<u8>, WorkspaceError> {
         return Err(WorkspaceError::TooLarge);
     }
     Ok(bytes)
-}
-
-/// Result of reading a file.
-#[derive(Debug, Clone, Serialize)]
-pub struct FileRead {
-    /// The relative path.
-    pub path: String,
-    /// Where the content came from.
-    pub provenance: Provenance,
-    /// UTF-8 content.
-    pub content: String,
-}
-
-/// Result of writing a file.
-#[derive(Debug, Clone, Serialize)]
-pub struct FileWritten {
-    /// The relative path.
-    pub path: String,
-    /// Always `INTERNAL_TOOL`.
-    pub provenance: Provenance,
-    /// Bytes written.
-    pub bytes: u64,
-}
-
-/// One entry of a directory listing.
-#[derive(Debug, Clone, Serialize)]
-pub struct Entry {
-    /// Name within the directory.
-    pub name: String,
-    /// What it is.
-    pub kind: EntryKind,
-    /// Provenance of files; directories and links are `EXTERNAL_UNTRUSTED`
-    /// unless this process wrote them.
-    pub provenance: Provenance,
-}
-
-/// Result of listing a directory.
-#[derive(Debug, Clone, Serialize)]
-pub struct Listing {
-    /// The relative path (`""` for the root).
-    pub path: String,
-    /// Always `EXTERNAL_UNTRUSTED`: a directory's set of names is not ours.
-    pub provenance: Provenance,
-    /// Entries sorted by name.
-    pub entries: Vec<Entry>,
-    /// Entries left out because their names are not UTF-8.
-    pub skipped_non_utf8: usize,
-    /// True when the directory has more than [`MAX_LIST_ENTRIES`] entries
-    /// and only the first ones read are listed.
-    pub truncated: bool,
-}
-
-/// Result of `stat`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Stat {
-    /// The relative path.
-    pub path: String,
-    /// What it is (symlinks inside the root are followed).
-    pub kind: EntryKind,
-    /// Size in bytes.
-    pub size: u64,
-    /// Provenance of the content.
-    pub provenance: Provenance,
 }
 
 /// All workspaces of one sidecar, rooted at one host directory.
@@ -399,7 +329,7 @@ impl Workspaces {
         let Some(w) = self.recorded(run_id, path) else {
             return Provenance::ExternalUntrusted;
         };
-        let content = open_regular(root, path.as_path())
+        let content = open_regular(root, path)
             .ok()
             .filter(|(_, meta)| meta.len() == w.len)
             .and_then(|(file, _)| read_bounded(file).ok());
@@ -409,44 +339,57 @@ impl Workspaces {
         }
     }
 
-    /// Reads a UTF-8 file.
-    pub fn read(&self, run_id: &RunId, path: &str) -> Result<FileRead, WorkspaceError> {
-        let rel = RelPath::parse(path, false)?;
+    /// Where `path` leads in the run's workspace once its links are
+    /// followed: what the gate judges and every operation opens.
+    /// `allow_root` admits `""` (list and stat).
+    pub fn resolve(
+        &self,
+        run_id: &RunId,
+        path: &str,
+        allow_root: bool,
+    ) -> Result<Resolved, WorkspaceError> {
+        let requested = RelPath::parse(path, allow_root)?;
         let root = self.root(run_id)?;
-        let (file, meta) = open_regular(&root, rel.as_path())?;
+        let resolved = walk::resolve(&root, &requested)?;
+        if resolved.0.is_empty() && !allow_root {
+            return Err(WorkspaceError::WrongKind("path is a directory"));
+        }
+        Ok(Resolved {
+            requested,
+            resolved,
+        })
+    }
+
+    /// Reads a UTF-8 file at a resolved path.
+    pub fn read(&self, run_id: &RunId, path: &Resolved) -> Result<FileRead, WorkspaceError> {
+        let root = self.root(run_id)?;
+        let (file, meta) = open_regular(&root, &path.resolved)?;
         if meta.len() > MAX_FILE_BYTES {
             return Err(WorkspaceError::TooLarge);
         }
         let bytes = read_bounded(file)?;
-        let provenance = self.provenance(run_id, &rel, &bytes);
+        let provenance = self.provenance(run_id, &path.resolved, &bytes);
         let content = String::from_utf8(bytes).map_err(|_| WorkspaceError::NotText)?;
         Ok(FileRead {
             provenance,
-            path: rel.0,
+            path: path.requested.0.clone(),
             content,
         })
     }
 
-    /// Writes a UTF-8 file, creating parent directories inside the root.
+    /// Writes a UTF-8 file at a resolved path, creating parent directories
+    /// inside the root.
     pub fn write(
         &self,
         run_id: &RunId,
-        path: &str,
+        path: &Resolved,
         content: &str,
     ) -> Result<FileWritten, WorkspaceError> {
-        let rel = RelPath::parse(path, false)?;
         if content.len() as u64 > MAX_FILE_BYTES {
             return Err(WorkspaceError::TooLarge);
         }
         let root = self.root(run_id)?;
-        if let Some(parent) = rel.as_path().parent().filter(|p| !p.as_os_str().is_empty()) {
-            match root.create_dir_all(parent) {
-                // A symlink in the way reports "exists"; the write below
-                // then tells an escape from a file blocking the path.
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                other => other.map_err(WorkspaceError::from_io)?,
-            }
-        }
+        let (dir, name) = walk::open_parent(&root, &path.resolved, true)?;
         // Open without truncating and without blocking, check the open
         // handle, and only then replace the content: a FIFO, a device or a
         // hard link planted at the path is refused untouched.
@@ -455,9 +398,7 @@ impl Workspaces {
             .write(true)
             .create(true)
             .custom_flags(libc::O_NONBLOCK);
-        let mut file = root
-            .open_with(rel.as_path(), &options)
-            .map_err(WorkspaceError::from_io)?;
+        let mut file = walk::open_file(&dir, name, &options, true)?;
         let meta = file.metadata().map_err(WorkspaceError::from_io)?;
         check_regular(&meta)?;
         file.set_len(0).map_err(WorkspaceError::from_io)?;
@@ -467,27 +408,20 @@ impl Workspaces {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(
-                (run_id.as_str().to_owned(), rel.0.clone()),
+                (run_id.as_str().to_owned(), path.resolved.0.clone()),
                 Written::of(content.as_bytes()),
             );
         Ok(FileWritten {
-            path: rel.0,
+            path: path.requested.0.clone(),
             provenance: Provenance::InternalTool,
             bytes: content.len() as u64,
         })
     }
 
-    /// Lists a directory; `""` is the root.
-    pub fn list(&self, run_id: &RunId, path: &str) -> Result<Listing, WorkspaceError> {
-        let rel = RelPath::parse(path, true)?;
+    /// Lists a directory at a resolved path (`""` is the root).
+    pub fn list(&self, run_id: &RunId, path: &Resolved) -> Result<Listing, WorkspaceError> {
         let root = self.root(run_id)?;
-        let dir_root = root.try_clone().map_err(WorkspaceError::from_io)?;
-        let dir = if rel.0.is_empty() {
-            root
-        } else {
-            root.open_dir(rel.as_path())
-                .map_err(WorkspaceError::from_io)?
-        };
+        let dir = walk::open_dir(&root, &path.resolved)?;
         let mut entries = Vec::new();
         let mut skipped_non_utf8 = 0;
         let mut truncated = false;
@@ -511,13 +445,13 @@ impl Workspaces {
             } else {
                 EntryKind::Other
             };
-            let child = if rel.0.is_empty() {
+            let child = if path.resolved.0.is_empty() {
                 name.clone()
             } else {
-                format!("{}/{name}", rel.0)
+                format!("{}/{name}", path.resolved.0)
             };
             let provenance = match kind {
-                EntryKind::File => self.provenance_on_disk(&dir_root, run_id, &RelPath(child)),
+                EntryKind::File => self.provenance_on_disk(&root, run_id, &RelPath(child)),
                 _ => Provenance::ExternalUntrusted,
             };
             entries.push(Entry {
@@ -528,7 +462,7 @@ impl Workspaces {
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Listing {
-            path: rel.0,
+            path: path.requested.0.clone(),
             provenance: Provenance::ExternalUntrusted,
             entries,
             skipped_non_utf8,
@@ -536,30 +470,60 @@ impl Workspaces {
         })
     }
 
-    /// Size, kind and provenance of a path (symlinks inside the root are followed).
-    pub fn stat(&self, run_id: &RunId, path: &str) -> Result<Stat, WorkspaceError> {
-        let rel = RelPath::parse(path, true)?;
+    /// Size, kind and provenance of a resolved path.
+    pub fn stat(&self, run_id: &RunId, path: &Resolved) -> Result<Stat, WorkspaceError> {
         let root = self.root(run_id)?;
-        let meta = root
-            .metadata(rel.as_path())
-            .map_err(WorkspaceError::from_io)?;
+        let meta = match path.resolved.0.is_empty() {
+            true => root.dir_metadata(),
+            false => {
+                let (dir, name) = walk::open_parent(&root, &path.resolved, false)?;
+                dir.symlink_metadata(name)
+            }
+        }
+        .map_err(WorkspaceError::from_io)?;
         let kind = if meta.is_dir() {
             EntryKind::Dir
         } else if meta.is_file() {
             EntryKind::File
+        } else if meta.file_type().is_symlink() {
+            return Err(WorkspaceError::Changed);
         } else {
             EntryKind::Other
         };
         Ok(Stat {
             provenance: if kind == EntryKind::File {
-                self.provenance_on_disk(&root, run_id, &rel)
+                self.provenance_on_disk(&root, run_id, &path.resolved)
             } else {
                 Provenance::ExternalUntrusted
             },
-            path: rel.0,
+            path: path.requested.0.clone(),
             kind,
             size: meta.len(),
         })
+    }
+}
+
+/// A workspace path as the agent named it and where its links lead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    requested: RelPath,
+    resolved: RelPath,
+}
+
+impl Resolved {
+    /// The path as the agent named it.
+    pub fn requested(&self) -> &str {
+        self.requested.as_str()
+    }
+
+    /// The path with every link followed (no link in it when resolved).
+    pub fn resolved(&self) -> &str {
+        self.resolved.as_str()
+    }
+
+    /// True when a link made the two differ.
+    pub fn through_link(&self) -> bool {
+        self.requested != self.resolved
     }
 }
 

@@ -17,3 +17,4 @@ mod run_ids;
 mod run_scopes;
 mod runs;
 mod workspace;
+mod workspace_links;
