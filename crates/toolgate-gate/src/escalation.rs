@@ -89,6 +89,7 @@ pub(crate) async fn escalate(
         step_id,
         &verdict.call_digest,
         &verdict.policy_version,
+        req.definition_digest.as_deref(),
     );
     // What the approver is shown: the text the rules matched, masked.
     let preview = enforced.policy.preview(&req.call());

@@ -41,16 +41,21 @@ pub fn call_digest(
 /// digest and the policy version, each length-prefixed (so no two parts can
 /// be shifted into one another). The same call asks the same approval
 /// until it is used or expires; another action is another call digest,
-/// hence another invocation.
+/// hence another invocation. An MCP tool's `definition_digest` (the
+/// definition the call was escalated under) is a sixth part when given, so
+/// an approval granted for one definition of a tool never lets a call to a
+/// re-announced, changed definition through.
 pub fn invocation_digest(
     tenant: &str,
     run_id: &str,
     step_id: &str,
     call_digest: &str,
     policy_version: &str,
+    definition_digest: Option<&str>,
 ) -> String {
     let mut h = Sha256::new();
-    for part in [tenant, run_id, step_id, call_digest, policy_version] {
+    let parts = [tenant, run_id, step_id, call_digest, policy_version];
+    for part in parts.into_iter().chain(definition_digest) {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
@@ -285,12 +290,18 @@ mod tests {
         // rule cannot slip by.
         let v = "p@0123456789ab+h01234567";
         assert_eq!(
-            invocation_digest("acme", "run-1", "s1", "sha256:c", v),
+            invocation_digest("acme", "run-1", "s1", "sha256:c", v, None),
             "1a9b8f28f0eefc433ef98951863f0c8d"
         );
         assert_eq!(
-            invocation_digest("acm", "erun-1", "s1", "sha256:c", v),
+            invocation_digest("acm", "erun-1", "s1", "sha256:c", v, None),
             "33217d1bef86a530f7e06290ddb3b84d"
+        );
+        let defined = invocation_digest("acme", "run-1", "s1", "sha256:c", v, Some("sha256:d"));
+        assert_eq!(defined, "aa59f1318e0a359065dbdc5317ab2903");
+        assert_ne!(
+            defined,
+            invocation_digest("acme", "run-1", "s1", "sha256:c", v, Some("sha256:e"))
         );
     }
     use proptest::prelude::*;

@@ -450,5 +450,18 @@ async fn a_tool_announced_anew_while_its_call_waited_is_not_called() {
         "{failed}"
     );
     assert!(received.calls().is_empty(), "{:?}", received.calls());
+    // The approval was for the definition the human saw: a plain retry of
+    // the same call against the changed tool asks anew and runs nothing.
+    let retried = client
+        .call("deploy", json!({"service": "api"}), false)
+        .await;
+    assert_eq!(retried["result"]["isError"], true, "{retried}");
+    let text = retried["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("approval_required"), "{retried}");
+    assert!(
+        !text.contains(&approval),
+        "a new approval is asked: {retried}"
+    );
+    assert!(received.calls().is_empty(), "{:?}", received.calls());
     h.stop().await;
 }
