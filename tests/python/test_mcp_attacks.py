@@ -361,16 +361,15 @@ def test_requests_without_ids_and_stray_cancellations_are_not_forwarded(sidecar,
         data=b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}')
     with urllib.request.urlopen(request, timeout=30) as r:
         assert r.status == 202
-    # A GET's body is never passed on.
+    # A GET (and its body) never reaches the server: only POST carries messages.
     request = urllib.request.Request(url, method='GET', headers={'Accept': 'text/event-stream'},
                                      data=b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}')
-    try:
+    with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30).close()
-    except urllib.error.HTTPError:
-        pass
+    assert refused.value.code == 405 and refused.value.headers['Allow'] == 'POST'
     log = evil_upstream['log'].read_text().splitlines()[skip:]
     assert 'got tools/call' not in log and 'got notifications/cancelled' not in log, log
-    assert 'GET body 0' in log, log
+    assert not any(line.startswith('GET') for line in log), log
     # The same over stdio.
     (tmp_path / 'stdio.log').write_text('')
     out = subprocess.run(

@@ -88,9 +88,10 @@ def test_upstreams_outside_the_egress_rules_and_unknown_servers_are_refused(side
 
 def test_headers_that_contradict_the_body_are_refused(sidecar, mcp_upstream):
     call = '{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"wipe","arguments":{"target":"x"}}}'
+    # The transport answers a header that contradicts the body with HTTP 400.
     status, body = post(f"{sidecar['url']}/mcp/demo", call, {'Mcp-Method': 'tools/list'})
-    assert status == 200 and '-32020' in body, body
+    assert status == 400 and '-32020' in body, body
     status, body = post(f"{sidecar['url']}/mcp/demo", call,
                         {'Mcp-Method': 'tools/call', 'Mcp-Name': 'echo'})
-    assert '-32020' in body, body
+    assert status == 400 and '-32020' in body, body
     assert 'wipe x' not in reached(mcp_upstream)

@@ -147,7 +147,8 @@ def test_a_task_is_no_one_elses(gateway, deploy_server, run_id):
         f"{gateway['url']}/mcp/tasks", method='POST',
         data=json.dumps({'jsonrpc': '2.0', 'id': 1, 'method': 'tasks/get', 'params': {'taskId': task}}).encode(),
         headers={'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream',
-                 'Mcp-Protocol-Version': '2026-07-28', 'X-Toolgate-Run-Id': f"{run_id}-other"})
+                 'Mcp-Protocol-Version': '2026-07-28', 'X-Toolgate-Run-Id': f"{run_id}-other",
+                 'Mcp-Method': 'tasks/get', 'Mcp-Name': task})
     with urllib.request.urlopen(request, timeout=10) as r:
         answer = json.loads(r.read())
     assert answer['error']['code'] == -32602, answer

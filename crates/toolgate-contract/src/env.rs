@@ -14,6 +14,9 @@ pub const POD_NAME: &str = "POD_NAME";
 pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
 /// MCP upstreams `NAME=URL,…`.
 pub const MCP_UPSTREAMS: &str = "TOOLGATE_MCP_UPSTREAMS";
+/// Directory of the MCP upstreams' credentials: file `NAME` holds the
+/// `Authorization` value the gateway sends upstream `NAME` (a mounted Secret).
+pub const MCP_CREDENTIALS_DIR: &str = "TOOLGATE_MCP_CREDENTIALS_DIR";
 /// Bundle file.
 pub const BUNDLE: &str = "TOOLGATE_BUNDLE";
 /// Trust set file.

@@ -189,6 +189,8 @@ pub struct Gateway<D> {
     pub(crate) modern_server: std::sync::atomic::AtomicBool,
     /// Escalated calls held for clients of the tasks extension.
     pub(crate) tasks: TaskBook,
+    /// Pagination cursors the server returned (see [`crate::protocol`]).
+    pub(crate) cursors: crate::protocol::CursorBook,
 }
 
 impl<D: Decider> Gateway<D> {
@@ -204,6 +206,7 @@ impl<D: Decider> Gateway<D> {
             listing: Mutex::new(HashSet::new()),
             modern_server: std::sync::atomic::AtomicBool::new(false),
             tasks: TaskBook::default(),
+            cursors: crate::protocol::CursorBook::default(),
         }
     }
 
@@ -463,6 +466,10 @@ impl<D: Decider> Gateway<D> {
             }
         };
         message::filter_tools(response, &self.server, &visible);
+        // What one principal may see is no listing to share.
+        if let Some(scope) = response.pointer_mut("/result/cacheScope") {
+            *scope = Value::String("private".into());
+        }
     }
 
     /// Forgets every announced definition: after a list the gateway could

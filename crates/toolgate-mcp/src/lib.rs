@@ -6,6 +6,9 @@
 //!   [`gateway::Decider`] (the sidecar over HTTP, or the sidecar itself).
 //! - [`message`]: the pure part — naming (`SERVER.TOOL` is the policy
 //!   tool), filtering a `tools/list` result, the JSON-RPC shapes of a refusal.
+//! - [`protocol`]: what of a client's message may reach a server at all:
+//!   the protocol's methods with their own parameters, cursors the server
+//!   returned; anything else is a tool the profile must declare.
 //! - [`relay`]: every message between client and server, judged in one
 //!   place for both transports: ids the gateway controls, unreadable
 //!   answers withheld, server requests decided.
@@ -26,6 +29,7 @@ pub mod caller_trace;
 mod deferred;
 pub mod gateway;
 pub mod message;
+pub mod protocol;
 pub mod relay;
 pub mod sidecar;
 pub mod sse;

@@ -24,8 +24,10 @@ pub const VERDICT_META: &str = "toolgate.dev/verdict";
 /// Requests of the client other than `tools/call` that read through the
 /// server and are decided like a tool named `SERVER.METHOD`, with the
 /// parameter that names what is read as the call's one argument.
-pub const GOVERNED_CLIENT_REQUESTS: [(&str, &str); 3] = [
+pub const GOVERNED_CLIENT_REQUESTS: [(&str, &str); 5] = [
     ("resources/read", "uri"),
+    ("resources/subscribe", "uri"),
+    ("resources/unsubscribe", "uri"),
     ("prompts/get", "name"),
     ("completion/complete", "ref"),
 ];
@@ -164,7 +166,7 @@ fn governed_subject(
             .ok_or_else(|| format!("needs {what}"))
     };
     match method {
-        "resources/read" => {
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
             let uri = canonical_uri(&text(params.and_then(|p| p.get("uri")), "params.uri")?)?;
             Ok((uri.clone(), Some(("uri", Value::String(uri)))))
         }

@@ -26,6 +26,7 @@ use toolgate_policy::RunId;
 
 use crate::gateway::{CallOutcome, Decider, Gateway};
 use crate::message::{self, FromClient};
+use crate::protocol;
 use crate::tasks::{self, DeferredCall};
 
 /// Largest message the gateway reads (parses) from either side, in bytes.
@@ -164,6 +165,33 @@ impl<D: Decider> Gateway<D> {
                 run_id,
                 route.session,
             ));
+        }
+        // The protocol's methods with their own parameters only; any other
+        // method is a tool the profile must declare.
+        if let protocol::Admission::Unknown(method) = protocol::admit(&mut message) {
+            let id = message.get("id").cloned();
+            let args = protocol::decided_params(&message);
+            let refusal = self
+                .decide_request(id.as_ref().unwrap_or(&Value::Null), &method, &args, run_id)
+                .await;
+            match (refusal, id) {
+                (Some(refusal), Some(_)) => return ClientStep::Answer(refusal),
+                (Some(_), None) => return ClientStep::Nothing,
+                (None, _) => {}
+            }
+        }
+        if let Some(cursor) = message.pointer("/params/cursor") {
+            let known = cursor
+                .as_str()
+                .is_some_and(|c| self.cursors.knows(run_id, route.session, c));
+            if !known {
+                let id = message.get("id").cloned().unwrap_or(Value::Null);
+                return ClientStep::Answer(message::error(
+                    &id,
+                    message::INVALID_PARAMS,
+                    "toolgate: params.cursor is not one this server returned in this session",
+                ));
+            }
         }
         let deferrable = modern && tasks::client_declares_tasks(&message);
         let awaiting = match message::classify(&message) {
@@ -426,6 +454,13 @@ impl<D: Decider> Gateway<D> {
         if let Awaiting::Task { task, intent } = &f.awaiting {
             self.settle_task(task, intent.as_deref(), &message).await;
             return ServerStep::Kept;
+        }
+        if let Some(cursor) = message
+            .pointer("/result/nextCursor")
+            .and_then(Value::as_str)
+        {
+            self.cursors
+                .remember(&f.run_id, f.session.as_deref(), cursor);
         }
         // Protocol 2026-07-28 carries server requests inside a result too.
         if let Some(refusal) = self

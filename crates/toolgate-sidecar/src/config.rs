@@ -78,6 +78,11 @@ pub struct SidecarArgs {
         value_parser = parse_upstream
     )]
     pub mcp_upstreams: Vec<(String, String)>,
+    /// Directory holding each MCP upstream's credential: file `NAME` is the
+    /// `Authorization` value sent to upstream `NAME` (mount a Secret here;
+    /// the agent's own `Authorization` never reaches an upstream).
+    #[arg(long = "mcp-credentials-dir", env = env::MCP_CREDENTIALS_DIR)]
+    pub mcp_credentials_dir: Option<PathBuf>,
     /// Time between bundle file checks, in the duration syntax of every
     /// flag (`2s`, `500ms`, `1m`; at least 100 ms).
     #[arg(long, env = env::RELOAD_INTERVAL, default_value = "2s", value_parser = parse_interval)]
@@ -151,6 +156,8 @@ pub struct SidecarConfig {
     pub allowed_hosts: Vec<String>,
     /// MCP upstreams `(NAME, URL)` served at `/mcp/NAME` (the gateway).
     pub mcp_upstreams: Vec<(String, String)>,
+    /// Where the upstreams' credentials are (`--mcp-credentials-dir`).
+    pub mcp_credentials_dir: Option<PathBuf>,
     /// Whether a call's trace span carries its arguments.
     pub trace_arguments: bool,
 }
@@ -176,6 +183,7 @@ impl SidecarConfig {
             decision_queue: DEFAULT_DECISION_QUEUE,
             allowed_hosts: Vec::new(),
             mcp_upstreams: Vec::new(),
+            mcp_credentials_dir: None,
             trace_arguments: false,
         }
     }
@@ -214,6 +222,7 @@ impl TryFrom<SidecarArgs> for SidecarConfig {
             pod_namespace: args.pod_namespace,
             allowed_hosts: args.allowed_hosts,
             mcp_upstreams: args.mcp_upstreams,
+            mcp_credentials_dir: args.mcp_credentials_dir,
             reload_interval: args.reload_interval,
             heartbeat_interval: args.heartbeat_interval,
             trace_arguments: args.trace_arguments,

@@ -157,7 +157,12 @@ impl Sidecar {
         }));
         let gate_for_poll = gate.clone();
         let state = Arc::new(AppState {
-            mcp: mcp::McpUpstreams::new(&config.mcp_upstreams, gate.clone(), mcp_http),
+            mcp: mcp::McpUpstreams::new(
+                &config.mcp_upstreams,
+                config.mcp_credentials_dir.clone(),
+                gate.clone(),
+                mcp_http,
+            ),
             gate,
             local_hosts: Arc::new(
                 config

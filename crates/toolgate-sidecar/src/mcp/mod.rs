@@ -10,9 +10,18 @@
 //!   400 `invalid_run_id`), else the MCP session as `mcp-session-` and a
 //!   digest of `Mcp-Session-Id` (session ids are opaque and may hold any
 //!   visible character), else one per upstream for this sidecar's life.
-//! - Protocol 2026-07-28: `Mcp-Method` / `Mcp-Name` headers must match the
-//!   body (JSON-RPC error -32020 otherwise), and refusals carry
-//!   `resultType: "complete"`.
+//! - Protocol 2026-07-28: `Mcp-Method` (every message) and `Mcp-Name`
+//!   (messages that name a tool, resource or prompt) must be there and match
+//!   the body (HTTP 400 with JSON-RPC error -32020 otherwise), and refusals
+//!   carry `resultType: "complete"`.
+//! - Only a POST carries a message: `GET` (a server-initiated stream) and
+//!   `DELETE` (ending a session) are `405`, so nothing but a decided
+//!   message reaches the upstream.
+//! - Headers: the upstream gets `Accept`, `Content-Type`,
+//!   `Mcp-Session-Id`, `MCP-Protocol-Version` and the routing headers made
+//!   from the forwarded body; never the agent's `Authorization`. An
+//!   upstream's own credential is the gateway's: file `NAME` of
+//!   `--mcp-credentials-dir` (a mounted Secret), sent as `Authorization`.
 //! - Every message either way goes through `toolgate_mcp::relay`, whatever
 //!   the framing (one JSON answer, or an SSE stream on a POST or a GET):
 //!   requests travel under the gateway's ids, a `tools/list` answer is
@@ -55,19 +64,21 @@ mod resolve;
 
 /// JSON-RPC: a request header contradicts the body (protocol 2026-07-28).
 pub const HEADER_MISMATCH: i64 = -32020;
-/// Request headers passed to the upstream (everything else, `Host` and
-/// `Origin` included, stays here).
-const FORWARDED_REQUEST_HEADERS: [&str; 6] = [
+/// Request headers passed to the upstream (everything else, `Host`,
+/// `Origin`, `Authorization` and `Last-Event-ID` included, stays here).
+const FORWARDED_REQUEST_HEADERS: [&str; 4] = [
     "accept",
     "content-type",
     "mcp-session-id",
     "mcp-protocol-version",
-    "last-event-id",
-    "authorization",
 ];
+/// Longest upstream credential read from `--mcp-credentials-dir`.
+const MAX_CREDENTIAL_BYTES: u64 = 8 * 1024;
 /// One configured upstream and its gateway.
 pub(crate) struct Upstream {
     url: String,
+    /// The file holding its `Authorization` value, if one is configured.
+    credential: Option<std::path::PathBuf>,
     default_run: toolgate_policy::RunId,
     gateway: Gateway<InProcess>,
 }
@@ -85,6 +96,7 @@ impl McpUpstreams {
     /// `http` (an [`upstream_client`]).
     pub(crate) fn new(
         upstreams: &[(String, String)],
+        credentials: Option<std::path::PathBuf>,
         gate: Arc<Gate>,
         http: reqwest::Client,
     ) -> Self {
@@ -93,6 +105,7 @@ impl McpUpstreams {
             .map(|(name, url)| {
                 let upstream = Upstream {
                     url: url.clone(),
+                    credential: credentials.as_ref().map(|dir| dir.join(name)),
                     default_run: default_run(name),
                     gateway: Gateway::new(
                         name.clone(),
@@ -244,16 +257,52 @@ impl Decider for InProcess {
 fn forward_headers(from: &HeaderMap) -> reqwest::header::HeaderMap {
     let mut out = reqwest::header::HeaderMap::new();
     for name in FORWARDED_REQUEST_HEADERS {
-        for value in from.get_all(name) {
-            if let (Ok(n), Ok(v)) = (
+        if let Some(value) = from.get(name)
+            && let (Ok(name), Ok(value)) = (
                 reqwest::header::HeaderName::from_bytes(name.as_bytes()),
                 reqwest::header::HeaderValue::from_bytes(value.as_bytes()),
-            ) {
-                out.append(n, v);
-            }
+            )
+        {
+            out.insert(name, value);
         }
     }
     out
+}
+
+impl Upstream {
+    /// The headers `upstream` gets for a request of the agent that came
+    /// with `from`: the forwarded ones and the gateway's own credential.
+    fn headers(&self, from: &HeaderMap) -> Result<reqwest::header::HeaderMap, ApiError> {
+        let mut out = forward_headers(from);
+        let Some(path) = &self.credential else {
+            return Ok(out);
+        };
+        let unusable = |why: String| {
+            ApiError::McpUpstream(format!("{}: credential {why}", self.gateway.server()))
+        };
+        // Read at every request, so a rotated Secret applies at once; a
+        // missing file means this upstream takes no credential.
+        let text = match std::fs::File::open(path) {
+            Ok(file) => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(
+                    &mut std::io::Read::take(file, MAX_CREDENTIAL_BYTES + 1),
+                    &mut text,
+                )
+                .map_err(|e| unusable(format!("unreadable ({})", e.kind())))?;
+                text
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(unusable(format!("unreadable ({})", e.kind()))),
+        };
+        if text.len() as u64 > MAX_CREDENTIAL_BYTES {
+            return Err(unusable("larger than 8 KiB".into()));
+        }
+        let value = reqwest::header::HeaderValue::from_str(text.trim_end_matches(['\r', '\n']))
+            .map_err(|_| unusable("is not a header value".into()))?;
+        out.insert(reqwest::header::AUTHORIZATION, value);
+        Ok(out)
+    }
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -332,6 +381,16 @@ async fn exchange(
     let upstream = mcp.servers.get(&server).cloned().ok_or_else(|| {
         ApiError::McpUnknownServer(toolgate_gate::labels::truncate(&server, 64).to_owned())
     })?;
+    if method != Method::POST {
+        // No server-initiated stream (GET) and no session ending (DELETE)
+        // pass: their headers and bodies would reach the server undecided.
+        return Ok((
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            "toolgate: only POST carries MCP messages through the gateway",
+        )
+            .into_response());
+    }
     if let Some(why) = upstream_refusal(&mcp, &upstream) {
         return Err(ApiError::McpUpstreamNotAllowed(why));
     }
@@ -367,9 +426,15 @@ async fn exchange(
                 )));
             }
         };
-        if let Some(mismatch) = header_mismatch(&headers, &message) {
+        if let Some(mismatch) = header_mismatch(&headers, &message, modern) {
             let id = message.get("id").cloned().unwrap_or(Value::Null);
-            return Ok(answer(&message::error(&id, HEADER_MISMATCH, &mismatch)));
+            let error = message::error(&id, HEADER_MISMATCH, &mismatch);
+            return Ok((
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "application/json")],
+                error.to_string(),
+            )
+                .into_response());
         }
         match upstream.gateway.from_client(message, route).await {
             ClientStep::Answer(a) => return Ok(answer(&a)),
@@ -381,7 +446,7 @@ async fn exchange(
                 let deferred = deferred::Deferred {
                     mcp: mcp.clone(),
                     upstream: upstream.clone(),
-                    headers: forward_headers(&headers),
+                    headers: upstream.headers(&headers)?,
                     run_id: run_id.clone(),
                 };
                 tokio::spawn(deferred.run(call).in_current_span());
@@ -404,7 +469,7 @@ async fn exchange(
     let is_post = method == Method::POST;
 
     let started = Instant::now();
-    let mut forwarded = forward_headers(&headers);
+    let mut forwarded = upstream.headers(&headers)?;
     if modern && let Some(message) = &routed {
         set_routing_headers(&mut forwarded, message);
     }
@@ -485,21 +550,43 @@ fn set_routing_headers(headers: &mut reqwest::header::HeaderMap, message: &Value
     }
 }
 
-/// `Mcp-Method` / `Mcp-Name` that contradict the body.
-fn header_mismatch(headers: &HeaderMap, message: &Value) -> Option<String> {
-    let method = message.get("method").and_then(Value::as_str);
-    if let Some(h) = header(headers, "mcp-method")
-        && Some(h) != method
+/// `Mcp-Method` / `Mcp-Name` that contradict the body, or (protocol
+/// 2026-07-28, `modern`) that are missing where the body calls for them.
+fn header_mismatch(headers: &HeaderMap, message: &Value, modern: bool) -> Option<String> {
+    for name in ["mcp-method", "mcp-name"] {
+        if headers.get(name).is_some() && header(headers, name).is_none() {
+            return Some(format!("{name} header is not visible ASCII"));
+        }
+    }
+    let version = message
+        .pointer("/params/_meta")
+        .and_then(|m| m.get(toolgate_mcp::protocol::PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    if let (Some(h), Some(v)) = (header(headers, "mcp-protocol-version"), version)
+        && h != v
     {
         return Some(format!(
-            "Mcp-Method header `{h}` does not match the body's method"
+            "MCP-Protocol-Version header `{h}` does not match the request's `{v}`"
         ));
     }
-    let name = message::routed_name(message);
-    if let Some(h) = header(headers, "mcp-name")
-        && message::header_name(h).as_deref() != name
-    {
-        return Some(format!("Mcp-Name header `{h}` does not match the body"));
+    let method = message.get("method").and_then(Value::as_str);
+    match (header(headers, "mcp-method"), method) {
+        (Some(h), _) if Some(h) != method => {
+            return Some(format!(
+                "Mcp-Method header `{h}` does not match the body's method"
+            ));
+        }
+        (None, Some(m)) if modern => {
+            return Some(format!("Mcp-Method header missing for `{m}`"));
+        }
+        _ => {}
     }
-    None
+    let name = message::routed_name(message);
+    match (header(headers, "mcp-name"), &name) {
+        (Some(h), _) if message::header_name(h).as_deref() != name => {
+            Some(format!("Mcp-Name header `{h}` does not match the body"))
+        }
+        (None, Some(_)) if modern => Some("Mcp-Name header missing".into()),
+        _ => None,
+    }
 }

@@ -10,6 +10,7 @@ mod flows;
 mod fuzz;
 mod http;
 mod ids;
+mod mcp_messages;
 mod mcp_tasks;
 mod mcp_upstream;
 mod paths;

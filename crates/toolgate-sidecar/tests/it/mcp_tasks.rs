@@ -126,39 +126,32 @@ impl<'a> Client<'a> {
         }
     }
 
-    async fn send(&self, message: Value) -> Value {
-        let response = self
+    /// A 2026-07-28 POST of `message`, with the routing headers a
+    /// conforming client sends.
+    async fn post(&self, message: &Value) -> reqwest::Response {
+        let mut request = self
             .h
             .client
             .post(format!("{}/mcp/demo", self.h.base))
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2026-07-28")
             .header("mcp-session-id", &self.session)
-            .header("x-toolgate-run-id", &self.run)
-            .json(&message)
-            .send()
-            .await
-            .unwrap();
-        response.json().await.unwrap()
+            .header("x-toolgate-run-id", &self.run);
+        for (name, value) in toolgate_mcp::message::routing_headers(message) {
+            request = request.header(name, value);
+        }
+        request.json(message).send().await.unwrap()
+    }
+
+    async fn send(&self, message: Value) -> Value {
+        self.post(&message).await.json().await.unwrap()
     }
 
     /// The raw body of the answer to `tools/call` of `tool`.
     async fn call_text(&self, tool: &str) -> String {
-        self.h
-            .client
-            .post(format!("{}/mcp/demo", self.h.base))
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-session-id", &self.session)
-            .header("x-toolgate-run-id", &self.run)
-            .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                          "params": {"name": tool, "arguments": {}}}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        let message = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                             "params": {"name": tool, "arguments": {}}});
+        self.post(&message).await.text().await.unwrap()
     }
 
     async fn request(&self, method: &str, params: Value) -> Value {
