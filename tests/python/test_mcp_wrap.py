@@ -108,6 +108,9 @@ async def test_the_gateway_filters_decides_and_records(sidecar, server_js, tmp_p
     assert ('fs.read_text_file', 'allow') in verdicts
     assert ('fs.write_file', 'deny') in verdicts and ('fs.create_directory', 'deny') in verdicts
     assert ('fs.list_directory', 'deny', 'tool_definition_changed') in decisions(sidecar, run)
+    # The gateway's own refusal (arguments that do not fit) is in the log too,
+    # reported by `mcp wrap` to the sidecar before the client was answered.
+    assert ('fs.write_file', 'deny', 'invalid_arguments') in decisions(sidecar, run)
     # Every gateway decision records the definition the server announced.
     with sqlite3.connect(sidecar['db']) as db:
         digests = db.execute("SELECT DISTINCT definition_digest FROM decisions WHERE run_id = ? "

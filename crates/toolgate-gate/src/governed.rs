@@ -5,8 +5,11 @@
 //! a hardline path rule denies them in every mode. A high-risk write records
 //! its intent around the write itself.
 //!
-//! A path that goes through a symbolic link inside the root is decided
-//! twice, and both must allow: as the agent named it, then as the link
+//! The path is resolved first: one the workspace refuses (an escape, a bad
+//! path, a link swapped in) is recorded as a `workspace_refused` denial,
+//! the check naming its code, and is never decided as an allow. A path
+//! that goes through a symbolic link inside the root is decided twice, and
+//! both must allow: as the agent named it, then as the link
 //! resolves (`{"path": resolved}`), so hardline paths, rules and flow labels
 //! see the file that is actually opened; the operation then opens exactly
 //! the resolved path (see [`crate::workspace`]).
@@ -16,9 +19,10 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use toolgate_policy::{Decision, Id, Provenance, RunId};
+use toolgate_policy::{Decision, Id, Provenance, Reason, RunId};
 use toolgate_store::{IntentOutcome, NewIntent};
 
+use crate::refusals::RefusalRequest;
 use crate::workspace::{
     FileRead, FileWritten, Listing, Resolved, Stat, WorkspaceError, Workspaces,
 };
@@ -98,19 +102,9 @@ async fn workspace_io<T: Send + 'static>(
     }
 }
 
-/// Decides `workspace.<op>` for these arguments; anything but an allow is a
-/// 403 carrying the verdict.
-async fn govern(
-    app: &Gate,
-    op: &str,
-    run_id: &RunId,
-    step_id: Option<Id>,
-    arguments: serde_json::Map<String, serde_json::Value>,
-) -> Result<AuthorizeResponse, GateError> {
-    govern_read(app, op, run_id, step_id, arguments, None).await
-}
-
-/// [`govern`] for a read of a file whose provenance the sidecar knows.
+/// Decides `workspace.<op>` for these arguments, with the provenance of
+/// the file read when the sidecar knows it; anything but an allow is a 403
+/// carrying the verdict.
 async fn govern_read(
     app: &Gate,
     op: &str,
@@ -153,25 +147,32 @@ async fn govern_read(
     })
 }
 
-/// Resolves `path` in the run's workspace, and when a link makes it lead
-/// elsewhere, decides `workspace.<op>` again on where it leads (with the
-/// same other arguments): the answer that lets the operation run, and the
-/// path it runs on.
-async fn govern_resolved(
-    app: &Arc<Gate>,
+/// Decides `workspace.<op>` on `arguments` (whose `path` is the path as
+/// named) and, when a link makes it lead elsewhere, again on where it
+/// leads: the answer that lets the operation run.
+async fn govern_path(
+    app: &Gate,
     op: &'static str,
     req: &PathRequest,
-    allow_root: bool,
+    resolved: &Resolved,
     mut arguments: serde_json::Map<String, serde_json::Value>,
-    answer: AuthorizeResponse,
-) -> Result<(AuthorizeResponse, Resolved), GateError> {
-    let resolved = resolve(app, req, allow_root).await?;
+    provenance: Option<Provenance>,
+) -> Result<AuthorizeResponse, GateError> {
+    let step = req.step_id.clone();
+    let answer = govern_read(
+        app,
+        op,
+        &req.run_id,
+        step.clone(),
+        arguments.clone(),
+        provenance,
+    );
+    let answer = answer.await?;
     if !resolved.through_link() {
-        return Ok((answer, resolved));
+        return Ok(answer);
     }
     arguments.insert("path".into(), resolved.resolved().into());
-    let answer = govern(app, op, &req.run_id, req.step_id.clone(), arguments).await?;
-    Ok((answer, resolved))
+    govern_read(app, op, &req.run_id, step, arguments, provenance).await
 }
 
 /// Where `req.path` leads in the run's workspace.
@@ -188,13 +189,34 @@ async fn resolve(
     .await
 }
 
-/// Counts a refused workspace request in `toolgate_workspace_refusals_total{code}`.
-fn counted_refusal<T>(app: &Gate, result: Result<T, GateError>) -> Result<T, GateError> {
+/// Counts a refused workspace request in
+/// `toolgate_workspace_refusals_total{code}`; one the workspace itself
+/// refused (not the policy, whose denial is already in the log) is recorded
+/// as a `workspace_refused` denial of `workspace.<op>`, the check naming
+/// its code, before it is answered.
+async fn counted_refusal<T>(
+    app: &Gate,
+    op: &str,
+    req: &PathRequest,
+    result: Result<T, GateError>,
+) -> Result<T, GateError> {
     if let Err(e) = &result {
         app.metrics
             .workspace_refusals
             .with_label_values(&[e.code()])
             .inc();
+        if let GateError::Workspace(refused) = e {
+            let refusal = RefusalRequest {
+                tool: Id::parse(format!("workspace.{op}"))?,
+                arguments: Some(path_arguments(&req.path)),
+                run_id: req.run_id.clone(),
+                step_id: req.step_id.clone(),
+                reason: Reason::WorkspaceRefused,
+                check: Id::parse(format!("workspace:{}", refused.code()))?,
+                definition_digest: None,
+            };
+            app.record_refusal(&refusal).await;
+        }
     }
     result
 }
@@ -212,7 +234,13 @@ impl Gate {
         self: &Arc<Self>,
         req: WriteRequest,
     ) -> Result<Governed<FileWritten>, GateError> {
-        counted_refusal(self, workspace_write_inner(self.clone(), req).await)
+        let target = PathRequest {
+            run_id: req.run_id.clone(),
+            path: req.path.clone(),
+            step_id: req.step_id.clone(),
+        };
+        let written = workspace_write_inner(self.clone(), &target, req.content).await;
+        counted_refusal(self, "write", &target, written).await
     }
 
     /// `workspace.read`, decided and recorded. Under a profile whose flow
@@ -230,7 +258,8 @@ impl Gate {
         if !flows {
             return governed_path(self.clone(), req, "read", Workspaces::read).await;
         }
-        counted_refusal(self, read_then_govern(self.clone(), req).await)
+        let read = read_then_govern(self.clone(), &req).await;
+        counted_refusal(self, "read", &req, read).await
     }
 
     /// `workspace.list`, decided and recorded.
@@ -252,18 +281,13 @@ impl Gate {
 
 async fn workspace_write_inner(
     app: Arc<Gate>,
-    req: WriteRequest,
+    target: &PathRequest,
+    content: String,
 ) -> Result<Governed<FileWritten>, GateError> {
-    let mut args = path_arguments(&req.path);
-    args.insert("content".into(), req.content.clone().into());
-    let step = req.step_id.clone();
-    let answer = govern(&app, "write", &req.run_id, step.clone(), args.clone()).await?;
-    let target = PathRequest {
-        run_id: req.run_id.clone(),
-        path: req.path.clone(),
-        step_id: step.clone(),
-    };
-    let (answer, resolved) = govern_resolved(&app, "write", &target, false, args, answer).await?;
+    let resolved = resolve(&app, target, false).await?;
+    let mut args = path_arguments(&target.path);
+    args.insert("content".into(), content.clone().into());
+    let answer = govern_path(&app, "write", target, &resolved, args, None).await?;
     // A high-risk write is recorded like any high-risk call: pending before
     // the effect, watermarked, then closed with its outcome.
     let intents = app.store.intents();
@@ -272,8 +296,11 @@ async fn workspace_write_inner(
             .begin(
                 NewIntent {
                     tenant: app.tenant.clone(),
-                    run_id: req.run_id.as_str().to_owned(),
-                    step_id: step.map_or_else(|| NO_STEP.to_owned(), String::from),
+                    run_id: target.run_id.as_str().to_owned(),
+                    step_id: target
+                        .step_id
+                        .as_ref()
+                        .map_or_else(|| NO_STEP.to_owned(), Id::to_string),
                     tool: "workspace.write".into(),
                     args_digest: answer.verdict.args_digest.clone(),
                     call_digest: Some(answer.verdict.call_digest.clone()),
@@ -292,7 +319,7 @@ async fn workspace_write_inner(
         None
     };
     let state = app.clone();
-    let (run_id, content) = (req.run_id, req.content);
+    let run_id = target.run_id.clone();
     let written = workspace_io(&app, move || {
         Ok(state.workspaces.write(&run_id, &resolved, &content)?)
     })
@@ -312,55 +339,35 @@ async fn workspace_write_inner(
     })
 }
 
-/// A workspace read decided on the provenance of what was read: the file
-/// is read first (inside the sidecar), then the path is decided as named
-/// and, through a link, as resolved.
+/// A workspace read decided on the provenance of what was read: the path
+/// is resolved and the file read first (inside the sidecar), then the path
+/// is decided as named and, through a link, as resolved.
 async fn read_then_govern(
     app: Arc<Gate>,
-    req: PathRequest,
+    req: &PathRequest,
 ) -> Result<Governed<FileRead>, GateError> {
-    let resolved = resolve(&app, &req, false).await;
-    let read = match &resolved {
-        Ok(resolved) => {
-            let (state, run_id, resolved) = (app.clone(), req.run_id.clone(), resolved.clone());
-            workspace_io(&app, move || {
-                Ok(state.workspaces.read(&run_id, &resolved)?)
-            })
-            .await
-        }
-        Err(_) => Err(GateError::Workspace(WorkspaceError::NotFound)),
-    };
+    let resolved = resolve(&app, req, false).await?;
+    let (state, run_id, target) = (app.clone(), req.run_id.clone(), resolved.clone());
+    let read = workspace_io(&app, move || Ok(state.workspaces.read(&run_id, &target)?)).await;
     let provenance = read.as_ref().ok().map(|r| r.provenance);
-    let mut answer = govern_read(
+    let answer = govern_path(
         &app,
         "read",
-        &req.run_id,
-        req.step_id.clone(),
+        req,
+        &resolved,
         path_arguments(&req.path),
         provenance,
-    )
-    .await?;
-    let resolved = resolved?;
-    if resolved.through_link() {
-        answer = govern_read(
-            &app,
-            "read",
-            &req.run_id,
-            req.step_id,
-            path_arguments(resolved.resolved()),
-            provenance,
-        )
-        .await?;
-    }
+    );
+    let answer = answer.await?;
     Ok(Governed {
         decision_id: answer.decision_id,
         result: read?,
     })
 }
 
-/// Decides `workspace.<op>` for a path request and, when allowed (through
-/// a link: allowed twice), runs `op` on the resolved path; refusals are
-/// counted.
+/// Resolves a path request, decides `workspace.<op>` on it (through a link:
+/// twice) and, when allowed, runs `op` on the resolved path; refusals are
+/// counted and the workspace's own recorded.
 async fn governed_path<T: Send + 'static>(
     app: Arc<Gate>,
     req: PathRequest,
@@ -368,13 +375,12 @@ async fn governed_path<T: Send + 'static>(
     run: fn(&Workspaces, &RunId, &Resolved) -> Result<T, WorkspaceError>,
 ) -> Result<Governed<T>, GateError> {
     let outcome = async {
+        let resolved = resolve(&app, &req, op != "read").await?;
         let args = path_arguments(&req.path);
-        let answer = govern(&app, op, &req.run_id, req.step_id.clone(), args.clone()).await?;
-        let (answer, resolved) =
-            govern_resolved(&app, op, &req, op != "read", args, answer).await?;
-        let state = app.clone();
+        let answer = govern_path(&app, op, &req, &resolved, args, None).await?;
+        let (state, run_id) = (app.clone(), req.run_id.clone());
         let result = workspace_io(&app, move || {
-            Ok(run(&state.workspaces, &req.run_id, &resolved)?)
+            Ok(run(&state.workspaces, &run_id, &resolved)?)
         })
         .await?;
         Ok(Governed {
@@ -383,5 +389,5 @@ async fn governed_path<T: Send + 'static>(
         })
     }
     .await;
-    counted_refusal(&app, outcome)
+    counted_refusal(&app, op, &req, outcome).await
 }

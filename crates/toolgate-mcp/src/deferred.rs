@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::gateway::{Decider, Gateway, Refusal};
+use toolgate_policy::Reason;
+
+use crate::gateway::{Decider, EdgeProblem, EdgeRefusal, Gateway, Refusal};
 use crate::message;
 use crate::relay::{Awaiting, ID_PREFIX, InFlight};
 use crate::tasks::{self, DeferredCall};
@@ -85,7 +87,13 @@ impl<D: Decider> Gateway<D> {
                 format!("toolgate: {why}; the call was not made"),
             );
         }
-        if let Err(problem) = self.still_as_listed(&call) {
+        if let Err((reason, problem)) = self.still_as_listed(&call) {
+            let mut refused = EdgeRefusal::new(&call.tool, &call.run_id, reason);
+            refused = refused.arguments(&call.arguments);
+            if let Some(digest) = &call.definition_digest {
+                refused = refused.definition(digest);
+            }
+            self.record_refusal(refused).await;
             return fail(
                 message::POLICY_REFUSED,
                 format!("toolgate: {problem}; the call was not made"),
@@ -146,18 +154,22 @@ impl<D: Decider> Gateway<D> {
     /// `Err` with the refusal when the tool is no longer what the call was
     /// decided against: unlisted, re-announced with another definition, or
     /// its arguments no longer fit.
-    fn still_as_listed(&self, call: &DeferredCall) -> Result<(), String> {
+    fn still_as_listed(&self, call: &DeferredCall) -> Result<(), EdgeProblem> {
         let definition = self.definition(&call.name).ok_or_else(|| {
-            format!(
+            let text = format!(
                 "tool_not_listed: `{}` is no longer in the server's tools/list",
                 call.name
-            )
+            );
+            (Reason::ToolNotListed, text)
         })?;
         if call.definition_digest.as_deref() != Some(definition.digest.as_str()) {
-            return Err(format!(
-                "tool_definition_changed: the server announced `{}` anew while the call waited \
-                 for its approval",
-                call.name
+            return Err((
+                Reason::ToolDefinitionChanged,
+                format!(
+                    "tool_definition_changed: the server announced `{}` anew while the call \
+                     waited for its approval",
+                    call.name
+                ),
             ));
         }
         definition.check(&call.arguments)

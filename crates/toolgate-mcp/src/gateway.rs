@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolgate_contract::ApprovalStatus;
-use toolgate_gate::AuthorizeResponse;
+use toolgate_gate::{AuthorizeResponse, RefusalRequest};
 use toolgate_policy::{Decision, Reason};
 
 use serde_json::{Map, Value};
@@ -82,6 +82,44 @@ pub trait Decider: Send + Sync + 'static {
         id: &str,
         wait: Duration,
     ) -> impl Future<Output = Result<ApprovalStatus, McpError>> + Send;
+
+    /// Records a refusal the gateway made on its own as a denial in the
+    /// decision log (see `toolgate_gate::Gate::refuse`).
+    fn refused(
+        &self,
+        refusal: &RefusalRequest,
+    ) -> impl Future<Output = Result<(), McpError>> + Send;
+}
+
+/// A refusal of the gateway's own, on its way to the decision log.
+pub(crate) struct EdgeRefusal<'a> {
+    tool: &'a str,
+    run_id: &'a toolgate_policy::RunId,
+    reason: Reason,
+    arguments: Option<&'a Map<String, Value>>,
+    definition: Option<&'a str>,
+}
+
+impl<'a> EdgeRefusal<'a> {
+    pub(crate) fn new(tool: &'a str, run_id: &'a toolgate_policy::RunId, reason: Reason) -> Self {
+        Self {
+            tool,
+            run_id,
+            reason,
+            arguments: None,
+            definition: None,
+        }
+    }
+
+    pub(crate) fn arguments(mut self, arguments: &'a Map<String, Value>) -> Self {
+        self.arguments = Some(arguments);
+        self
+    }
+
+    pub(crate) fn definition(mut self, digest: &'a str) -> Self {
+        self.definition = Some(digest);
+        self
+    }
 }
 
 /// What to do with one `tools/call`.
@@ -125,21 +163,31 @@ pub(crate) enum Refusal {
     },
 }
 
+/// Why the gateway refused a call on its own, before (or instead of) the
+/// policy: the reason it is recorded with and the text the client reads.
+pub(crate) type EdgeProblem = (Reason, String);
+
 /// One announced tool: its pinnable digest and its argument validator.
 #[derive(Clone)]
 pub(crate) struct Definition {
     pub(crate) digest: String,
     /// `Err` when the `inputSchema` is missing or unusable: calls are refused.
-    validator: Result<Arc<jsonschema::Validator>, String>,
+    validator: Result<Arc<jsonschema::Validator>, EdgeProblem>,
 }
 
 impl Definition {
     fn of(tool: &Value) -> Self {
+        let unusable = |why: String| {
+            (
+                Reason::InvalidArguments,
+                format!("invalid_arguments: {why}"),
+            )
+        };
         let validator = match tool.get("inputSchema") {
             Some(schema) => jsonschema::validator_for(schema)
                 .map(Arc::new)
-                .map_err(|e| format!("invalid_arguments: its inputSchema cannot be used: {e}")),
-            None => Err("invalid_arguments: it announced no inputSchema".to_owned()),
+                .map_err(|e| unusable(format!("its inputSchema cannot be used: {e}"))),
+            None => Err(unusable("it announced no inputSchema".to_owned())),
         };
         Self {
             digest: message::definition_digest(tool),
@@ -152,23 +200,27 @@ impl Definition {
     fn withheld(why: &str) -> Self {
         Self {
             digest: "sha256:withheld".to_owned(),
-            validator: Err(format!("tool_definition_changed: {why}")),
+            validator: Err((
+                Reason::ToolDefinitionChanged,
+                format!("tool_definition_changed: {why}"),
+            )),
         }
     }
 
-    /// `Err` with the refusal (`code: problem`) when `arguments` do not fit
-    /// the schema or the definition is unusable.
-    pub(crate) fn check(&self, arguments: &Map<String, Value>) -> Result<(), String> {
+    /// `Err` with the refusal when `arguments` do not fit the schema or the
+    /// definition is unusable.
+    pub(crate) fn check(&self, arguments: &Map<String, Value>) -> Result<(), EdgeProblem> {
         let validator = self.validator.as_ref().map_err(Clone::clone)?;
         validator
             .validate(&Value::Object(arguments.clone()))
             .map_err(|e| {
                 let at = e.instance_path().to_string();
-                if at.is_empty() {
+                let text = if at.is_empty() {
                     format!("invalid_arguments: {e}")
                 } else {
                     format!("invalid_arguments: {at}: {e}")
-                }
+                };
+                (Reason::InvalidArguments, text)
             })
     }
 }
@@ -215,6 +267,30 @@ impl<D: Decider> Gateway<D> {
         &self.server
     }
 
+    /// Records a refusal of the gateway's own in the decision log, as the
+    /// check `mcp:REASON`; the refusal stands whether or not it could be.
+    pub(crate) async fn record_refusal(&self, refused: EdgeRefusal<'_>) {
+        let id = |text: &str| toolgate_policy::Id::parse(text.to_owned()).ok();
+        let (Some(tool), Some(check)) = (
+            id(refused.tool),
+            id(&format!("mcp:{}", refused.reason.as_str())),
+        ) else {
+            return;
+        };
+        let request = RefusalRequest {
+            tool,
+            arguments: refused.arguments.cloned(),
+            run_id: refused.run_id.clone(),
+            step_id: id(&format!("mcp:{}", self.server)),
+            reason: refused.reason,
+            check,
+            definition_digest: refused.definition.and_then(id),
+        };
+        if let Err(e) = self.decider.refused(&request).await {
+            tracing::error!(error = %e, reason = refused.reason.as_str(), "refusal not recorded");
+        }
+    }
+
     /// The decider.
     pub fn decider(&self) -> &D {
         &self.decider
@@ -247,9 +323,12 @@ impl<D: Decider> Gateway<D> {
         // A tool is called as the server last announced it: its arguments
         // must fit that schema before the policy is asked, and a tool never
         // announced (or announced twice) has no schema to fit.
+        let tool = message::policy_tool(&self.server, name);
         let definition = match self.definition(name) {
             Some(def) => def,
             None => {
+                let refused = EdgeRefusal::new(&tool, run_id, Reason::ToolNotListed);
+                self.record_refusal(refused.arguments(arguments)).await;
                 return refuse(
                     format!(
                         "toolgate: tool_not_listed: `{name}` was not in a tools/list answer of \
@@ -260,10 +339,12 @@ impl<D: Decider> Gateway<D> {
                 );
             }
         };
-        if let Err(problem) = definition.check(arguments) {
+        if let Err((reason, problem)) = definition.check(arguments) {
+            let refused = EdgeRefusal::new(&tool, run_id, reason).arguments(arguments);
+            self.record_refusal(refused.definition(&definition.digest))
+                .await;
             return refuse(format!("toolgate: {problem}; the call was not made"), None);
         }
-        let tool = message::policy_tool(&self.server, name);
         match self
             .decide(
                 &tool,

@@ -176,4 +176,10 @@ impl Decider for Sidecar {
             }
         }
     }
+
+    async fn refused(&self, refusal: &toolgate_gate::RefusalRequest) -> Result<(), McpError> {
+        let body = serde_json::to_value(refusal)
+            .map_err(|e| McpError::Sidecar(format!("refusal not serializable: {e}")))?;
+        self.post("/v1/refusals", &body).await.map(|_| ())
+    }
 }

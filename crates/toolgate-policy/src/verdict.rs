@@ -92,6 +92,23 @@ crate::wire_enum! {
         /// A flow rule asks a human about a call that would otherwise be
         /// allowed, because of the labels the run carries.
         FlowEscalate = "flow_escalate",
+        /// An MCP tool the server did not announce in a listing the gateway
+        /// read (issued by the gateway).
+        ToolNotListed = "tool_not_listed",
+        /// An MCP call's arguments do not fit the tool's announced
+        /// `inputSchema` (issued by the gateway).
+        InvalidArguments = "invalid_arguments",
+        /// A message that cannot be decided as sent: a `tools/call` without a
+        /// name, routing headers that contradict the body, a cursor the
+        /// server never returned (issued by the gateway).
+        RequestMalformed = "request_malformed",
+        /// The MCP upstream fails the egress rules, or resolves to a
+        /// hardline address (issued by the gateway).
+        UpstreamNotAllowed = "upstream_not_allowed",
+        /// The workspace refused the path or file (an escape, a link swapped
+        /// in, a hard link, a FIFO; the check names it) (issued by the
+        /// sidecar).
+        WorkspaceRefused = "workspace_refused",
         /// The profile or tool runs in `warn` or `dryRun` mode: the call is
         /// allowed and the verdict's `would_*` fields say what enforcement
         /// would have answered.
@@ -100,6 +117,18 @@ crate::wire_enum! {
 }
 
 impl Reason {
+    /// Reasons of refusals made at an edge (the MCP gateway, the
+    /// workspace) rather than by the policy: each is recorded as a denial
+    /// with the check that refused (`Gate::refuse`).
+    pub const EDGE: [Reason; 6] = [
+        Self::ToolNotListed,
+        Self::InvalidArguments,
+        Self::RequestMalformed,
+        Self::UpstreamNotAllowed,
+        Self::WorkspaceRefused,
+        Self::ToolDefinitionChanged,
+    ];
+
     /// The verdict this reason comes with: each reason belongs to exactly one.
     pub fn decision(self) -> Decision {
         match self {
@@ -132,6 +161,11 @@ impl Reason {
                 | Self::UrlSchemeNotAllowed
                 | Self::TooManyValues
                 | Self::ToolDefinitionChanged
+                | Self::ToolNotListed
+                | Self::InvalidArguments
+                | Self::RequestMalformed
+                | Self::UpstreamNotAllowed
+                | Self::WorkspaceRefused
                 | Self::ApprovalDenied
                 | Self::RunCancelled
                 | Self::NoBundle

@@ -62,6 +62,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/authorize", post(authorize))
         .route("/v1/authorize/batch", post(authorize_batch))
+        .route("/v1/refusals", post(record_refusal))
         .route("/v1/runs/{run_id}", get(run_status))
         .route("/v1/runs/{run_id}/cancel", post(cancel_run))
         .route("/v1/pod/cancel", post(cancel_pod))
@@ -109,6 +110,16 @@ async fn authorize(
     StrictJson(req): StrictJson<AuthorizeRequest>,
 ) -> Result<Json<AuthorizeResponse>, ApiError> {
     Ok(Json(app.gate.authorize(&req).await?))
+}
+
+/// `POST /v1/refusals`: a refusal an edge made on its own (`toolgate mcp
+/// wrap`'s gateway), recorded as a denial; `201 {"decision_id"}`.
+async fn record_refusal(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<toolgate_gate::RefusalRequest>,
+) -> Result<Response, ApiError> {
+    let recorded = app.gate.refuse(&req).await?;
+    Ok((StatusCode::CREATED, Json(recorded)).into_response())
 }
 
 async fn authorize_batch(

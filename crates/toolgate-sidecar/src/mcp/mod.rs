@@ -47,7 +47,7 @@ use toolgate_mcp::gateway::{Decider, Gateway, ToolCall};
 use toolgate_mcp::message;
 use toolgate_mcp::relay::{ClientStep, Route};
 use toolgate_mcp::tasks::TaskEvent;
-use toolgate_policy::Id;
+use toolgate_policy::{Id, Reason};
 
 use toolgate_gate::{
     AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, Gate, GateError,
@@ -251,6 +251,10 @@ impl Decider for InProcess {
         let approval = self.gate.approval(id, Some(wait)).await.map_err(refused)?;
         Ok(approval.status)
     }
+
+    async fn refused(&self, refusal: &toolgate_gate::RefusalRequest) -> Result<(), McpError> {
+        self.gate.refuse(refusal).await.map(|_| ()).map_err(refused)
+    }
 }
 
 /// Headers of the agent's request that the upstream gets.
@@ -391,10 +395,13 @@ async fn exchange(
         )
             .into_response());
     }
+    let run_id = request_run(&headers, &upstream)?;
     if let Some(why) = upstream_refusal(&mcp, &upstream) {
+        let method = serde_json::from_slice::<Value>(&body).ok();
+        let method = method.as_ref().and_then(|m| m.get("method")?.as_str());
+        record_refusal(&mcp, &upstream, &run_id, method, Reason::UpstreamNotAllowed).await;
         return Err(ApiError::McpUpstreamNotAllowed(why));
     }
-    let run_id = request_run(&headers, &upstream)?;
     let modern = header(&headers, "mcp-protocol-version").is_some_and(|v| v >= "2026-07-28");
 
     let session = header(&headers, "mcp-session-id").map(str::to_owned);
@@ -427,6 +434,8 @@ async fn exchange(
             }
         };
         if let Some(mismatch) = header_mismatch(&headers, &message, modern) {
+            let method = message.get("method").and_then(Value::as_str);
+            record_refusal(&mcp, &upstream, &run_id, method, Reason::RequestMalformed).await;
             let id = message.get("id").cloned().unwrap_or(Value::Null);
             let error = message::error(&id, HEADER_MISMATCH, &mismatch);
             return Ok((
@@ -488,6 +497,9 @@ async fn exchange(
                 upstream.gateway.abandon(ours);
             }
             if let Some(why) = resolve::hardline_cause(&e) {
+                let method = routed.as_ref().and_then(|m| m.get("method")?.as_str());
+                let reason = Reason::UpstreamNotAllowed;
+                record_refusal(&mcp, &upstream, &run_id, method, reason).await;
                 return Err(ApiError::McpUpstreamNotAllowed(format!("{server}: {why}")));
             }
             mcp.gate
@@ -522,6 +534,35 @@ async fn exchange(
         detached: false,
     };
     Ok(stream.relay(response).await)
+}
+
+/// Records a refusal of this gateway's own as a denial of `SERVER.METHOD`
+/// (`SERVER.unknown` without a usable method), the check `mcp:REASON`.
+async fn record_refusal(
+    mcp: &McpUpstreams,
+    upstream: &Upstream,
+    run_id: &toolgate_policy::RunId,
+    method: Option<&str>,
+    reason: Reason,
+) {
+    let method = method.filter(|m| Id::parse(m.to_string()).is_ok());
+    let tool = message::policy_tool(upstream.gateway.server(), method.unwrap_or("unknown"));
+    let check = format!("mcp:{}", reason.as_str());
+    let step = format!("mcp:{}", upstream.gateway.server());
+    let (Ok(tool), Ok(check), Ok(step)) = (Id::parse(tool), Id::parse(check), Id::parse(step))
+    else {
+        return;
+    };
+    let refusal = toolgate_gate::RefusalRequest {
+        tool,
+        arguments: None,
+        run_id: run_id.clone(),
+        step_id: Some(step),
+        reason,
+        check,
+        definition_digest: None,
+    };
+    mcp.gate.record_refusal(&refusal).await;
 }
 
 /// Why `upstream` may not be reached now: its address fails the live

@@ -33,7 +33,9 @@ impl Resolve for HardlineResolver {
             let host = name.as_str().to_owned();
             let found: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let live = policy.current();
+            // The same liveness rule as the egress check: an expired bundle
+            // lets no address through.
+            let live = policy.live(jiff::Timestamp::now());
             let kept: Vec<SocketAddr> = found
                 .into_iter()
                 .filter(|a| {

@@ -14,6 +14,7 @@ mod mcp_messages;
 mod mcp_tasks;
 mod mcp_upstream;
 mod paths;
+mod refusal_log;
 mod run_ids;
 mod run_scopes;
 mod runs;
