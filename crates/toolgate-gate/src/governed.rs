@@ -176,17 +176,50 @@ async fn govern_path(
 }
 
 /// Where `req.path` leads in the run's workspace.
+/// A path whose text the workspace refuses is decided first when the policy
+/// denies it anyway (a hardlined file spelled another way is then refused
+/// as `hardline_path`, as it would be anywhere), and otherwise refused by
+/// the workspace: never recorded as an allow.
 async fn resolve(
     app: &Arc<Gate>,
+    op: &'static str,
     req: &PathRequest,
     allow_root: bool,
+    arguments: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<Resolved, GateError> {
     let state = app.clone();
     let (run_id, path) = (req.run_id.clone(), req.path.clone());
-    workspace_io(app, move || {
+    let resolved = workspace_io(app, move || {
         Ok(state.workspaces.resolve(&run_id, &path, allow_root)?)
     })
-    .await
+    .await;
+    if let Err(GateError::Workspace(WorkspaceError::InvalidPath(_))) = &resolved
+        && policy_denies(app, op, arguments)
+    {
+        let step = req.step_id.clone();
+        govern_read(app, op, &req.run_id, step, arguments.clone(), None).await?;
+    }
+    resolved
+}
+
+/// Whether the live policy denies `workspace.<op>` on `arguments` whatever
+/// the run (a pure evaluation: nothing is recorded).
+fn policy_denies(
+    app: &Gate,
+    op: &str,
+    arguments: &serde_json::Map<String, serde_json::Value>,
+) -> bool {
+    let now = Timestamp::now();
+    let tool = format!("workspace.{op}");
+    app.policy.live(now).is_some_and(|e| {
+        let call = toolgate_policy::Call {
+            tool: &tool,
+            action: None,
+            arguments,
+        };
+        let context = toolgate_policy::Context::at(now);
+        e.policy.evaluate(&call, &context).verdict == Decision::Deny
+    })
 }
 
 /// Counts a refused workspace request in
@@ -284,9 +317,9 @@ async fn workspace_write_inner(
     target: &PathRequest,
     content: String,
 ) -> Result<Governed<FileWritten>, GateError> {
-    let resolved = resolve(&app, target, false).await?;
     let mut args = path_arguments(&target.path);
     args.insert("content".into(), content.clone().into());
+    let resolved = resolve(&app, "write", target, false, &args).await?;
     let answer = govern_path(&app, "write", target, &resolved, args, None).await?;
     // A high-risk write is recorded like any high-risk call: pending before
     // the effect, watermarked, then closed with its outcome.
@@ -346,7 +379,7 @@ async fn read_then_govern(
     app: Arc<Gate>,
     req: &PathRequest,
 ) -> Result<Governed<FileRead>, GateError> {
-    let resolved = resolve(&app, req, false).await?;
+    let resolved = resolve(&app, "read", req, false, &path_arguments(&req.path)).await?;
     let (state, run_id, target) = (app.clone(), req.run_id.clone(), resolved.clone());
     let read = workspace_io(&app, move || Ok(state.workspaces.read(&run_id, &target)?)).await;
     let provenance = read.as_ref().ok().map(|r| r.provenance);
@@ -375,8 +408,8 @@ async fn governed_path<T: Send + 'static>(
     run: fn(&Workspaces, &RunId, &Resolved) -> Result<T, WorkspaceError>,
 ) -> Result<Governed<T>, GateError> {
     let outcome = async {
-        let resolved = resolve(&app, &req, op != "read").await?;
         let args = path_arguments(&req.path);
+        let resolved = resolve(&app, op, &req, op != "read", &args).await?;
         let answer = govern_path(&app, op, &req, &resolved, args, None).await?;
         let (state, run_id) = (app.clone(), req.run_id.clone());
         let result = workspace_io(&app, move || {

@@ -129,12 +129,12 @@ async fn escapes_are_refused_without_leaking_host_paths() {
     let host = dir.path().to_str().unwrap().to_owned();
     let cases = [
         ("read", "/etc/passwd", "workspace_invalid_path"),
-        // Paths that climb out or hold NUL are refused by the workspace
-        // before anything is decided or touched (and logged as refused).
-        ("read", "../outside-secret.txt", "workspace_invalid_path"),
-        ("read", "sub/../../x", "workspace_invalid_path"),
+        // Paths that climb out or hold NUL are denied by the policy
+        // (path_escapes, path_invalid) before any file is touched.
+        ("read", "../outside-secret.txt", "policy_denied"),
+        ("read", "sub/../../x", "policy_denied"),
         ("read", "a//b", "workspace_invalid_path"),
-        ("read", "a\u{0}b", "workspace_invalid_path"),
+        ("read", "a\u{0}b", "policy_denied"),
         ("read", "", "workspace_invalid_path"),
         ("read", "abs-link", "workspace_escape"),
         ("read", "rel-link", "workspace_escape"),
