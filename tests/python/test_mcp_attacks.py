@@ -354,13 +354,20 @@ def test_requests_without_ids_and_stray_cancellations_are_not_forwarded(sidecar,
     # A call without an id would reach the server undecided.
     body = post_raw(url, '{"jsonrpc":"2.0","method":"tools/call","params":{"name":"admin","arguments":{}}}')
     assert '-32602' in body, body
-    # A cancellation naming a request of no session of ours goes nowhere.
+    # A cancellation naming a request of no session of ours goes nowhere,
+    # and a session id the server never issued is no session at all.
+    request = urllib.request.Request(url, method='POST', headers={
+        'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream'},
+        data=b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}')
+    with urllib.request.urlopen(request, timeout=30) as r:
+        assert r.status == 202
     request = urllib.request.Request(url, method='POST', headers={
         'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream',
         'Mcp-Session-Id': 'someone-else'},
         data=b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}')
-    with urllib.request.urlopen(request, timeout=30) as r:
-        assert r.status == 202
+    with pytest.raises(urllib.error.HTTPError) as unknown:
+        urllib.request.urlopen(request, timeout=30)
+    assert unknown.value.code == 404
     # A GET (and its body) never reaches the server: only POST carries messages.
     request = urllib.request.Request(url, method='GET', headers={'Accept': 'text/event-stream'},
                                      data=b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}')

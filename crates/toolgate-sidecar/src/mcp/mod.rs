@@ -17,6 +17,9 @@
 //! - Only a POST carries a message: `GET` (a server-initiated stream) and
 //!   `DELETE` (ending a session) are `405`, so nothing but a decided
 //!   message reaches the upstream.
+//! - Sessions: an `Mcp-Session-Id` the upstream never issued is `404`
+//!   (the client starts a new session): an id the agent made up would be a
+//!   message to the server that nothing decided.
 //! - Headers: the upstream gets `Accept`, `Content-Type`,
 //!   `Mcp-Session-Id`, `MCP-Protocol-Version` and the routing headers made
 //!   from the forwarded body; never the agent's `Authorization`. An
@@ -61,6 +64,7 @@ use tracing::Instrument;
 mod deferred;
 mod relay;
 mod resolve;
+mod sessions;
 
 /// JSON-RPC: a request header contradicts the body (protocol 2026-07-28).
 pub const HEADER_MISMATCH: i64 = -32020;
@@ -79,6 +83,8 @@ pub(crate) struct Upstream {
     url: String,
     /// The file holding its `Authorization` value, if one is configured.
     credential: Option<std::path::PathBuf>,
+    /// The session ids it issued (see [`sessions`]).
+    sessions: sessions::SessionBook,
     default_run: toolgate_policy::RunId,
     gateway: Gateway<InProcess>,
 }
@@ -106,6 +112,7 @@ impl McpUpstreams {
                 let upstream = Upstream {
                     url: url.clone(),
                     credential: credentials.as_ref().map(|dir| dir.join(name)),
+                    sessions: sessions::SessionBook::default(),
                     default_run: default_run(name),
                     gateway: Gateway::new(
                         name.clone(),
@@ -403,6 +410,24 @@ async fn exchange(
         return Err(ApiError::McpUpstreamNotAllowed(why));
     }
     let modern = header(&headers, "mcp-protocol-version").is_some_and(|v| v >= "2026-07-28");
+    if headers.contains_key("mcp-session-id")
+        && !header(&headers, "mcp-session-id").is_some_and(|s| upstream.sessions.knows(s))
+    {
+        let method = serde_json::from_slice::<Value>(&body).ok();
+        let method = method.as_ref().and_then(|m| m.get("method")?.as_str());
+        record_refusal(&mcp, &upstream, &run_id, method, Reason::RequestMalformed).await;
+        return Ok((
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, "application/json")],
+            message::error(
+                &Value::Null,
+                message::INVALID_REQUEST,
+                "toolgate: no session of this server has that Mcp-Session-Id; start a new one",
+            )
+            .to_string(),
+        )
+            .into_response());
+    }
 
     let session = header(&headers, "mcp-session-id").map(str::to_owned);
     let route = Route {
@@ -512,6 +537,13 @@ async fn exchange(
             return Err(ApiError::McpUpstream(e.to_string()));
         }
     };
+    if let Some(session) = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        upstream.sessions.issued(session);
+    }
     mcp.gate
         .metrics
         .mcp_forward_seconds

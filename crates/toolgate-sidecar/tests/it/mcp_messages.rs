@@ -212,6 +212,12 @@ async fn the_agents_headers_stay_here_and_the_upstream_gets_the_gateways_credent
         assert_eq!(response.headers()["allow"], "POST");
     }
     assert!(!g.upstream_saw().contains(SECRET));
+    // A session id the server never issued is no session: 404, not passed on.
+    let (status, _) = g
+        .send(request("ping", json!({})), &[("mcp-session-id", SECRET)])
+        .await;
+    assert_eq!(status, 404);
+    assert!(!g.upstream_saw().contains(SECRET));
     g.h.stop().await;
 }
 

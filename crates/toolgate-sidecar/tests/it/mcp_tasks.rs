@@ -77,7 +77,9 @@ async fn upstream() -> (String, Received) {
         };
         let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
         if m.pointer("/params/name") != Some(&json!("echo")) {
-            return Json(answer).into_response();
+            // Every answer names a session of the server's own.
+            let session = format!("srv-{}", uuid::Uuid::new_v4().simple());
+            return ([("mcp-session-id", session)], Json(answer)).into_response();
         }
         let task = |params: Value| json!({"jsonrpc": "2.0", "method": "notifications/tasks", "params": params});
         let base = json!({"createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": 1000});
@@ -117,12 +119,24 @@ struct Client<'a> {
 }
 
 impl<'a> Client<'a> {
-    /// A client of a run and MCP session of its own.
-    fn new(h: &'a Harness) -> Self {
+    /// A client of a run and an MCP session of its own, issued by the
+    /// server (the gateway passes on no session id it did not issue).
+    async fn open(h: &'a Harness) -> Self {
+        let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover"});
+        let mut request = h
+            .client
+            .post(format!("{}/mcp/demo", h.base))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28");
+        for (name, value) in toolgate_mcp::message::routing_headers(&discover) {
+            request = request.header(name, value);
+        }
+        let response = request.json(&discover).send().await.unwrap();
+        let session = response.headers()["mcp-session-id"].to_str().unwrap();
         Self {
             h,
             run: unique("run"),
-            session: unique("session"),
+            session: session.to_owned(),
         }
     }
 
@@ -249,7 +263,7 @@ async fn an_escalated_call_becomes_a_task_that_completes_once_approved() {
         let dir = scratch.path().join(&name);
         std::fs::create_dir_all(&dir).unwrap();
         let (mut h, received) = start(&dir, &url).await;
-        let client = Client::new(&h);
+        let client = Client::open(&h).await;
         let discovered = client.request("server/discover", json!({})).await;
         assert_eq!(
             discovered.pointer("/result/capabilities/extensions"),
@@ -286,7 +300,7 @@ async fn an_escalated_call_becomes_a_task_that_completes_once_approved() {
             Client {
                 h: &h,
                 run: client.run.clone(),
-                session: unique("session"),
+                session: Client::open(&h).await.session,
             },
         ] {
             for method in ["tasks/get", "tasks/cancel"] {
@@ -364,7 +378,7 @@ async fn an_escalated_call_becomes_a_task_that_completes_once_approved() {
 #[tokio::test]
 async fn a_denied_or_cancelled_task_never_reaches_the_server() {
     let (_scratch, mut h, received) = on_sqlite().await;
-    let client = Client::new(&h);
+    let client = Client::open(&h).await;
     client.request("tools/list", json!({})).await;
 
     let (task, approval) = client.hold("db").await;
@@ -404,7 +418,7 @@ async fn a_denied_or_cancelled_task_never_reaches_the_server() {
 #[tokio::test]
 async fn a_client_without_the_extension_is_refused_as_before() {
     let (_scratch, mut h, received) = on_sqlite().await;
-    let client = Client::new(&h);
+    let client = Client::open(&h).await;
     client.request("tools/list", json!({})).await;
     let refused = client
         .call("deploy", json!({"service": "api"}), false)
@@ -425,7 +439,7 @@ async fn a_client_without_the_extension_is_refused_as_before() {
 #[tokio::test]
 async fn a_tool_announced_anew_while_its_call_waited_is_not_called() {
     let (_scratch, mut h, received) = on_sqlite().await;
-    let client = Client::new(&h);
+    let client = Client::open(&h).await;
     client.request("tools/list", json!({})).await;
     let (task, approval) = client.hold("api").await;
     // The server changes what `deploy` says it does, and the client lists
