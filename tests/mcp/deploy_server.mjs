@@ -1,7 +1,8 @@
 // deploy_server.mjs PORT: an MCP server of the TypeScript SDK
 // (@modelcontextprotocol/server) on http://127.0.0.1:PORT/mcp, speaking
 // protocol 2026-07-28 (it answers server/discover) and the older ones.
-// One tool, `deploy {service}`, which answers "deployed <service>" and writes
+// One tool, `deploy {service}` (`service` mirrored in Mcp-Param-Service),
+// which answers "deployed <service>" and writes
 // a line to $CALLS_FILE per call, so a test counts what really ran.
 // It declares no tasks support of its own. Prints READY once listening.
 import http from "node:http";
@@ -18,7 +19,10 @@ function buildServer() {
     "deploy",
     {
       description: "Deploy a service",
-      inputSchema: z.object({ service: z.string() }),
+      // `service` is mirrored in the Mcp-Param-Service header (protocol
+      // 2026-07-28's x-mcp-header): the SDK server rejects a call whose
+      // header is missing or disagrees with the body.
+      inputSchema: z.object({ service: z.string().meta({ "x-mcp-header": "Service" }) }),
     },
     async ({ service }) => {
       if (callsFile) appendFileSync(callsFile, `deploy ${service}\n`);

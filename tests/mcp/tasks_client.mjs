@@ -77,6 +77,24 @@ function maybeOverridePoll(result) {
   return isTask ? { ...result, pollIntervalMs: POLL_MS } : result;
 }
 
+// The tools as listed: a tools/call mirrors each argument whose property
+// declares `x-mcp-header: NAME` into the header Mcp-Param-NAME (SEP-2243).
+let listedTools = [];
+function paramHeaders(toolName, args) {
+  const tool = listedTools.find((t) => t.name === toolName);
+  const out = {};
+  const walk = (schema, value) => {
+    for (const [key, prop] of Object.entries(schema?.properties ?? {})) {
+      const v = value?.[key];
+      if (typeof prop?.["x-mcp-header"] === "string" && ["string", "number", "boolean"].includes(typeof v))
+        out[`Mcp-Param-${prop["x-mcp-header"]}`] = encodeHeaderValue(String(v));
+      walk(prop, v);
+    }
+  };
+  if (tool) walk(tool.inputSchema, args);
+  return out;
+}
+
 let nextRawId = 1_000_000;
 // Raw JSON-RPC over HTTP POST for V2 task traffic (tools/call, tasks/*), which the
 // SDK Client's codecs would reject. `request` arrives already framed by ext-tasks
@@ -98,6 +116,7 @@ async function rawDispatch(request, options = {}) {
     for (const k of Object.keys(headers)) if (k.toLowerCase() === "mcp-name") delete headers[k];
     headers["Mcp-Name"] = encodeHeaderValue(nameValue);
   }
+  if (request.method === "tools/call") Object.assign(headers, paramHeaders(request.params?.name, request.params?.arguments));
   let res;
   try {
     res = await fetch(url, { method: "POST", headers, body: JSON.stringify(message), signal: options.signal });
@@ -139,6 +158,7 @@ const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit:
 try {
   await client.connect(transport);
   const { tools } = await client.listTools();
+  listedTools = tools;
   emit({
     event: "tools",
     era: client.getProtocolEra(),

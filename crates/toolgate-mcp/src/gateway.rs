@@ -171,6 +171,8 @@ pub(crate) type EdgeProblem = (Reason, String);
 #[derive(Clone)]
 pub(crate) struct Definition {
     pub(crate) digest: String,
+    /// Its `x-mcp-header` declarations.
+    params: Vec<crate::param_headers::ParamHeader>,
     /// `Err` when the `inputSchema` is missing or unusable: calls are refused.
     validator: Result<Arc<jsonschema::Validator>, EdgeProblem>,
 }
@@ -191,6 +193,10 @@ impl Definition {
         };
         Self {
             digest: message::definition_digest(tool),
+            params: tool
+                .get("inputSchema")
+                .map(crate::param_headers::declarations)
+                .unwrap_or_default(),
             validator,
         }
     }
@@ -200,6 +206,7 @@ impl Definition {
     fn withheld(why: &str) -> Self {
         Self {
             digest: "sha256:withheld".to_owned(),
+            params: Vec::new(),
             validator: Err((
                 Reason::ToolDefinitionChanged,
                 format!("tool_definition_changed: {why}"),
@@ -265,6 +272,41 @@ impl<D: Decider> Gateway<D> {
     /// The server's name (the policy prefix).
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// The `Mcp-Param-*` headers a `tools/call` message carries to the
+    /// server (none for another message, or a tool the gateway does not
+    /// know).
+    pub fn param_headers(&self, message: &Value) -> Vec<(String, String)> {
+        self.call_params(message)
+            .map(|(decls, args)| crate::param_headers::headers(&decls, args))
+            .unwrap_or_default()
+    }
+
+    /// Why the client's `Mcp-Param-*` headers disagree with a `tools/call`
+    /// message's arguments, if they do.
+    pub fn param_mismatch<'h>(
+        &self,
+        message: &Value,
+        header: impl Fn(&str) -> Option<&'h str>,
+    ) -> Option<String> {
+        let (decls, args) = self.call_params(message)?;
+        crate::param_headers::mismatch(&decls, args, header)
+    }
+
+    fn call_params<'m>(
+        &self,
+        message: &'m Value,
+    ) -> Option<(
+        Vec<crate::param_headers::ParamHeader>,
+        &'m Map<String, Value>,
+    )> {
+        if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+            return None;
+        }
+        let name = message.pointer("/params/name")?.as_str()?;
+        let args = message.pointer("/params/arguments")?.as_object()?;
+        Some((self.definition(name)?.params, args))
     }
 
     /// Records a refusal of the gateway's own in the decision log, as the

@@ -6,6 +6,8 @@
 //!   [`gateway::Decider`] (the sidecar over HTTP, or the sidecar itself).
 //! - [`message`]: the pure part — naming (`SERVER.TOOL` is the policy
 //!   tool), filtering a `tools/list` result, the JSON-RPC shapes of a refusal.
+//! - [`param_headers`]: `Mcp-Param-*` headers checked against the body and
+//!   made anew from what is forwarded.
 //! - [`protocol`]: what of a client's message may reach a server at all:
 //!   the protocol's methods with their own parameters, cursors the server
 //!   returned; anything else is a tool the profile must declare.
@@ -29,6 +31,7 @@ pub mod caller_trace;
 mod deferred;
 pub mod gateway;
 pub mod message;
+pub mod param_headers;
 pub mod protocol;
 pub mod relay;
 pub mod sidecar;

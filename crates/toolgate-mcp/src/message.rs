@@ -330,24 +330,26 @@ pub fn routing_headers(message: &Value) -> Vec<(&'static str, String)> {
     };
     let mut headers = vec![("mcp-method", method.to_owned())];
     if let Some(name) = routed_name(message) {
-        // HTTP trims a header's edges: a name with spaces there is encoded.
-        let plain = !name.is_empty()
-            && name.trim() == name
-            && name.bytes().all(|b| (0x20..0x7f).contains(&b));
-        headers.push((
-            "mcp-name",
-            if plain && !name.starts_with("=?base64?") {
-                name.to_owned()
-            } else {
-                use base64::Engine as _;
-                format!(
-                    "=?base64?{}?=",
-                    base64::engine::general_purpose::STANDARD.encode(name)
-                )
-            },
-        ));
+        headers.push(("mcp-name", header_text(name)));
     }
     headers
+}
+
+/// `text` as the value of an `Mcp-Name` or `Mcp-Param-*` header: as it is
+/// when it is visible ASCII without edge spaces (HTTP trims those), else
+/// `=?base64?…?=`.
+pub fn header_text(text: &str) -> String {
+    let plain =
+        !text.is_empty() && text.trim() == text && text.bytes().all(|b| (0x20..0x7f).contains(&b));
+    if plain && !text.starts_with("=?base64?") {
+        text.to_owned()
+    } else {
+        use base64::Engine as _;
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(text)
+        )
+    }
 }
 
 /// What a 2026-07-28 request's `Mcp-Name` header names: the member of its

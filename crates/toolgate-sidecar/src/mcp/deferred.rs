@@ -36,7 +36,7 @@ impl Deferred {
         };
         trace_context::inject_meta(&mut message);
         let mut headers = self.headers.clone();
-        set_routing_headers(&mut headers, &message);
+        set_routing_headers(&mut headers, &message, &self.upstream.gateway);
         trace_context::inject(&mut headers);
         let send = self.send(message, headers, ours.clone());
         // Bounded: a server that never ends its answer must not hold the

@@ -12,7 +12,9 @@
 //!   visible character), else one per upstream for this sidecar's life.
 //! - Protocol 2026-07-28: `Mcp-Method` (every message) and `Mcp-Name`
 //!   (messages that name a tool, resource or prompt) must be there and match
-//!   the body (HTTP 400 with JSON-RPC error -32020 otherwise), and refusals
+//!   the body, and so must the `Mcp-Param-*` headers of a tool's
+//!   `x-mcp-header` arguments (the upstream gets them made from the body it
+//!   receives) (HTTP 400 with JSON-RPC error -32020 otherwise), and refusals
 //!   carry `resultType: "complete"`.
 //! - Only a POST carries a message: `GET` (a server-initiated stream) and
 //!   `DELETE` (ending a session) are `405`, so nothing but a decided
@@ -458,7 +460,16 @@ async fn exchange(
                 )));
             }
         };
-        if let Some(mismatch) = header_mismatch(&headers, &message, modern) {
+        let mismatch = header_mismatch(&headers, &message, modern).or_else(|| {
+            // A 2026-07-28 call mirrors a tool's `x-mcp-header` arguments.
+            modern
+                .then(|| {
+                    let params = |name: &str| header(&headers, name);
+                    upstream.gateway.param_mismatch(&message, params)
+                })
+                .flatten()
+        });
+        if let Some(mismatch) = mismatch {
             let method = message.get("method").and_then(Value::as_str);
             record_refusal(&mcp, &upstream, &run_id, method, Reason::RequestMalformed).await;
             let id = message.get("id").cloned().unwrap_or(Value::Null);
@@ -505,7 +516,7 @@ async fn exchange(
     let started = Instant::now();
     let mut forwarded = upstream.headers(&headers)?;
     if modern && let Some(message) = &routed {
-        set_routing_headers(&mut forwarded, message);
+        set_routing_headers(&mut forwarded, message, &upstream.gateway);
     }
     trace_context::inject(&mut forwarded);
     let sent = mcp
@@ -613,11 +624,22 @@ fn upstream_refusal(mcp: &McpUpstreams, upstream: &Upstream) -> Option<String> {
     }
 }
 
-/// `Mcp-Method` / `Mcp-Name` of a 2026-07-28 request, from the message
-/// the upstream gets (the client's own are never passed on).
-fn set_routing_headers(headers: &mut reqwest::header::HeaderMap, message: &Value) {
-    for (name, value) in message::routing_headers(message) {
-        if let Ok(value) = reqwest::header::HeaderValue::from_str(&value) {
+/// `Mcp-Method` / `Mcp-Name` and the `Mcp-Param-*` headers of a
+/// 2026-07-28 request, from the message the upstream gets (the client's own
+/// are never passed on).
+fn set_routing_headers(
+    headers: &mut reqwest::header::HeaderMap,
+    message: &Value,
+    gateway: &Gateway<InProcess>,
+) {
+    let routing = message::routing_headers(message)
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value));
+    for (name, value) in routing.chain(gateway.param_headers(message)) {
+        if let (Ok(name), Ok(value)) = (
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+            reqwest::header::HeaderValue::from_str(&value),
+        ) {
             headers.insert(name, value);
         }
     }

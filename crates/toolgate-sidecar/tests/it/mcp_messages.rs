@@ -17,8 +17,10 @@ use crate::common::*;
 const SECRET: &str = "hunter2-SECRET";
 
 fn spec() -> String {
-    "mode: rules\nrules:\n  demo.echo: {allow: [\"*\"]}\n  demo.x/declared: {allow: [\"*\"]}\n\
+    "mode: rules\nrules:\n  demo.echo: {allow: [\"*\"]}\n  demo.x/declared: {allow: [\"*\"]}\n  \
+     demo.deploy: {allow: [\"*\"]}\n\
      effects:\n  demo.echo: {sideEffect: NONE, risk: low}\n  \
+     demo.deploy: {sideEffect: NONE, risk: low}\n  \
      demo.x/declared: {sideEffect: NONE, risk: low}\n\
      egress: {allowHosts: [localhost]}\n"
         .to_owned()
@@ -45,7 +47,9 @@ async fn upstream() -> (String, Seen) {
         let m: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
         let result = match m["method"].as_str().unwrap_or_default() {
             "tools/list" if m.pointer("/params/cursor").is_none() => json!({
-                "tools": [{"name": "echo", "inputSchema": {"type": "object"}}],
+                "tools": [{"name": "echo", "inputSchema": {"type": "object"}},
+                          {"name": "deploy", "inputSchema": {"type": "object", "properties": {
+                              "service": {"type": "string", "x-mcp-header": "Service"}}}}],
                 "nextCursor": "page-2", "cacheScope": "public"}),
             "tools/list" => json!({"tools": [], "cacheScope": "public"}),
             _ => json!({}),
@@ -241,5 +245,45 @@ async fn protocol_2026_07_28_routing_headers_are_required_and_checked() {
     let headers = [modern, ("mcp-method", "tools/call"), ("mcp-name", "echo")];
     let (status, body) = g.send(call, &headers).await;
     assert_eq!(status, 200, "{body}");
+    g.h.stop().await;
+}
+
+#[tokio::test]
+async fn mcp_param_headers_are_checked_against_the_body_and_made_anew() {
+    let mut g = gateway().await;
+    g.send(request("tools/list", json!({})), &[]).await;
+    let modern = ("mcp-protocol-version", "2026-07-28");
+    let call = request(
+        "tools/call",
+        json!({"name": "deploy", "arguments": {"service": "api"}}),
+    );
+    let routing = [modern, ("mcp-method", "tools/call"), ("mcp-name", "deploy")];
+    for param in [None, Some("db"), Some("=?base64?not base64?=")] {
+        let mut headers = routing.to_vec();
+        if let Some(value) = param {
+            headers.push(("mcp-param-service", value));
+        }
+        let (status, body) = g.send(call.clone(), &headers).await;
+        assert_eq!(status, 400, "{param:?}: {body}");
+        assert!(
+            body.contains("-32020") && body.contains("Mcp-Param-Service"),
+            "{body}"
+        );
+    }
+    assert!(
+        !g.upstream_saw().contains("\"deploy\""),
+        "nothing was forwarded"
+    );
+    let mut headers = routing.to_vec();
+    headers.push(("mcp-param-service", "=?base64?YXBp?="));
+    headers.push(("mcp-param-other", SECRET));
+    let (status, body) = g.send(call, &headers).await;
+    assert_eq!(status, 200, "{body}");
+    let saw = g.upstream_saw();
+    assert!(
+        saw.contains("mcp-param-service: api"),
+        "made from the body: {saw}"
+    );
+    assert!(!saw.contains(SECRET), "{saw}");
     g.h.stop().await;
 }
