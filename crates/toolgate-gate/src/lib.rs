@@ -40,7 +40,7 @@ pub use governed::{Governed, PathRequest, WORKSPACE_SLOTS, WriteRequest};
 pub use intents::{BeginIntentRequest, CompleteRequest};
 pub use metrics::Metrics;
 pub use policy_state::{BundleFiles, Enforced, PolicyState};
-pub use refusals::{RecordedRefusal, RefusalRequest};
+pub use refusals::{MessageScreen, RecordedRefusal, RefusalRequest, Screened};
 pub use runs::CancelledRuns;
 pub use trace::with_sampling;
 pub use workspace::Workspaces;

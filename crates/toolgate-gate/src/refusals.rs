@@ -3,7 +3,9 @@
 //! upstream outside egress) and the workspace's (an escape, a link swapped
 //! in) — are verdicts like any other: each is a denial with its reason and
 //! the check that refused, appended to the hash-chained decision log before
-//! the refusal is answered, and counted.
+//! the refusal is answered, and counted. Messages to an MCP server other
+//! than a `tools/call` are screened by the run's flow rules here too
+//! ([`Gate::screen_message`]).
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -45,6 +47,46 @@ pub struct RecordedRefusal {
     pub decision_id: String,
 }
 
+/// A message (not a `tools/call`) a run sends an MCP server: what `POST
+/// /v1/messages/screen` carries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageScreen {
+    /// Run the message belongs to.
+    pub run_id: RunId,
+    /// The MCP server it goes to.
+    pub server: Id,
+    /// Its method.
+    pub method: Id,
+    /// Its parameters (without `_meta`), whose text the flow rules see.
+    #[serde(default)]
+    pub params: Map<String, Value>,
+}
+
+/// A screened message's answer: `refused` with the denial it was recorded as.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Screened {
+    /// Whether the message may not be sent.
+    pub refused: bool,
+    /// The recorded denial, when refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+    /// The flow rule that refused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_rule: Option<String>,
+}
+
+/// One denial on its way to the log.
+struct Denial<'a> {
+    tool: &'a str,
+    arguments: &'a Map<String, Value>,
+    run_id: &'a RunId,
+    step_id: Option<&'a Id>,
+    reason: Reason,
+    rule: &'a str,
+    definition_digest: Option<&'a Id>,
+}
+
 impl Gate {
     /// Records `refusal` as a denial, durably, and counts it; the caller
     /// then answers the refusal (it stands whether or not it could be
@@ -56,58 +98,17 @@ impl Gate {
                 refusal.reason.as_str()
             )));
         }
-        let enforced = self.policy.current();
         let empty = Map::new();
-        let arguments = refusal.arguments.as_ref().unwrap_or(&empty);
-        let risk = enforced
-            .as_deref()
-            .and_then(|e| e.policy.effect(&refusal.tool))
-            .map_or(Risk::High, |effect| effect.risk);
-        let decision_id = uuid::Uuid::now_v7().to_string();
-        let record = DecisionRecord {
-            decision_id: decision_id.clone(),
-            run_id: refusal.run_id.as_str().to_owned(),
-            step_id: refusal
-                .step_id
-                .as_ref()
-                .map_or_else(|| NO_STEP.to_owned(), Id::to_string),
-            tool: refusal.tool.to_string(),
-            verdict: Decision::Deny.as_str().to_owned(),
-            reason: refusal.reason.as_str().to_owned(),
-            message: None,
-            matched_rule: Some(truncate(&refusal.check, MAX_LABEL_CHARS * 4).to_owned()),
-            policy_version: enforced
-                .as_deref()
-                .map_or_else(|| NO_POLICY.to_owned(), |e| e.policy_version.clone()),
-            risk: risk.as_str().to_owned(),
-            args_digest: toolgate_policy::args_digest(arguments),
-            call_digest: Some(toolgate_policy::call_digest(&refusal.tool, None, arguments)),
-            definition_digest: refusal.definition_digest.as_ref().map(Id::to_string),
-            created_at: Timestamp::now(),
-        };
-        record
-            .validate()
-            .map_err(|e| GateError::InvalidRequest(e.to_string()))?;
-        let (tool_label, profile_label) = match enforced.as_deref() {
-            Some(e) => (
-                metric_tool_label(&e.policy, &refusal.tool),
-                truncate(&e.profile, MAX_LABEL_CHARS),
-            ),
-            None => (OTHER_TOOL, NO_PROFILE),
-        };
-        self.metrics
-            .decisions
-            .with_label_values(&[
-                Decision::Deny.as_str(),
-                refusal.reason.as_str(),
-                tool_label,
-                profile_label,
-                "true",
-            ])
-            .inc();
-        self.store
-            .decisions()
-            .append(&self.tenant, &self.stream, record)
+        let decision_id = self
+            .append_denial(Denial {
+                tool: &refusal.tool,
+                arguments: refusal.arguments.as_ref().unwrap_or(&empty),
+                run_id: &refusal.run_id,
+                step_id: refusal.step_id.as_ref(),
+                reason: refusal.reason,
+                rule: &refusal.check,
+                definition_digest: refusal.definition_digest.as_ref(),
+            })
             .await?;
         Ok(RecordedRefusal { decision_id })
     }
@@ -118,5 +119,121 @@ impl Gate {
         if let Err(err) = self.refuse(refusal).await {
             tracing::error!(error = %err, reason = refusal.reason.as_str(), "refusal not recorded");
         }
+    }
+
+    /// Screens a message a run sends an MCP server other than a
+    /// `tools/call` (which is decided in full): refused, and recorded as a
+    /// `flow_rule` denial of `SERVER.METHOD`, when a flow deny rule, with
+    /// the labels the run carries, would deny a call of one of the server's
+    /// tools carrying the message's text. Without a live bundle, or a flow
+    /// rule about the server, nothing is read and nothing refused here.
+    pub async fn screen_message(&self, message: &MessageScreen) -> Result<Screened, GateError> {
+        let passes = Screened {
+            refused: false,
+            decision_id: None,
+            matched_rule: None,
+        };
+        let Some(enforced) = self.policy.live(Timestamp::now()) else {
+            return Ok(passes);
+        };
+        let policy = &enforced.policy;
+        if !policy.server_under_flows(&message.server) {
+            return Ok(passes);
+        }
+        let state = self
+            .flow_state(policy, &message.run_id, true)
+            .await?
+            .map_or(toolgate_policy::LabelSet::EMPTY, |s| s.labels);
+        let mut texts = Vec::new();
+        strings(&Value::Object(message.params.clone()), &mut texts);
+        let Some(rule) = policy.server_flow_denial(&message.server, state, &texts) else {
+            return Ok(passes);
+        };
+        let tool = format!("{}.{}", message.server, message.method);
+        let decision_id = self
+            .append_denial(Denial {
+                tool: &tool,
+                arguments: &message.params,
+                run_id: &message.run_id,
+                step_id: None,
+                reason: Reason::FlowRule,
+                rule,
+                definition_digest: None,
+            })
+            .await?;
+        Ok(Screened {
+            refused: true,
+            decision_id: Some(decision_id),
+            matched_rule: Some(rule.to_owned()),
+        })
+    }
+
+    /// Appends `denial` to the decision log, durably, and counts it.
+    async fn append_denial(&self, denial: Denial<'_>) -> Result<String, GateError> {
+        let enforced = self.policy.current();
+        let risk = enforced
+            .as_deref()
+            .and_then(|e| e.policy.effect(denial.tool))
+            .map_or(Risk::High, |effect| effect.risk);
+        let decision_id = uuid::Uuid::now_v7().to_string();
+        let record = DecisionRecord {
+            decision_id: decision_id.clone(),
+            run_id: denial.run_id.as_str().to_owned(),
+            step_id: denial
+                .step_id
+                .map_or_else(|| NO_STEP.to_owned(), Id::to_string),
+            tool: denial.tool.to_owned(),
+            verdict: Decision::Deny.as_str().to_owned(),
+            reason: denial.reason.as_str().to_owned(),
+            message: None,
+            matched_rule: Some(truncate(denial.rule, MAX_LABEL_CHARS * 4).to_owned()),
+            policy_version: enforced
+                .as_deref()
+                .map_or_else(|| NO_POLICY.to_owned(), |e| e.policy_version.clone()),
+            risk: risk.as_str().to_owned(),
+            args_digest: toolgate_policy::args_digest(denial.arguments),
+            call_digest: Some(toolgate_policy::call_digest(
+                denial.tool,
+                None,
+                denial.arguments,
+            )),
+            definition_digest: denial.definition_digest.map(Id::to_string),
+            created_at: Timestamp::now(),
+        };
+        record
+            .validate()
+            .map_err(|e| GateError::InvalidRequest(e.to_string()))?;
+        let (tool_label, profile_label) = match enforced.as_deref() {
+            Some(e) => (
+                metric_tool_label(&e.policy, denial.tool),
+                truncate(&e.profile, MAX_LABEL_CHARS),
+            ),
+            None => (OTHER_TOOL, NO_PROFILE),
+        };
+        self.metrics
+            .decisions
+            .with_label_values(&[
+                Decision::Deny.as_str(),
+                denial.reason.as_str(),
+                tool_label,
+                profile_label,
+                "true",
+            ])
+            .inc();
+        self.store
+            .decisions()
+            .append(&self.tenant, &self.stream, record)
+            .await?;
+        Ok(decision_id)
+    }
+}
+
+/// Every string in `value` (keys aside), in document order.
+fn strings(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+        Value::Object(members) => members.values().for_each(|v| strings(v, out)),
+        _ => {}
     }
 }

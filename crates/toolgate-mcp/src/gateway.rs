@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolgate_contract::ApprovalStatus;
-use toolgate_gate::{AuthorizeResponse, RefusalRequest};
+use toolgate_gate::{AuthorizeResponse, MessageScreen, RefusalRequest, Screened};
 use toolgate_policy::{Decision, Reason};
 
 use serde_json::{Map, Value};
@@ -89,6 +89,13 @@ pub trait Decider: Send + Sync + 'static {
         &self,
         refusal: &RefusalRequest,
     ) -> impl Future<Output = Result<(), McpError>> + Send;
+
+    /// Screens a message other than a `tools/call` by the run's flow rules
+    /// (see `toolgate_gate::Gate::screen_message`).
+    fn screen(
+        &self,
+        message: &MessageScreen,
+    ) -> impl Future<Output = Result<Screened, McpError>> + Send;
 }
 
 /// A refusal of the gateway's own, on its way to the decision log.
@@ -162,6 +169,15 @@ pub(crate) enum Refusal {
         verdict: Option<Value>,
     },
 }
+
+/// Messages that pass unscreened when the sidecar cannot be asked.
+const SESSION_PLUMBING: [&str; 5] = [
+    "initialize",
+    "notifications/initialized",
+    "server/discover",
+    "ping",
+    "tools/list",
+];
 
 /// Why the gateway refused a call on its own, before (or instead of) the
 /// policy: the reason it is recorded with and the text the client reads.
@@ -272,6 +288,57 @@ impl<D: Decider> Gateway<D> {
     /// The server's name (the policy prefix).
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// Screens a message of the client other than a `tools/call` (which is
+    /// decided in full) by the run's flow rules: `Some` with the refusal's
+    /// text when it may not reach the server. An answer to the server's own
+    /// request is screened as the method `response`. Fails closed.
+    pub(crate) async fn screen(
+        &self,
+        message: &Value,
+        run_id: &toolgate_policy::RunId,
+    ) -> Option<String> {
+        let method = match message.get("method") {
+            None => "response",
+            Some(m) => m.as_str().unwrap_or("unknown"),
+        };
+        if method == "tools/call" {
+            return None;
+        }
+        let mut params = match message.get("params").or_else(|| message.get("result")) {
+            Some(Value::Object(p)) => p.clone(),
+            _ => Map::new(),
+        };
+        params.remove("_meta");
+        let id = |text: &str| toolgate_policy::Id::parse(text.to_owned());
+        let (Ok(server), Ok(method)) = (id(&self.server), id(method).or_else(|_| id("unknown")))
+        else {
+            return Some("toolgate: the message cannot be named; it was not passed on".into());
+        };
+        let screen = MessageScreen {
+            run_id: run_id.clone(),
+            server,
+            method,
+            params,
+        };
+        match self.decider.screen(&screen).await {
+            Ok(s) if !s.refused => None,
+            Ok(s) => Some(format!(
+                "toolgate: flow_rule: the run may not send {} anything ({}); the message was not \
+                 passed on",
+                self.server,
+                s.matched_rule.unwrap_or_default()
+            )),
+            // Unscreened, only what starting a session and listing need
+            // passes (their text is trimmed to names and versions): every
+            // call is refused anyway while the sidecar cannot be asked.
+            Err(_) if SESSION_PLUMBING.contains(&screen.method.as_ref()) => None,
+            Err(e) => Some(format!(
+                "toolgate: {} ({e}); the message was not passed on",
+                e.code()
+            )),
+        }
     }
 
     /// The `Mcp-Param-*` headers a `tools/call` message carries to the

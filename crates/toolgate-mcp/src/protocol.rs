@@ -104,13 +104,22 @@ pub fn admit(message: &mut Value) -> Admission {
         // A request without an id: refused as such by `message::classify`.
         return Admission::Known;
     };
-    let Some(&(_, defined)) = table.iter().find(|(m, _)| *m == method) else {
+    let Some(&(method, defined)) = table.iter().find(|(m, _)| *m == method) else {
         return Admission::Unknown(method.to_owned());
     };
     if let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) {
         params.retain(|k, _| k == "_meta" || defined.contains(&k.as_str()));
         if let Some(meta) = params.get_mut("_meta") {
             *meta = Value::Object(trimmed_meta(meta));
+        }
+        // What a client says of itself is names and flags, not text to carry.
+        if method == "initialize" {
+            if let Some(caps) = params.get_mut("capabilities") {
+                *caps = shape(caps, 3);
+            }
+            if let Some(info) = params.get_mut("clientInfo") {
+                *info = client_info(info);
+            }
         }
     }
     Admission::Known
@@ -182,25 +191,21 @@ fn trimmed_meta(meta: &Value) -> Map<String, Value> {
             .and_then(token)
             .map(|id| serde_json::json!({"taskId": id})),
     );
-    keep(
-        CLIENT_INFO,
-        meta.get(CLIENT_INFO)
-            .and_then(Value::as_object)
-            .map(|info| {
-                ["name", "version", "title"]
-                    .into_iter()
-                    .filter_map(|k| {
-                        Some((k.to_owned(), Value::String(short_text(info.get(k)?, true)?)))
-                    })
-                    .collect::<Map<String, Value>>()
-                    .into()
-            }),
-    );
+    keep(CLIENT_INFO, meta.get(CLIENT_INFO).map(client_info));
     keep(
         CLIENT_CAPABILITIES,
         meta.get(CLIENT_CAPABILITIES).map(|c| shape(c, 3)),
     );
     out
+}
+
+/// A client's name, version and title, each short visible text.
+fn client_info(info: &Value) -> Value {
+    ["name", "version", "title"]
+        .into_iter()
+        .filter_map(|k| Some((k.to_owned(), Value::String(short_text(info.get(k)?, true)?))))
+        .collect::<Map<String, Value>>()
+        .into()
 }
 
 /// A string of at most [`MAX_TOKEN_CHARS`] visible ASCII characters

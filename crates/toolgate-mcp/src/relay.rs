@@ -196,6 +196,16 @@ impl<D: Decider> Gateway<D> {
                 ));
             }
         }
+        // Any other message is a channel to the server too: the run's flow
+        // rules see its text.
+        if let Some(text) = self.screen(&message, run_id).await {
+            return match message.get("id") {
+                Some(id) if message.get("method").is_some() => {
+                    ClientStep::Answer(message::policy_error(id, &text, None))
+                }
+                _ => ClientStep::Nothing,
+            };
+        }
         let deferrable = modern && tasks::client_declares_tasks(&message);
         let awaiting = match message::classify(&message) {
             FromClient::CallTool {

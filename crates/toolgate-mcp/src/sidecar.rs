@@ -177,6 +177,17 @@ impl Decider for Sidecar {
         }
     }
 
+    async fn screen(
+        &self,
+        message: &toolgate_gate::MessageScreen,
+    ) -> Result<toolgate_gate::Screened, McpError> {
+        let body = serde_json::to_value(message)
+            .map_err(|e| McpError::Sidecar(format!("message not serializable: {e}")))?;
+        let answer = self.post("/v1/messages/screen", &body).await?;
+        serde_json::from_value(answer)
+            .map_err(|e| McpError::Sidecar(format!("/v1/messages/screen answered: {e}")))
+    }
+
     async fn refused(&self, refusal: &toolgate_gate::RefusalRequest) -> Result<(), McpError> {
         let body = serde_json::to_value(refusal)
             .map_err(|e| McpError::Sidecar(format!("refusal not serializable: {e}")))?;

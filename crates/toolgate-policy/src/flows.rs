@@ -209,6 +209,15 @@ impl CompiledSelector {
         })
     }
 
+    /// Whether the selector picks the call by tool or side effect alone
+    /// (what a message to a server is judged by: its text is matched too
+    /// when the selector has `match` globs, by [`Self::selects`]).
+    fn selects_kind(&self, call: &Seen<'_>) -> bool {
+        (self.tools.is_empty() && self.side_effects.is_empty() && !self.match_text.is_empty())
+            || self.tools.first_match(call.tool).is_some()
+            || self.side_effects.contains(&call.side_effect)
+    }
+
     fn selects(&self, call: &Seen<'_>) -> bool {
         let by_kind =
             !(self.tools.is_empty() && self.side_effects.is_empty() && self.match_text.is_empty())
@@ -484,6 +493,66 @@ impl crate::CompiledPolicy {
         self.flows
             .as_ref()
             .map_or(LabelSet::EMPTY, CompiledFlows::watched)
+    }
+
+    /// The tools this profile declares for MCP server `server`
+    /// (`SERVER.TOOL`, resources and prompts included) with a flow deny rule
+    /// that could select them: a message to that server carries data out
+    /// as a call of them would. Empty without flows.
+    fn server_tools_under_flows(&self, server: &str) -> Vec<(&str, crate::SideEffect)> {
+        let Some(flows) = self.flows.as_ref() else {
+            return Vec::new();
+        };
+        let prefix = format!("{server}.");
+        self.tools
+            .iter()
+            .filter(|(name, _)| name.starts_with(&prefix))
+            .filter(|(name, tool)| {
+                let seen = Seen {
+                    tool: name,
+                    side_effect: tool.effect.side_effect,
+                    texts: &[],
+                    provenance: None,
+                };
+                flows
+                    .rules
+                    .iter()
+                    .any(|r| r.deny && r.selector.selects_kind(&seen))
+            })
+            .map(|(name, tool)| (name.as_str(), tool.effect.side_effect))
+            .collect()
+    }
+
+    /// Whether some flow deny rule could refuse a message to MCP server
+    /// `server` (see [`Self::server_flow_denial`]): when none can, the run's
+    /// labels need not be read.
+    pub fn server_under_flows(&self, server: &str) -> bool {
+        !self.server_tools_under_flows(server).is_empty()
+    }
+
+    /// The flow deny rule that, with the run's `labels`, refuses a message
+    /// (other than a `tools/call`) to MCP server `server` whose free text is
+    /// `texts`: the first rule that would deny a call of one of the
+    /// server's declared tools carrying that text. A server that can carry
+    /// data out is a channel whatever the method.
+    pub fn server_flow_denial(
+        &self,
+        server: &str,
+        labels: LabelSet,
+        texts: &[String],
+    ) -> Option<&str> {
+        let flows = self.flows.as_ref()?;
+        self.server_tools_under_flows(server)
+            .into_iter()
+            .find_map(|(tool, side_effect)| {
+                let seen = Seen {
+                    tool,
+                    side_effect,
+                    texts,
+                    provenance: None,
+                };
+                flows.rule(true, labels, &seen)
+            })
     }
 }
 

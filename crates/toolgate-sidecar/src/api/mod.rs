@@ -63,6 +63,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/authorize", post(authorize))
         .route("/v1/authorize/batch", post(authorize_batch))
         .route("/v1/refusals", post(record_refusal))
+        .route("/v1/messages/screen", post(screen_message))
         .route("/v1/runs/{run_id}", get(run_status))
         .route("/v1/runs/{run_id}/cancel", post(cancel_run))
         .route("/v1/pod/cancel", post(cancel_pod))
@@ -120,6 +121,16 @@ async fn record_refusal(
 ) -> Result<Response, ApiError> {
     let recorded = app.gate.refuse(&req).await?;
     Ok((StatusCode::CREATED, Json(recorded)).into_response())
+}
+
+/// `POST /v1/messages/screen`: whether a run's message to an MCP server
+/// (other than a `tools/call`) may pass its flow rules (`toolgate mcp
+/// wrap`'s gateway asks before it forwards one).
+async fn screen_message(
+    State(app): State<Arc<AppState>>,
+    StrictJson(req): StrictJson<toolgate_gate::MessageScreen>,
+) -> Result<Json<toolgate_gate::Screened>, ApiError> {
+    Ok(Json(app.gate.screen_message(&req).await?))
 }
 
 async fn authorize_batch(

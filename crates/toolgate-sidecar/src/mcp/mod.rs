@@ -261,6 +261,13 @@ impl Decider for InProcess {
         Ok(approval.status)
     }
 
+    async fn screen(
+        &self,
+        message: &toolgate_gate::MessageScreen,
+    ) -> Result<toolgate_gate::Screened, McpError> {
+        self.gate.screen_message(message).await.map_err(refused)
+    }
+
     async fn refused(&self, refusal: &toolgate_gate::RefusalRequest) -> Result<(), McpError> {
         self.gate.refuse(refusal).await.map(|_| ()).map_err(refused)
     }

@@ -73,6 +73,10 @@ struct Gateway {
 }
 
 async fn gateway() -> Gateway {
+    gateway_with(&spec()).await
+}
+
+async fn gateway_with(spec: &str) -> Gateway {
     let scratch = tempfile::tempdir().unwrap();
     let url = format!(
         "sqlite://{}?mode=rwc",
@@ -82,7 +86,7 @@ async fn gateway() -> Gateway {
     let credentials = scratch.path().join("credentials");
     std::fs::create_dir(&credentials).unwrap();
     std::fs::write(credentials.join("demo"), "Bearer gateway-owned-token\n").unwrap();
-    let bundle = bundle(&spec(), 1, day(), &key());
+    let bundle = bundle(spec, 1, day(), &key());
     let h = Harness::start_configured(scratch.path(), &url, Some(&bundle), &unique("t"), |c| {
         c.mcp_upstreams = vec![("demo".into(), upstream_url)];
         c.mcp_credentials_dir = Some(credentials);
@@ -285,5 +289,70 @@ async fn mcp_param_headers_are_checked_against_the_body_and_made_anew() {
         "made from the body: {saw}"
     );
     assert!(!saw.contains(SECRET), "{saw}");
+    g.h.stop().await;
+}
+
+/// `demo` can post: once the run has read a secret, nothing it sends `demo`
+/// — not only `tools/call` — may reach the server.
+const FLOWS: &str = r#"
+mode: rules
+rules:
+  reader: {allow: ["*"]}
+  demo.post: {allow: ["*"]}
+effects:
+  reader: {sideEffect: WORKSPACE_READ, risk: low}
+  demo.post: {sideEffect: NETWORK_WRITE, risk: write}
+egress: {allowHosts: [localhost]}
+flows:
+  labels:
+    private: {tools: [reader], match: ["*secret*"]}
+  rules:
+    - name: no-exfiltration
+      when: [private]
+      deny: {sideEffects: [NETWORK_WRITE]}
+"#;
+
+#[tokio::test]
+async fn every_message_to_a_server_that_can_carry_data_out_obeys_the_flow_rules() {
+    let mut g = gateway_with(FLOWS).await;
+    let (_, body) = g.send(request("ping", json!({})), &[]).await;
+    assert!(body.contains("result"), "before the label: {body}");
+    let read =
+        g.h.authorize("reader", json!({"path": "app/secret.txt"}), "agent-run")
+            .await;
+    assert_eq!(read["flow_labels_set"], json!(["private"]), "{read}");
+    let before = g.seen.lock().unwrap().len();
+    for message in [
+        request("ping", json!({})),
+        request("prompts/list", json!({})),
+        request("logging/setLevel", json!({"level": "info"})),
+        request(
+            "resources/read",
+            json!({"uri": format!("https://x/{SECRET}")}),
+        ),
+    ] {
+        let (_, body) = g.send(message.clone(), &[]).await;
+        assert!(
+            body.contains("flow_rule") || body.contains("unknown_tool"),
+            "{message}: {body}"
+        );
+    }
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": 1, "progress": 1, "message": SECRET}});
+    let (status, _) = g.send(note, &[]).await;
+    assert_eq!(status, 202);
+    assert_eq!(
+        g.seen.lock().unwrap().len(),
+        before,
+        "nothing reached the server"
+    );
+    // Each refusal is in the log as the flow rule's denial.
+    let refused =
+        g.h.tenant_log()
+            .await
+            .into_iter()
+            .filter(|d| d.record.reason == "flow_rule" && d.record.tool.starts_with("demo."))
+            .count();
+    assert!(refused >= 4, "{refused}");
     g.h.stop().await;
 }
