@@ -60,10 +60,7 @@ async fn upstream() -> (String, Seen) {
     let app = axum::Router::new()
         .route("/mcp", axum::routing::any(handle))
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://localhost:{port}/mcp"), seen)
+    (serve_mcp(app).await, seen)
 }
 
 struct Gateway {

@@ -105,10 +105,7 @@ async fn upstream() -> (String, Received) {
     let app = axum::Router::new()
         .route("/mcp", axum::routing::post(handle))
         .with_state(upstream.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://localhost:{port}/mcp"), upstream)
+    (serve_mcp(app).await, upstream)
 }
 
 /// A client of the gateway: one run, one MCP session.

@@ -39,10 +39,7 @@ async fn upstream() -> String {
         axum::Json(json!({"jsonrpc": "2.0", "id": m["id"], "result": result}))
     }
     let app = axum::Router::new().route("/mcp", axum::routing::post(handle));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://localhost:{port}/mcp")
+    serve_mcp(app).await
 }
 
 async fn mcp(h: &Harness, server: &str, message: Value, headers: &[(&str, &str)]) -> String {

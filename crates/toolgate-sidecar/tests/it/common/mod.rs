@@ -346,3 +346,12 @@ pub fn outcome(v: &Value) -> (&str, &str) {
         v["reason"].as_str().unwrap_or("?"),
     )
 }
+
+/// Serves `app` on a free loopback port; its MCP endpoint's URL
+/// (`http://localhost:PORT/mcp`), as the gateway tests name upstreams.
+pub async fn serve_mcp(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://localhost:{port}/mcp")
+}
