@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 
 use toolgate_policy::Reason;
 
-use crate::gateway::{Decider, EdgeProblem, EdgeRefusal, Gateway, Refusal};
+use crate::definition::EdgeProblem;
+use crate::edges::EdgeRefusal;
+use crate::gateway::{Decider, Gateway, Refusal};
 use crate::message;
 use crate::relay::{Awaiting, ID_PREFIX, InFlight};
 use crate::tasks::{self, DeferredCall};

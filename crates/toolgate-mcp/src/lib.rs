@@ -29,6 +29,8 @@
 
 pub mod caller_trace;
 mod deferred;
+mod definition;
+mod edges;
 pub mod gateway;
 pub mod message;
 pub mod param_headers;

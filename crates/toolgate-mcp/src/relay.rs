@@ -24,7 +24,8 @@ use serde_json::{Map, Value};
 
 use toolgate_policy::{Reason, RunId};
 
-use crate::gateway::{CallOutcome, Decider, EdgeRefusal, Gateway};
+use crate::edges::EdgeRefusal;
+use crate::gateway::{CallOutcome, Decider, Gateway};
 use crate::message::{self, FromClient};
 use crate::protocol;
 use crate::tasks::{self, DeferredCall};

@@ -64,22 +64,15 @@ use toolgate_gate::PolicyState;
 use tracing::Instrument;
 
 mod deferred;
+mod headers;
 mod relay;
 mod resolve;
 mod sessions;
 
+use headers::{header, header_mismatch, set_routing_headers};
+
 /// JSON-RPC: a request header contradicts the body (protocol 2026-07-28).
 pub const HEADER_MISMATCH: i64 = -32020;
-/// Request headers passed to the upstream (everything else, `Host`,
-/// `Origin`, `Authorization` and `Last-Event-ID` included, stays here).
-const FORWARDED_REQUEST_HEADERS: [&str; 4] = [
-    "accept",
-    "content-type",
-    "mcp-session-id",
-    "mcp-protocol-version",
-];
-/// Longest upstream credential read from `--mcp-credentials-dir`.
-const MAX_CREDENTIAL_BYTES: u64 = 8 * 1024;
 /// One configured upstream and its gateway.
 pub(crate) struct Upstream {
     url: String,
@@ -271,62 +264,6 @@ impl Decider for InProcess {
     async fn refused(&self, refusal: &toolgate_gate::RefusalRequest) -> Result<(), McpError> {
         self.gate.refuse(refusal).await.map(|_| ()).map_err(refused)
     }
-}
-
-/// Headers of the agent's request that the upstream gets.
-fn forward_headers(from: &HeaderMap) -> reqwest::header::HeaderMap {
-    let mut out = reqwest::header::HeaderMap::new();
-    for name in FORWARDED_REQUEST_HEADERS {
-        if let Some(value) = from.get(name)
-            && let (Ok(name), Ok(value)) = (
-                reqwest::header::HeaderName::from_bytes(name.as_bytes()),
-                reqwest::header::HeaderValue::from_bytes(value.as_bytes()),
-            )
-        {
-            out.insert(name, value);
-        }
-    }
-    out
-}
-
-impl Upstream {
-    /// The headers `upstream` gets for a request of the agent that came
-    /// with `from`: the forwarded ones and the gateway's own credential.
-    fn headers(&self, from: &HeaderMap) -> Result<reqwest::header::HeaderMap, ApiError> {
-        let mut out = forward_headers(from);
-        let Some(path) = &self.credential else {
-            return Ok(out);
-        };
-        let unusable = |why: String| {
-            ApiError::McpUpstream(format!("{}: credential {why}", self.gateway.server()))
-        };
-        // Read at every request, so a rotated Secret applies at once; a
-        // missing file means this upstream takes no credential.
-        let text = match std::fs::File::open(path) {
-            Ok(file) => {
-                let mut text = String::new();
-                std::io::Read::read_to_string(
-                    &mut std::io::Read::take(file, MAX_CREDENTIAL_BYTES + 1),
-                    &mut text,
-                )
-                .map_err(|e| unusable(format!("unreadable ({})", e.kind())))?;
-                text
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(unusable(format!("unreadable ({})", e.kind()))),
-        };
-        if text.len() as u64 > MAX_CREDENTIAL_BYTES {
-            return Err(unusable("larger than 8 KiB".into()));
-        }
-        let value = reqwest::header::HeaderValue::from_str(text.trim_end_matches(['\r', '\n']))
-            .map_err(|_| unusable("is not a header value".into()))?;
-        out.insert(reqwest::header::AUTHORIZATION, value);
-        Ok(out)
-    }
-}
-
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// `mcp-<server>-<uuid v7>`: a server name is 1-64 of `A-Za-z0-9_-`, so
@@ -628,67 +565,5 @@ fn upstream_refusal(mcp: &McpUpstreams, upstream: &Upstream) -> Option<String> {
             )
         }),
         None => Some("no live policy bundle to check the upstream with".into()),
-    }
-}
-
-/// `Mcp-Method` / `Mcp-Name` and the `Mcp-Param-*` headers of a
-/// 2026-07-28 request, from the message the upstream gets (the client's own
-/// are never passed on).
-fn set_routing_headers(
-    headers: &mut reqwest::header::HeaderMap,
-    message: &Value,
-    gateway: &Gateway<InProcess>,
-) {
-    let routing = message::routing_headers(message)
-        .into_iter()
-        .map(|(name, value)| (name.to_owned(), value));
-    for (name, value) in routing.chain(gateway.param_headers(message)) {
-        if let (Ok(name), Ok(value)) = (
-            reqwest::header::HeaderName::from_bytes(name.as_bytes()),
-            reqwest::header::HeaderValue::from_str(&value),
-        ) {
-            headers.insert(name, value);
-        }
-    }
-}
-
-/// `Mcp-Method` / `Mcp-Name` that contradict the body, or (protocol
-/// 2026-07-28, `modern`) that are missing where the body calls for them.
-fn header_mismatch(headers: &HeaderMap, message: &Value, modern: bool) -> Option<String> {
-    for name in ["mcp-method", "mcp-name"] {
-        if headers.get(name).is_some() && header(headers, name).is_none() {
-            return Some(format!("{name} header is not visible ASCII"));
-        }
-    }
-    let version = message
-        .pointer("/params/_meta")
-        .and_then(|m| m.get(toolgate_mcp::protocol::PROTOCOL_VERSION))
-        .and_then(Value::as_str);
-    if let (Some(h), Some(v)) = (header(headers, "mcp-protocol-version"), version)
-        && h != v
-    {
-        return Some(format!(
-            "MCP-Protocol-Version header `{h}` does not match the request's `{v}`"
-        ));
-    }
-    let method = message.get("method").and_then(Value::as_str);
-    match (header(headers, "mcp-method"), method) {
-        (Some(h), _) if Some(h) != method => {
-            return Some(format!(
-                "Mcp-Method header `{h}` does not match the body's method"
-            ));
-        }
-        (None, Some(m)) if modern => {
-            return Some(format!("Mcp-Method header missing for `{m}`"));
-        }
-        _ => {}
-    }
-    let name = message::routed_name(message);
-    match (header(headers, "mcp-name"), &name) {
-        (Some(h), _) if message::header_name(h).as_deref() != name => {
-            Some(format!("Mcp-Name header `{h}` does not match the body"))
-        }
-        (None, Some(_)) if modern => Some("Mcp-Name header missing".into()),
-        _ => None,
     }
 }

@@ -1,0 +1,162 @@
+//! What the gateway refuses or rewrites on its own, around the policy's
+//! decisions: its refusals recorded in the decision log, messages other
+//! than `tools/call` screened by the run's flow rules, and the
+//! `Mcp-Param-*` headers of a call.
+
+use serde_json::{Map, Value};
+use toolgate_gate::{MessageScreen, RefusalRequest};
+use toolgate_policy::Reason;
+
+use crate::gateway::{Decider, Gateway};
+
+/// A refusal of the gateway's own, on its way to the decision log.
+pub(crate) struct EdgeRefusal<'a> {
+    tool: &'a str,
+    run_id: &'a toolgate_policy::RunId,
+    reason: Reason,
+    arguments: Option<&'a Map<String, Value>>,
+    definition: Option<&'a str>,
+}
+
+impl<'a> EdgeRefusal<'a> {
+    pub(crate) fn new(tool: &'a str, run_id: &'a toolgate_policy::RunId, reason: Reason) -> Self {
+        Self {
+            tool,
+            run_id,
+            reason,
+            arguments: None,
+            definition: None,
+        }
+    }
+
+    pub(crate) fn arguments(mut self, arguments: &'a Map<String, Value>) -> Self {
+        self.arguments = Some(arguments);
+        self
+    }
+
+    pub(crate) fn definition(mut self, digest: &'a str) -> Self {
+        self.definition = Some(digest);
+        self
+    }
+}
+
+/// Messages that pass unscreened when the sidecar cannot be asked.
+const SESSION_PLUMBING: [&str; 5] = [
+    "initialize",
+    "notifications/initialized",
+    "server/discover",
+    "ping",
+    "tools/list",
+];
+
+impl<D: Decider> Gateway<D> {
+    /// Screens a message of the client other than a `tools/call` (which is
+    /// decided in full) by the run's flow rules: `Some` with the refusal's
+    /// text when it may not reach the server. An answer to the server's own
+    /// request is screened as the method `response`. Fails closed.
+    pub(crate) async fn screen(
+        &self,
+        message: &Value,
+        run_id: &toolgate_policy::RunId,
+    ) -> Option<String> {
+        let method = match message.get("method") {
+            None => "response",
+            Some(m) => m.as_str().unwrap_or("unknown"),
+        };
+        if method == "tools/call" {
+            return None;
+        }
+        let mut params = match message.get("params").or_else(|| message.get("result")) {
+            Some(Value::Object(p)) => p.clone(),
+            _ => Map::new(),
+        };
+        params.remove("_meta");
+        let id = |text: &str| toolgate_policy::Id::parse(text.to_owned());
+        let (Ok(server), Ok(method)) = (id(self.server()), id(method).or_else(|_| id("unknown")))
+        else {
+            return Some("toolgate: the message cannot be named; it was not passed on".into());
+        };
+        let screen = MessageScreen {
+            run_id: run_id.clone(),
+            server,
+            method,
+            params,
+        };
+        match self.decider().screen(&screen).await {
+            Ok(s) if !s.refused => None,
+            Ok(s) => Some(format!(
+                "toolgate: flow_rule: the run may not send {} anything ({}); the message was not \
+                 passed on",
+                self.server(),
+                s.matched_rule.unwrap_or_default()
+            )),
+            // Unscreened, only what starting a session and listing need
+            // passes (their text is trimmed to names and versions): every
+            // call is refused anyway while the sidecar cannot be asked.
+            Err(_) if SESSION_PLUMBING.contains(&screen.method.as_ref()) => None,
+            Err(e) => Some(format!(
+                "toolgate: {} ({e}); the message was not passed on",
+                e.code()
+            )),
+        }
+    }
+
+    /// The `Mcp-Param-*` headers a `tools/call` message carries to the
+    /// server (none for another message, or a tool the gateway does not
+    /// know).
+    pub fn param_headers(&self, message: &Value) -> Vec<(String, String)> {
+        self.call_params(message)
+            .map(|(decls, args)| crate::param_headers::headers(&decls, args))
+            .unwrap_or_default()
+    }
+
+    /// Why the client's `Mcp-Param-*` headers disagree with a `tools/call`
+    /// message's arguments, if they do.
+    pub fn param_mismatch<'h>(
+        &self,
+        message: &Value,
+        header: impl Fn(&str) -> Option<&'h str>,
+    ) -> Option<String> {
+        let (decls, args) = self.call_params(message)?;
+        crate::param_headers::mismatch(&decls, args, header)
+    }
+
+    fn call_params<'m>(
+        &self,
+        message: &'m Value,
+    ) -> Option<(
+        Vec<crate::param_headers::ParamHeader>,
+        &'m Map<String, Value>,
+    )> {
+        if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+            return None;
+        }
+        let name = message.pointer("/params/name")?.as_str()?;
+        let args = message.pointer("/params/arguments")?.as_object()?;
+        Some((self.definition(name)?.params, args))
+    }
+
+    /// Records a refusal of the gateway's own in the decision log, as the
+    /// check `mcp:REASON`; the refusal stands whether or not it could be.
+    pub(crate) async fn record_refusal(&self, refused: EdgeRefusal<'_>) {
+        let id = |text: &str| toolgate_policy::Id::parse(text.to_owned()).ok();
+        let (Some(tool), Some(check)) = (
+            id(refused.tool),
+            id(&format!("mcp:{}", refused.reason.as_str())),
+        ) else {
+            return;
+        };
+        let request = RefusalRequest {
+            tool,
+            arguments: refused.arguments.cloned(),
+            run_id: refused.run_id.clone(),
+            step_id: id(&format!("mcp:{}", self.server())),
+            reason: refused.reason,
+            check,
+            definition_digest: refused.definition.and_then(id),
+        };
+        if let Err(e) = self.decider().refused(&request).await {
+            tracing::error!(error = %e, reason = refused.reason.as_str(), "refusal not recorded");
+        }
+    }
+}
