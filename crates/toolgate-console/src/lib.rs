@@ -19,6 +19,7 @@ pub mod error;
 pub mod identity;
 pub mod pages;
 
+use axum::serve::ListenerExt;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -81,9 +82,14 @@ pub async fn serve(listen: SocketAddr, console: Console) -> Result<(), ConsoleEr
         .await
         .map_err(|e| ConsoleError::Config(format!("listen on {listen}: {e}")))?;
     tracing::info!(%listen, proxied = console.keys.proxied(), "console serving");
-    axum::serve(listener, router(console))
-        .await
-        .map_err(|e| ConsoleError::Config(e.to_string()))
+    axum::serve(
+        listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        }),
+        router(console),
+    )
+    .await
+    .map_err(|e| ConsoleError::Config(e.to_string()))
 }
 
 /// A page as the response body.

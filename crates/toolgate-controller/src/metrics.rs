@@ -1,5 +1,6 @@
 //! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoints.
 
+use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -398,9 +399,14 @@ pub async fn serve(
         .await
         .map_err(|e| ControllerError::Io(format!("bind {addr}: {e}")))?;
     tracing::info!(%addr, "serving /metrics /healthz /readyz");
-    axum::serve(listener, router(metrics, health))
-        .await
-        .map_err(|e| ControllerError::Io(format!("metrics server: {e}")))
+    axum::serve(
+        listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        }),
+        router(metrics, health),
+    )
+    .await
+    .map_err(|e| ControllerError::Io(format!("metrics server: {e}")))
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub mod metrics {
     }
 }
 
+use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -215,7 +216,7 @@ impl Sidecar {
             let mut rx = shutdown_rx.clone();
             let app = api::ops_router(state.clone());
             tokio::spawn(async move {
-                let _ = axum::serve(listener, app)
+                let _ = axum::serve(listener.tap_io(no_delay), app)
                     .with_graceful_shutdown(async move {
                         let _ = rx.wait_for(|stop| *stop).await;
                     })
@@ -228,7 +229,7 @@ impl Sidecar {
         let app = api::router(state.clone());
         let mut rx = shutdown_rx;
         let server = tokio::spawn(async move {
-            axum::serve(listener, app)
+            axum::serve(listener.tap_io(no_delay), app)
                 .with_graceful_shutdown(async move {
                     let _ = rx.wait_for(|stop| *stop).await;
                 })
@@ -265,6 +266,14 @@ impl Sidecar {
         drop(state);
         let _ = decision_writer.await;
     }
+}
+
+/// Every accepted connection answers at once: without `TCP_NODELAY`, a
+/// client that delays its ACKs (Python's `http.client`, blocking `httpx`)
+/// waits ~40 ms for the second write of an answer (an SSE body after its
+/// headers).
+fn no_delay(tcp: &mut tokio::net::TcpStream) {
+    let _ = tcp.set_nodelay(true);
 }
 
 async fn record_profile(store: &Store, config: &SidecarConfig, e: &policy_state::Enforced) {

@@ -1,5 +1,6 @@
 //! HTTP routes and the TLS server around them.
 
+use axum::serve::ListenerExt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -349,7 +350,12 @@ impl Server {
             tracing::info!(addr = ?listener.local_addr().ok(), "webhook metrics listening (plain HTTP)");
             let mut stop = stop_rx.clone();
             tokio::spawn(async move {
-                let _ = axum::serve(listener, metrics::router(metrics))
+                let _ = axum::serve(
+                    listener.tap_io(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    }),
+                    metrics::router(metrics),
+                )
                     .with_graceful_shutdown(async move {
                         let _ = stop.wait_for(|s| *s).await;
                     })
