@@ -8,10 +8,10 @@
 //! The path is resolved first: one the workspace refuses (an escape, a bad
 //! path, a link swapped in) is recorded as a `workspace_refused` denial,
 //! the check naming its code, and is never decided as an allow. A path
-//! that goes through a symbolic link inside the root is decided twice, and
-//! both must allow: as the agent named it, then as the link
-//! resolves (`{"path": resolved}`), so hardline paths, rules and flow labels
-//! see the file that is actually opened; the operation then opens exactly
+//! that goes through a symbolic link inside the root is decided once on
+//! both the name and where it leads (`{"path": [named, resolved]}`: the
+//! stricter answer stands), so hardline paths, rules and flow labels see
+//! the file that is actually opened; the operation then opens exactly
 //! the resolved path (see [`crate::workspace`]).
 
 use std::sync::Arc;
@@ -148,8 +148,10 @@ async fn govern_read(
 }
 
 /// Decides `workspace.<op>` on `arguments` (whose `path` is the path as
-/// named) and, when a link makes it lead elsewhere, again on where it
-/// leads: the answer that lets the operation run.
+/// named): through a link, once, on both the name and where it leads
+/// (`{"path": [NAMED, RESOLVED]}`, each read as the policy reads an array:
+/// the stricter answer stands, and labels are set by either), so one
+/// operation is one decision and one charge.
 async fn govern_path(
     app: &Gate,
     op: &'static str,
@@ -158,24 +160,14 @@ async fn govern_path(
     mut arguments: serde_json::Map<String, serde_json::Value>,
     provenance: Option<Provenance>,
 ) -> Result<AuthorizeResponse, GateError> {
-    let step = req.step_id.clone();
-    let answer = govern_read(
-        app,
-        op,
-        &req.run_id,
-        step.clone(),
-        arguments.clone(),
-        provenance,
-    );
-    let answer = answer.await?;
-    if !resolved.through_link() {
-        return Ok(answer);
+    if resolved.through_link() {
+        let both = serde_json::json!([resolved.requested(), resolved.resolved()]);
+        arguments.insert("path".into(), both);
     }
-    arguments.insert("path".into(), resolved.resolved().into());
+    let step = req.step_id.clone();
     govern_read(app, op, &req.run_id, step, arguments, provenance).await
 }
 
-/// Where `req.path` leads in the run's workspace.
 /// A path whose text the workspace refuses is decided first when the policy
 /// denies it anyway (a hardlined file spelled another way is then refused
 /// as `hardline_path`, as it would be anywhere), and otherwise refused by

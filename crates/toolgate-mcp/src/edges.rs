@@ -40,6 +40,9 @@ impl<'a> EdgeRefusal<'a> {
     }
 }
 
+/// Largest arguments (as JSON) a refusal carries to the decision log.
+const MAX_RECORDED_ARGUMENTS: usize = 64 * 1024;
+
 /// Messages that pass unscreened when the sidecar cannot be asked.
 const SESSION_PLUMBING: [&str; 5] = [
     "initialize",
@@ -63,14 +66,17 @@ impl<D: Decider> Gateway<D> {
             None => "response",
             Some(m) => m.as_str().unwrap_or("unknown"),
         };
+        // A `tools/call` is decided in full, and carries no other text (see
+        // `protocol::admit`); any other message is screened with all it carries.
         if method == "tools/call" {
             return None;
         }
-        let mut params = match message.get("params").or_else(|| message.get("result")) {
-            Some(Value::Object(p)) => p.clone(),
-            _ => Map::new(),
-        };
-        params.remove("_meta");
+        let mut params = Map::new();
+        for key in ["params", "result", "error"] {
+            if let Some(v) = message.get(key) {
+                params.insert(key.to_owned(), v.clone());
+            }
+        }
         let id = |text: &str| toolgate_policy::Id::parse(text.to_owned());
         let (Ok(server), Ok(method)) = (id(self.server()), id(method).or_else(|_| id("unknown")))
         else {
@@ -93,7 +99,11 @@ impl<D: Decider> Gateway<D> {
             // Unscreened, only what starting a session and listing need
             // passes (their text is trimmed to names and versions): every
             // call is refused anyway while the sidecar cannot be asked.
-            Err(_) if SESSION_PLUMBING.contains(&screen.method.as_ref()) => None,
+            Err(crate::McpError::Sidecar(_))
+                if SESSION_PLUMBING.contains(&screen.method.as_ref()) =>
+            {
+                None
+            }
             Err(e) => Some(format!(
                 "toolgate: {} ({e}); the message was not passed on",
                 e.code()
@@ -140,15 +150,21 @@ impl<D: Decider> Gateway<D> {
     /// check `mcp:REASON`; the refusal stands whether or not it could be.
     pub(crate) async fn record_refusal(&self, refused: EdgeRefusal<'_>) {
         let id = |text: &str| toolgate_policy::Id::parse(text.to_owned()).ok();
-        let (Some(tool), Some(check)) = (
-            id(refused.tool),
-            id(&format!("mcp:{}", refused.reason.as_str())),
-        ) else {
+        // A name that is no id (too long, control characters) is still a
+        // refusal to record: under a name that says so.
+        let tool = id(refused.tool).or_else(|| id(&format!("{}.unnamed", self.server())));
+        let (Some(tool), Some(check)) = (tool, id(&format!("mcp:{}", refused.reason.as_str())))
+        else {
             return;
         };
+        // Arguments too large for the sidecar's request limit are left out,
+        // so the refusal itself is still recorded.
+        let arguments = refused.arguments.filter(|a| {
+            serde_json::to_vec(a).is_ok_and(|bytes| bytes.len() <= MAX_RECORDED_ARGUMENTS)
+        });
         let request = RefusalRequest {
             tool,
-            arguments: refused.arguments.cloned(),
+            arguments: arguments.cloned(),
             run_id: refused.run_id.clone(),
             step_id: id(&format!("mcp:{}", self.server())),
             reason: refused.reason,

@@ -252,7 +252,36 @@ impl<D: Decider> Gateway<D> {
             )
             .await
         {
-            Ok(intent) => CallOutcome::Forward { intent },
+            Ok(intent) => {
+                // A call that waited for its approval runs only against the
+                // definition it was decided (and approved) under.
+                let current = self.definition(name).map(|d| d.digest);
+                if current.as_deref() == Some(definition.digest.as_str()) {
+                    return CallOutcome::Forward { intent };
+                }
+                let refused = EdgeRefusal::new(&tool, run_id, Reason::ToolDefinitionChanged);
+                self.record_refusal(refused.arguments(arguments).definition(&definition.digest))
+                    .await;
+                if let Some(intent) = &intent
+                    && let Err(e) = self
+                        .decider
+                        .complete_intent(
+                            intent,
+                            true,
+                            Some("not sent: the tool was announced anew"),
+                        )
+                        .await
+                {
+                    tracing::error!(%intent, error = %e, "could not complete the intent");
+                }
+                refuse(
+                    format!(
+                        "toolgate: tool_definition_changed: the server announced `{name}` anew \
+                         while the call waited; the call was not made"
+                    ),
+                    None,
+                )
+            }
             Err(Refusal::UnknownTool) => CallOutcome::Respond(message::error(
                 id,
                 message::INVALID_PARAMS,

@@ -93,6 +93,16 @@ pub enum Admission {
 /// defines (see the module docs). A message without a method (an answer
 /// to a server's request) is `Known` and left as it is.
 pub fn admit(message: &mut Value) -> Admission {
+    // MCP's params are an object; any other (an array) is text no rule
+    // would read.
+    if message.get("params").is_some_and(|p| !p.is_object())
+        && let Some(m) = message.as_object_mut()
+    {
+        m.remove("params");
+    }
+    if let Some(meta) = message.pointer_mut("/params/_meta") {
+        *meta = Value::Object(trimmed_meta(meta));
+    }
     let Some(method) = message.get("method").and_then(Value::as_str) else {
         return Admission::Known;
     };
@@ -109,11 +119,31 @@ pub fn admit(message: &mut Value) -> Admission {
     };
     if let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) {
         params.retain(|k, _| k == "_meta" || defined.contains(&k.as_str()));
-        if let Some(meta) = params.get_mut("_meta") {
-            *meta = Value::Object(trimmed_meta(meta));
+        // A call's arguments are decided; nothing else it carries may be
+        // text of the agent's: its `_meta` keeps only what has a fixed
+        // form, and its task only a time to live.
+        if method == "tools/call"
+            && let Some(Value::Object(meta)) = params.get_mut("_meta")
+        {
+            meta.retain(|k, v| match k.as_str() {
+                "progressToken" => v.is_i64(),
+                CLIENT_INFO | RELATED_TASK => false,
+                _ => true,
+            });
+            if let Some(caps) = meta.get_mut(CLIENT_CAPABILITIES) {
+                *caps = declared_extensions(caps);
+            }
+        }
+        if let Some(task) = params.get_mut("task") {
+            let ttl = task.get("ttl").filter(|t| t.is_u64()).cloned();
+            *task = ttl.map_or_else(|| serde_json::json!({}), |t| serde_json::json!({"ttl": t}));
         }
         // What a client says of itself is names and flags, not text to carry.
         if method == "initialize" {
+            let version = params.get("protocolVersion").and_then(Value::as_str);
+            if !version.is_some_and(is_version) {
+                params.remove("protocolVersion");
+            }
             if let Some(caps) = params.get_mut("capabilities") {
                 *caps = shape(caps, 3);
             }
@@ -199,6 +229,26 @@ fn trimmed_meta(meta: &Value) -> Map<String, Value> {
     out
 }
 
+/// The extensions a call declares, by the names the gateway knows (the
+/// tasks extension): no other name is passed on.
+fn declared_extensions(caps: &Value) -> Value {
+    let known = ["io.modelcontextprotocol/tasks"];
+    let declared: Map<String, Value> = known
+        .iter()
+        .filter(|name| {
+            caps.pointer("/extensions")
+                .and_then(|e| e.get(**name))
+                .is_some()
+        })
+        .map(|name| ((*name).to_owned(), serde_json::json!({})))
+        .collect();
+    if declared.is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::json!({"extensions": declared})
+    }
+}
+
 /// A client's name, version and title, each short visible text.
 fn client_info(info: &Value) -> Value {
     ["name", "version", "title"]
@@ -220,7 +270,7 @@ fn short_text(value: &Value, spaces: bool) -> Option<String> {
 }
 
 /// `YYYY-MM-DD`, the form of every protocol version.
-fn is_version(text: &str) -> bool {
+pub fn is_version(text: &str) -> bool {
     let b = text.as_bytes();
     b.len() == 10
         && b.iter().enumerate().all(|(i, c)| match i {
@@ -248,21 +298,32 @@ fn is_traceparent(text: &str) -> bool {
 /// like capability names (at most 32), booleans and numbers stay, strings
 /// and arrays go; `depth` levels at most.
 fn shape(value: &Value, depth: usize) -> Value {
-    match value {
-        Value::Object(members) if depth > 0 => Value::Object(
-            members
-                .iter()
-                .filter(|(k, _)| is_capability_name(k))
-                .take(32)
-                .filter_map(|(k, v)| match v {
-                    Value::Object(_) => Some((k.clone(), shape(v, depth - 1))),
-                    Value::Bool(_) | Value::Number(_) => Some((k.clone(), v.clone())),
-                    _ => None,
-                })
-                .collect(),
-        ),
-        _ => Value::Object(Map::new()),
+    let mut budget = MAX_SHAPE_KEYS;
+    shape_within(value, depth, &mut budget)
+}
+
+/// Most capability names one shape keeps, in all.
+const MAX_SHAPE_KEYS: usize = 64;
+
+fn shape_within(value: &Value, depth: usize, budget: &mut usize) -> Value {
+    let mut out = Map::new();
+    if let Value::Object(members) = value
+        && depth > 0
+    {
+        for (k, v) in members.iter().filter(|(k, _)| is_capability_name(k)) {
+            if *budget == 0 {
+                break;
+            }
+            let kept = match v {
+                Value::Object(_) => shape_within(v, depth - 1, budget),
+                Value::Bool(_) | Value::Number(_) => v.clone(),
+                _ => continue,
+            };
+            *budget = budget.saturating_sub(1);
+            out.insert(k.clone(), kept);
+        }
     }
+    Value::Object(out)
 }
 
 fn is_capability_name(name: &str) -> bool {
@@ -272,6 +333,8 @@ fn is_capability_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'))
 }
 
+/// Longest cursor remembered.
+const MAX_CURSOR_CHARS: usize = 1024;
 /// Most cursors remembered for one run and session, and sessions in all.
 const CURSORS_PER_SESSION: usize = 64;
 const SESSIONS: usize = 1024;
@@ -297,6 +360,11 @@ struct Cursors {
 impl CursorBook {
     /// Remembers `cursor`, returned to `run_id`'s `session`.
     pub fn remember(&self, run_id: &RunId, session: Option<&str>, cursor: &str) {
+        // A longer one is not kept (nor then accepted back): a server must
+        // not make the gateway hold its text.
+        if cursor.len() > MAX_CURSOR_CHARS {
+            return;
+        }
         let mut guard = self.by_session.lock().unwrap_or_else(|p| p.into_inner());
         let Cursors { map, order } = &mut *guard;
         let key = (run_id.as_str().to_owned(), session.map(str::to_owned));
@@ -375,6 +443,27 @@ mod tests {
             "_meta": {"progressToken": "a secret with spaces"}}});
         admit(&mut bad_token);
         assert_eq!(bad_token["params"], json!({"_meta": {}}));
+    }
+
+    #[test]
+    fn a_call_carries_no_text_but_its_arguments() {
+        let mut call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"text": "kept"}, "task": {"ttl": 60, "note": SECRET_TEXT},
+            "_meta": {"progressToken": "sk-live-secret", PROTOCOL_VERSION: "2026-07-28",
+                      CLIENT_INFO: {"name": "x", "title": SECRET_TEXT}, RELATED_TASK: {"taskId": SECRET_TEXT},
+                      CLIENT_CAPABILITIES: {"extensions": {"io.modelcontextprotocol/tasks": {},
+                                                           "secret-name": {}}}}}});
+        admit(&mut call);
+        assert_eq!(
+            call["params"],
+            json!({"name": "echo", "arguments": {"text": "kept"},
+            "task": {"ttl": 60}, "_meta": {PROTOCOL_VERSION: "2026-07-28",
+            CLIENT_CAPABILITIES: {"extensions": {"io.modelcontextprotocol/tasks": {}}}}})
+        );
+        let mut listed =
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": [SECRET_TEXT]});
+        admit(&mut listed);
+        assert!(listed.get("params").is_none());
     }
 
     #[test]

@@ -21,7 +21,11 @@ use crate::verdict::Reason;
 
 /// Most match texts one call may expand to (the product of its arrays'
 /// lengths); a call past it is denied with [`Reason::TooManyValues`].
-pub const MAX_MATCH_TEXTS: usize = 1024;
+pub const MAX_MATCH_TEXTS: usize = 16_384;
+/// Most bytes a call's match texts may take together (each text is a copy
+/// of the values it combines); a call past it is denied with
+/// [`Reason::TooManyValues`], before anything is copied.
+pub const MAX_MATCH_BYTES: usize = 8 << 20;
 
 /// A call as every check reads it.
 #[derive(Debug)]
@@ -30,6 +34,10 @@ pub(crate) struct CallView<'a> {
     pub(crate) args: Cow<'a, Map<String, Value>>,
     /// One text per combination of array elements, in argument order.
     pub(crate) texts: Vec<String>,
+    /// When an array held more than one element: every piece in order,
+    /// joined by spaces, as an argument vector reads as a command line
+    /// (`["rm", "-rf", "/"]` is `rm -rf /` to a hardline command glob).
+    pub(crate) joined: Option<String>,
 }
 
 impl CompiledTool {
@@ -41,8 +49,12 @@ impl CompiledTool {
         arguments: &'a Map<String, Value>,
     ) -> Result<CallView<'a>, Reason> {
         let args = normalize_args(&self.path_args, arguments)?;
-        let texts = match_texts(&self.match_text, action, &args)?;
-        Ok(CallView { args, texts })
+        let (texts, joined) = match_texts(&self.match_text, action, &args)?;
+        Ok(CallView {
+            args,
+            texts,
+            joined,
+        })
     }
 }
 
@@ -74,7 +86,7 @@ fn match_texts(
     match_text: &MatchText,
     action: Option<&str>,
     args: &Map<String, Value>,
-) -> Result<Vec<String>, Reason> {
+) -> Result<(Vec<String>, Option<String>), Reason> {
     let mut slots: Vec<Vec<String>> = Vec::new();
     let mut slot = |value: &Value, skip_null: bool| {
         let mut out = Vec::new();
@@ -113,6 +125,15 @@ fn match_texts(
         .try_fold(1usize, |n, s| n.checked_mul(s.len()))
         .filter(|&n| n <= MAX_MATCH_TEXTS)
         .ok_or(Reason::TooManyValues)?;
+    // Each piece of a slot stands in count / len texts, with a separator.
+    let bytes = slots.iter().try_fold(0usize, |total, slot| {
+        let per_text = count / slot.len();
+        let slot_bytes: usize = slot.iter().map(|p| p.len() + 1).sum();
+        total.checked_add(per_text.checked_mul(slot_bytes)?)
+    });
+    if bytes.is_none_or(|b| b > MAX_MATCH_BYTES) {
+        return Err(Reason::TooManyValues);
+    }
     let mut texts = Vec::with_capacity(count);
     texts.push(String::new());
     for slot in &slots {
@@ -131,7 +152,11 @@ fn match_texts(
         }
         texts = next;
     }
-    Ok(texts)
+    let joined = slots.iter().any(|s| s.len() > 1).then(|| {
+        let pieces: Vec<&str> = slots.iter().flatten().map(String::as_str).collect();
+        pieces.join(" ")
+    });
+    Ok((texts, joined))
 }
 
 #[cfg(test)]
@@ -140,7 +165,7 @@ mod tests {
     use serde_json::json;
 
     fn texts(mt: &MatchText, args: Value) -> Result<Vec<String>, Reason> {
-        match_texts(mt, None, args.as_object().unwrap())
+        match_texts(mt, None, args.as_object().unwrap()).map(|(texts, _)| texts)
     }
 
     #[test]
@@ -159,6 +184,22 @@ mod tests {
         assert_eq!(
             texts(&all, json!({"a": [1, {"k": "v"}], "b": "x"})).unwrap(),
             ["1 x", r#"{"k":"v"} x"#]
+        );
+    }
+
+    #[test]
+    fn an_argument_vector_also_reads_as_one_command_line() {
+        let named = MatchText::Named(vec!["argv".into()]);
+        let args = json!({"argv": ["rm", "-rf", "/"]});
+        let (texts, joined) = match_texts(&named, None, args.as_object().unwrap()).unwrap();
+        assert_eq!(texts, ["rm", "-rf", "/"]);
+        assert_eq!(joined.as_deref(), Some("rm -rf /"));
+        let one = json!({"argv": ["ls"]});
+        assert_eq!(
+            match_texts(&named, None, one.as_object().unwrap())
+                .unwrap()
+                .1,
+            None
         );
     }
 
@@ -185,13 +226,23 @@ mod tests {
     }
 
     #[test]
-    fn expansion_is_bounded() {
-        let many: Vec<Value> = (0..40).map(|i| json!(i.to_string())).collect();
+    fn expansion_is_bounded_in_count_and_bytes() {
+        let many: Vec<Value> = (0..200).map(|i| json!(i.to_string())).collect();
         let mt = MatchText::ActionAndValues;
-        assert_eq!(texts(&mt, json!({"a": many.clone()})).unwrap().len(), 40);
+        assert_eq!(texts(&mt, json!({"a": many.clone()})).unwrap().len(), 200);
         assert_eq!(
             texts(&mt, json!({"a": many.clone(), "b": many})),
             Err(Reason::TooManyValues)
         );
+        // One large value beside a long array would be copied into every text.
+        let wide: Vec<Value> = (0..1000).map(|i| json!(i)).collect();
+        let big = "x".repeat(1 << 20);
+        assert_eq!(
+            texts(&mt, json!({"a": wide.clone(), "b": big})),
+            Err(Reason::TooManyValues)
+        );
+        // A long numeric array alone (an embedding) is fine.
+        let embedding: Vec<Value> = (0..4096).map(|i| json!(i as f64 / 7.0)).collect();
+        assert_eq!(texts(&mt, json!({"v": embedding})).unwrap().len(), 4096);
     }
 }

@@ -201,7 +201,7 @@ impl CompiledPolicy {
     fn hardline(&self, tool: &CompiledTool, view: &CallView<'_>) -> Option<(Reason, Option<&str>)> {
         let side_effect = tool.effect.side_effect;
         if side_effect == SideEffect::ProcessExec {
-            for text in &view.texts {
+            for text in view.texts.iter().chain(&view.joined) {
                 if let Some(i) = self.hardline_commands.first_match(text) {
                     let rule = self.hardline_commands.label(i);
                     return Some((Reason::HardlineCommand, Some(rule)));

@@ -202,7 +202,7 @@ pub fn url_target(url: &str, schemes: &[String]) -> Result<Target, Reason> {
 }
 
 /// The target of a host argument: `name`, `name:port`, `a.b.c.d[:port]`,
-/// an IPv6 address bare or as `[v6]:port`.
+/// `[v6]` or `[v6]:port` (a bare IPv6 address is ambiguous with a port).
 pub fn host_target(host: &str) -> Result<Target, Reason> {
     if host
         .bytes()
@@ -210,8 +210,11 @@ pub fn host_target(host: &str) -> Result<Target, Reason> {
     {
         return Err(Reason::UrlAmbiguous);
     }
-    if let Ok(v6) = host.parse::<Ipv6Addr>() {
-        return Ok(Target::Ip(IpAddr::V6(v6)));
+    // A bare IPv6 address reads two ways: `::ffff:7f00:1:8080` is one
+    // address to an IPv6 parser and `[::ffff:127.0.0.1]:8080` to code that
+    // splits the port at the last colon. Only the bracketed form is taken.
+    if host.parse::<Ipv6Addr>().is_ok() {
+        return Err(Reason::UrlAmbiguous);
     }
     authority_target(host)
 }
@@ -272,7 +275,8 @@ fn canonical_host(host: &str) -> Result<Target, Reason> {
     let label_ok = |l: &&str| {
         !l.is_empty()
             && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             && !l.starts_with('-')
             && !l.ends_with('-')
     };
@@ -307,7 +311,12 @@ pub fn reached_addresses(ip: IpAddr) -> Vec<IpAddr> {
             } else if s[..6] == [0; 6] && !v6.is_loopback() {
                 // IPv4-compatible (deprecated, still routed by some stacks).
                 out.push(IpAddr::V4(low));
-            } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+            } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+                || s[..3] == [0x64, 0xff9b, 1]
+                || s[..6] == [0, 0, 0, 0, 0xffff, 0]
+            {
+                // NAT64 (RFC 6052's /96, and RFC 8215's local-use prefix
+                // with it) and SIIT's IPv4-translated form.
                 out.push(IpAddr::V4(low));
             } else if s[0] == 0x2002 {
                 let v4 =
@@ -416,7 +425,7 @@ mod tests {
     fn hosts_take_one_spelling() {
         assert_eq!(host_target("127.0.0.1:8080"), Ok(ip("127.0.0.1")));
         assert_eq!(host_target("[::1]:443"), Ok(ip("::1")));
-        assert_eq!(host_target("::1"), Ok(ip("::1")));
+        assert_eq!(host_target("::1"), Err(Reason::UrlAmbiguous));
         assert_eq!(
             host_target("API.github.com"),
             Ok(Target::Host("api.github.com".into()))
@@ -433,6 +442,8 @@ mod tests {
             "::ffff:169.254.169.254",
             "::169.254.169.254",
             "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::a9fe:a9fe",
+            "::ffff:0:169.254.169.254",
             "2002:a9fe:a9fe::1",
         ] {
             let reached = reached_addresses(form.parse().unwrap());

@@ -34,8 +34,24 @@ impl Extractor for Meta<'_> {
     }
 }
 
+/// A carrier of the agent's, read for its `traceparent` alone: its
+/// `tracestate` (and `baggage`) are the agent's free text, which the trace
+/// context the gateway sends upstreams would otherwise carry on to every
+/// server (a channel no rule decides).
+struct ParentOnly<'a>(&'a dyn Extractor);
+
+impl Extractor for ParentOnly<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        (key == "traceparent").then(|| self.0.get(key)).flatten()
+    }
+    fn keys(&self) -> Vec<&str> {
+        vec!["traceparent"]
+    }
+}
+
 fn extract(carrier: &dyn Extractor) -> opentelemetry::Context {
-    opentelemetry::global::get_text_map_propagator(|p| p.extract(carrier))
+    let carrier = ParentOnly(carrier);
+    opentelemetry::global::get_text_map_propagator(|p| p.extract(&carrier))
 }
 
 /// Middleware: one server span per agent request, continuing the trace

@@ -158,6 +158,13 @@ fn a_key_read_through_an_array_labels_the_run() {
         (verdict.as_str(), reason.as_str()),
         ("deny", Reason::FlowRule.as_str())
     );
+    // A hardline command sees an argument vector as its command line.
+    let argv = call_args("argv", json!(["rm", "-rf", "/"]));
+    let (verdict, reason, _) = decide(&p, "run", &argv, LabelSet::EMPTY);
+    assert_eq!(
+        (verdict.as_str(), reason.as_str()),
+        ("deny", "hardline_command")
+    );
     // Hardline paths see every element, normalized.
     let env = call_args("paths", json!(["/w/notes.txt", ["/w/x/../.env"]]));
     let (verdict, reason, _) = decide(&p, "fs.read_multiple_files", &env, LabelSet::EMPTY);

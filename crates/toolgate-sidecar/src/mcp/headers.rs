@@ -11,26 +11,28 @@ use toolgate_mcp::message;
 use super::{InProcess, Upstream};
 use crate::error::ApiError;
 
-/// Request headers passed to the upstream (everything else, `Host`,
-/// `Origin`, `Authorization` and `Last-Event-ID` included, stays here).
-const FORWARDED_REQUEST_HEADERS: [&str; 4] = [
-    "accept",
-    "content-type",
-    "mcp-session-id",
-    "mcp-protocol-version",
-];
+/// What the upstream is told the request accepts and carries: the
+/// gateway's own values, never the agent's text (`Accept: …;x=SECRET`).
+const ACCEPT: &str = "application/json, text/event-stream";
+const CONTENT_TYPE: &str = "application/json";
 /// Longest upstream credential read from `--mcp-credentials-dir`.
 const MAX_CREDENTIAL_BYTES: u64 = 8 * 1024;
 /// Headers of the agent's request that the upstream gets.
 pub(super) fn forward_headers(from: &HeaderMap) -> reqwest::header::HeaderMap {
+    use reqwest::header::{ACCEPT as ACCEPT_H, CONTENT_TYPE as CONTENT_TYPE_H, HeaderValue};
     let mut out = reqwest::header::HeaderMap::new();
-    for name in FORWARDED_REQUEST_HEADERS {
-        if let Some(value) = from.get(name)
-            && let (Ok(name), Ok(value)) = (
-                reqwest::header::HeaderName::from_bytes(name.as_bytes()),
-                reqwest::header::HeaderValue::from_bytes(value.as_bytes()),
-            )
-        {
+    out.insert(ACCEPT_H, HeaderValue::from_static(ACCEPT));
+    out.insert(CONTENT_TYPE_H, HeaderValue::from_static(CONTENT_TYPE));
+    // The session id was checked against those the upstream issued; the
+    // protocol version is a date or nothing.
+    let version =
+        header(from, "mcp-protocol-version").filter(|v| toolgate_mcp::protocol::is_version(v));
+    let session = header(from, "mcp-session-id");
+    for (name, value) in [
+        ("mcp-protocol-version", version),
+        ("mcp-session-id", session),
+    ] {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
             out.insert(name, value);
         }
     }

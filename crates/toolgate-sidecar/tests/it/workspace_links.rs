@@ -125,6 +125,16 @@ async fn a_link_cannot_carry_a_hardlined_or_denied_file_past_the_rules() {
         judged.iter().any(|d| d == "deny hardline_path"),
         "{judged:?}"
     );
+    // One decision per refused read or list, and none of them an allow.
+    let reads: Vec<String> = h
+        .tenant_log()
+        .await
+        .into_iter()
+        .filter(|d| d.record.tool == "workspace.read" || d.record.tool == "workspace.list")
+        .map(|d| d.record.verdict)
+        .collect();
+    assert_eq!(reads.len(), 4, "{reads:?}");
+    assert!(reads.iter().all(|v| v == "deny"), "{reads:?}");
     h.stop().await;
 }
 
