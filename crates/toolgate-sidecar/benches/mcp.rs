@@ -24,10 +24,12 @@ const SPEC: &str = r#"
 mode: rules
 rules:
   demo.echo: {allow: ["*"]}
+  stream.echo: {allow: ["*"]}
   "*": {deny: ["*password*"]}
 hardline: {cidrs: ["169.254.0.0/16"]}
 effects:
   demo.echo: {sideEffect: NONE, risk: low, readOnly: true}
+  stream.echo: {sideEffect: NONE, risk: low, readOnly: true}
 "#;
 
 fn call(i: u64) -> Value {
@@ -35,25 +37,82 @@ fn call(i: u64) -> Value {
            "params": {"name": "echo", "arguments": {"text": "hello"}}})
 }
 
+/// The upstream's answer to `req`.
+fn answer(req: &Value) -> Value {
+    // The gateway calls only tools it has seen listed, with a schema.
+    let result = if req["method"] == "tools/list" {
+        json!({"tools": [{"name": "echo", "description": "Echoes text.",
+                          "inputSchema": {"type": "object",
+                                          "properties": {"text": {"type": "string"}}}}]})
+    } else {
+        json!({"content": [{"type": "text", "text": "hello"}], "isError": false})
+    };
+    json!({"jsonrpc": "2.0", "id": req["id"], "result": result})
+}
+
+/// `/mcp` answers in JSON, `/sse` as an SSE stream (headers and body in
+/// separate writes, as streaming servers do). `TCP_NODELAY` on both, so the
+/// direct peer is not slowed by the upstream itself.
 async fn upstream() -> SocketAddr {
-    let app = axum::Router::new().route(
-        "/mcp",
-        post(|axum::Json(req): axum::Json<Value>| async move {
-            // The gateway calls only tools it has seen listed, with a schema.
-            let result = if req["method"] == "tools/list" {
-                json!({"tools": [{"name": "echo", "description": "Echoes text.",
-                                  "inputSchema": {"type": "object",
-                                                  "properties": {"text": {"type": "string"}}}}]})
-            } else {
-                json!({"content": [{"type": "text", "text": "hello"}], "isError": false})
-            };
-            axum::Json(json!({"jsonrpc": "2.0", "id": req["id"], "result": result}))
-        }),
-    );
+    use axum::serve::ListenerExt;
+    let app = axum::Router::new()
+        .route(
+            "/mcp",
+            post(|axum::Json(req): axum::Json<Value>| async move { axum::Json(answer(&req)) }),
+        )
+        .route(
+            "/sse",
+            post(|axum::Json(req): axum::Json<Value>| async move {
+                let event = format!("event: message\ndata: {}\n\n", answer(&req));
+                let body = axum::body::Body::from_stream(futures_util::stream::once(async move {
+                    Ok::<_, std::convert::Infallible>(event)
+                }));
+                ([("content-type", "text/event-stream")], body)
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr
+}
+
+/// p50 and p99 (µs) of `n` sequential `tools/call`s to `url` from Python's
+/// blocking `http.client`, the most common way scripts call HTTP: it
+/// delays its ACKs, so a server that writes an answer in two pieces
+/// without `TCP_NODELAY` makes it wait for the delayed ACK (~40 ms).
+fn blocking_client(url: &str, n: u64) -> (f64, f64) {
+    let script = r#"
+import http.client, json, sys, time, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1]); n = int(sys.argv[2])
+c = http.client.HTTPConnection(u.hostname, u.port)
+h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+def call(i):
+    body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                       "params": {"name": "echo", "arguments": {"text": "hello"}}})
+    c.request("POST", u.path, body, h); r = c.getresponse(); data = r.read()
+    assert r.status == 200 and b"hello" in data, data
+call(0); call(1)
+times = []
+for i in range(n):
+    t = time.perf_counter(); call(i + 2); times.append((time.perf_counter() - t) * 1e6)
+times.sort()
+print(times[len(times) // 2], times[int((len(times) - 1) * 0.99)])
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, url, &n.to_string()])
+        .output()
+        .expect("python3 runs the blocking client");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text.split_whitespace().map(|p| p.parse::<f64>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
 }
 
 async fn start_sidecar(dir: &std::path::Path, upstream: SocketAddr) -> Sidecar {
@@ -87,7 +146,10 @@ async fn start_sidecar(dir: &std::path::Path, upstream: SocketAddr) -> Sidecar {
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.workspace_base = dir.join("ws");
     config.tenant = "bench".into();
-    config.mcp_upstreams = vec![("demo".into(), format!("http://{upstream}/mcp"))];
+    config.mcp_upstreams = vec![
+        ("demo".into(), format!("http://{upstream}/mcp")),
+        ("stream".into(), format!("http://{upstream}/sse")),
+    ];
     Sidecar::start(config).await.unwrap()
 }
 
@@ -208,5 +270,24 @@ fn main() {
             us(g50.saturating_sub(d50)),
             us(g99.saturating_sub(d99))
         );
+        // An SSE answer to a blocking client that delays its ACKs.
+        let stream_url = format!("http://{sidecar_addr}/mcp/stream");
+        let listed = client
+            .post(&stream_url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": "list", "method": "tools/list"}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(listed.contains("echo"), "{listed}");
+        let m = (n / 5).max(200);
+        let (bd50, bd99) = blocking_client(&format!("http://{upstream_addr}/sse"), m);
+        let (bg50, bg99) = blocking_client(&stream_url, m);
+        println!("mcp tools/call answered as SSE, {m} sequential requests from Python's http.client");
+        println!("  direct to upstream   p50 {bd50:>7.0} µs   p99 {bd99:>7.0} µs");
+        println!("  through /mcp/stream  p50 {bg50:>7.0} µs   p99 {bg99:>7.0} µs   (a delayed ACK would be ~40,000 µs)");
     });
 }
