@@ -20,7 +20,7 @@ enum ApprovalsCommand {
     /// List approvals (pending first).
     List {
         /// Database URL.
-        #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
         database: String,
         /// Only this tenant's approvals.
         #[arg(long)]
@@ -40,7 +40,7 @@ struct Resolve {
     /// Approval id.
     id: String,
     /// Database URL.
-    #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+    #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
     database: String,
     /// Who decides (recorded).
     #[arg(long)]

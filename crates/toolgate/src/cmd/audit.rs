@@ -25,7 +25,7 @@ enum AuditCommand {
     /// signed checkpoint to still be in its chain.
     Verify {
         /// Database URL.
-        #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
         database: String,
         /// Only this tenant's streams.
         #[arg(long)]
@@ -46,7 +46,7 @@ enum AuditCommand {
     /// name the store refuses are listed under `invalid` (exit 1) and skipped.
     Checkpoint {
         /// Database URL.
-        #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
         database: String,
         /// Signing key (PKCS#8 PEM, as `toolgate keygen` writes it).
         #[arg(long)]
@@ -231,7 +231,7 @@ async fn checkpoint(
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
     /// Database URL.
-    #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+    #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
     pub database: String,
 }
 

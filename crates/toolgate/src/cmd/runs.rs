@@ -38,7 +38,7 @@ enum RunsCommand {
         #[arg(long)]
         all: bool,
         /// Database URL.
-        #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
         database: String,
         /// Tenant (namespace) of the run.
         #[arg(long)]
@@ -56,7 +56,7 @@ enum RunsCommand {
         /// The run id (ASCII letters are case-folded).
         run_id: String,
         /// Database URL.
-        #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
         database: String,
         /// Tenant (namespace) of the run.
         #[arg(long)]

@@ -22,7 +22,7 @@ enum TenantCommand {
     Provision {
         /// Admin database URL (PostgreSQL; a role with CREATEROLE that owns
         /// the toolgate tables). Migrations are applied first.
-        #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
         database: String,
         /// The tenant: the Kubernetes namespace of the agent pods.
         #[arg(long)]
