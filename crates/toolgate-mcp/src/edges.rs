@@ -10,7 +10,7 @@ use toolgate_policy::Reason;
 use crate::gateway::{Decider, Gateway};
 
 /// A refusal of the gateway's own, on its way to the decision log.
-pub(crate) struct EdgeRefusal<'a> {
+pub struct EdgeRefusal<'a> {
     tool: &'a str,
     run_id: &'a toolgate_policy::RunId,
     reason: Reason,
@@ -19,7 +19,8 @@ pub(crate) struct EdgeRefusal<'a> {
 }
 
 impl<'a> EdgeRefusal<'a> {
-    pub(crate) fn new(tool: &'a str, run_id: &'a toolgate_policy::RunId, reason: Reason) -> Self {
+    /// A refusal of `tool` (a policy tool name) for `run_id`, with `reason`.
+    pub fn new(tool: &'a str, run_id: &'a toolgate_policy::RunId, reason: Reason) -> Self {
         Self {
             tool,
             run_id,
@@ -29,12 +30,14 @@ impl<'a> EdgeRefusal<'a> {
         }
     }
 
-    pub(crate) fn arguments(mut self, arguments: &'a Map<String, Value>) -> Self {
+    /// The refused call's arguments.
+    pub fn arguments(mut self, arguments: &'a Map<String, Value>) -> Self {
         self.arguments = Some(arguments);
         self
     }
 
-    pub(crate) fn definition(mut self, digest: &'a str) -> Self {
+    /// The definition the refused tool was announced with.
+    pub fn definition(mut self, digest: &'a str) -> Self {
         self.definition = Some(digest);
         self
     }
@@ -146,9 +149,18 @@ impl<D: Decider> Gateway<D> {
         Some((self.definition(name)?.params, args))
     }
 
+    /// The policy tool a message of `method` is about: `SERVER.METHOD`, or
+    /// `SERVER.unknown` for a message without a usable method.
+    pub fn method_tool(&self, method: Option<&str>) -> String {
+        let method = method
+            .filter(|m| toolgate_policy::Id::parse(m.to_string()).is_ok())
+            .unwrap_or("unknown");
+        crate::message::policy_tool(self.server(), method)
+    }
+
     /// Records a refusal of the gateway's own in the decision log, as the
     /// check `mcp:REASON`; the refusal stands whether or not it could be.
-    pub(crate) async fn record_refusal(&self, refused: EdgeRefusal<'_>) {
+    pub async fn record_refusal(&self, refused: EdgeRefusal<'_>) {
         let id = |text: &str| toolgate_policy::Id::parse(text.to_owned()).ok();
         // A name that is no id (too long, control characters) is still a
         // refusal to record: under a name that says so.

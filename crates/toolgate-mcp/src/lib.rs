@@ -6,6 +6,8 @@
 //!   [`gateway::Decider`] (the sidecar over HTTP, or the sidecar itself).
 //! - [`message`]: the pure part — naming (`SERVER.TOOL` is the policy
 //!   tool), filtering a `tools/list` result, the JSON-RPC shapes of a refusal.
+//! - [`edges`]: what the gateway refuses or rewrites on its own (its
+//!   refusals recorded, messages screened by flow rules).
 //! - [`param_headers`]: `Mcp-Param-*` headers checked against the body and
 //!   made anew from what is forwarded.
 //! - [`protocol`]: what of a client's message may reach a server at all:
@@ -30,7 +32,7 @@
 pub mod caller_trace;
 mod deferred;
 mod definition;
-mod edges;
+pub mod edges;
 pub mod gateway;
 pub mod message;
 pub mod param_headers;

@@ -187,7 +187,7 @@ impl<D: Decider> Gateway<D> {
                 .is_some_and(|c| self.cursors.knows(run_id, route.session, c));
             if !known {
                 let id = message.get("id").cloned().unwrap_or(Value::Null);
-                let tool = self.method_tool(&message);
+                let tool = self.method_tool(message.get("method").and_then(Value::as_str));
                 let refused = EdgeRefusal::new(&tool, run_id, Reason::RequestMalformed);
                 self.record_refusal(refused).await;
                 return ClientStep::Answer(message::error(
@@ -255,7 +255,7 @@ impl<D: Decider> Gateway<D> {
                 }
             },
             FromClient::BadRequest { id, reason } => {
-                let tool = self.method_tool(&message);
+                let tool = self.method_tool(message.get("method").and_then(Value::as_str));
                 let refused = EdgeRefusal::new(&tool, run_id, Reason::RequestMalformed);
                 self.record_refusal(refused).await;
                 return ClientStep::Answer(message::error(&id, message::INVALID_PARAMS, &reason));
@@ -317,17 +317,6 @@ impl<D: Decider> Gateway<D> {
             message,
             request: Some(ours),
         }
-    }
-
-    /// The policy tool a message of the client is about: `SERVER.METHOD`
-    /// (`SERVER.unknown` for one without a usable method).
-    fn method_tool(&self, message: &Value) -> String {
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .filter(|m| toolgate_policy::Id::parse(m.to_string()).is_ok())
-            .unwrap_or("unknown");
-        message::policy_tool(self.server(), method)
     }
 
     /// A cancellation names the request by the id the server knows: the

@@ -352,7 +352,7 @@ async fn exchange(
     if let Some(why) = upstream_refusal(&mcp, &upstream) {
         let method = serde_json::from_slice::<Value>(&body).ok();
         let method = method.as_ref().and_then(|m| m.get("method")?.as_str());
-        record_refusal(&mcp, &upstream, &run_id, method, Reason::UpstreamNotAllowed).await;
+        record_refusal(&upstream, &run_id, method, Reason::UpstreamNotAllowed).await;
         return Err(ApiError::McpUpstreamNotAllowed(why));
     }
     let modern = header(&headers, "mcp-protocol-version").is_some_and(|v| v >= "2026-07-28");
@@ -361,7 +361,7 @@ async fn exchange(
     {
         let method = serde_json::from_slice::<Value>(&body).ok();
         let method = method.as_ref().and_then(|m| m.get("method")?.as_str());
-        record_refusal(&mcp, &upstream, &run_id, method, Reason::RequestMalformed).await;
+        record_refusal(&upstream, &run_id, method, Reason::RequestMalformed).await;
         return Ok((
             StatusCode::NOT_FOUND,
             [(header::CONTENT_TYPE, "application/json")],
@@ -415,7 +415,7 @@ async fn exchange(
         });
         if let Some(mismatch) = mismatch {
             let method = message.get("method").and_then(Value::as_str);
-            record_refusal(&mcp, &upstream, &run_id, method, Reason::RequestMalformed).await;
+            record_refusal(&upstream, &run_id, method, Reason::RequestMalformed).await;
             let id = message.get("id").cloned().unwrap_or(Value::Null);
             let error = message::error(&id, HEADER_MISMATCH, &mismatch);
             return Ok((
@@ -479,7 +479,7 @@ async fn exchange(
             if let Some(why) = resolve::hardline_cause(&e) {
                 let method = routed.as_ref().and_then(|m| m.get("method")?.as_str());
                 let reason = Reason::UpstreamNotAllowed;
-                record_refusal(&mcp, &upstream, &run_id, method, reason).await;
+                record_refusal(&upstream, &run_id, method, reason).await;
                 return Err(ApiError::McpUpstreamNotAllowed(format!("{server}: {why}")));
             }
             mcp.gate
@@ -524,32 +524,16 @@ async fn exchange(
 }
 
 /// Records a refusal of this gateway's own as a denial of `SERVER.METHOD`
-/// (`SERVER.unknown` without a usable method), the check `mcp:REASON`.
+/// (see `toolgate_mcp::edges`).
 async fn record_refusal(
-    mcp: &McpUpstreams,
     upstream: &Upstream,
     run_id: &toolgate_policy::RunId,
     method: Option<&str>,
     reason: Reason,
 ) {
-    let method = method.filter(|m| Id::parse(m.to_string()).is_ok());
-    let tool = message::policy_tool(upstream.gateway.server(), method.unwrap_or("unknown"));
-    let check = format!("mcp:{}", reason.as_str());
-    let step = format!("mcp:{}", upstream.gateway.server());
-    let (Ok(tool), Ok(check), Ok(step)) = (Id::parse(tool), Id::parse(check), Id::parse(step))
-    else {
-        return;
-    };
-    let refusal = toolgate_gate::RefusalRequest {
-        tool,
-        arguments: None,
-        run_id: run_id.clone(),
-        step_id: Some(step),
-        reason,
-        check,
-        definition_digest: None,
-    };
-    mcp.gate.record_refusal(&refusal).await;
+    let tool = upstream.gateway.method_tool(method);
+    let refused = toolgate_mcp::edges::EdgeRefusal::new(&tool, run_id, reason);
+    upstream.gateway.record_refusal(refused).await;
 }
 
 /// Why `upstream` may not be reached now: its address fails the live
