@@ -17,7 +17,7 @@ use crate::Enforced;
 use crate::allowed::AllowedCall;
 use crate::escalation::{escalate, refuse_if_cancelled, refuse_if_unpayable};
 use crate::flows::FlowState;
-use crate::labels::{MAX_LABEL_CHARS, NO_PROFILE, OTHER_TOOL, metric_tool_label, truncate};
+use crate::labels::{MAX_LABEL_CHARS, decision_labels, truncate};
 use crate::trace::{self, traced};
 use crate::{AuthorizeRequest, AuthorizeResponse, Gate, GateError, NO_POLICY, NO_STEP};
 
@@ -423,13 +423,7 @@ fn remember(app: &Gate, req: &AuthorizeRequest, d: &Decided) {
 /// Counts the decision and its latency.
 fn count(app: &Gate, req: &AuthorizeRequest, d: &Decided, started: Instant) {
     let verdict = &d.verdict;
-    let (tool_label, profile_label) = match &d.enforced {
-        Some(e) => (
-            metric_tool_label(&e.policy, &req.tool),
-            truncate(&e.profile, MAX_LABEL_CHARS),
-        ),
-        None => (OTHER_TOOL, NO_PROFILE),
-    };
+    let (tool_label, profile_label) = decision_labels(d.enforced.as_deref(), &req.tool);
     // A decision that only reports is counted by what enforcement would
     // have answered, so a trial profile's would-denials are visible.
     let (counted_verdict, counted_reason) = match (verdict.would_verdict, verdict.would_reason) {

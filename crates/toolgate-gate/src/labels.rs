@@ -27,3 +27,18 @@ pub fn metric_tool_label<'a>(policy: &'a CompiledPolicy, tool: &'a str) -> &'a s
         OTHER_TOOL
     }
 }
+
+/// The `tool` and `profile` labels of a decision on `tool` under the held
+/// bundle `enforced` (none held: [`OTHER_TOOL`], [`NO_PROFILE`]).
+pub fn decision_labels<'a>(
+    enforced: Option<&'a crate::Enforced>,
+    tool: &'a str,
+) -> (&'a str, &'a str) {
+    match enforced {
+        Some(e) => (
+            metric_tool_label(&e.policy, tool),
+            truncate(&e.profile, MAX_LABEL_CHARS),
+        ),
+        None => (OTHER_TOOL, NO_PROFILE),
+    }
+}

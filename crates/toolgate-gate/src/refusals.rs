@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use toolgate_policy::{Decision, Id, Reason, Risk, RunId};
 use toolgate_store::DecisionRecord;
 
-use crate::labels::{MAX_LABEL_CHARS, NO_PROFILE, OTHER_TOOL, metric_tool_label, truncate};
+use crate::labels::{MAX_LABEL_CHARS, decision_labels, truncate};
 use crate::{Gate, GateError, NO_POLICY, NO_STEP};
 
 /// One refusal made at an edge: what `POST /v1/refusals` carries (the
@@ -203,13 +203,7 @@ impl Gate {
         record
             .validate()
             .map_err(|e| GateError::InvalidRequest(e.to_string()))?;
-        let (tool_label, profile_label) = match enforced.as_deref() {
-            Some(e) => (
-                metric_tool_label(&e.policy, denial.tool),
-                truncate(&e.profile, MAX_LABEL_CHARS),
-            ),
-            None => (OTHER_TOOL, NO_PROFILE),
-        };
+        let (tool_label, profile_label) = decision_labels(enforced.as_deref(), denial.tool);
         self.metrics
             .decisions
             .with_label_values(&[
