@@ -6,6 +6,12 @@
 pub const URL: &str = "TOOLGATE_URL";
 /// Database URL (from the tenant's Secret in an injected pod).
 pub const DATABASE_URL: &str = "TOOLGATE_DATABASE_URL";
+/// `transaction` when the database URL is a transaction-mode pooler.
+pub const DATABASE_POOLER: &str = "TOOLGATE_DATABASE_POOLER";
+/// Behind a pooler: the server's own URL (migrations, `LISTEN`).
+pub const DATABASE_DIRECT_URL: &str = "TOOLGATE_DATABASE_DIRECT_URL";
+/// Most database connections one process opens.
+pub const DATABASE_MAX_CONNECTIONS: &str = "TOOLGATE_DATABASE_MAX_CONNECTIONS";
 /// Tenant the sidecar serves (the pod's namespace when injected).
 pub const TENANT: &str = "TOOLGATE_TENANT";
 /// The pod's name (downward API).

@@ -9,7 +9,9 @@ use std::time::Duration;
 use toolgate_contract::{env, names};
 use toolgate_k8s::names::{McpUpstreamFault, parse_mcp_upstream};
 
+use crate::database::DatabaseArgs;
 use crate::start_error::StartError;
+use toolgate_store::StoreOptions;
 
 /// Default `--workspace-base`: where the webhook mounts the injected
 /// sidecar's workspace volume.
@@ -38,9 +40,9 @@ pub struct SidecarArgs {
     /// Trusted public keys (concatenated PEM blocks).
     #[arg(long, env = env::TRUST)]
     pub trust: PathBuf,
-    /// Database URL: `postgres://…` or `sqlite://path?mode=rwc`.
-    #[arg(long, env = env::DATABASE_URL)]
-    pub database: String,
+    /// The database and how to reach it.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
     /// Address to serve on (keep it on loopback).
     #[arg(long, env = env::LISTEN, default_value = names::SIDECAR_LISTEN)]
     pub listen: SocketAddr,
@@ -137,6 +139,8 @@ pub struct SidecarConfig {
     pub trust: PathBuf,
     /// Database URL (`postgres://…` or `sqlite://…`).
     pub database_url: String,
+    /// How the store reaches it (pooler, direct URL, connections).
+    pub store_options: StoreOptions,
     /// Directory holding `<tenant>/<run_id>` workspaces.
     pub workspace_base: PathBuf,
     /// Tenant served.
@@ -174,6 +178,7 @@ impl SidecarConfig {
             bundle,
             trust,
             database_url,
+            store_options: StoreOptions::default(),
             workspace_base: PathBuf::from(DEFAULT_WORKSPACE_BASE),
             tenant: DEFAULT_TENANT.into(),
             pod_name: DEFAULT_POD_NAME.into(),
@@ -226,7 +231,8 @@ impl TryFrom<SidecarArgs> for SidecarConfig {
             reload_interval: args.reload_interval,
             heartbeat_interval: args.heartbeat_interval,
             trace_arguments: args.trace_arguments,
-            ..Self::new(args.bundle, args.trust, args.database)
+            store_options: args.database.options(),
+            ..Self::new(args.bundle, args.trust, args.database.database)
         })
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod config;
+pub mod database;
 mod error;
 mod guard;
 pub mod mcp;
@@ -104,7 +105,7 @@ impl Sidecar {
     /// does not stop start-up: the sidecar serves and denies `no_bundle`),
     /// binds and starts serving.
     pub async fn start(config: SidecarConfig) -> Result<Self, StartError> {
-        let store = Store::connect(&config.database_url).await?;
+        let store = Store::connect_with(&config.database_url, config.store_options.clone()).await?;
         Self::start_with_store(config, store).await
     }
 

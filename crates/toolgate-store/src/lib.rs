@@ -24,6 +24,7 @@ mod flows;
 mod heartbeats;
 mod intents;
 mod notifications;
+mod pg;
 mod profiles;
 mod runs;
 mod schema;
@@ -134,6 +135,14 @@ pub enum StoreError {
     /// transaction). Nothing was changed; try again.
     #[error("lock not granted in time: {0}")]
     LockTimeout(String),
+    /// The server had a statement of a name this connection had not
+    /// prepared, or lacked one it had: the URL reaches a transaction-mode pooler, which shares
+    /// server sessions between clients, and the store was not told so.
+    #[error(
+        "the database url reaches a transaction-mode pooler ({0}): set --database-pooler \
+         transaction (TOOLGATE_DATABASE_POOLER)"
+    )]
+    PoolerNotDeclared(String),
     /// Any other database error (constraint or SQL failure).
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
@@ -155,6 +164,7 @@ impl StoreError {
             StoreError::TenancyUnsupported(_) => "tenancy_unsupported",
             StoreError::SchemaMismatch(_) => "schema_mismatch",
             StoreError::LockTimeout(_) => "lock_timeout",
+            StoreError::PoolerNotDeclared(_) => "pooler_not_declared",
             StoreError::Database(_) => "database_error",
         }
     }
@@ -178,6 +188,14 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::Protocol(_) => StoreError::Unavailable(e),
             sqlx::Error::Database(db) if db.is_unique_violation() => {
                 StoreError::Conflict(db.message().to_owned())
+            }
+            // A statement sqlx named already there (42P05) or gone (26000):
+            // the server session is shared with other clients (a pooler).
+            sqlx::Error::Database(db)
+                if matches!(db.code().as_deref(), Some("42P05" | "26000"))
+                    && db.message().starts_with("prepared statement \"sqlx_s_") =>
+            {
+                StoreError::PoolerNotDeclared(db.message().to_owned())
             }
             // lock_not_available: `lock_timeout` expired.
             sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03") => {
@@ -229,13 +247,28 @@ pub const SQLITE_MAX_CONNECTIONS: u32 = 4;
 /// warm-up against +6.3 % with 256, side by side in one 10-minute soak).
 pub const SQLITE_CACHE_KIB: u32 = 256;
 
-/// Pool sizing for [`Store::connect_with`].
-#[derive(Debug, Clone)]
+/// Pool sizing and the route to the database for [`Store::connect_with`].
+#[derive(Clone)]
 pub struct StoreOptions {
     /// Maximum pooled connections. SQLite uses at most
     /// [`SQLITE_MAX_CONNECTIONS`], and an in-memory database one, because
     /// each connection would otherwise see its own database.
     pub max_connections: u32,
+    /// PostgreSQL: a pooled connection unused this long is closed, so an
+    /// idle process holds none (`None`: kept open).
+    pub idle_timeout: Option<Duration>,
+    /// PostgreSQL: the URL points at a pooler in `pool_mode = transaction`
+    /// (PgBouncer). Every statement is then sent unnamed and inside a
+    /// transaction, and nothing relies on session state; see
+    /// [`StoreOptions::direct_url`] for what needs a session.
+    pub transaction_pooler: bool,
+    /// PostgreSQL behind a transaction pooler: a URL that reaches the
+    /// server itself, used for the two things a pooled session cannot do,
+    /// migrating (session lock timeout, sqlx's bookkeeping) and `LISTEN`ing
+    /// for wake-ups. Without it, a schema that needs migrating is
+    /// `schema_mismatch` and waiters re-read on a timer instead of being
+    /// woken.
+    pub direct_url: Option<String>,
     /// How long to wait for a free connection before reporting
     /// `store_unavailable`.
     pub acquire_timeout: Duration,
@@ -245,13 +278,40 @@ pub struct StoreOptions {
     pub lock_timeout: Duration,
 }
 
+impl std::fmt::Debug for StoreOptions {
+    /// The direct URL carries a password: only whether there is one.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("max_connections", &self.max_connections)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("transaction_pooler", &self.transaction_pooler)
+            .field("direct_url", &self.direct_url.is_some())
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("lock_timeout", &self.lock_timeout)
+            .finish()
+    }
+}
+
 /// Default [`StoreOptions::lock_timeout`].
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Default [`StoreOptions::max_connections`]. Sized for a fleet: a sidecar
+/// writes its low-risk decisions in batches and holds a connection only for
+/// the statements of one call, so four carry thousands of calls a second
+/// (see `docs/database.md` for the arithmetic), and a thousand sidecars ask
+/// a pooler for at most 4,000 client connections rather than 16,000.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
+
+/// Default [`StoreOptions::idle_timeout`].
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            max_connections: 16,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            transaction_pooler: false,
+            direct_url: None,
             acquire_timeout: Duration::from_secs(10),
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
@@ -260,7 +320,7 @@ impl Default for StoreOptions {
 
 #[derive(Clone, Debug)]
 pub(crate) enum Backend {
-    Postgres(PgPool),
+    Postgres(pg::PgDb),
     Sqlite(SqlitePool),
 }
 
@@ -280,19 +340,19 @@ pub(crate) use on_pool;
 /// the write lock up front: a deferred transaction that reads and then writes
 /// can fail with `SQLITE_BUSY` instead of waiting for its turn.
 pub(crate) trait BeginWrite {
-    type Db: sqlx::Database;
-    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, Self::Db>>;
+    type Tx;
+    async fn begin_write(&self) -> Result<Self::Tx>;
 }
 
-impl BeginWrite for PgPool {
-    type Db = sqlx::Postgres;
-    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+impl BeginWrite for pg::PgDb {
+    type Tx = pg::PgTx;
+    async fn begin_write(&self) -> Result<pg::PgTx> {
         Ok(self.begin().await?)
     }
 }
 
 impl BeginWrite for SqlitePool {
-    type Db = sqlx::Sqlite;
+    type Tx = sqlx::Transaction<'static, sqlx::Sqlite>;
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
         Ok(self.begin_with("BEGIN IMMEDIATE").await?)
     }
@@ -377,11 +437,17 @@ impl Store {
         let mut store = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let pool = PgPoolOptions::new()
                 .max_connections(options.max_connections.max(1))
+                .min_connections(0)
+                .idle_timeout(options.idle_timeout)
                 .acquire_timeout(options.acquire_timeout)
                 .connect(url)
                 .await
                 .map_err(connect_error)?;
-            Store::from_postgres_pool(pool)
+            let mut store = Store::from_postgres_pool(pool);
+            if options.transaction_pooler {
+                store = store.through_transaction_pooler(options.direct_url.as_deref())?;
+            }
+            store
         } else if url.starts_with("sqlite:") {
             let mut connect = SqliteConnectOptions::from_str(url)
                 .map_err(|e| StoreError::InvalidInput(format!("bad sqlite url: {e}")))?;
@@ -438,7 +504,11 @@ impl Store {
     /// `search_path`). Does not migrate; call [`Store::migrate`].
     pub fn from_postgres_pool(pool: PgPool) -> Store {
         Store {
-            backend: Backend::Postgres(pool),
+            backend: Backend::Postgres(pg::PgDb {
+                pool,
+                pooled: false,
+                direct: None,
+            }),
             wakeups: wakeups::Wakeups::new(),
             heads: Arc::default(),
             sqlite_file: None,
@@ -478,6 +548,26 @@ impl Store {
         }
     }
 
+    /// Marks a PostgreSQL store as reaching the server through a
+    /// transaction-mode pooler (see [`StoreOptions::transaction_pooler`]),
+    /// with `direct_url` reaching the server itself for migrations and
+    /// `LISTEN`. Call before the store is first used (a store built by
+    /// [`Store::connect_with`] does this itself). A no-op on SQLite.
+    pub fn through_transaction_pooler(mut self, direct_url: Option<&str>) -> Result<Store> {
+        if let Backend::Postgres(db) = &mut self.backend {
+            db.pooled = true;
+            db.direct = direct_url
+                .map(|u| {
+                    sqlx::postgres::PgConnectOptions::from_str(u)
+                        .map(Box::new)
+                        .map_err(|e| StoreError::InvalidInput(format!("bad direct url: {e}")))
+                })
+                .transpose()?;
+            self.wakeups = wakeups::Wakeups::new();
+        }
+        Ok(self)
+    }
+
     /// Replaces the lock timeout of [`StoreOptions::lock_timeout`] (for a
     /// store built from a pool).
     pub fn with_lock_timeout(mut self, timeout: Duration) -> Store {
@@ -489,7 +579,7 @@ impl Store {
     /// tooling and tests that need raw SQL next to the store.
     pub fn as_postgres(&self) -> Option<&PgPool> {
         match &self.backend {
-            Backend::Postgres(p) => Some(p),
+            Backend::Postgres(db) => Some(&db.pool),
             Backend::Sqlite(_) => None,
         }
     }
@@ -525,7 +615,7 @@ impl Store {
     pub async fn close(&self) {
         self.wakeups.stop();
         match &self.backend {
-            Backend::Postgres(p) => p.close().await,
+            Backend::Postgres(db) => db.pool.close().await,
             Backend::Sqlite(p) => p.close().await,
         }
     }

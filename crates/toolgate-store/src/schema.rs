@@ -16,19 +16,43 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::migrate::{MigrateError, Migrator};
 
+use crate::pg::PgDb;
 use crate::{Result, StoreError, tenancy};
 
 /// Applies the PostgreSQL migrations as described in the module docs; a
-/// tenant session only checks them (it may not migrate).
-pub(crate) async fn migrate_postgres(pool: &PgPool, lock_timeout: Duration) -> Result<()> {
-    use sqlx::Connection;
-    let mut migrator = sqlx::migrate!("../../migrations/postgres");
-    if tenancy::is_tenant_session(pool).await? {
-        return check_schema(pool, &migrator).await;
+/// tenant session only checks them (it may not migrate). Behind a
+/// transaction pooler the migrations run over the direct URL, since they
+/// need a session (a lock timeout, sqlx's own statements); without one a
+/// schema that needs them is `schema_mismatch`.
+pub(crate) async fn migrate_postgres(db: &PgDb, lock_timeout: Duration) -> Result<()> {
+    let migrator = sqlx::migrate!("../../migrations/postgres");
+    if tenancy::is_tenant_session(db).await? {
+        return check_schema(db, &migrator).await;
     }
-    if check_schema(pool, &migrator).await.is_ok() {
+    if check_schema(db, &migrator).await.is_ok() {
         return Ok(());
     }
+    let Some(sessions) = db.sessions(2) else {
+        return Err(StoreError::SchemaMismatch(
+            "the database needs migrating, which a transaction pooler cannot do: give the \
+             direct URL of the server (--database-direct-url) or migrate once without the pooler"
+                .into(),
+        ));
+    };
+    let ran = migrate_session(&sessions, migrator, lock_timeout).await;
+    if db.pooled {
+        sessions.close().await;
+    }
+    ran
+}
+
+/// Migrates over `pool`, whose connections are sessions of their own.
+async fn migrate_session(
+    pool: &PgPool,
+    mut migrator: Migrator,
+    lock_timeout: Duration,
+) -> Result<()> {
+    use sqlx::Connection;
     let set = format!("SET lock_timeout = {}", lock_timeout_ms(lock_timeout));
     let has_lock_table: bool =
         sqlx::query_scalar("SELECT to_regclass('toolgate_migration_lock') IS NOT NULL")
@@ -128,7 +152,10 @@ fn migrate_error(e: MigrateError) -> StoreError {
 /// Every embedded migration is applied, with the same checksum, and none
 /// unknown to this build; `schema_mismatch` naming the first difference
 /// otherwise.
-pub(crate) async fn check_schema(pool: &PgPool, migrator: &Migrator) -> Result<()> {
+pub(crate) async fn check_schema<'p, E>(pool: E, migrator: &Migrator) -> Result<()>
+where
+    E: sqlx::Executor<'p, Database = sqlx::Postgres>,
+{
     let applied: Vec<(i64, bool, Vec<u8>)> =
         sqlx::query_as("SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version")
             .fetch_all(pool)

@@ -16,9 +16,9 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::pg::PgDb;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
 
 use crate::{Backend, Result, Store, StoreError};
 
@@ -194,7 +194,7 @@ impl Store {
     /// One provisioning transaction (see [`Store::provision_tenant_at`]).
     async fn provision_once(
         &self,
-        pool: &PgPool,
+        pool: &PgDb,
         tenant: &str,
         role: &str,
         verifier: &str,
@@ -236,7 +236,7 @@ impl Store {
 
 /// The tenant a PostgreSQL session's login role is mapped to, if any. A
 /// mapped session appends decisions through `toolgate_append_decision`.
-pub(crate) async fn pg_session_tenant(pool: &PgPool) -> Result<Option<String>> {
+pub(crate) async fn pg_session_tenant(pool: &PgDb) -> Result<Option<String>> {
     if !has_tenancy(pool).await? {
         return Ok(None);
     }
@@ -245,7 +245,7 @@ pub(crate) async fn pg_session_tenant(pool: &PgPool) -> Result<Option<String>> {
         .await?)
 }
 
-async fn has_tenancy(pool: &PgPool) -> Result<bool> {
+async fn has_tenancy(pool: &PgDb) -> Result<bool> {
     Ok(
         sqlx::query_scalar("SELECT to_regprocedure('toolgate_tenant_session()') IS NOT NULL")
             .fetch_one(pool)
@@ -254,7 +254,7 @@ async fn has_tenancy(pool: &PgPool) -> Result<bool> {
 }
 
 /// Whether this session is a tenant role (which may not migrate).
-pub(crate) async fn is_tenant_session(pool: &PgPool) -> Result<bool> {
+pub(crate) async fn is_tenant_session(pool: &PgDb) -> Result<bool> {
     if !has_tenancy(pool).await? {
         return Ok(false);
     }

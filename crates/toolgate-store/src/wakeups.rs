@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPool};
+
+use crate::pg::PgDb;
 use tokio::sync::{OnceCell, broadcast, mpsc, oneshot, watch};
 
 /// Notifications buffered per subscriber before it counts as lagging (a
@@ -26,6 +28,21 @@ use tokio::sync::{OnceCell, broadcast, mpsc, oneshot, watch};
 const FAN_OUT_CAPACITY: usize = 1024;
 /// Pause before reconnecting a lost listener connection.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// Why no listener runs.
+#[derive(Debug)]
+enum NoSession {
+    /// Behind a transaction pooler without a direct URL: waiters poll.
+    Pooled,
+    /// Connecting or listening failed.
+    Failed(sqlx::Error),
+}
+
+impl From<sqlx::Error> for NoSession {
+    fn from(e: sqlx::Error) -> Self {
+        NoSession::Failed(e)
+    }
+}
 
 /// A request to the listener task: LISTEN on a channel, then answer.
 type ListenRequest = (String, oneshot::Sender<Result<(), sqlx::Error>>);
@@ -61,12 +78,19 @@ impl Wakeups {
     /// polls).
     pub(crate) async fn subscribe(
         &self,
-        pool: &PgPool,
+        db: &PgDb,
         channel: String,
     ) -> Option<broadcast::Receiver<Arc<str>>> {
         let relay = self
             .relay
             .get_or_try_init(|| async {
+                // Behind a transaction pooler a LISTEN would be lost with
+                // the server connection it ran on: listen over the direct
+                // URL, or not at all.
+                let Some(pool) = db.sessions(1) else {
+                    return Err(NoSession::Pooled);
+                };
+                let pool = &pool;
                 let listener = PgListener::connect_with(pool).await?;
                 let (fan_out, _) = broadcast::channel(FAN_OUT_CAPACITY);
                 let (listen, requests) = mpsc::unbounded_channel();
@@ -77,12 +101,13 @@ impl Wakeups {
                     fan_out.clone(),
                     self.stop.subscribe(),
                 ));
-                Ok::<_, sqlx::Error>(Relay { fan_out, listen })
+                Ok::<_, NoSession>(Relay { fan_out, listen })
             })
             .await;
         let relay = match relay {
             Ok(relay) => relay,
-            Err(e) => {
+            Err(NoSession::Pooled) => return None,
+            Err(NoSession::Failed(e)) => {
                 tracing::warn!(error = %e, "approval wake-ups unavailable; waiters poll");
                 return None;
             }

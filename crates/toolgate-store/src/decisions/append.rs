@@ -11,6 +11,7 @@ use super::{
     CURRENT_HEAD, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, INSERT, LEGACY_STREAM,
     MAX_BATCH, StreamHead, StreamLink, TENANT_APPEND, TENANT_APPEND_BATCH, validate,
 };
+use crate::pg::{PgDb, PgTxConn};
 use crate::{BeginWrite, Result, StoreError, require, require_opt, ts_from_ms};
 
 /// Appends tried when the head this process knew turns out stale (another
@@ -164,7 +165,7 @@ impl Decisions<'_> {
 /// and inserts them, retrying from a fresh head when the database says the
 /// known one is stale. `head` is left unknown unless the append commits.
 async fn append_pg(
-    pool: &sqlx::PgPool,
+    pool: &PgDb,
     path: AppendPath,
     head: &mut KnownHead,
     tenant: &str,
@@ -175,16 +176,14 @@ async fn append_pg(
     loop {
         let from = match head.take() {
             Some(known) => known,
-            None => pg_head(&mut *pool.acquire().await?, tenant, stream).await?,
+            None => pg_head(pool, tenant, stream).await?,
         };
         let rows = chain(tenant, stream, from, &records);
         let inserted = match (rows.as_slice(), path) {
             // One statement in autocommit: one round trip per decision.
-            ([row], _) => pg_insert(&mut *pool.acquire().await?, path, row).await,
+            ([row], _) => pg_insert(pool, path, row).await,
             // A tenant session's batch is one call, atomic as a statement.
-            (_, AppendPath::TenantFunction) => {
-                pg_tenant_batch(&mut *pool.acquire().await?, &rows).await
-            }
+            (_, AppendPath::TenantFunction) => pg_tenant_batch(pool, &rows).await,
             (_, AppendPath::Insert) => pg_insert_all(pool, path, &rows).await,
         };
         match inserted {
@@ -199,13 +198,13 @@ async fn append_pg(
 }
 
 async fn pg_insert_all(
-    pool: &sqlx::PgPool,
+    pool: &PgDb,
     path: AppendPath,
     rows: &[ChainedDecision],
 ) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     for row in rows {
-        pg_insert(&mut tx, path, row).await?;
+        pg_insert(&mut *tx, path, row).await?;
     }
     tx.commit().await
 }
@@ -213,8 +212,8 @@ async fn pg_insert_all(
 /// PostgreSQL: a tenant session's batch (`rows` chained one after another)
 /// in one call of `toolgate_append_decisions`, which derives every link
 /// after the first from the rows themselves.
-async fn pg_tenant_batch(
-    conn: &mut sqlx::PgConnection,
+async fn pg_tenant_batch<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Postgres>,
     rows: &[ChainedDecision],
 ) -> sqlx::Result<()> {
     let Some(first) = rows.first() else {
@@ -272,8 +271,8 @@ fn is_stale_head(e: &sqlx::Error) -> bool {
 /// PostgreSQL: a stream's head seq and hash, or its unlinked genesis when
 /// nobody opened or appended to it yet. Not locked: the insert that follows
 /// is refused if another writer moved the head meanwhile.
-async fn pg_head(
-    conn: &mut sqlx::PgConnection,
+async fn pg_head<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Postgres>,
     tenant: &str,
     stream: &str,
 ) -> Result<(i64, String)> {
@@ -336,14 +335,14 @@ fn chained(
 /// stream's turn and records the new head once it commits; only another
 /// process appending to the same stream meanwhile makes it fail (TG006).
 pub(crate) async fn append_pg_in(
-    conn: &mut sqlx::PgConnection,
+    conn: &mut PgTxConn,
     path: AppendPath,
     tenant: &str,
     stream: &str,
     record: DecisionRecord,
 ) -> Result<ChainedDecision> {
     require("stream", stream)?;
-    let from = pg_head(conn, tenant, stream).await?;
+    let from = pg_head(&mut *conn, tenant, stream).await?;
     let mut rows = chain(tenant, stream, from, std::slice::from_ref(&record));
     let row = rows
         .pop()
@@ -387,8 +386,8 @@ macro_rules! bind_record {
 /// PostgreSQL: inserts one chained row, which the database refuses unless
 /// it continues the stream's last row (the chain trigger, or the tenant
 /// append function, checks the link).
-async fn pg_insert(
-    conn: &mut sqlx::PgConnection,
+async fn pg_insert<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Postgres>,
     path: AppendPath,
     row: &ChainedDecision,
 ) -> sqlx::Result<()> {

@@ -70,7 +70,7 @@ impl HeadCache {
 
     /// How this store's session appends, asked of the database once: the
     /// login role of a pool does not change.
-    pub(crate) async fn append_path(&self, pool: &sqlx::PgPool) -> Result<AppendPath> {
+    pub(crate) async fn append_path(&self, pool: &crate::pg::PgDb) -> Result<AppendPath> {
         self.path
             .get_or_try_init(|| async {
                 Ok(

@@ -12,6 +12,7 @@ mod decisions;
 mod flow_labels;
 mod intents;
 mod notifications;
+mod pooler;
 mod profiles_and_heartbeats;
 mod run_scopes;
 mod runs;

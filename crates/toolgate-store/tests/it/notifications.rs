@@ -60,7 +60,7 @@ both_backends!(every_approval_change_is_an_event_to_notify, |db| {
     let insert = "INSERT INTO run_events (tenant, run_id, kind, subject_id, payload, created_at) \
         VALUES ($1, 'run-1', 'approval.requested', 'forged', '{}', $2)";
     for at in [i64::MAX, -1] {
-        match db.store.as_postgres() {
+        match db.pg() {
             Some(pg) => sqlx::query(insert)
                 .bind(&tenant)
                 .bind(at)

@@ -251,8 +251,8 @@ both_backends!(truncation_needs_a_checkpoint, |db| {
     assert!(problem.unwrap().contains("truncated"));
     // A rewrite (new rows at the same seqs, by a writer that reads the head
     // from the database: on PostgreSQL another process) is caught too.
-    let writer = match db.store.as_postgres() {
-        Some(pool) => Store::from_postgres_pool(pool.clone()),
+    let writer = match db.pg() {
+        Some(_) => db.peer_store().await,
         None => db.store.clone(),
     };
     let rewritten = writer
@@ -354,7 +354,7 @@ async fn postgres_rows_from_before_streams_keep_verifying() {
     };
     let url = std::env::var("TOOLGATE_TEST_DATABASE_URL").unwrap();
     let schema = format!("old_{}", uuid::Uuid::new_v4().simple());
-    let admin = db.store.as_postgres().unwrap().clone();
+    let admin = db.pg().unwrap().clone();
     sqlx::query(&format!("CREATE SCHEMA {schema}"))
         .execute(&admin)
         .await
@@ -535,7 +535,7 @@ async fn postgres_writers_of_one_stream_recover_from_a_stale_head() {
     };
     let first = db.store.clone();
     // Same database, its own memory of heads: another process.
-    let second = Store::from_postgres_pool(db.store.as_postgres().unwrap().clone());
+    let second = db.peer_store().await;
     let (tenant, stream) = ("acme", "pod-a/shared");
     let mut seqs = Vec::new();
     for i in 0..3 {

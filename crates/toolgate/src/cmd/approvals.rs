@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use jiff::Timestamp;
-use toolgate_store::{ApprovalDecision, ApprovalStatus, Store};
+use toolgate_store::{ApprovalDecision, ApprovalStatus};
 
 use crate::cli_error::CliError;
 
@@ -19,9 +19,8 @@ pub struct ApprovalsArgs {
 enum ApprovalsCommand {
     /// List approvals (pending first).
     List {
-        /// Database URL.
-        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
-        database: String,
+        #[command(flatten)]
+        database: toolgate_sidecar::database::DatabaseArgs,
         /// Only this tenant's approvals.
         #[arg(long)]
         tenant: Option<String>,
@@ -39,9 +38,8 @@ enum ApprovalsCommand {
 struct Resolve {
     /// Approval id.
     id: String,
-    /// Database URL.
-    #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
-    database: String,
+    #[command(flatten)]
+    database: toolgate_sidecar::database::DatabaseArgs,
     /// Who decides (recorded).
     #[arg(long)]
     by: String,
@@ -62,7 +60,7 @@ pub fn run(args: ApprovalsArgs) -> Result<ExitCode, CliError> {
                 tenant,
                 status,
             } => {
-                let store = Store::connect(&database).await?;
+                let store = database.connect().await?;
                 let status = status
                     .map(|s| s.parse::<ApprovalStatus>())
                     .transpose()
@@ -86,7 +84,7 @@ pub fn run(args: ApprovalsArgs) -> Result<ExitCode, CliError> {
 }
 
 async fn resolve(r: Resolve, decision: ApprovalDecision) -> Result<ExitCode, CliError> {
-    let store = Store::connect(&r.database).await?;
+    let store = r.database.connect().await?;
     let tenant = match r.tenant {
         Some(t) => t,
         None => store

@@ -24,9 +24,8 @@ enum AuditCommand {
     /// first broken seq of each; with --checkpoints, also require every
     /// signed checkpoint to still be in its chain.
     Verify {
-        /// Database URL.
-        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
-        database: String,
+        #[command(flatten)]
+        database: toolgate_sidecar::database::DatabaseArgs,
         /// Only this tenant's streams.
         #[arg(long)]
         tenant: Option<String>,
@@ -45,9 +44,8 @@ enum AuditCommand {
     /// DSSE envelope and store it in the checkpoints table; streams whose
     /// name the store refuses are listed under `invalid` (exit 1) and skipped.
     Checkpoint {
-        /// Database URL.
-        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
-        database: String,
+        #[command(flatten)]
+        database: toolgate_sidecar::database::DatabaseArgs,
         /// Signing key (PKCS#8 PEM, as `toolgate keygen` writes it).
         #[arg(long)]
         key: PathBuf,
@@ -88,12 +86,12 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
 }
 
 async fn verify(
-    database: String,
+    database: toolgate_sidecar::database::DatabaseArgs,
     tenant: Option<String>,
     stream: Option<String>,
     trust: Option<TrustSet>,
 ) -> Result<ExitCode, CliError> {
-    let store = Store::connect(&database).await?;
+    let store = database.connect().await?;
     let reports = match (&tenant, &stream) {
         (Some(t), Some(s)) => vec![store.decisions().verify_stream(t, s).await?],
         _ => store.decisions().verify(tenant.as_deref()).await?,
@@ -189,11 +187,11 @@ fn open_checkpoint(c: &Checkpoint, trust: &TrustSet) -> Result<CheckpointPayload
 }
 
 async fn checkpoint(
-    database: String,
+    database: toolgate_sidecar::database::DatabaseArgs,
     key: SigningKey,
     tenant: Option<String>,
 ) -> Result<ExitCode, CliError> {
-    let store = Store::connect(&database).await?;
+    let store = database.connect().await?;
     let report = toolgate_controller::checkpoint::sign_heads(
         &store,
         &key,
@@ -230,15 +228,14 @@ async fn checkpoint(
 /// Arguments of `toolgate migrate`.
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
-    /// Database URL.
-    #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
-    pub database: String,
+    #[command(flatten)]
+    pub database: toolgate_sidecar::database::DatabaseArgs,
 }
 
 /// Applies pending migrations (connecting applies them) and reports.
 pub fn migrate(args: MigrateArgs) -> Result<ExitCode, CliError> {
     crate::runtime()?.block_on(async move {
-        let store = Store::connect(&args.database).await?;
+        let store = args.database.connect().await?;
         store.migrate().await?;
         outln!("{}", serde_json::json!({"migrated": true}));
         Ok(ExitCode::SUCCESS)

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use toolgate_policy::{FlowScope, RunId, Stop};
-use toolgate_store::Store;
 
 use crate::cli_error::CliError;
 
@@ -37,9 +36,8 @@ enum RunsCommand {
         /// Stop every run of the tenant.
         #[arg(long)]
         all: bool,
-        /// Database URL.
-        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
-        database: String,
+        #[command(flatten)]
+        database: toolgate_sidecar::database::DatabaseArgs,
         /// Tenant (namespace) of the run.
         #[arg(long)]
         tenant: String,
@@ -55,9 +53,8 @@ enum RunsCommand {
     Status {
         /// The run id (ASCII letters are case-folded).
         run_id: String,
-        /// Database URL.
-        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
-        database: String,
+        #[command(flatten)]
+        database: toolgate_sidecar::database::DatabaseArgs,
         /// Tenant (namespace) of the run.
         #[arg(long)]
         tenant: String,
@@ -88,7 +85,7 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
                 by,
             } => {
                 let stop = Stop::named(run_id.as_deref(), pod.as_deref(), profile.as_deref(), all)?;
-                let store = Store::connect(&database).await?;
+                let store = database.connect().await?;
                 let (runs, reason, now) = (store.runs(), reason.as_deref(), jiff::Timestamp::now());
                 let (stopped, done) = match &stop {
                     Stop::Scope(scope) => (
@@ -125,7 +122,7 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
                     .as_ref()
                     .map(toolgate_gate::runs::limits)
                     .unwrap_or_default();
-                let store = Store::connect(&database).await?;
+                let store = database.connect().await?;
                 let runs = store.runs();
                 let state = runs.state(&tenant, &run_id).await?;
                 let name = policy.as_ref().map(|p| p.name().to_owned());

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use toolgate_store::Store;
 
 use crate::cli_error::CliError;
 
@@ -20,10 +19,10 @@ enum TenantCommand {
     /// password), confined by row-level security to the tenant's rows, and
     /// print `{"tenant", "role", "database_url"}` for its sidecars.
     Provision {
-        /// Admin database URL (PostgreSQL; a role with CREATEROLE that owns
+        /// The admin database (PostgreSQL; a role with CREATEROLE that owns
         /// the toolgate tables). Migrations are applied first.
-        #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
-        database: String,
+        #[command(flatten)]
+        database: toolgate_sidecar::database::DatabaseArgs,
         /// The tenant: the Kubernetes namespace of the agent pods.
         #[arg(long)]
         tenant: String,
@@ -35,7 +34,7 @@ pub fn run(args: TenantArgs) -> Result<ExitCode, CliError> {
     crate::runtime()?.block_on(async move {
         match args.command {
             TenantCommand::Provision { database, tenant } => {
-                let store = Store::connect(&database).await?;
+                let store = database.connect().await?;
                 let result = store.provision_tenant(&tenant).await;
                 store.close().await;
                 let creds = result?;

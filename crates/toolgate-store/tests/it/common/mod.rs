@@ -5,6 +5,14 @@
 //! PostgreSQL variant prints a skip notice and passes, unless `CI=true`, in
 //! which case it fails: CI must prove both backends. A set but unreachable
 //! URL always fails.
+//!
+//! With `TOOLGATE_TEST_THROUGH_POOLER=1` and `TOOLGATE_TEST_POOLER_URL`
+//! (a PgBouncer in `pool_mode = transaction` in front of the same server,
+//! accepting SCRAM logins of any role through `auth_query`), the
+//! PostgreSQL variant reaches the database through that pooler instead: each test gets a role of its
+//! own whose `search_path` is its schema (a pooler passes no startup
+//! options), the store connects through the pooler with
+//! [`StoreOptions::transaction_pooler`], and migrates over the direct URL.
 
 pub mod builders;
 pub mod faults;
@@ -18,6 +26,10 @@ use toolgate_store::{Store, StoreOptions};
 
 pub struct TestDb {
     pub store: Store,
+    /// PostgreSQL: a pool of sessions on the test's schema for raw SQL
+    /// beside the store (straight to the server when the store goes
+    /// through a pooler, which keeps no session state between statements).
+    raw_pg: Option<sqlx::PgPool>,
     cleanup: Cleanup,
 }
 
@@ -31,6 +43,9 @@ enum Cleanup {
         admin: sqlx::PgPool,
         schema: String,
         options: Box<PgConnectOptions>,
+        /// Through a pooler: the pooler's and the direct URL of the test's
+        /// own role.
+        pooled: Option<(String, String)>,
     },
 }
 
@@ -52,6 +67,7 @@ impl TestDb {
         .expect("connect sqlite");
         TestDb {
             store,
+            raw_pg: None,
             cleanup: Cleanup::Sqlite { _dir: dir, url },
         }
     }
@@ -80,18 +96,44 @@ impl TestDb {
                 panic!("PostgreSQL at TOOLGATE_TEST_DATABASE_URL unreachable: {e}")
             });
         let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&admin)
-            .await
-            .expect("create schema");
-        let store = pg_store(&options, &schema, 16).await;
-        store.migrate().await.expect("migrate postgres");
+        let through_pooler = std::env::var("TOOLGATE_TEST_THROUGH_POOLER").is_ok_and(|v| v == "1");
+        let pooled = match std::env::var("TOOLGATE_TEST_POOLER_URL") {
+            Ok(pooler) if through_pooler => Some(pooled_role(&admin, &pooler, &url, &schema).await),
+            _ if through_pooler => {
+                panic!("TOOLGATE_TEST_THROUGH_POOLER=1 needs TOOLGATE_TEST_POOLER_URL")
+            }
+            _ => {
+                sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                    .execute(&admin)
+                    .await
+                    .expect("create schema");
+                None
+            }
+        };
+        let store = match &pooled {
+            Some((pooler, direct)) => pooled_store(pooler, direct, 16).await,
+            None => {
+                let store = pg_store(&options, &schema, 16).await;
+                store.migrate().await.expect("migrate postgres");
+                store
+            }
+        };
+        let raw_pg = match &pooled {
+            Some((_, direct)) => PgPoolOptions::new()
+                .max_connections(2)
+                .connect(direct)
+                .await
+                .expect("connect straight to the server as the test's role"),
+            None => store.as_postgres().expect("a postgres store").clone(),
+        };
         Some(TestDb {
             store,
+            raw_pg: Some(raw_pg),
             cleanup: Cleanup::Postgres {
                 admin,
                 schema,
                 options: Box::new(options),
+                pooled,
             },
         })
     }
@@ -103,6 +145,10 @@ impl TestDb {
         self.store = match &self.cleanup {
             Cleanup::Sqlite { url, .. } => Store::connect(url).await.expect("reconnect sqlite"),
             Cleanup::Postgres {
+                pooled: Some((pooler, direct)),
+                ..
+            } => pooled_store(pooler, direct, 16).await,
+            Cleanup::Postgres {
                 schema, options, ..
             } => {
                 let s = pg_store(options, schema, 16).await;
@@ -112,9 +158,30 @@ impl TestDb {
         };
     }
 
+    /// PostgreSQL: a pool for raw SQL on the test's schema (see
+    /// [`TestDb::raw_pg`]'s field doc); `None` on SQLite.
+    pub fn pg(&self) -> Option<&sqlx::PgPool> {
+        self.raw_pg.as_ref()
+    }
+
+    /// Another process on the same database: a store with its own memory
+    /// (of stream heads, of listeners), reaching the database the same way.
+    pub async fn peer_store(&self) -> Store {
+        match &self.cleanup {
+            Cleanup::Sqlite { url, .. } => Store::connect(url).await.expect("connect sqlite"),
+            Cleanup::Postgres {
+                pooled: Some((pooler, direct)),
+                ..
+            } => pooled_store(pooler, direct, 4).await,
+            Cleanup::Postgres { .. } => {
+                Store::from_postgres_pool(self.store.as_postgres().expect("postgres").clone())
+            }
+        }
+    }
+
     /// Executes backend-specific raw SQL (for tampering and fault injection).
     pub async fn raw(&self, postgres: &str, sqlite: &str) {
-        if let Some(p) = self.store.as_postgres() {
+        if let Some(p) = self.pg() {
             sqlx::raw_sql(postgres)
                 .execute(p)
                 .await
@@ -134,10 +201,22 @@ impl TestDb {
 
     pub async fn finish(mut self) {
         self.store.close().await;
-        if let Cleanup::Postgres { admin, schema, .. } = &mut self.cleanup {
+        if let Cleanup::Postgres {
+            admin,
+            schema,
+            pooled,
+            ..
+        } = &mut self.cleanup
+        {
+            let self_pooled = pooled.is_some();
             let _ = sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
                 .execute(&*admin)
                 .await;
+            if self_pooled {
+                let _ = sqlx::raw_sql(&format!("DROP OWNED BY {schema}; DROP ROLE {schema}"))
+                    .execute(&*admin)
+                    .await;
+            }
             admin.close().await;
             schema.clear();
         }
@@ -175,6 +254,90 @@ impl Drop for TestDb {
             .join();
         }
     }
+}
+
+/// A login role named `schema` that owns the schema of that name and
+/// finds it on its `search_path`; returns its URLs through the pooler and
+/// straight to the server.
+async fn pooled_role(
+    admin: &sqlx::PgPool,
+    pooler: &str,
+    direct: &str,
+    schema: &str,
+) -> (String, String) {
+    let password = uuid::Uuid::new_v4().simple().to_string();
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {schema} LOGIN SUPERUSER PASSWORD '{password}';
+         ALTER ROLE {schema} SET search_path = {schema};
+         CREATE SCHEMA {schema} AUTHORIZATION {schema};"
+    ))
+    .execute(admin)
+    .await
+    .expect("create the test's role and schema");
+    let as_role = |url: &str| {
+        let mut url = url::Url::parse(url).expect("parse database url");
+        url.set_username(schema).expect("set user");
+        url.set_password(Some(&password)).expect("set password");
+        url.to_string()
+    };
+    (as_role(pooler), as_role(direct))
+}
+
+/// An empty schema of its own on the test server, owned by a role of the
+/// same name that finds it on its `search_path`, and that role's URLs
+/// through the pooler at `pooler` and straight to the server.
+pub struct PooledSchema {
+    pub pooler: String,
+    pub direct: String,
+    name: String,
+    admin: sqlx::PgPool,
+}
+
+pub async fn pooled_schema(pooler: &str) -> PooledSchema {
+    let url = std::env::var("TOOLGATE_TEST_DATABASE_URL")
+        .expect("TOOLGATE_TEST_DATABASE_URL: the server behind the pooler");
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect to the server behind the pooler");
+    let name = format!("p_{}", uuid::Uuid::new_v4().simple());
+    let (pooler, direct) = pooled_role(&admin, pooler, &url, &name).await;
+    PooledSchema {
+        pooler,
+        direct,
+        name,
+        admin,
+    }
+}
+
+impl PooledSchema {
+    pub async fn drop(self) {
+        let name = &self.name;
+        let _ = sqlx::raw_sql(&format!(
+            "DROP SCHEMA {name} CASCADE; DROP OWNED BY {name}; DROP ROLE {name}"
+        ))
+        .execute(&self.admin)
+        .await;
+        self.admin.close().await;
+    }
+}
+
+/// A store that reaches the database through the pooler at `pooler` and
+/// migrates over `direct`.
+async fn pooled_store(pooler: &str, direct: &str, max: u32) -> Store {
+    Store::connect_with(
+        pooler,
+        StoreOptions {
+            max_connections: max,
+            acquire_timeout: Duration::from_secs(30),
+            transaction_pooler: true,
+            direct_url: Some(direct.to_owned()),
+            ..StoreOptions::default()
+        },
+    )
+    .await
+    .expect("connect through the pooler and migrate over the direct url")
 }
 
 async fn pg_store(options: &PgConnectOptions, schema: &str, max: u32) -> Store {
