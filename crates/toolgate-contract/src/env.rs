@@ -37,6 +37,9 @@ pub const WORKSPACE_BASE: &str = "TOOLGATE_WORKSPACE_BASE";
 pub const ALLOWED_HOSTS: &str = "TOOLGATE_ALLOWED_HOSTS";
 /// How often the bundle file is checked.
 pub const RELOAD_INTERVAL: &str = "TOOLGATE_RELOAD_INTERVAL";
+/// Base URL of a wake-up relay (`toolgate wakeups serve`) the sidecar
+/// hears stops from.
+pub const WAKEUPS_URL: &str = "TOOLGATE_WAKEUPS_URL";
 /// How often the sidecar records its heartbeat.
 pub const HEARTBEAT_INTERVAL: &str = "TOOLGATE_HEARTBEAT_INTERVAL";
 /// Every long-running command: log JSON lines (boolish: `1`, `true`, …).

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod policy_state;
 mod refusals;
 pub mod runs;
+pub mod stops;
 mod trace;
 pub mod workspace;
 

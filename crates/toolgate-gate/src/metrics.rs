@@ -65,7 +65,14 @@ pub struct Metrics {
     pub mcp_tasks: IntCounterVec,
     /// Calls a flow rule denied or escalated, by rule, verdict and profile.
     pub flow_refusals: IntCounterVec,
+    /// Reads of the stops recorded elsewhere, by what prompted them
+    /// ([`STOP_READ_TRIGGERS`]): an idle fleet's database load.
+    pub stop_reads: IntCounterVec,
 }
+
+/// `trigger` label values of `toolgate_stop_reads_total`: at start, woken
+/// by a wake-up, or on the timer.
+pub const STOP_READ_TRIGGERS: [&str; 3] = ["start", "wake", "timer"];
 
 /// Metric names, for dashboards and the test that checks them.
 pub const METRIC_NAMES: &[&str] = &[
@@ -84,6 +91,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "toolgate_mcp_upstream_errors_total",
     "toolgate_mcp_tasks_total",
     "toolgate_flow_refusals_total",
+    "toolgate_stop_reads_total",
 ];
 
 impl Metrics {
@@ -206,6 +214,19 @@ impl Metrics {
             &["rule", "verdict", "profile"],
         )
         .expect("static metric definition");
+        let stop_reads = IntCounterVec::new(
+            Opts::new(
+                "toolgate_stop_reads_total",
+                "Reads of the stops (run and scope cancellations) recorded elsewhere, by trigger: \
+                 a sidecar that hears wake-ups reads on a wake and once a minute, one that \
+                 cannot every second.",
+            ),
+            &["trigger"],
+        )
+        .expect("static metric definition");
+        for trigger in STOP_READ_TRIGGERS {
+            stop_reads.with_label_values(&[trigger]);
+        }
         // Every series an alert may watch exists at 0 before its first event,
         // so `increase()` sees the first failure.
         for code in toolgate_bundle::BundleError::CODES
@@ -245,6 +266,7 @@ impl Metrics {
             Box::new(mcp_upstream_errors.clone()),
             Box::new(mcp_tasks.clone()),
             Box::new(flow_refusals.clone()),
+            Box::new(stop_reads.clone()),
         ] {
             registry.register(collector).expect("unique metric names");
         }
@@ -264,6 +286,7 @@ impl Metrics {
             mcp_upstream_errors,
             mcp_tasks,
             flow_refusals,
+            stop_reads,
         }
     }
 

@@ -10,8 +10,8 @@
 //! nothing is counted, and an allowed high-risk call (or an escalation)
 //! reads the run's cancellation first. Other
 //! calls consult [`CancelledRuns`], which this sidecar fills at once for its own
-//! cancellations and by polling the database every [`CANCEL_POLL`] for
-//! cancellations made elsewhere (the CLI, the controller, another sidecar).
+//! cancellations and by reading those made elsewhere (the CLI, the
+//! controller, another sidecar) as [`crate::stops`] says.
 //!
 //! A run id is the agent's to choose, so two stops do not depend on it: a
 //! cancelled scope (this pod, its profile, the namespace) refuses every run
@@ -19,24 +19,15 @@
 //! Both are read and charged in the same places as the run's own.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use toolgate_policy::{Decision, Enforcement, Id, Reason, RunId, Scope, SideEffect, Verdict};
 use toolgate_store::{Admission, PodLimits, RunLimits};
 
 use crate::{AuthorizeRequest, AuthorizeResponse, Gate, GateError};
 
-/// How often cancellations made elsewhere are read from the database.
-pub const CANCEL_POLL: Duration = Duration::from_secs(1);
-/// How far back each poll looks, so a writer whose clock runs behind ours
-/// is still seen.
-const CANCEL_OVERLAP: SignedDuration = SignedDuration::from_secs(60);
-/// Cancelled runs read at start-up: those cancelled in the last day. Older
-/// ones are still refused on every call that reaches the database.
-const CANCEL_LOOKBACK: SignedDuration = SignedDuration::from_hours(24);
 /// Cancelled run ids remembered, oldest forgotten first.
 const MAX_REMEMBERED: usize = 100_000;
 /// Most calls one batch may hold.
@@ -95,45 +86,6 @@ impl CancelledRuns {
         }
         set.insert(run_id.to_owned());
         order.push_back(run_id.to_owned());
-    }
-}
-
-/// Polls the database until shutdown for this tenant's run cancellations
-/// and for the cancelled scopes that hold this sidecar (its pod, its
-/// profile, the namespace): only those rows are read, so no other scope
-/// row, however many or however written, can crowd them out or fail the
-/// read.
-pub async fn watch_cancellations(
-    gate: Arc<Gate>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    let mut since = Timestamp::now() - CANCEL_LOOKBACK;
-    loop {
-        let polled_at = Timestamp::now();
-        match gate.store.runs().cancelled_since(&gate.tenant, since).await {
-            Ok(runs) => {
-                for (run, _) in runs {
-                    gate.cancelled.insert(&run);
-                }
-                since = polled_at - CANCEL_OVERLAP;
-            }
-            Err(e) => tracing::warn!(error = %e, "could not read run cancellations"),
-        }
-        let enforced = gate.policy.current();
-        match gate
-            .store
-            .runs()
-            .scope_cancellation(gate.caller(enforced.as_deref()))
-            .await
-        {
-            Ok(Some(stop)) => gate.cancelled.insert_scope(stop.scope),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "could not read scoped cancellations"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(CANCEL_POLL) => {}
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        }
     }
 }
 

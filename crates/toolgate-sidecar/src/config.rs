@@ -24,8 +24,10 @@ pub const DEFAULT_POD_NAME: &str = "local";
 pub const DEFAULT_POD_NAMESPACE: &str = "default";
 /// Default time between bundle file checks (`--reload-interval`).
 pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(2);
-/// Default time between heartbeats (`--heartbeat-interval`).
-pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
+/// Default time between heartbeats (`--heartbeat-interval`): two in the
+/// controller's fleet window of 60 s, and with the stop watcher's safety
+/// read what an idle sidecar asks of the database (see docs/database.md).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
 /// Default capacity of the low-risk decision queue.
 pub const DEFAULT_DECISION_QUEUE: usize = 65_536;
 
@@ -90,9 +92,15 @@ pub struct SidecarArgs {
     #[arg(long, env = env::RELOAD_INTERVAL, default_value = "2s", value_parser = parse_interval)]
     pub reload_interval: Duration,
     /// Time between heartbeats (fleet status) and refreshes of the
-    /// `toolgate_open_intents` gauge (`15s`; at least 100 ms).
-    #[arg(long, env = env::HEARTBEAT_INTERVAL, default_value = "15s", value_parser = parse_interval)]
+    /// `toolgate_open_intents` gauge (`30s`; at least 100 ms).
+    #[arg(long, env = env::HEARTBEAT_INTERVAL, default_value = "30s", value_parser = parse_interval)]
     pub heartbeat_interval: Duration,
+    /// Base URL of a wake-up relay (`toolgate wakeups serve`) to hear stops
+    /// from, instead of the database's `LISTEN`: for sidecars behind a
+    /// transaction pooler, where a listener each would cost a server
+    /// connection each.
+    #[arg(long, env = env::WAKEUPS_URL)]
+    pub wakeups_url: Option<String>,
     /// Record each call's arguments on its trace span
     /// (`gen_ai.tool.call.arguments`). Off: arguments may hold what the
     /// trace store must not.
@@ -153,6 +161,8 @@ pub struct SidecarConfig {
     pub reload_interval: Duration,
     /// How often a heartbeat is written.
     pub heartbeat_interval: Duration,
+    /// Wake-up relay to hear stops from (`--wakeups-url`).
+    pub wakeups_url: Option<String>,
     /// Capacity of the low-risk decision queue.
     pub decision_queue: usize,
     /// Host names or addresses, besides loopback and `localhost`, that the
@@ -185,6 +195,7 @@ impl SidecarConfig {
             pod_namespace: DEFAULT_POD_NAMESPACE.into(),
             reload_interval: DEFAULT_RELOAD_INTERVAL,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            wakeups_url: None,
             decision_queue: DEFAULT_DECISION_QUEUE,
             allowed_hosts: Vec::new(),
             mcp_upstreams: Vec::new(),
@@ -230,6 +241,7 @@ impl TryFrom<SidecarArgs> for SidecarConfig {
             mcp_credentials_dir: args.mcp_credentials_dir,
             reload_interval: args.reload_interval,
             heartbeat_interval: args.heartbeat_interval,
+            wakeups_url: args.wakeups_url,
             trace_arguments: args.trace_arguments,
             store_options: args.database.options(),
             ..Self::new(args.bundle, args.trust, args.database.database)

@@ -17,6 +17,7 @@ mod guard;
 pub mod mcp;
 mod start_error;
 mod trace_context;
+pub mod wake;
 
 pub use toolgate_gate::{policy_state, runs, workspace};
 
@@ -184,6 +185,7 @@ impl Sidecar {
             .map_err(|e| StartError::Bind(config.listen, e))?;
         let (shutdown, shutdown_rx) = watch::channel(false);
 
+        let stop_signal = Arc::new(toolgate_gate::stops::StopSignal::default());
         let background = vec![
             tokio::spawn(policy_state::watch(
                 policy.clone(),
@@ -192,10 +194,26 @@ impl Sidecar {
                 config.reload_interval,
                 shutdown_rx.clone(),
             )),
-            tokio::spawn(runs::watch_cancellations(
+            tokio::spawn(toolgate_gate::stops::watch_cancellations(
                 gate_for_poll,
+                stop_signal.clone(),
                 shutdown_rx.clone(),
             )),
+            match &config.wakeups_url {
+                Some(base) => tokio::spawn(wake::from_relay(
+                    reqwest::Client::new(),
+                    base.clone(),
+                    config.tenant.clone(),
+                    stop_signal,
+                    shutdown_rx.clone(),
+                )),
+                None => tokio::spawn(wake::from_store(
+                    store.clone(),
+                    config.tenant.clone(),
+                    stop_signal,
+                    shutdown_rx.clone(),
+                )),
+            },
             tokio::spawn(heartbeat_loop(
                 store.clone(),
                 policy,

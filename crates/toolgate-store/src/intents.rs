@@ -391,15 +391,12 @@ impl Intents<'_> {
     /// uncertain)`. For the sidecar's `toolgate_open_intents` gauge.
     pub async fn open_counts(&self, tenant: &str) -> Result<(i64, i64)> {
         require("tenant", tenant)?;
-        let sql = "SELECT COUNT(*) FROM intents WHERE tenant = $1 AND status = 'pending' \
-                   AND effect_sent_at IS NULL";
-        let safe: i64 = on_pool!(self.store, pool => {
-            sqlx::query_scalar(sql).bind(tenant).fetch_one(pool).await?
-        });
-        let sql = "SELECT COUNT(*) FROM intents WHERE tenant = $1 AND status = 'pending' \
-                   AND effect_sent_at IS NOT NULL";
-        let uncertain: i64 = on_pool!(self.store, pool => {
-            sqlx::query_scalar(sql).bind(tenant).fetch_one(pool).await?
+        // One statement: an idle sidecar's every query counts (#45).
+        let sql = "SELECT COUNT(*) FILTER (WHERE effect_sent_at IS NULL), \
+                   COUNT(*) FILTER (WHERE effect_sent_at IS NOT NULL) \
+                   FROM intents WHERE tenant = $1 AND status = 'pending'";
+        let (safe, uncertain): (i64, i64) = on_pool!(self.store, pool => {
+            sqlx::query_as(sql).bind(tenant).fetch_one(pool).await?
         });
         Ok((safe, uncertain))
     }

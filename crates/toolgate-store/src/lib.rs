@@ -64,7 +64,7 @@ pub use notifications::{ApprovalEvent, Delivery, Notifications};
 pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
 pub use runs::{
     Admission, Budget, Caller, Cancellation, PodLimits, RunLimits, RunState, Runs,
-    ScopeCancellation, Stopped,
+    ScopeCancellation, Stopped, Stops,
 };
 pub use tenancy::TenantCredentials;
 

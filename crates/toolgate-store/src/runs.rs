@@ -166,7 +166,7 @@ mod pods;
 mod refusal;
 mod scopes;
 use refusal::{refusal, refused};
-pub use scopes::{Caller, ScopeCancellation};
+pub use scopes::{Caller, ScopeCancellation, Stops};
 
 fn limit(value: Option<u64>) -> Option<i64> {
     value.map(|v| i64::try_from(v).unwrap_or(i64::MAX))

@@ -184,6 +184,9 @@ async fn relay(
                         match listen_all(&pool, &channels).await {
                             Ok(l) => {
                                 listener = l;
+                                // Whatever was sent meanwhile is lost: an
+                                // empty payload tells subscribers to re-read.
+                                let _ = tx.send(Arc::from(""));
                                 break;
                             }
                             Err(e) => tracing::warn!(error = %e, "approval listener reconnect failed"),
@@ -202,4 +205,30 @@ async fn listen_all(pool: &PgPool, channels: &[String]) -> Result<PgListener, sq
         .listen_all(channels.iter().map(String::as_str))
         .await?;
     Ok(listener)
+}
+
+impl crate::Store {
+    /// A receiver of `tenant`'s wake-ups, subscribed before it is returned:
+    /// approval answers (`TENANT/APPROVAL`), run stops (`run/TENANT/RUN`)
+    /// and scope stops (`scope/TENANT`). Each tenant's arrive on a channel
+    /// of their own, named by the database (migration 0012), so no other
+    /// tenant hears them. `None` where nothing can be heard (SQLite, a
+    /// pooler without a direct URL, a database without the channel): the
+    /// caller then reads on a timer.
+    pub async fn wakeups(&self, tenant: &str) -> Option<broadcast::Receiver<Arc<str>>> {
+        let crate::Backend::Postgres(db) = &self.backend else {
+            return None;
+        };
+        if db.pooled && db.direct.is_none() {
+            return None;
+        }
+        let channel: Option<String> = sqlx::query_scalar("SELECT toolgate_approval_channel($1)")
+            .bind(tenant)
+            .fetch_one(db)
+            .await
+            .inspect_err(|e| tracing::warn!(error = %e, "no wake-up channel; waiters poll"))
+            .ok()
+            .flatten();
+        self.wakeups.subscribe(db, channel?).await
+    }
 }

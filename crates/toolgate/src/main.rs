@@ -78,6 +78,8 @@ enum Command {
     Mcp(cmd::mcp::McpArgs),
     /// The approvers' web console (acts as the signed-in user).
     Console(cmd::console::ConsoleArgs),
+    /// Relay stop wake-ups to sidecars behind a transaction pooler.
+    Wakeups(cmd::wakeups::WakeupsArgs),
 }
 
 fn main() -> ExitCode {
@@ -100,6 +102,7 @@ fn main() -> ExitCode {
         Command::Hook(args) => cmd::hook::run(args),
         Command::Mcp(args) => cmd::mcp::run(args, cli.log_json),
         Command::Console(args) => cmd::console::run(args, cli.log_json),
+        Command::Wakeups(args) => cmd::wakeups::run(args, cli.log_json),
     };
     match result {
         Ok(code) => code,

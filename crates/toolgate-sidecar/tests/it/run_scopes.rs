@@ -104,7 +104,9 @@ async fn a_scope_cancelled_elsewhere_reaches_the_sidecar() {
             in_new_run(&h, "bash", json!({"command": "ls"})).await,
             cancelled()
         );
-        // A read is refused once the sidecar's poll has seen the stop.
+        // A read is refused once the sidecar has read the stop: on
+        // PostgreSQL woken by the stop itself (its timer is a minute), on
+        // SQLite by its one-second timer.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             let got = in_new_run(&h, "reader", json!({"path": "a"})).await;
@@ -113,6 +115,23 @@ async fn a_scope_cancelled_elsewhere_reaches_the_sidecar() {
             }
             assert!(std::time::Instant::now() < deadline, "still {got:?}");
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let (_, metrics) = h.get("/metrics").await;
+        let reads = |trigger: &str| -> u64 {
+            let series = format!("toolgate_stop_reads_total{{trigger=\"{trigger}\"}} ");
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {series} in {metrics}"))
+        };
+        assert_eq!(reads("start"), 1);
+        if h.store.as_postgres().is_some() {
+            assert!(reads("wake") >= 1, "{metrics}");
+            assert_eq!(reads("timer"), 0, "an idle sidecar that hears stops waits");
+        } else {
+            assert_eq!(reads("wake"), 0, "SQLite has nothing to hear");
+            assert!(reads("timer") >= 1, "{metrics}");
         }
     });
 }

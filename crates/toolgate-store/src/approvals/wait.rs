@@ -23,25 +23,10 @@ impl Approvals<'_> {
         require("id", id)?;
         let until = tokio::time::Instant::now() + deadline;
         match &self.store.backend {
-            crate::Backend::Postgres(pool) => {
+            crate::Backend::Postgres(_) => {
                 // Subscribe before the first read so a resolution between the
-                // read and the subscription cannot be missed. Each tenant's
-                // wake-ups have a channel of their own, named by the database
-                // (migration 0012), so no other tenant hears them.
-                let channel: Option<String> =
-                    sqlx::query_scalar("SELECT toolgate_approval_channel($1)")
-                        .bind(tenant)
-                        .fetch_one(pool)
-                        .await
-                        .inspect_err(
-                            |e| tracing::warn!(error = %e, "no approval channel; waiters poll"),
-                        )
-                        .ok()
-                        .flatten();
-                let mut wakeups = match channel {
-                    Some(channel) => self.store.wakeups.subscribe(pool, channel).await,
-                    None => None,
-                };
+                // read and the subscription cannot be missed.
+                let mut wakeups = self.store.wakeups(tenant).await;
                 let wanted = format!("{tenant}/{id}");
                 loop {
                     let approval = self.get(tenant, id, Timestamp::now()).await?;

@@ -107,6 +107,30 @@ const LISTING: &str = concat!(
 
 type ScopeRow = (String, String, i64, Option<String>, String);
 
+/// A sidecar's one read of what stops it: the earliest cancelled scope
+/// holding `$1` (tenant), `$2` (pod), `$3` (profile), and the tenant's runs
+/// cancelled since `$4`. One statement, since an idle sidecar makes it on
+/// a timer.
+const STOPS: &str = concat!(
+    "SELECT 'scope', scope, target, requested_at, reason, cancelled_by FROM (",
+    columns!(),
+    holding!(),
+    ") h UNION ALL SELECT 'run', run_id, '', cancel_requested_at, NULL, '' FROM (\
+     SELECT run_id, cancel_requested_at FROM runs WHERE tenant = $1 \
+     AND cancel_requested_at IS NOT NULL AND cancel_requested_at >= $4 \
+     ORDER BY cancel_requested_at LIMIT 10000) r"
+);
+
+/// What [`Runs::stops`] read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stops {
+    /// The earliest cancelled scope holding the caller.
+    pub scope: Option<ScopeCancellation>,
+    /// Runs of the tenant cancelled since the time asked, oldest first (at
+    /// most 10,000), with when.
+    pub runs: Vec<(String, jiff::Timestamp)>,
+}
+
 fn from_row((kind, target, at, reason, by): ScopeRow) -> Result<ScopeCancellation> {
     let target = (!target.is_empty()).then_some(target.as_str());
     let scope = Scope::parse(&kind, target)
@@ -178,6 +202,31 @@ impl Runs<'_> {
                 .await?
         });
         row.map(from_row).transpose()
+    }
+
+    /// [`Runs::scope_cancellation`] of `caller` and
+    /// [`Runs::cancelled_since`] of its tenant, in one statement.
+    pub async fn stops(&self, caller: super::Caller<'_>, since: jiff::Timestamp) -> Result<Stops> {
+        caller.check()?;
+        let rows: Vec<(String, String, String, i64, Option<String>, String)> =
+            on_pool!(self.store, pool => {
+                sqlx::query_as(STOPS)
+                    .bind(caller.tenant)
+                    .bind(caller.pod)
+                    .bind(caller.profile)
+                    .bind(since.as_millisecond())
+                    .fetch_all(pool)
+                    .await?
+            });
+        let mut stops = Stops::default();
+        for (kind, a, b, at, reason, by) in rows {
+            if kind == "scope" {
+                stops.scope = Some(from_row((a, b, at, reason, by))?);
+            } else {
+                stops.runs.push((a, crate::ts_from_ms(at)?));
+            }
+        }
+        Ok(stops)
     }
 
     /// Every scoped cancellation of `tenant`, oldest first (at most

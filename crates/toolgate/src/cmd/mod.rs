@@ -15,3 +15,4 @@ pub mod sidecar;
 pub mod tenant;
 pub mod test;
 pub mod webhook;
+pub mod wakeups;

@@ -10,3 +10,4 @@ mod hook_cli;
 mod policy_cli;
 mod sidecar_process;
 mod tenant_cli;
+mod wakeups_relay;
