@@ -1,4 +1,5 @@
-//! One evaluation on a 100-rule profile; compiling a 1,000-rule profile.
+//! One evaluation on a 100-rule profile; compiling a 1,000-rule profile;
+//! the evaluator curve (one tool, 100 to 50,000 globs) and compiling 50,000.
 //! Peer engines (regorus, Cedar) run against the same policy in
 //! `benches/peers`, a separate workspace kept out of the default build.
 
@@ -48,5 +49,78 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+/// One bash tool with `n` deny globs of four realistic shapes, cycling:
+/// a domain blocklist (`*.siteN.example`), command prefixes (`toolN -rf *`),
+/// path prefixes (`/srv/dataN/*`) and exact paths (`/etc/confN.yaml`).
+pub fn curve_spec(n: usize) -> PolicySpec {
+    let globs: Vec<String> = (0..n).map(curve_glob).collect();
+    let yaml = format!(
+        "{{mode: rules, rules: {{bash: {{deny: {}}}}},
+           effects: {{bash: {{sideEffect: PROCESS_EXEC, risk: high}}}}}}",
+        serde_json::to_string(&globs).unwrap()
+    );
+    load::from_str(&yaml).expect("curve spec")
+}
+
+fn curve_glob(i: usize) -> String {
+    match i % 4 {
+        0 => format!("*.site{i}.example"),
+        1 => format!("tool{i} -rf *"),
+        2 => format!("/srv/data{i}/*"),
+        _ => format!("/etc/conf{i}.yaml"),
+    }
+}
+
+/// A command matched by glob `i` of [`curve_glob`] and by no earlier one.
+fn curve_text(i: usize) -> String {
+    match i % 4 {
+        0 => format!("curl.www.site{i}.example"),
+        1 => format!("tool{i} -rf /tmp/x"),
+        2 => format!("/srv/data{i}/report.csv"),
+        _ => format!("/etc/conf{i}.yaml"),
+    }
+}
+
+/// The evaluator curve: one tool with 100 to 50,000 globs, a call matching
+/// a late glob (the one before last) and one matching none (the worst case
+/// of a linear search); then compiling 50,000 globs.
+fn curve(c: &mut Criterion) {
+    let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
+    let mut group = c.benchmark_group("curve");
+    for n in [100, 1_000, 10_000, 50_000] {
+        let policy = CompiledPolicy::compile("curve", &curve_spec(n), &[]).unwrap();
+        assert_eq!(policy.rule_count(), n);
+        let late = n - 2;
+        for (name, text) in [
+            ("match", curve_text(late)),
+            ("no_match", "tool -rf /srv/data/x.site.example".to_owned()),
+        ] {
+            let arguments = serde_json::json!({ "command": text });
+            let call = Call {
+                tool: "bash",
+                action: None,
+                arguments: arguments.as_object().unwrap(),
+            };
+            let decision = policy.evaluate(&call, &ctx);
+            assert_eq!(decision.verdict, Decision::Deny);
+            if name == "match" {
+                let want = format!("deny:bash:{}", curve_glob(late));
+                assert_eq!(decision.matched_rule.as_deref(), Some(want.as_str()));
+            } else {
+                assert_eq!(decision.matched_rule, None);
+            }
+            group.bench_function(format!("evaluate/{n}_globs/{name}"), |b| {
+                b.iter(|| black_box(policy.evaluate(black_box(&call), &ctx)))
+            });
+        }
+    }
+    let spec = curve_spec(50_000);
+    group.sample_size(10);
+    group.bench_function("compile/50000_globs", |b| {
+        b.iter(|| black_box(CompiledPolicy::compile("curve", black_box(&spec), &[]).unwrap()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, curve);
 criterion_main!(benches);

@@ -15,56 +15,10 @@ use crate::model::{
 };
 use crate::network::TargetArgs;
 
+pub(crate) use crate::glob_index::OrderedGlobs;
+
 /// Rule key that applies to every tool.
 pub const ANY_TOOL: &str = "*";
-
-/// An ordered list of fnmatch globs; the first one that matches is the
-/// first rule in policy order.
-#[derive(Debug, Clone)]
-pub(crate) struct OrderedGlobs {
-    matchers: Vec<Matcher>,
-    /// Parallel to `matchers`: the `matched_rule` label of each glob.
-    labels: Vec<String>,
-}
-
-impl OrderedGlobs {
-    pub(crate) fn build(entries: Vec<(String, String, String)>) -> Result<Self, PolicyError> {
-        // entries: (field path, glob, label)
-        let mut matchers = Vec::with_capacity(entries.len());
-        let mut labels = Vec::with_capacity(entries.len());
-        for (field, glob, label) in entries {
-            matchers.push(compile_glob(&field, &glob)?);
-            labels.push(label);
-        }
-        Ok(Self { matchers, labels })
-    }
-
-    /// Index of the first glob matching `text` or its lowercase copy.
-    pub(crate) fn first_match(&self, text: &str) -> Option<usize> {
-        if self.matchers.is_empty() {
-            return None;
-        }
-        let lower = text
-            .chars()
-            .any(char::is_uppercase)
-            .then(|| text.to_lowercase());
-        self.matchers
-            .iter()
-            .position(|m| m.is_match(text) || lower.as_deref().is_some_and(|l| m.is_match(l)))
-    }
-
-    pub(crate) fn label(&self, index: usize) -> &str {
-        &self.labels[index]
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.labels.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.labels.is_empty()
-    }
-}
 
 /// One fnmatch glob (see [`crate::fnmatch`]); only the empty glob and a
 /// pattern too large to compile are refused, since fnmatch gives every other

@@ -33,6 +33,7 @@ mod error;
 mod eval;
 pub mod flows;
 mod fnmatch;
+mod glob_index;
 pub mod ids;
 pub mod load;
 pub mod model;
