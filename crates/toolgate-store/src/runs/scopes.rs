@@ -208,16 +208,15 @@ impl Runs<'_> {
     /// [`Runs::cancelled_since`] of its tenant, in one statement.
     pub async fn stops(&self, caller: super::Caller<'_>, since: jiff::Timestamp) -> Result<Stops> {
         caller.check()?;
-        let rows: Vec<(String, String, String, i64, Option<String>, String)> =
-            on_pool!(self.store, pool => {
-                sqlx::query_as(STOPS)
-                    .bind(caller.tenant)
-                    .bind(caller.pod)
-                    .bind(caller.profile)
-                    .bind(since.as_millisecond())
-                    .fetch_all(pool)
-                    .await?
-            });
+        let rows: Vec<(String, String, String, i64, Option<String>, String)> = on_pool!(self.store, pool => {
+            sqlx::query_as(STOPS)
+                .bind(caller.tenant)
+                .bind(caller.pod)
+                .bind(caller.profile)
+                .bind(since.as_millisecond())
+                .fetch_all(pool)
+                .await?
+        });
         let mut stops = Stops::default();
         for (kind, a, b, at, reason, by) in rows {
             if kind == "scope" {

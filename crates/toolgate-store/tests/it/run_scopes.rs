@@ -383,40 +383,63 @@ async fn junk_scope_rows_cannot_hide_a_stop() {
     store.close().await;
 }
 
-both_backends!(
-    one_read_tells_a_sidecar_every_stop_that_holds_it,
-    |db| {
-        let runs = db.store.runs();
-        let t0 = Timestamp::now();
-        // Nothing stopped yet.
-        let quiet = runs.stops(POD_A, t0 - jiff::SignedDuration::from_hours(1)).await;
-        assert_eq!(quiet.unwrap(), toolgate_store::Stops::default());
-        let old = fresh_run();
-        runs.cancel("acme", &old, None, "alice", t0 - jiff::SignedDuration::from_mins(10))
-            .await
-            .unwrap();
-        let recent = fresh_run();
-        runs.cancel("acme", &recent, None, "alice", t0).await.unwrap();
-        // Another tenant's run and another pod's scope hold nobody here.
-        runs.cancel("other", &fresh_run(), None, "mallory", t0).await.unwrap();
-        let pod_b = Scope::parse("pod", Some("agent-b")).unwrap();
-        runs.cancel_scope("acme", &pod_b, None, "alice", t0).await.unwrap();
-        let read = runs.stops(POD_A, t0 - jiff::SignedDuration::from_mins(1)).await.unwrap();
-        assert_eq!(read.scope, None);
-        assert_eq!(
-            read.runs.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
-            [recent.as_str()]
-        );
-        // The profile of pod A is stopped: that scope holds it.
-        let coding = Scope::parse("profile", Some("coding")).unwrap();
-        runs.cancel_scope("acme", &coding, Some("bad rollout"), "alice", t0)
-            .await
-            .unwrap();
-        let read = runs.stops(POD_A, t0 - jiff::SignedDuration::from_hours(1)).await.unwrap();
-        let scope = read.scope.clone().expect("the profile's stop holds pod A");
-        assert_eq!(scope.scope, coding);
-        assert_eq!(scope.reason.as_deref(), Some("bad rollout"));
-        assert_eq!(read.runs.len(), 2, "{read:?}");
-        assert_eq!(runs.stops(POD_B, t0).await.unwrap().scope.unwrap().scope, pod_b);
-    }
-);
+both_backends!(one_read_tells_a_sidecar_every_stop_that_holds_it, |db| {
+    let runs = db.store.runs();
+    let t0 = Timestamp::now();
+    // Nothing stopped yet.
+    let quiet = runs
+        .stops(POD_A, t0 - jiff::SignedDuration::from_hours(1))
+        .await;
+    assert_eq!(quiet.unwrap(), toolgate_store::Stops::default());
+    let old = fresh_run();
+    runs.cancel(
+        "acme",
+        &old,
+        None,
+        "alice",
+        t0 - jiff::SignedDuration::from_mins(10),
+    )
+    .await
+    .unwrap();
+    let recent = fresh_run();
+    runs.cancel("acme", &recent, None, "alice", t0)
+        .await
+        .unwrap();
+    // Another tenant's run and another pod's scope hold nobody here.
+    runs.cancel("other", &fresh_run(), None, "mallory", t0)
+        .await
+        .unwrap();
+    let pod_b = Scope::parse("pod", Some("agent-b")).unwrap();
+    runs.cancel_scope("acme", &pod_b, None, "alice", t0)
+        .await
+        .unwrap();
+    let read = runs
+        .stops(POD_A, t0 - jiff::SignedDuration::from_mins(1))
+        .await
+        .unwrap();
+    assert_eq!(read.scope, None);
+    assert_eq!(
+        read.runs
+            .iter()
+            .map(|(r, _)| r.as_str())
+            .collect::<Vec<_>>(),
+        [recent.as_str()]
+    );
+    // The profile of pod A is stopped: that scope holds it.
+    let coding = Scope::parse("profile", Some("coding")).unwrap();
+    runs.cancel_scope("acme", &coding, Some("bad rollout"), "alice", t0)
+        .await
+        .unwrap();
+    let read = runs
+        .stops(POD_A, t0 - jiff::SignedDuration::from_hours(1))
+        .await
+        .unwrap();
+    let scope = read.scope.clone().expect("the profile's stop holds pod A");
+    assert_eq!(scope.scope, coding);
+    assert_eq!(scope.reason.as_deref(), Some("bad rollout"));
+    assert_eq!(read.runs.len(), 2, "{read:?}");
+    assert_eq!(
+        runs.stops(POD_B, t0).await.unwrap().scope.unwrap().scope,
+        pod_b
+    );
+});

@@ -14,5 +14,5 @@ pub mod runs;
 pub mod sidecar;
 pub mod tenant;
 pub mod test;
-pub mod webhook;
 pub mod wakeups;
+pub mod webhook;

@@ -75,18 +75,21 @@ pub fn run(args: WakeupsArgs, log_json: bool) -> Result<ExitCode, CliError> {
             seats: Arc::new(Semaphore::new(max_subscribers)),
         };
         let app = axum::Router::new()
-            .route(&format!("{RELAY_PATH}/{{tenant}}"), axum::routing::get(subscribe))
+            .route(
+                &format!("{RELAY_PATH}/{{tenant}}"),
+                axum::routing::get(subscribe),
+            )
             .with_state(relay);
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|source| CliError::Io {
-                path: listen.to_string().into(),
+                path: listen.to_string(),
                 source,
             })?;
         tracing::info!(%listen, "serving stop wake-ups");
         let serve = axum::serve(listener, app).with_graceful_shutdown(crate::wait_for_signal());
         serve.await.map_err(|source| CliError::Io {
-            path: listen.to_string().into(),
+            path: listen.to_string(),
             source,
         })?;
         Ok(ExitCode::SUCCESS)

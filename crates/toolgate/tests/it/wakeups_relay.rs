@@ -76,7 +76,11 @@ async fn a_subscriber_hears_its_tenants_stops_and_nothing_else() {
         "text/event-stream"
     );
     // One event on connecting: whatever happened before is read then.
-    assert!(within(&mut stream, Duration::from_secs(5)).await.contains("event: stop"));
+    assert!(
+        within(&mut stream, Duration::from_secs(5))
+            .await
+            .contains("event: stop")
+    );
 
     // Another tenant's stop is not heard.
     let runs = store.runs();
@@ -93,7 +97,10 @@ async fn a_subscriber_hears_its_tenants_stops_and_nothing_else() {
         .unwrap();
     let heard = within(&mut stream, Duration::from_secs(5)).await;
     assert!(heard.contains("event: stop"), "{heard:?}");
-    assert!(!heard.contains("run-a"), "ids stay in the database: {heard}");
+    assert!(
+        !heard.contains("run-a"),
+        "ids stay in the database: {heard}"
+    );
     // And a scope stop (migration 0016's trigger).
     runs.cancel_scope(&mine, &Scope::Namespace, None, "alice", Timestamp::now())
         .await
