@@ -4,6 +4,8 @@
 #
 #   scripts/pgbouncer.sh PG_PORT DIR [ADMIN_PASSWORD]
 #
+# PGBOUNCER_MAX_DB_CONNECTIONS (default 60) caps the server connections of
+# each database, whatever the number of clients and roles.
 # Every database name is passed through to the server (`* =`). Clients log
 # in with SCRAM: `postgres` with ADMIN_PASSWORD (default `toolgate`), any
 # other role with its own password, which PgBouncer looks up in pg_shadow
@@ -44,7 +46,7 @@ admin_users = postgres
 ; database and role, capped per database well under max_connections.
 max_client_conn = 5000
 default_pool_size = 20
-max_db_connections = 60
+max_db_connections = ${PGBOUNCER_MAX_DB_CONNECTIONS:-60}
 server_idle_timeout = 10
 ; sqlx sets this one at login; nothing else may pass silently.
 ignore_startup_parameters = extra_float_digits

@@ -319,13 +319,15 @@ async fn record_profile(store: &Store, config: &SidecarConfig, e: &policy_state:
 /// intents, whichever sidecar wrote them).
 async fn refresh_open_intents(store: &Store, policy: &PolicyState, tenant: &str) {
     match store.intents().open_counts(tenant).await {
-        Ok((safe, uncertain)) => {
-            let gauge = &policy.metrics().open_intents;
-            gauge.with_label_values(&["safe_to_retry"]).set(safe);
-            gauge.with_label_values(&["uncertain"]).set(uncertain);
-        }
+        Ok(counts) => set_open_intents(policy, counts),
         Err(err) => tracing::warn!(error = %err, "could not count open intents"),
     }
+}
+
+fn set_open_intents(policy: &PolicyState, (safe, uncertain): (i64, i64)) {
+    let gauge = &policy.metrics().open_intents;
+    gauge.with_label_values(&["safe_to_retry"]).set(safe);
+    gauge.with_label_values(&["uncertain"]).set(uncertain);
 }
 
 async fn heartbeat_loop(
@@ -341,8 +343,8 @@ async fn heartbeat_loop(
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
         }
-        refresh_open_intents(&store, &policy, &config.tenant).await;
         let Some(enforced) = policy.current() else {
+            refresh_open_intents(&store, &policy, &config.tenant).await;
             continue;
         };
         if last_version.as_deref() != Some(enforced.policy_version.as_str()) {
@@ -357,8 +359,15 @@ async fn heartbeat_loop(
             sequence: i64::try_from(enforced.sequence).unwrap_or(i64::MAX),
             last_seen: jiff::Timestamp::now(),
         };
-        if let Err(err) = store.heartbeats().record_heartbeat(&beat).await {
-            tracing::warn!(error = %err, "heartbeat not recorded");
+        // The beat and the open-intent count in one statement: an idle
+        // sidecar's queries are a fleet's database load.
+        match store
+            .heartbeats()
+            .record_heartbeat_and_count(&beat, &config.tenant)
+            .await
+        {
+            Ok(counts) => set_open_intents(&policy, counts),
+            Err(err) => tracing::warn!(error = %err, "heartbeat not recorded"),
         }
     }
 }

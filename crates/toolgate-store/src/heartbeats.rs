@@ -33,6 +33,26 @@ struct HeartbeatRow {
     last_seen: i64,
 }
 
+/// Upserts a heartbeat, `$1` namespace through `$6` last seen.
+const UPSERT: &str = "INSERT INTO sidecar_heartbeats (pod_namespace, pod_name, profile, \
+    policy_version, sequence, last_seen) VALUES ($1, $2, $3, $4, $5, $6) \
+    ON CONFLICT (pod_namespace, pod_name) DO UPDATE SET profile = excluded.profile, \
+    policy_version = excluded.policy_version, sequence = excluded.sequence, \
+    last_seen = excluded.last_seen";
+
+fn check(hb: &Heartbeat) -> Result<()> {
+    require("pod_name", &hb.pod_name)?;
+    require("pod_namespace", &hb.pod_namespace)?;
+    require("profile", &hb.profile)?;
+    require("policy_version", &hb.policy_version)?;
+    if hb.sequence < 0 {
+        return Err(StoreError::InvalidInput(
+            "sequence must not be negative".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Heartbeat operations. Obtain with [`Store::heartbeats`].
 #[derive(Debug, Clone, Copy)]
 pub struct Heartbeats<'a> {
@@ -42,22 +62,9 @@ pub struct Heartbeats<'a> {
 impl Heartbeats<'_> {
     /// Upserts the pod's heartbeat (one row per namespace and pod name).
     pub async fn record_heartbeat(&self, hb: &Heartbeat) -> Result<()> {
-        require("pod_name", &hb.pod_name)?;
-        require("pod_namespace", &hb.pod_namespace)?;
-        require("profile", &hb.profile)?;
-        require("policy_version", &hb.policy_version)?;
-        if hb.sequence < 0 {
-            return Err(StoreError::InvalidInput(
-                "sequence must not be negative".into(),
-            ));
-        }
-        let sql = "INSERT INTO sidecar_heartbeats (pod_namespace, pod_name, profile, \
-            policy_version, sequence, last_seen) VALUES ($1, $2, $3, $4, $5, $6) \
-            ON CONFLICT (pod_namespace, pod_name) DO UPDATE SET profile = excluded.profile, \
-            policy_version = excluded.policy_version, sequence = excluded.sequence, \
-            last_seen = excluded.last_seen";
+        check(hb)?;
         on_pool!(self.store, pool => {
-            sqlx::query(sql)
+            sqlx::query(UPSERT)
                 .bind(&hb.pod_namespace)
                 .bind(&hb.pod_name)
                 .bind(&hb.profile)
@@ -68,6 +75,38 @@ impl Heartbeats<'_> {
                 .await?;
         });
         Ok(())
+    }
+
+    /// [`Heartbeats::record_heartbeat`], then [`crate::Intents::open_counts`]
+    /// of `tenant`: on PostgreSQL in one statement, since every idle
+    /// sidecar of a fleet sends it on a timer.
+    pub async fn record_heartbeat_and_count(
+        &self,
+        hb: &Heartbeat,
+        tenant: &str,
+    ) -> Result<(i64, i64)> {
+        check(hb)?;
+        require("tenant", tenant)?;
+        match &self.store.backend {
+            crate::Backend::Postgres(db) => {
+                let counts = crate::intents::open_counts_sql(7);
+                let sql = format!("WITH beat AS ({UPSERT} RETURNING 1) {counts}");
+                Ok(sqlx::query_as(&sql)
+                    .bind(&hb.pod_namespace)
+                    .bind(&hb.pod_name)
+                    .bind(&hb.profile)
+                    .bind(&hb.policy_version)
+                    .bind(hb.sequence)
+                    .bind(hb.last_seen.as_millisecond())
+                    .bind(tenant)
+                    .fetch_one(db)
+                    .await?)
+            }
+            crate::Backend::Sqlite(_) => {
+                self.record_heartbeat(hb).await?;
+                self.store.intents().open_counts(tenant).await
+            }
+        }
     }
 
     /// Latest heartbeat of every pod, optionally only pods on `profile`,

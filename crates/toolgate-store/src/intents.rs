@@ -391,12 +391,9 @@ impl Intents<'_> {
     /// uncertain)`. For the sidecar's `toolgate_open_intents` gauge.
     pub async fn open_counts(&self, tenant: &str) -> Result<(i64, i64)> {
         require("tenant", tenant)?;
-        // One statement: an idle sidecar's every query counts (#45).
-        let sql = "SELECT COUNT(*) FILTER (WHERE effect_sent_at IS NULL), \
-                   COUNT(*) FILTER (WHERE effect_sent_at IS NOT NULL) \
-                   FROM intents WHERE tenant = $1 AND status = 'pending'";
+        let sql = open_counts_sql(1);
         let (safe, uncertain): (i64, i64) = on_pool!(self.store, pool => {
-            sqlx::query_as(sql).bind(tenant).fetch_one(pool).await?
+            sqlx::query_as(&sql).bind(tenant).fetch_one(pool).await?
         });
         Ok((safe, uncertain))
     }
@@ -425,4 +422,14 @@ impl Intents<'_> {
             })
             .collect()
     }
+}
+
+/// The open intents of the tenant bound as `$n`, by resume class, in one
+/// statement (an idle sidecar sends it on a timer).
+pub(crate) fn open_counts_sql(n: usize) -> String {
+    format!(
+        "SELECT COUNT(*) FILTER (WHERE effect_sent_at IS NULL), \
+         COUNT(*) FILTER (WHERE effect_sent_at IS NOT NULL) \
+         FROM intents WHERE tenant = ${n} AND status = 'pending'"
+    )
 }

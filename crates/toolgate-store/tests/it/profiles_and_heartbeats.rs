@@ -97,3 +97,63 @@ both_backends!(heartbeats_upsert_by_pod, |db| {
         vec![beat("pod-b", "strict", 1)]
     );
 });
+
+both_backends!(a_heartbeat_also_counts_the_tenants_open_intents, |db| {
+    let now = Timestamp::now();
+    let beat = Heartbeat {
+        pod_name: "agent-0".into(),
+        pod_namespace: "acme".into(),
+        profile: "coding".into(),
+        policy_version: "coding@0123456789ab+h01234567".into(),
+        sequence: 3,
+        last_seen: now,
+    };
+    let hb = db.store.heartbeats();
+    assert_eq!(
+        hb.record_heartbeat_and_count(&beat, "acme").await.unwrap(),
+        (0, 0)
+    );
+    let intents = db.store.intents();
+    let sent = intents
+        .begin(crate::common::builders::new_intent("run-1", "s1"), now)
+        .await
+        .unwrap();
+    intents
+        .mark_effect_sent("acme", &sent.id, now)
+        .await
+        .unwrap();
+    intents
+        .begin(crate::common::builders::new_intent("run-1", "s2"), now)
+        .await
+        .unwrap();
+    // Another tenant's open intent is not counted.
+    let mut other = crate::common::builders::new_intent("run-9", "s1");
+    other.tenant = "other".into();
+    intents.begin(other, now).await.unwrap();
+    let counted = hb
+        .record_heartbeat_and_count(
+            &Heartbeat {
+                sequence: 4,
+                ..beat.clone()
+            },
+            "acme",
+        )
+        .await
+        .unwrap();
+    assert_eq!(counted, (1, 1), "one safe to retry, one uncertain");
+    assert_eq!(counted, intents.open_counts("acme").await.unwrap());
+    let stored = hb.list_heartbeats(Some("coding")).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].sequence, 4, "the beat was recorded too");
+    let bad = Heartbeat {
+        sequence: -1,
+        ..beat
+    };
+    assert_eq!(
+        hb.record_heartbeat_and_count(&bad, "acme")
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_input"
+    );
+});
