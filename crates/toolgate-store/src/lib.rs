@@ -47,8 +47,8 @@ pub use approvals::{
 };
 pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decisions::{
-    ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH, LEGACY_STREAM, Position,
-    StreamHead, StreamLink, check_stream, genesis_hash,
+    ArchiveRange, ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH,
+    LEGACY_STREAM, Position, StreamHead, StreamLink, check_stream, genesis_hash,
 };
 pub use fields::{MAX_FIELD_LEN, check_field};
 pub(crate) use fields::{

@@ -39,11 +39,13 @@ use serde::{Deserialize, Serialize};
 use crate::{Result, Store, StoreError, on_pool, require, require_opt, ts_from_ms};
 
 mod append;
+mod archive;
 mod chain;
 mod heads;
 mod verify;
 
 pub(crate) use append::{append_pg_in, append_sqlite_in, prepared};
+pub use archive::ArchiveRange;
 pub use chain::genesis_hash;
 pub(crate) use heads::HeadCache;
 

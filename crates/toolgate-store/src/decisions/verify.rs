@@ -80,6 +80,19 @@ impl Decisions<'_> {
             }
             Err(e) => return Err(e),
         };
+        // An archived stream's live rows start after its archive (rows
+        // deleted without one are still a gap): see archive.rs.
+        let floor = match self.archived_through(&tenant, &stream).await {
+            Ok(f) => f,
+            Err(StoreError::Corrupt(problem)) => {
+                return Ok(broken(tenant, stream, 0, problem));
+            }
+            Err(e) => return Err(e),
+        };
+        let start = match (start, floor) {
+            (Some(s), Some(f)) if s.seq > f.seq || (s.seq == f.seq && s.hash != f.hash) => Some(s),
+            (s, f) => f.or(s),
+        };
         // The last row first: rows appended while we read are beyond it and
         // ignored, so verifying a live stream does not race its writer.
         let last = self.last_row(&tenant, &stream).await?;
@@ -104,7 +117,7 @@ impl Decisions<'_> {
         let mut last_seen = 0i64;
         if let Some(start) = start.filter(|p| p.seq > 0) {
             if let Some(problem) = self
-                .position_problem(&report.tenant, &report.stream, start.seq, &start.hash)
+                .live_position_problem(&report.tenant, &report.stream, start.seq, &start.hash)
                 .await?
             {
                 report.ok = false;
@@ -168,7 +181,7 @@ impl Decisions<'_> {
                 ),
             )),
             Some(r) if r.seq > 0 => self
-                .position_problem(&report.tenant, &report.stream, r.seq, &r.hash)
+                .live_position_problem(&report.tenant, &report.stream, r.seq, &r.hash)
                 .await?
                 .map(|p| {
                     (
@@ -188,7 +201,7 @@ impl Decisions<'_> {
         // from: truncating or rewriting it below that point is detected.
         if let Some(link) = registered.as_ref().and_then(|h| h.previous.as_ref()) {
             let p = self
-                .position_problem(&report.tenant, &link.stream, link.seq, &link.hash)
+                .live_position_problem(&report.tenant, &link.stream, link.seq, &link.hash)
                 .await?;
             if let Some(p) = p {
                 report.ok = false;

@@ -5,6 +5,7 @@
 mod common;
 mod approval_consume_and_wait;
 mod approvals;
+mod archive;
 mod atomicity;
 mod bad_input;
 mod connections;

@@ -1,5 +1,5 @@
-//! `toolgate audit verify`, `toolgate audit checkpoint` and `toolgate
-//! migrate`: operate the database.
+//! `toolgate audit verify`, `toolgate audit checkpoint`, `toolgate audit
+//! archive` and `toolgate migrate`: operate the database.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +10,9 @@ use toolgate_bundle::{CheckpointPayload, SigningKey, TrustSet};
 use toolgate_store::{Checkpoint, Store};
 
 use crate::cli_error::CliError;
+
+#[path = "archive.rs"]
+mod archive;
 
 /// Arguments of `toolgate audit`.
 #[derive(Debug, Args)]
@@ -22,10 +25,17 @@ pub struct AuditArgs {
 enum AuditCommand {
     /// Recompute the decision hash chains (every stream) and report the
     /// first broken seq of each; with --checkpoints, also require every
-    /// signed checkpoint to still be in its chain.
+    /// signed checkpoint to still be in its chain. With --archive, verify
+    /// an archive directory offline instead (no database).
+    #[command(mut_arg("database", |a| a.required(false).required_unless_present("archive")))]
     Verify {
         #[command(flatten)]
-        database: toolgate_sidecar::database::DatabaseArgs,
+        database: Option<toolgate_sidecar::database::DatabaseArgs>,
+        /// Verify this archive directory (written by `toolgate audit
+        /// archive`) offline: segment hashes, chains, contiguity and the
+        /// signed checkpoints (needs --trust).
+        #[arg(long, requires = "trust", conflicts_with_all = ["checkpoints", "tenant"])]
+        archive: Option<PathBuf>,
         /// Only this tenant's streams.
         #[arg(long)]
         tenant: Option<String>,
@@ -39,6 +49,26 @@ enum AuditCommand {
         /// Trusted public keys (PEM) for the checkpoint signatures.
         #[arg(long)]
         trust: Option<PathBuf>,
+    },
+    /// Move each stream's rows created before --before out of the database:
+    /// write them to --out as gzip JSON lines segments with a manifest and
+    /// a signed checkpoint of each stream's last archived row (also stored),
+    /// then delete them through that checkpoint. A stream's last row stays.
+    Archive {
+        #[command(flatten)]
+        database: toolgate_sidecar::database::DatabaseArgs,
+        /// Archive rows created before this time (RFC 3339).
+        #[arg(long)]
+        before: jiff::Timestamp,
+        /// Archive directory (use the same one for every run).
+        #[arg(long)]
+        out: PathBuf,
+        /// Signing key (PKCS#8 PEM, as `toolgate keygen` writes it).
+        #[arg(long)]
+        key: PathBuf,
+        /// Only this tenant's streams.
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Sign each verified stream head `{tenant, stream, seq, hash, at}` as a
     /// DSSE envelope and store it in the checkpoints table; streams whose
@@ -59,12 +89,29 @@ enum AuditCommand {
 pub fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
     match args.command {
         AuditCommand::Verify {
+            archive: Some(dir),
+            trust,
+            ..
+        } => {
+            let trust = match trust {
+                Some(path) => TrustSet::from_file(&path)?,
+                None => return Err(CliError::Usage("--archive needs --trust".into())),
+            };
+            archive::verify_archive(&dir, &trust)
+        }
+        AuditCommand::Verify {
             database,
             tenant,
             stream,
             checkpoints,
             trust,
+            archive: None,
         } => {
+            let Some(database) = database else {
+                return Err(CliError::Usage(
+                    "--database (or TOOLGATE_DATABASE_URL) is required".into(),
+                ));
+            };
             let trust = match (checkpoints, trust) {
                 (true, Some(path)) => Some(TrustSet::from_file(&path)?),
                 (true, None) => {
@@ -81,6 +128,16 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
         } => {
             let key = SigningKey::from_file(&key)?;
             crate::runtime()?.block_on(checkpoint(database, key, tenant))
+        }
+        AuditCommand::Archive {
+            database,
+            before,
+            out,
+            key,
+            tenant,
+        } => {
+            let key = SigningKey::from_file(&key)?;
+            crate::runtime()?.block_on(archive::archive(database, before, out, key, tenant))
         }
     }
 }
@@ -160,9 +217,11 @@ async fn check_checkpoints(
                 continue;
             }
         };
+        // A checkpoint at or below a stream's archive is checked against
+        // the archive's position (rows below it: `verify --archive`).
         if let Some(problem) = store
             .decisions()
-            .check_position(&payload.tenant, &payload.stream, payload.seq, &payload.hash)
+            .check_live_position(&payload.tenant, &payload.stream, payload.seq, &payload.hash)
             .await?
         {
             failures.push(fail("checkpoint_not_in_chain", problem));

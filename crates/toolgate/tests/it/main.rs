@@ -1,6 +1,7 @@
 //! The integration tests of the `toolgate` binary and its dashboards, built
 //! as one binary: one module per command or area (helpers in `common`).
 
+mod archive_cli;
 mod bundle_cli;
 mod closed_pipe;
 mod common;
