@@ -140,6 +140,9 @@ struct Archived {
     file: String,
     sha256: String,
     pruned: Option<u64>,
+    /// Written by an earlier run that did not prune it; pruned now.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    resumed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     problem: Option<String>,
 }
@@ -191,9 +194,12 @@ async fn archive_with(
     key: &SigningKey,
     tenant: Option<&str>,
 ) -> Result<ArchiveOutcome, CliError> {
+    // 0. What an interrupted run left: segments written, checkpointed and
+    // listed in a manifest, but not yet pruned.
+    let mut archived = resume(store, out, tenant).await?;
     let ranges = store.decisions().archive_ranges(tenant, before).await?;
     if ranges.is_empty() {
-        return Ok((true, None, Vec::new(), None));
+        return Ok((true, None, archived, None));
     }
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     // 1. Every segment written, its chain checked as it is read, fsynced.
@@ -252,7 +258,6 @@ async fn archive_with(
     write_durably(&out.join(&name), &bytes)?;
     // 4. Only now the rows, through each checkpoint.
     let mut ok = true;
-    let mut archived = Vec::with_capacity(segments.len());
     for (segment, checkpoint) in segments.into_iter().zip(&checkpoints) {
         let (pruned, problem) = match store.decisions().prune_through(checkpoint).await {
             Ok(n) => (Some(n), None),
@@ -270,10 +275,91 @@ async fn archive_with(
             file: segment.file,
             sha256: segment.sha256,
             pruned,
+            resumed: false,
             problem,
         });
     }
     Ok((ok, Some(name), archived, None))
+}
+
+/// Prunes the rows of segments an earlier run in `out` wrote, signed,
+/// stored and listed in its manifest but did not prune (it was stopped, or
+/// the database refused): only a segment that starts right after the
+/// stream's live archive position and whose file still has its SHA-256.
+async fn resume(
+    store: &toolgate_store::Store,
+    out: &Path,
+    tenant: Option<&str>,
+) -> Result<Vec<Archived>, CliError> {
+    if !out.is_dir() {
+        return Ok(Vec::new());
+    }
+    let (_, manifests, _) = read_manifests(out)?;
+    let mut pending: Vec<Segment> = manifests
+        .into_iter()
+        .flat_map(|m| m.segments)
+        .filter(|s| tenant.is_none_or(|t| t == s.tenant))
+        .collect();
+    pending.sort_by(|a, b| {
+        (&a.tenant, &a.stream, a.first_seq).cmp(&(&b.tenant, &b.stream, b.first_seq))
+    });
+    let mut done = Vec::new();
+    for segment in pending {
+        let floor = store
+            .decisions()
+            .archived_through(&segment.tenant, &segment.stream)
+            .await?
+            .map_or(0, |p| p.seq);
+        if segment.last_seq <= floor {
+            continue;
+        }
+        let refuse = |why: String| {
+            CliError::Checkpoint(format!(
+                "segment {} of an earlier run is not pruned and cannot be: {why}; \
+                 nothing was pruned",
+                segment.file
+            ))
+        };
+        if segment.first_seq != floor + 1 {
+            return Err(refuse(format!(
+                "the stream's live rows start after seq {floor}"
+            )));
+        }
+        let path = out.join(&segment.file);
+        let digest = File::open(&path)
+            .and_then(|mut f| {
+                let mut hash = Sha256::new();
+                std::io::copy(&mut f, &mut hash)?;
+                Ok(hex::encode(hash.finalize()))
+            })
+            .map_err(io_err(&path))?;
+        if digest != segment.sha256 {
+            return Err(refuse("its file does not match its SHA-256".into()));
+        }
+        let checkpoint = Checkpoint {
+            tenant: segment.tenant.clone(),
+            stream: segment.stream.clone(),
+            seq: segment.last_seq,
+            hash: segment.last_hash.clone(),
+            at: Timestamp::now(),
+            keyid: String::new(),
+            envelope: segment.checkpoint.clone(),
+        };
+        let pruned = store.decisions().prune_through(&checkpoint).await?;
+        done.push(Archived {
+            tenant: segment.tenant,
+            stream: segment.stream,
+            first_seq: segment.first_seq,
+            last_seq: segment.last_seq,
+            rows: segment.rows,
+            file: segment.file,
+            sha256: segment.sha256,
+            pruned: Some(pruned),
+            resumed: true,
+            problem: None,
+        });
+    }
+    Ok(done)
 }
 
 /// Writes one range's rows as a gzip JSON lines segment, checking the
@@ -398,8 +484,9 @@ struct ArchivedStream {
     last_hash: String,
 }
 
-/// `toolgate audit verify --archive DIR --trust keys.pub`: offline.
-pub fn verify_archive(dir: &Path, trust: &TrustSet) -> Result<ExitCode, CliError> {
+/// The manifests in `dir`, in name (so time) order: how many files there
+/// are, those that parse, and a problem for each that does not.
+fn read_manifests(dir: &Path) -> Result<(usize, Vec<Manifest>, Vec<Problem>), CliError> {
     let mut problems = Vec::new();
     let mut manifests = Vec::new();
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -432,7 +519,13 @@ pub fn verify_archive(dir: &Path, trust: &TrustSet) -> Result<ExitCode, CliError
             }),
         }
     }
-    if names.is_empty() {
+    Ok((names.len(), manifests, problems))
+}
+
+/// `toolgate audit verify --archive DIR --trust keys.pub`: offline.
+pub fn verify_archive(dir: &Path, trust: &TrustSet) -> Result<ExitCode, CliError> {
+    let (names, manifests, mut problems) = read_manifests(dir)?;
+    if names == 0 {
         problems.push(Problem {
             tenant: None,
             stream: None,
@@ -504,7 +597,7 @@ pub fn verify_archive(dir: &Path, trust: &TrustSet) -> Result<ExitCode, CliError
         serde_json::to_string_pretty(&serde_json::json!({
             "ok": ok,
             "archive": dir.display().to_string(),
-            "manifests": names.len(),
+            "manifests": names,
             "segments": segment_count,
             "records": records,
             "streams": summary,

@@ -408,3 +408,184 @@ async fn archive_then_verify_live_and_offline() {
         store.close().await;
     }
 }
+
+/// Measures archiving: `TOOLGATE_ARCHIVE_BENCH_ROWS` rows (default
+/// 100,000) of one stream, all old, on each engine; prints the archive's
+/// and the offline verification's wall time. Run with `--ignored
+/// --nocapture` (a release build for real numbers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure_archive() {
+    let rows: usize = std::env::var("TOOLGATE_ARCHIVE_BENCH_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let tmp = tempfile::tempdir().unwrap();
+    let key = toolgate_bundle::SigningKey::generate();
+    let key_path = tmp.path().join("signing.pem");
+    let trust_path = tmp.path().join("trust.pem");
+    key.write_file(&key_path).unwrap();
+    key.public_key().write_file(&trust_path).unwrap();
+    for (n, url) in engines(tmp.path()).await.into_iter().enumerate() {
+        let store = Store::connect(&url).await.unwrap();
+        let started = std::time::Instant::now();
+        let mut done = 0;
+        while done < rows {
+            let batch = (rows - done).min(10_000);
+            store
+                .decisions()
+                .append_batch(
+                    "bench",
+                    "pod/1",
+                    records(done, batch, SignedDuration::from_hours(2)),
+                )
+                .await
+                .unwrap();
+            done += batch;
+        }
+        let appended = started.elapsed();
+        let out = tmp.path().join(format!("bench-{n}"));
+        let before = (Timestamp::now() - SignedDuration::from_hours(1)).to_string();
+        let started = std::time::Instant::now();
+        let (code, archived) = toolgate(&[
+            "audit",
+            "archive",
+            "--database",
+            &url,
+            "--before",
+            &before,
+            "--out",
+            out.to_str().unwrap(),
+            "--key",
+            key_path.to_str().unwrap(),
+        ]);
+        let archive_time = started.elapsed();
+        assert_eq!(code, Some(0), "{archived}");
+        let started = std::time::Instant::now();
+        let (code, offline) = toolgate(&[
+            "audit",
+            "verify",
+            "--archive",
+            out.to_str().unwrap(),
+            "--trust",
+            trust_path.to_str().unwrap(),
+        ]);
+        let verify_time = started.elapsed();
+        assert_eq!(code, Some(0), "{offline}");
+        let bytes: u64 = archived["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                std::fs::metadata(out.join(s["file"].as_str().unwrap()))
+                    .unwrap()
+                    .len()
+            })
+            .sum();
+        eprintln!(
+            "MEASURE {} rows={} append={:?} archive={:?} (archived {} pruned {}, {} bytes gz) \
+             verify_offline={:?}",
+            &url[..8],
+            rows,
+            appended,
+            archive_time,
+            archived["records"],
+            archived["pruned"],
+            bytes,
+            verify_time
+        );
+        store.close().await;
+    }
+}
+
+/// A run whose pruning failed (here: the database refuses the delete)
+/// leaves its segments written, checkpointed and listed, and the rows live;
+/// the next run into the same directory prunes them first, without a
+/// second copy, and the archive still verifies offline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_archive_is_finished_by_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = toolgate_bundle::SigningKey::generate();
+    let key_path = tmp.path().join("signing.pem");
+    let trust_path = tmp.path().join("trust.pem");
+    key.write_file(&key_path).unwrap();
+    key.public_key().write_file(&trust_path).unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        tmp.path().join("resume.db").display()
+    );
+    let out = tmp.path().join("archive");
+    let store = Store::connect(&url).await.unwrap();
+    store
+        .decisions()
+        .append_batch("t", "pod/1", records(0, 5, SignedDuration::from_hours(2)))
+        .await
+        .unwrap();
+    let lite = store.as_sqlite().unwrap();
+    sqlx::raw_sql(
+        "CREATE TRIGGER no_prune BEFORE DELETE ON decisions \
+         BEGIN SELECT RAISE(ABORT, 'no pruning today'); END",
+    )
+    .execute(lite)
+    .await
+    .unwrap();
+    let before = (Timestamp::now() - SignedDuration::from_hours(1)).to_string();
+    let args = [
+        "audit",
+        "archive",
+        "--database",
+        &url,
+        "--before",
+        &before,
+        "--out",
+        out.to_str().unwrap(),
+        "--key",
+        key_path.to_str().unwrap(),
+    ];
+    let (code, failed) = toolgate(&args);
+    assert_eq!(code, Some(1), "{failed}");
+    assert_eq!(failed["pruned"], 0, "{failed}");
+    assert!(
+        failed["segments"][0]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("not pruned"),
+        "{failed}"
+    );
+    assert_eq!(
+        store
+            .decisions()
+            .list("t", "pod/1", 0, 10)
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+    sqlx::raw_sql("DROP TRIGGER no_prune")
+        .execute(lite)
+        .await
+        .unwrap();
+    let (code, resumed) = toolgate(&args);
+    assert_eq!(code, Some(0), "{resumed}");
+    assert_eq!(resumed["pruned"], 4, "{resumed}");
+    assert_eq!(resumed["segments"][0]["resumed"], true, "{resumed}");
+    assert_eq!(
+        resumed["manifest"],
+        Value::Null,
+        "no second copy: {resumed}"
+    );
+    assert_eq!(manifests(&out).len(), 1);
+    let (code, live) = toolgate(&["audit", "verify", "--database", &url]);
+    assert_eq!((code, &live["records"]), (Some(0), &1.into()), "{live}");
+    let (code, offline) = toolgate(&[
+        "audit",
+        "verify",
+        "--archive",
+        out.to_str().unwrap(),
+        "--trust",
+        trust_path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{offline}");
+    assert_eq!(offline["records"], 4, "{offline}");
+    store.close().await;
+}
