@@ -11,8 +11,7 @@ use toolgate_store::{Checkpoint, Store};
 
 use crate::cli_error::CliError;
 
-#[path = "archive.rs"]
-mod archive;
+use super::archive;
 
 /// Arguments of `toolgate audit`.
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod approvals;
+pub mod archive;
 pub mod audit;
 pub mod bundle;
 pub mod check;

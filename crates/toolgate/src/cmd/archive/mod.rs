@@ -16,61 +16,64 @@
 //! the checkpoints stored, the manifest written and fsynced, and only then
 //! are the rows deleted, per stream in one transaction and only through the
 //! checkpointed seq ([`toolgate_store::Decisions::prune_through`]).
+//! Offline verification is [`offline`].
 
-use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::{Component, Path, PathBuf};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use flate2::Compression;
-use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use toolgate_bundle::{CheckpointPayload, SigningKey, TrustSet};
-use toolgate_store::{ArchiveRange, ChainedDecision, Checkpoint, StreamLink, genesis_hash};
+use toolgate_bundle::{CheckpointPayload, SigningKey};
+use toolgate_store::{ArchiveRange, Checkpoint, StreamLink};
 
 use crate::cli_error::CliError;
 
+mod offline;
+use offline::read_manifests;
+pub use offline::verify_archive;
+
 /// `format` of a manifest.
-const MANIFEST_FORMAT: &str = "toolgate.decision-archive/v1";
+pub(crate) const MANIFEST_FORMAT: &str = "toolgate.decision-archive/v1";
 /// Rows read per round trip.
 const PAGE: u32 = 10_000;
 
 /// One run's manifest.
 #[derive(Debug, Serialize, Deserialize)]
-struct Manifest {
-    format: String,
-    created_at: Timestamp,
+pub(crate) struct Manifest {
+    pub(crate) format: String,
+    pub(crate) created_at: Timestamp,
     /// Rows created before this were archived.
-    before: Timestamp,
+    pub(crate) before: Timestamp,
     /// Key id of the checkpoints' signer.
-    keyid: String,
-    segments: Vec<Segment>,
+    pub(crate) keyid: String,
+    pub(crate) segments: Vec<Segment>,
 }
 
 /// One segment file of one stream.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Segment {
-    tenant: String,
-    stream: String,
+pub(crate) struct Segment {
+    pub(crate) tenant: String,
+    pub(crate) stream: String,
     /// Path relative to the archive directory, `/`-separated.
-    file: String,
-    first_seq: i64,
-    last_seq: i64,
-    rows: u64,
+    pub(crate) file: String,
+    pub(crate) first_seq: i64,
+    pub(crate) last_seq: i64,
+    pub(crate) rows: u64,
     /// The hash `first_seq` chains on from (the stream's genesis at seq 1).
-    prev_hash: String,
-    last_hash: String,
+    pub(crate) prev_hash: String,
+    pub(crate) last_hash: String,
     /// At seq 1: the previous stream's head the genesis hash covers.
     #[serde(default)]
-    previous: Option<StreamLink>,
+    pub(crate) previous: Option<StreamLink>,
     /// Hex SHA-256 of the segment file.
     sha256: String,
     /// DSSE envelope of the checkpoint of `last_seq`.
-    checkpoint: String,
+    pub(crate) checkpoint: String,
 }
 
 /// A writer that hashes what passes through it.
@@ -92,7 +95,7 @@ impl<W: Write> Write for Hashing<W> {
 
 /// A tenant or stream name as one path component: ASCII letters, digits,
 /// `-` and `_` as they are, every other byte `%XX` (so no `.`, `..` or `/`).
-fn escape(name: &str) -> String {
+pub(crate) fn escape(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for b in name.bytes() {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
@@ -104,7 +107,7 @@ fn escape(name: &str) -> String {
     out
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CliError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CliError + '_ {
     move |source| CliError::Io {
         path: path.display().to_string(),
         source,
@@ -112,14 +115,14 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CliError + '_ {
 }
 
 /// fsyncs a directory, so a rename or a new file in it survives a crash.
-fn sync_dir(dir: &Path) -> Result<(), CliError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), CliError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_err(dir))
 }
 
 /// Writes `bytes` to `path` durably: a temporary file, fsynced, renamed.
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     let tmp = path.with_extension("partial");
     let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
     f.write_all(bytes)
@@ -446,295 +449,4 @@ async fn write_segment(
         sha256,
         checkpoint: String::new(),
     }))
-}
-
-/// One problem offline verification found.
-#[derive(Debug, Serialize)]
-struct Problem {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tenant: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    file: Option<String>,
-    code: &'static str,
-    problem: String,
-}
-
-impl Problem {
-    fn of(segment: &Segment, code: &'static str, problem: String) -> Problem {
-        Problem {
-            tenant: Some(segment.tenant.clone()),
-            stream: Some(segment.stream.clone()),
-            file: Some(segment.file.clone()),
-            code,
-            problem,
-        }
-    }
-}
-
-/// What one stream's archive holds, for the report.
-#[derive(Debug, Serialize)]
-struct ArchivedStream {
-    tenant: String,
-    stream: String,
-    segments: usize,
-    records: u64,
-    last_seq: i64,
-    last_hash: String,
-}
-
-/// The manifests in `dir`, in name (so time) order: how many files there
-/// are, those that parse, and a problem for each that does not.
-fn read_manifests(dir: &Path) -> Result<(usize, Vec<Manifest>, Vec<Problem>), CliError> {
-    let mut problems = Vec::new();
-    let mut manifests = Vec::new();
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(io_err(dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("manifest-") && n.ends_with(".json"))
-        })
-        .collect();
-    names.sort();
-    for path in &names {
-        let text = crate::cli_error::read_bytes(path)?;
-        match serde_json::from_slice::<Manifest>(&text) {
-            Ok(m) if m.format == MANIFEST_FORMAT => manifests.push(m),
-            Ok(m) => problems.push(Problem {
-                tenant: None,
-                stream: None,
-                file: Some(path.display().to_string()),
-                code: "archive_manifest_invalid",
-                problem: format!("unknown manifest format {:?}", m.format),
-            }),
-            Err(e) => problems.push(Problem {
-                tenant: None,
-                stream: None,
-                file: Some(path.display().to_string()),
-                code: "archive_manifest_invalid",
-                problem: format!("not a manifest: {e}"),
-            }),
-        }
-    }
-    Ok((names.len(), manifests, problems))
-}
-
-/// `toolgate audit verify --archive DIR --trust keys.pub`: offline.
-pub fn verify_archive(dir: &Path, trust: &TrustSet) -> Result<ExitCode, CliError> {
-    let (names, manifests, mut problems) = read_manifests(dir)?;
-    if names == 0 {
-        problems.push(Problem {
-            tenant: None,
-            stream: None,
-            file: None,
-            code: "archive_manifest_missing",
-            problem: format!("no manifest-*.json in {}", dir.display()),
-        });
-    }
-    let mut streams: BTreeMap<(String, String), Vec<Segment>> = BTreeMap::new();
-    let mut records = 0u64;
-    let mut segment_count = 0usize;
-    for segment in manifests.into_iter().flat_map(|m| m.segments) {
-        segment_count += 1;
-        records += check_segment(dir, &segment, trust, &mut problems);
-        // Listed segments are judged for contiguity even when they failed.
-        streams
-            .entry((segment.tenant.clone(), segment.stream.clone()))
-            .or_default()
-            .push(segment);
-    }
-    let mut summary = Vec::new();
-    for ((tenant, stream), mut segments) in streams {
-        segments.sort_by_key(|s| s.first_seq);
-        let mut expected = 1i64;
-        let mut prev: Option<String> = None;
-        for segment in &segments {
-            if segment.first_seq != expected {
-                let problem = if segment.first_seq > expected {
-                    format!(
-                        "seq {expected} to {} are in no segment (a segment is missing)",
-                        segment.first_seq - 1
-                    )
-                } else {
-                    format!(
-                        "segment starts at seq {} but seq {} is archived already (overlap)",
-                        segment.first_seq, segment.first_seq
-                    )
-                };
-                problems.push(Problem::of(segment, "archive_segment_missing", problem));
-            } else if let Some(prev) = &prev
-                && &segment.prev_hash != prev
-            {
-                problems.push(Problem::of(
-                    segment,
-                    "archive_chain_broken",
-                    format!(
-                        "seq {} does not chain on from the previous segment's last hash",
-                        segment.first_seq
-                    ),
-                ));
-            }
-            expected = segment.last_seq + 1;
-            prev = Some(segment.last_hash.clone());
-        }
-        if let Some(last) = segments.last() {
-            summary.push(ArchivedStream {
-                tenant,
-                stream,
-                segments: segments.len(),
-                records: segments.iter().map(|s| s.rows).sum(),
-                last_seq: last.last_seq,
-                last_hash: last.last_hash.clone(),
-            });
-        }
-    }
-    let ok = problems.is_empty();
-    outln!(
-        "{}",
-        serde_json::to_string_pretty(&serde_json::json!({
-            "ok": ok,
-            "archive": dir.display().to_string(),
-            "manifests": names,
-            "segments": segment_count,
-            "records": records,
-            "streams": summary,
-            "problems": problems,
-        }))
-        .unwrap_or_default()
-    );
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
-/// Checks one segment (file hash, every row's chain, its ends and its
-/// checkpoint's signature); returns the rows read.
-fn check_segment(
-    dir: &Path,
-    segment: &Segment,
-    trust: &TrustSet,
-    problems: &mut Vec<Problem>,
-) -> u64 {
-    let mut fail = |code, problem| problems.push(Problem::of(segment, code, problem));
-    // The checkpoint: signed by a trusted key, naming the last row.
-    match CheckpointPayload::verify(segment.checkpoint.as_bytes(), trust) {
-        Ok((p, _)) => {
-            if (&p.tenant, &p.stream, p.seq, &p.hash)
-                != (
-                    &segment.tenant,
-                    &segment.stream,
-                    segment.last_seq,
-                    &segment.last_hash,
-                )
-            {
-                fail(
-                    "archive_checkpoint_mismatch",
-                    format!(
-                        "the checkpoint signs seq {} of stream {:?}, not the segment's last row",
-                        p.seq, p.stream
-                    ),
-                );
-            }
-        }
-        Err(e) => fail(
-            "archive_checkpoint_invalid",
-            format!("checkpoint of seq {}: {e} ({})", segment.last_seq, e.code()),
-        ),
-    }
-    let rel = Path::new(&segment.file);
-    if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
-        fail(
-            "archive_segment_invalid",
-            "segment path leaves the archive".into(),
-        );
-        return 0;
-    }
-    let path = dir.join(rel);
-    let digest = File::open(&path).and_then(|mut f| {
-        let mut hash = Sha256::new();
-        std::io::copy(&mut f, &mut hash)?;
-        Ok(hex::encode(hash.finalize()))
-    });
-    match digest {
-        Err(e) => {
-            fail(
-                "archive_segment_missing",
-                format!("segment file unreadable: {e}"),
-            );
-            return 0;
-        }
-        Ok(d) if d != segment.sha256 => fail(
-            "archive_segment_hash",
-            "the segment file's SHA-256 does not match the manifest".into(),
-        ),
-        Ok(_) => {}
-    }
-    if segment.first_seq == 1 {
-        match genesis_hash(&segment.tenant, &segment.stream, segment.previous.as_ref()) {
-            Ok(g) if g == segment.prev_hash => {}
-            _ => fail(
-                "archive_chain_broken",
-                "seq 1 does not chain on from the stream's genesis hash".into(),
-            ),
-        }
-    }
-    let reader = match File::open(&path) {
-        Ok(f) => BufReader::new(GzDecoder::new(BufReader::new(f))),
-        Err(_) => return 0,
-    };
-    let mut expected = segment.first_seq;
-    let mut prev = segment.prev_hash.clone();
-    let mut rows = 0u64;
-    for line in reader.split(b'\n') {
-        let line = match line {
-            Ok(l) => l,
-            Err(e) => {
-                fail("archive_segment_invalid", format!("unreadable: {e}"));
-                return rows;
-            }
-        };
-        if line.is_empty() {
-            continue;
-        }
-        let row: ChainedDecision = match serde_json::from_slice(&line) {
-            Ok(r) => r,
-            Err(e) => {
-                fail(
-                    "archive_row_invalid",
-                    format!("row after seq {}: {e}", expected - 1),
-                );
-                return rows;
-            }
-        };
-        rows += 1;
-        if (&row.tenant, &row.stream) != (&segment.tenant, &segment.stream) {
-            fail(
-                "archive_chain_broken",
-                format!("seq {} belongs to another stream", row.seq),
-            );
-            return rows;
-        }
-        if let Some(p) = row.chain_problem(expected, &prev) {
-            fail("archive_chain_broken", p);
-            return rows;
-        }
-        expected += 1;
-        prev = row.hash;
-    }
-    if expected - 1 != segment.last_seq || prev != segment.last_hash {
-        fail(
-            "archive_chain_broken",
-            format!(
-                "rows end at seq {} but the manifest says seq {}",
-                expected - 1,
-                segment.last_seq
-            ),
-        );
-    }
-    rows
 }
