@@ -40,19 +40,22 @@ pub(crate) struct PgDb {
 }
 
 impl PgDb {
-    /// A pool whose connections are sessions of their own on the server,
-    /// at most `max` of them, or `None` behind a pooler without a direct
-    /// URL. Connects lazily.
+    /// A pool of at most `max` connections that are sessions of their own on
+    /// the server (for what holds one: a migration's lock, a `LISTEN`),
+    /// apart from the store's pool so they never take its connections; or
+    /// `None` behind a pooler without a direct URL. Connects lazily.
     pub(crate) fn sessions(&self, max: u32) -> Option<PgPool> {
-        if !self.pooled {
-            return Some(self.pool.clone());
-        }
-        self.direct.clone().map(|options| {
+        let options = if self.pooled {
+            self.direct.as_deref()?.clone()
+        } else {
+            (*self.pool.connect_options()).clone()
+        };
+        Some(
             PgPoolOptions::new()
                 .max_connections(max)
                 .min_connections(0)
-                .connect_lazy_with(*options)
-        })
+                .connect_lazy_with(options),
+        )
     }
 
     /// Begins a transaction whose statements are sent as [`PgDb`] says.

@@ -40,9 +40,7 @@ pub(crate) async fn migrate_postgres(db: &PgDb, lock_timeout: Duration) -> Resul
         ));
     };
     let ran = migrate_session(&sessions, migrator, lock_timeout).await;
-    if db.pooled {
-        sessions.close().await;
-    }
+    sessions.close().await;
     ran
 }
 
