@@ -114,6 +114,46 @@ def rss_mib(pid):
     return None
 
 
+class Sidecars:
+    """A small keep-alive HTTP/1.1 client for the agent API: the fleet's own
+    load generator and stop watchers must not be what is measured (httpx
+    spends milliseconds of CPU per request; 200 watchers polling through it
+    saw each sidecar only every few hundred milliseconds)."""
+
+    def __init__(self):
+        self.idle = {}
+
+    async def post(self, url, path, body):
+        port = int(url.rsplit(':', 1)[1])
+        conns = self.idle.setdefault(port, [])
+        if conns:
+            reader, writer = conns.pop()
+        else:
+            reader, writer = await asyncio.open_connection('127.0.0.1', port)
+        try:
+            data = json.dumps(body).encode()
+            writer.write(b'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
+                         b'Content-Length: %d\r\n\r\n%s' % (path.encode(), len(data), data))
+            head = await reader.readuntil(b'\r\n\r\n')
+            status = int(head.split(b' ', 2)[1])
+            length = 0
+            for header in head.split(b'\r\n')[1:]:
+                name, _, value = header.partition(b':')
+                if name.strip().lower() == b'content-length':
+                    length = int(value)
+            payload = await reader.readexactly(length)
+        except BaseException:
+            writer.close()
+            raise
+        conns.append((reader, writer))
+        return status, json.loads(payload) if payload else None
+
+    def close(self):
+        for conns in self.idle.values():
+            for _, writer in conns:
+                writer.close()
+
+
 def pct(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, max(0, round(p / 100 * len(values)) - 1))]
@@ -242,17 +282,16 @@ class Fleet:
         return int(psql(self.pg_port, 'SELECT count(*) FROM decisions', 'fleet'))
 
 
-async def load(fleet, client, seconds, agents):
+async def load(fleet, http, seconds, agents):
     """Mixed calls from `agents` concurrent agents; returns what was answered."""
     answered, errors, kinds = [], [], {}
     stop = time.monotonic() + seconds
     rng = random.Random(7)
 
     async def call(s, tool, arguments, run):
-        r = await client.post(s['url'] + '/v1/authorize',
-                              json={'tool': tool, 'arguments': arguments, 'run_id': run,
-                                    'step_id': f's{rng.randrange(1 << 30)}'})
-        v = r.json()
+        _, v = await http.post(s['url'], '/v1/authorize',
+                               {'tool': tool, 'arguments': arguments, 'run_id': run,
+                                'step_id': f's{rng.randrange(1 << 30)}'})
         if 'decision_id' in v:
             answered.append(v['decision_id'])
         return v
@@ -272,11 +311,11 @@ async def load(fleet, client, seconds, agents):
                     kind = 'high'
                     v = await call(s, 'bash', {'command': f'git log -{n}'}, run)
                     if v.get('verdict') == 'allow':
-                        r = await client.post(s['url'] + '/v1/intents', json={
+                        status, body = await http.post(s['url'], '/v1/intents', {
                             'decision_id': v['decision_id'], 'run_id': run, 'step_id': 's1', 'tool': 'bash',
                             'args_digest': v['args_digest']})
-                        if r.status_code != 201:
-                            errors.append(f'intent {r.status_code}: {r.text[:200]}')
+                        if status != 201:
+                            errors.append(f'intent {status}: {body}')
                 elif roll < 0.95:
                     kind = 'escalation'
                     v = await call(s, 'bash', {'command': f'make build-{n}'}, run)
@@ -290,45 +329,49 @@ async def load(fleet, client, seconds, agents):
                     if v.get('verdict') != 'deny':
                         errors.append(f'flow rule did not refuse: {v}')
                 kinds[kind] = kinds.get(kind, 0) + 1
-            except (httpx.HTTPError, ValueError) as e:
+            except (OSError, asyncio.IncompleteReadError, ValueError) as e:
                 errors.append(repr(e))
 
     await asyncio.gather(*(agent(a) for a in range(agents)))
     return answered, errors, kinds
 
 
-async def stop_propagation(fleet, client):
-    """Stops every tenant's namespace at once; seconds until each sidecar refuses."""
-    seen = {}
+async def stop_propagation(fleet, http):
+    """Stops every tenant's namespace at once. For each sidecar: seconds from
+    the moment its tenant's stop was committed (the CLI returned) until it
+    refused a read in a fresh run; a sidecar refusing before the CLI has
+    returned counts as 0."""
+    refused_at, committed_at = {}, {}
 
-    async def watch(s, t0):
+    async def watch(s):
         n = 0
         while time.monotonic() - t0 < 30:
             n += 1
             try:
-                r = await client.post(s['url'] + '/v1/authorize', json={
+                _, v = await http.post(s['url'], '/v1/authorize', {
                     'tool': 'reader', 'arguments': {'path': 'a'}, 'run_id': f"after-stop-{s['i']}-{n}",
                     'step_id': 's1'})
-                if r.json().get('verdict') == 'deny':
-                    seen[s['i']] = time.monotonic() - t0
+                if v.get('verdict') == 'deny':
+                    refused_at[s['i']] = time.monotonic()
                     return
-            except httpx.HTTPError:
+            except (OSError, asyncio.IncompleteReadError, ValueError):
                 pass
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.01)
 
     async def cancel(tenant):
         proc = await asyncio.create_subprocess_exec(
             fleet.tool, 'runs', 'cancel', '--database', fleet.direct, '--tenant', tenant, '--all',
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await proc.communicate()
+        committed_at[tenant] = time.monotonic()
         if proc.returncode != 0:
             raise SystemExit(f'runs cancel failed: {out.decode()}{err.decode()}')
 
     t0 = time.monotonic()
-    watchers = [asyncio.create_task(watch(s, t0)) for s in fleet.sidecars]
+    watchers = [asyncio.create_task(watch(s)) for s in fleet.sidecars]
     await asyncio.gather(*(cancel(t) for t, _ in fleet.tenants))
     await asyncio.gather(*watchers)
-    return seen
+    return {i: max(0.0, at - committed_at[fleet.sidecars[i]['tenant']]) for i, at in refused_at.items()}
 
 
 async def run(args, d):
@@ -354,7 +397,8 @@ async def run(args, d):
             sampler = asyncio.create_task(sample())
             rows_before = fleet.decisions()
             t = time.monotonic()
-            answered, errors, kinds = await load(fleet, client, args.load, args.agents)
+            http = Sidecars()
+            answered, errors, kinds = await load(fleet, http, args.load, args.agents)
             elapsed = time.monotonic() - t
             loaded_rss = [rss_mib(s['proc'].pid) for s in fleet.sidecars]
             sampling = False
@@ -398,13 +442,14 @@ async def run(args, d):
             line('sidecar RSS idle', f"median {report['rss_idle_mib']['median']} MiB, "
                                      f"max {report['rss_idle_mib']['max']} MiB")
 
-            seen = await stop_propagation(fleet, client)
+            seen = await stop_propagation(fleet, http)
+            http.close()
             times = list(seen.values())
             report['stop_reached'] = f'{len(seen)}/{args.pods}'
             if times:
                 report['stop_propagation_s'] = {'p50': round(pct(times, 50), 3), 'p99': round(pct(times, 99), 3),
                                                 'max': round(max(times), 3)}
-                line('stop propagation', f"p50 {report['stop_propagation_s']['p50']} s, "
+                line('stop propagation (from the commit)', f"p50 {report['stop_propagation_s']['p50']} s, "
                                          f"p99 {report['stop_propagation_s']['p99']} s, "
                                          f"max {report['stop_propagation_s']['max']} s "
                                          f"({len(seen)}/{args.pods} sidecars)")
@@ -430,6 +475,11 @@ async def run(args, d):
         verify = subprocess.run([fleet.tool, 'audit', 'verify', '--database', fleet.direct],
                                 capture_output=True, text=True)
         chains = json.loads(verify.stdout) if verify.stdout.strip().startswith('{') else {}
+        size, rows = psql(fleet.pg_port, "SELECT pg_total_relation_size('decisions'), count(*) FROM decisions",
+                          'fleet').split('|')
+        report['decision_bytes_per_row'] = round(int(size) / max(1, int(rows)))
+        line('decision table size', f"{int(size) / 1048576:.1f} MiB with its indexes for {rows} rows, "
+                                    f"{report['decision_bytes_per_row']} bytes a row")
         report['decisions_answered'] = len(ids)
         report['decisions_missing'] = missing
         report['audit_verify_ok'] = verify.returncode == 0

@@ -229,8 +229,9 @@ async def test_mcp_wrap_carries_the_messages_trace_context_to_the_sidecar(traced
             result = await mcp.call_tool('read_text_file', {'path': str(root / 'notes.txt')})
             assert 'traced notes' in text(result)
     provider.force_flush()
-    spans = trace_of(jaeger, trace_id, lambda spans: any(
-        s['name'] == 'execute_tool fs.read_text_file' for s in spans))
+    # The agent's span and the sidecar's reach Jaeger separately: wait for both.
+    spans = trace_of(jaeger, trace_id, lambda spans: {'execute_tool fs.read_text_file', 'agent turn via wrap'}
+                     <= {s['name'] for s in spans})
     call = named(spans, 'execute_tool fs.read_text_file')[0]
     assert call['tags']['toolgate.run_id'] == run_id
     assert named(spans, 'agent turn via wrap')[0] in ancestors(spans, call)
