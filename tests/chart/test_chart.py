@@ -826,6 +826,22 @@ def test_sidecar_knobs_reach_the_webhook_flags(rendered, chart):
             chart.validate_schema(bad)
 
 
+def test_a_fleet_behind_a_pooler_reaches_the_webhook_flags(rendered, chart):
+    args = container(rendered["default"], "webhook")["args"]
+    assert flag(args, "--sidecar-database-pooler") == "none"
+    assert "--sidecar-wakeups-url" not in args
+    relay = "http://toolgate-wakeups.toolgate-system:8790"
+    objects = render(chart, {"sidecar": {"databasePooler": "transaction", "wakeupsUrl": relay}})
+    args = container(objects, "webhook")["args"]
+    assert flag(args, "--sidecar-database-pooler") == "transaction"
+    assert flag(args, "--sidecar-wakeups-url") == relay
+    known = clap_flags(ROOT / "crates" / "toolgate-webhook" / "src" / "config.rs", "WebhookArgs")
+    assert {"--sidecar-database-pooler", "--sidecar-wakeups-url"} <= known
+    for bad in ({"sidecar": {"databasePooler": "session"}}, {"sidecar": {"wakeupsUrl": "relay:8790"}}):
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema(bad)
+
+
 def test_priority_spread_affinity_and_user(rendered):
     pod = deployment(rendered["default"])["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "system-cluster-critical"

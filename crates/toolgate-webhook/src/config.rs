@@ -101,9 +101,27 @@ pub struct WebhookArgs {
     /// a trace the agent started follows the agent's sampling decision.
     #[arg(long, env = "TOOLGATE_SIDECAR_TRACE_SAMPLE_RATIO", default_value = "1", value_parser = check_ratio)]
     pub sidecar_trace_sample_ratio: String,
+    /// `transaction` when the database URL of the Secret reaches a
+    /// transaction-mode pooler (PgBouncer); `none` otherwise.
+    #[arg(long, env = "TOOLGATE_SIDECAR_DATABASE_POOLER", default_value = "none", value_parser = check_pooler)]
+    pub sidecar_database_pooler: String,
+    /// Base URL of the wake-up relay (`toolgate wakeups serve`) injected
+    /// sidecars hear stops from; empty: each uses its database's `LISTEN`
+    /// (or, behind a pooler, reads stops every second).
+    #[arg(long, env = "TOOLGATE_SIDECAR_WAKEUPS_URL", default_value = "", value_parser = check_otlp_endpoint)]
+    pub sidecar_wakeups_url: String,
 }
 
-/// Empty, or an `http(s)://` URL.
+/// `none` or `transaction`, the values of the sidecar's `--database-pooler`.
+fn check_pooler(text: &str) -> Result<String, String> {
+    match text.trim() {
+        "none" | "" => Ok("none".into()),
+        "transaction" => Ok("transaction".into()),
+        other => Err(format!("`{other}` is neither `none` nor `transaction`")),
+    }
+}
+
+/// Empty, or an `http(s)://` URL (an OTLP endpoint, the wake-up relay).
 fn check_otlp_endpoint(text: &str) -> Result<String, String> {
     let text = text.trim();
     if text.is_empty() || text.starts_with("http://") || text.starts_with("https://") {
@@ -186,6 +204,9 @@ impl TryFrom<WebhookArgs> for WebhookConfig {
                     endpoint: args.sidecar_otlp_endpoint,
                     sample_ratio: args.sidecar_trace_sample_ratio,
                 }),
+                transaction_pooler: args.sidecar_database_pooler == "transaction",
+                wakeups_url: (!args.sidecar_wakeups_url.is_empty())
+                    .then_some(args.sidecar_wakeups_url),
             },
         })
     }

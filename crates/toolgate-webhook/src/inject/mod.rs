@@ -74,6 +74,10 @@ pub struct InjectConfig {
     pub run_as_user: Option<i64>,
     /// Where injected sidecars export traces; `None`: they do not.
     pub tracing: Option<SidecarTracing>,
+    /// The database URL of the Secret reaches a transaction-mode pooler.
+    pub transaction_pooler: bool,
+    /// The wake-up relay injected sidecars hear stops from.
+    pub wakeups_url: Option<String>,
 }
 
 /// Trace export of the injected sidecars: the standard `OTEL_*` variables
@@ -104,6 +108,8 @@ impl InjectConfig {
             pull_policy: "IfNotPresent".into(),
             run_as_user: Some(RUN_AS),
             tracing: None,
+            transaction_pooler: false,
+            wakeups_url: None,
         }
     }
 }

@@ -155,6 +155,16 @@ pub(super) fn sidecar_container(
                 ..Default::default()
             }))
             .chain(config.tracing.iter().flat_map(tracing_env))
+            .chain(config.transaction_pooler.then(|| EnvVar {
+                name: toolgate_contract::env::DATABASE_POOLER.into(),
+                value: Some("transaction".into()),
+                ..Default::default()
+            }))
+            .chain(config.wakeups_url.as_ref().map(|url| EnvVar {
+                name: toolgate_contract::env::WAKEUPS_URL.into(),
+                value: Some(url.clone()),
+                ..Default::default()
+            }))
             .collect(),
         ),
         // Native sidecars only: kubelet starts later containers once this

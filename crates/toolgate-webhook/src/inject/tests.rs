@@ -520,3 +520,39 @@ fn shapes_that_are_not_pods_are_errors_not_panics() {
         );
     }
 }
+
+#[test]
+fn a_sidecar_is_told_of_the_pooler_and_the_relay_only_when_configured() {
+    let mut cfg = config(SidecarMode::Native);
+    let env_of = |cfg: &InjectConfig| -> Vec<(String, Option<String>)> {
+        sidecar_container(cfg, "t", None, &cfg.resources)
+            .env
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.name, e.value))
+            .collect()
+    };
+    let names = [
+        toolgate_contract::env::DATABASE_POOLER,
+        toolgate_contract::env::WAKEUPS_URL,
+    ];
+    let plain = env_of(&cfg);
+    assert!(
+        plain.iter().all(|(n, _)| !names.contains(&n.as_str())),
+        "{plain:?}"
+    );
+    cfg.transaction_pooler = true;
+    cfg.wakeups_url = Some("http://toolgate-wakeups.toolgate:8790".into());
+    let pooled = env_of(&cfg);
+    let get = |name: &str| {
+        pooled
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.clone())
+    };
+    assert_eq!(get(names[0]).as_deref(), Some("transaction"));
+    assert_eq!(
+        get(names[1]).as_deref(),
+        Some("http://toolgate-wakeups.toolgate:8790")
+    );
+}
