@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 use toolgate_gate::stops::StopSignal;
-use toolgate_store::Store;
+use toolgate_store::{Store, wakeup_is_stop};
 
 /// Path of a tenant's stop wake-ups on a relay (`toolgate wakeups serve`).
 pub const RELAY_PATH: &str = "/v1/wakeups";
@@ -17,13 +17,6 @@ pub const RELAY_PATH: &str = "/v1/wakeups";
 pub const STOP_EVENT: &str = "stop";
 /// Pause before connecting again to a lost source.
 const RETRY: Duration = Duration::from_secs(1);
-
-/// Whether a payload of the tenant's channel is a stop (a run's, migration
-/// 0012, or a scope's, 0016), or the listener's note that it reconnected
-/// and may have missed one.
-pub fn is_stop(payload: &str) -> bool {
-    payload.starts_with("run/") || payload.starts_with("scope/") || payload.is_empty()
-}
 
 /// Wakes `signal` on every stop the store hears for `tenant` until
 /// shutdown. Returns at once where the store can hear nothing (SQLite, a
@@ -43,7 +36,7 @@ pub async fn from_store(
         loop {
             tokio::select! {
                 got = rx.recv() => match got {
-                    Ok(payload) if is_stop(&payload) => signal.wake(),
+                    Ok(payload) if wakeup_is_stop(&payload) => signal.wake(),
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => signal.wake(),
                     Err(broadcast::error::RecvError::Closed) => break,
@@ -147,13 +140,5 @@ mod tests {
         assert_eq!(lines.stops_in(b"op\r\ndata: {}\n\n: keep-alive\n"), 1);
         assert_eq!(lines.stops_in(b"event: stop\ndata: {}\n\nevent: stop\n"), 2);
         assert_eq!(lines.stops_in(b"event: stopped\nevent: other\n"), 0);
-    }
-
-    #[test]
-    fn only_stops_wake_the_watcher() {
-        assert!(is_stop("run/acme/run-1"));
-        assert!(is_stop("scope/acme"));
-        assert!(is_stop(""));
-        assert!(!is_stop("acme/appr-1"));
     }
 }

@@ -67,6 +67,7 @@ pub use runs::{
     ScopeCancellation, Stopped, Stops,
 };
 pub use tenancy::TenantCredentials;
+pub use wakeups::{RELISTENED, is_stop as wakeup_is_stop};
 
 /// Every failure the store reports. Callers branch on [`StoreError::code`],
 /// which is stable across releases; the display text is for humans.

@@ -29,6 +29,18 @@ const FAN_OUT_CAPACITY: usize = 1024;
 /// Pause before reconnecting a lost listener connection.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
+/// The payload a subscriber receives after the listener lost its
+/// connection and listens again: whatever was sent meanwhile is lost, so
+/// re-read.
+pub const RELISTENED: &str = "";
+
+/// Whether a wake-up payload (see [`crate::Store::wakeups`]) may mean a
+/// stop: a run's (`run/…`, migration 0012), a scope's (`scope/…`, 0016), or
+/// [`RELISTENED`]. Approval answers are not.
+pub fn is_stop(payload: &str) -> bool {
+    payload.starts_with("run/") || payload.starts_with("scope/") || payload == RELISTENED
+}
+
 /// Why no listener runs.
 #[derive(Debug)]
 enum NoSession {
@@ -186,7 +198,7 @@ async fn relay(
                                 listener = l;
                                 // Whatever was sent meanwhile is lost: an
                                 // empty payload tells subscribers to re-read.
-                                let _ = tx.send(Arc::from(""));
+                                let _ = tx.send(Arc::from(RELISTENED));
                                 break;
                             }
                             Err(e) => tracing::warn!(error = %e, "approval listener reconnect failed"),
@@ -210,7 +222,8 @@ async fn listen_all(pool: &PgPool, channels: &[String]) -> Result<PgListener, sq
 impl crate::Store {
     /// A receiver of `tenant`'s wake-ups, subscribed before it is returned:
     /// approval answers (`TENANT/APPROVAL`), run stops (`run/TENANT/RUN`)
-    /// and scope stops (`scope/TENANT`). Each tenant's arrive on a channel
+    /// and scope stops (`scope/TENANT`), and [`RELISTENED`] after a lost
+    /// connection ([`is_stop`] tells stops apart). Each tenant's arrive on a channel
     /// of their own, named by the database (migration 0012), so no other
     /// tenant hears them. `None` where nothing can be heard (SQLite, a
     /// pooler without a direct URL, a database without the channel): the
@@ -230,5 +243,18 @@ impl crate::Store {
             .ok()
             .flatten();
         self.wakeups.subscribe(db, channel?).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_stops_and_a_relisten_may_mean_a_stop() {
+        assert!(is_stop("run/acme/run-1"));
+        assert!(is_stop("scope/acme"));
+        assert!(is_stop(RELISTENED));
+        assert!(!is_stop("acme/appr-1"));
     }
 }

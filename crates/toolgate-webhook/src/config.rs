@@ -95,7 +95,7 @@ pub struct WebhookArgs {
     pub database_secret: String,
     /// OTLP/HTTP endpoint injected sidecars export traces to
     /// (`http://collector:4318`); empty: they export none.
-    #[arg(long, env = "TOOLGATE_SIDECAR_OTLP_ENDPOINT", default_value = "", value_parser = check_otlp_endpoint)]
+    #[arg(long, env = "TOOLGATE_SIDECAR_OTLP_ENDPOINT", default_value = "", value_parser = check_http_url)]
     pub sidecar_otlp_endpoint: String,
     /// Share (0-1) of the traces a sidecar starts itself that it samples;
     /// a trace the agent started follows the agent's sampling decision.
@@ -108,7 +108,7 @@ pub struct WebhookArgs {
     /// Base URL of the wake-up relay (`toolgate wakeups serve`) injected
     /// sidecars hear stops from; empty: each uses its database's `LISTEN`
     /// (or, behind a pooler, reads stops every second).
-    #[arg(long, env = "TOOLGATE_SIDECAR_WAKEUPS_URL", default_value = "", value_parser = check_otlp_endpoint)]
+    #[arg(long, env = "TOOLGATE_SIDECAR_WAKEUPS_URL", default_value = "", value_parser = check_http_url)]
     pub sidecar_wakeups_url: String,
 }
 
@@ -122,7 +122,7 @@ fn check_pooler(text: &str) -> Result<String, String> {
 }
 
 /// Empty, or an `http(s)://` URL (an OTLP endpoint, the wake-up relay).
-fn check_otlp_endpoint(text: &str) -> Result<String, String> {
+fn check_http_url(text: &str) -> Result<String, String> {
     let text = text.trim();
     if text.is_empty() || text.starts_with("http://") || text.starts_with("https://") {
         Ok(text.to_owned())

@@ -21,8 +21,8 @@ use clap::{Args, Subcommand};
 use futures_util::{StreamExt, stream};
 use tokio::sync::{Semaphore, broadcast};
 use toolgate_sidecar::database::DatabaseArgs;
-use toolgate_sidecar::wake::{RELAY_PATH, STOP_EVENT, is_stop};
-use toolgate_store::Store;
+use toolgate_sidecar::wake::{RELAY_PATH, STOP_EVENT};
+use toolgate_store::{Store, wakeup_is_stop};
 
 use crate::cli_error::CliError;
 
@@ -120,7 +120,7 @@ async fn subscribe(State(relay): State<Relay>, Path(tenant): Path<String>) -> Re
     let events = stream::unfold((rx, seat), |(mut rx, seat)| async move {
         loop {
             match rx.recv().await {
-                Ok(payload) if is_stop(&payload) => break,
+                Ok(payload) if wakeup_is_stop(&payload) => break,
                 Ok(_) => continue,
                 Err(broadcast::error::RecvError::Lagged(_)) => break,
                 Err(broadcast::error::RecvError::Closed) => return None,

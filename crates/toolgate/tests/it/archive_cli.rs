@@ -129,21 +129,8 @@ fn problem_codes(report: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archive_then_verify_live_and_offline() {
     let tmp = tempfile::tempdir().unwrap();
-    let key = toolgate_bundle::SigningKey::generate();
-    let key_path = tmp.path().join("signing.pem");
-    let trust_path = tmp.path().join("trust.pem");
-    let other_path = tmp.path().join("other.pem");
-    key.write_file(&key_path).unwrap();
-    key.public_key().write_file(&trust_path).unwrap();
-    toolgate_bundle::SigningKey::generate()
-        .public_key()
-        .write_file(&other_path)
-        .unwrap();
-    let (key_arg, trust, other) = (
-        key_path.to_str().unwrap(),
-        trust_path.to_str().unwrap(),
-        other_path.to_str().unwrap(),
-    );
+    let (key_arg, trust, other) = crate::common::key_files(tmp.path());
+    let (key_arg, trust, other) = (key_arg.as_str(), trust.as_str(), other.as_str());
     let hours = |h: i64| SignedDuration::from_hours(h);
 
     for (n, url) in engines(tmp.path()).await.into_iter().enumerate() {
@@ -421,11 +408,7 @@ async fn measure_archive() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let tmp = tempfile::tempdir().unwrap();
-    let key = toolgate_bundle::SigningKey::generate();
-    let key_path = tmp.path().join("signing.pem");
-    let trust_path = tmp.path().join("trust.pem");
-    key.write_file(&key_path).unwrap();
-    key.public_key().write_file(&trust_path).unwrap();
+    let (key_path, trust_path, _) = crate::common::key_files(tmp.path());
     for (n, url) in engines(tmp.path()).await.into_iter().enumerate() {
         let store = Store::connect(&url).await.unwrap();
         let started = std::time::Instant::now();
@@ -457,7 +440,7 @@ async fn measure_archive() {
             "--out",
             out.to_str().unwrap(),
             "--key",
-            key_path.to_str().unwrap(),
+            key_path.as_str(),
         ]);
         let archive_time = started.elapsed();
         assert_eq!(code, Some(0), "{archived}");
@@ -468,7 +451,7 @@ async fn measure_archive() {
             "--archive",
             out.to_str().unwrap(),
             "--trust",
-            trust_path.to_str().unwrap(),
+            trust_path.as_str(),
         ]);
         let verify_time = started.elapsed();
         assert_eq!(code, Some(0), "{offline}");
@@ -505,11 +488,7 @@ async fn measure_archive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_archive_is_finished_by_the_next_run() {
     let tmp = tempfile::tempdir().unwrap();
-    let key = toolgate_bundle::SigningKey::generate();
-    let key_path = tmp.path().join("signing.pem");
-    let trust_path = tmp.path().join("trust.pem");
-    key.write_file(&key_path).unwrap();
-    key.public_key().write_file(&trust_path).unwrap();
+    let (key_path, trust_path, _) = crate::common::key_files(tmp.path());
     let url = format!(
         "sqlite://{}?mode=rwc",
         tmp.path().join("resume.db").display()
@@ -540,7 +519,7 @@ async fn an_interrupted_archive_is_finished_by_the_next_run() {
         "--out",
         out.to_str().unwrap(),
         "--key",
-        key_path.to_str().unwrap(),
+        key_path.as_str(),
     ];
     let (code, failed) = toolgate(&args);
     assert_eq!(code, Some(1), "{failed}");
@@ -583,7 +562,7 @@ async fn an_interrupted_archive_is_finished_by_the_next_run() {
         "--archive",
         out.to_str().unwrap(),
         "--trust",
-        trust_path.to_str().unwrap(),
+        trust_path.as_str(),
     ]);
     assert_eq!(code, Some(0), "{offline}");
     assert_eq!(offline["records"], 4, "{offline}");

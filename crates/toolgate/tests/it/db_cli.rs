@@ -203,21 +203,9 @@ fn uuid_like() -> String {
 #[tokio::test]
 async fn audit_checkpoints_detect_truncation_with_a_rewritten_head() {
     let dir = tempfile::tempdir().unwrap();
-    let key = toolgate_bundle::SigningKey::generate();
-    let key_path = dir.path().join("signing.pem");
-    let trust_path = dir.path().join("trust.pem");
-    let other_trust = dir.path().join("other.pem");
-    key.write_file(&key_path).unwrap();
-    key.public_key().write_file(&trust_path).unwrap();
-    toolgate_bundle::SigningKey::generate()
-        .public_key()
-        .write_file(&other_trust)
-        .unwrap();
-    let (key_arg, trust, other) = (
-        key_path.to_str().unwrap(),
-        trust_path.to_str().unwrap(),
-        other_trust.to_str().unwrap(),
-    );
+    let (key_arg, trust, other) = crate::common::key_files(dir.path());
+    let (key_arg, trust, other) = (key_arg.as_str(), trust.as_str(), other.as_str());
+    let key = toolgate_bundle::SigningKey::from_file(std::path::Path::new(key_arg)).unwrap();
 
     for (url, schema) in engines(dir.path()).await {
         eprintln!("engine: {}", &url[..8]);

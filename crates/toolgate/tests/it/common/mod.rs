@@ -11,6 +11,22 @@ pub fn toolgate(args: &[&str]) -> std::process::Output {
         .expect("run toolgate")
 }
 
+/// A fresh signing key in `dir/signing.pem`, its public key in
+/// `dir/trust.pem`, and another key's public key in `dir/other.pem` (a
+/// trust set that must not verify): their paths, in that order.
+pub fn key_files(dir: &Path) -> (String, String, String) {
+    let key = toolgate_bundle::SigningKey::generate();
+    let paths = ["signing.pem", "trust.pem", "other.pem"].map(|n| dir.join(n));
+    key.write_file(&paths[0]).unwrap();
+    key.public_key().write_file(&paths[1]).unwrap();
+    toolgate_bundle::SigningKey::generate()
+        .public_key()
+        .write_file(&paths[2])
+        .unwrap();
+    let [a, b, c] = paths.map(|p| p.to_str().unwrap().to_owned());
+    (a, b, c)
+}
+
 /// A loopback port nothing listens on (yet).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
