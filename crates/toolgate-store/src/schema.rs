@@ -30,7 +30,7 @@ pub(crate) async fn migrate_postgres(db: &PgDb, lock_timeout: Duration) -> Resul
         return check_schema(db, &migrator).await;
     }
     if check_schema(db, &migrator).await.is_ok() {
-        return Ok(());
+        return ensure_partitions(db).await;
     }
     let Some(sessions) = db.sessions(2) else {
         return Err(StoreError::SchemaMismatch(
@@ -41,7 +41,22 @@ pub(crate) async fn migrate_postgres(db: &PgDb, lock_timeout: Duration) -> Resul
     };
     let ran = migrate_session(&sessions, migrator, lock_timeout).await;
     sessions.close().await;
-    ran
+    ran?;
+    ensure_partitions(db).await
+}
+
+/// Creates the decision table's months ahead (migration 0018) when this
+/// session may: a role that is neither a tenant nor the owner (a reader
+/// verifying the log) opens the store without.
+async fn ensure_partitions(db: &PgDb) -> Result<()> {
+    match sqlx::query("SELECT toolgate_ensure_decision_partitions($1)")
+        .bind(crate::decisions::PARTITION_MONTHS_AHEAD)
+        .execute(db)
+        .await
+    {
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => Ok(()),
+        other => other.map(drop).map_err(StoreError::from),
+    }
 }
 
 /// Migrates over `pool`, whose connections are sessions of their own.

@@ -255,8 +255,9 @@ async fn pg_tenant_batch<'c>(
 }
 
 /// Whether PostgreSQL refused a row because its stream moved on: the row
-/// does not continue the stream's last row (SQLSTATE TG006, migration
-/// 0008), or another writer took its seq first (the primary key).
+/// does not continue the stream's last row, or another writer took its
+/// seq first (SQLSTATE TG006, migrations 0008 and 0018; before 0018 the
+/// primary key refused a taken seq).
 fn is_stale_head(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => match db.code().as_deref() {

@@ -79,6 +79,20 @@ impl ChainedDecision {
     }
 }
 
+/// Deletes a stream's rows through a seq (`$4`, now, matters only to
+/// [`PRUNE_PARTITIONED`]).
+const PRUNE: &str =
+    "DELETE FROM decisions WHERE tenant = $1 AND stream = $2 AND seq <= $3 AND $4 IS NOT NULL";
+
+/// [`PRUNE`] on PostgreSQL: only the rows of the current month and later
+/// (`$4` is now). The archived rows of past months go with their
+/// partition, or row by row where it also holds rows not archived
+/// ([`Decisions::drop_archived_partitions`], which archiving runs next);
+/// verification reads a stream from after its archived position, so rows
+/// below it that wait for that are never read.
+const PRUNE_PARTITIONED: &str = "DELETE FROM decisions WHERE tenant = $1 AND stream = $2 \
+     AND seq <= $3 AND created_at >= toolgate_decision_month($4, 0)";
+
 impl Decisions<'_> {
     /// The prefix of every stream of `tenant` (every tenant when `None`)
     /// that archiving rows created before `before` takes, ordered by tenant
@@ -232,7 +246,9 @@ impl Decisions<'_> {
     /// row must exist (the head stays live); then the rows through its seq
     /// are deleted and the position recorded as the stream's archive.
     /// Returns the rows deleted. On PostgreSQL only the admin role may do
-    /// this (a tenant role holds no DELETE on decisions).
+    /// this (a tenant role holds no DELETE on decisions), and the rows of
+    /// past months are left to [`Decisions::drop_archived_partitions`],
+    /// which the caller runs once every stream is pruned.
     pub async fn prune_through(&self, checkpoint: &Checkpoint) -> Result<u64> {
         let c = checkpoint;
         require("tenant", &c.tenant)?;
@@ -243,6 +259,11 @@ impl Decisions<'_> {
             ));
         }
         self.store.check_file()?;
+        let prune = if self.store.is_postgres() {
+            PRUNE_PARTITIONED
+        } else {
+            PRUNE
+        };
         Ok(on_pool!(self.store, pool => {
             let mut tx = pool.begin_write().await?;
             let stored: Option<String> = sqlx::query_scalar(
@@ -289,12 +310,11 @@ impl Decisions<'_> {
                     c.seq, c.stream
                 )));
             }
-            let deleted = sqlx::query(
-                "DELETE FROM decisions WHERE tenant = $1 AND stream = $2 AND seq <= $3",
-            )
+            let deleted = sqlx::query(prune)
             .bind(&c.tenant)
             .bind(&c.stream)
             .bind(c.seq)
+            .bind(Timestamp::now().as_millisecond())
             .execute(&mut *tx)
             .await?
             .rows_affected();

@@ -42,12 +42,14 @@ mod append;
 mod archive;
 mod chain;
 mod heads;
+mod partitions;
 mod verify;
 
 pub(crate) use append::{append_pg_in, append_sqlite_in, prepared};
 pub use archive::ArchiveRange;
 pub use chain::genesis_hash;
 pub(crate) use heads::HeadCache;
+pub use partitions::{PARTITION_MONTHS_AHEAD, PartitionPrune};
 
 /// `prev_hash` of the first row of a tenant's [`LEGACY_STREAM`] chain.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";

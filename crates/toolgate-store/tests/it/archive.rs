@@ -68,7 +68,11 @@ both_backends!(archive_prune_then_verify_and_append, |db| {
     let last = rows.last().unwrap();
     let cp = checkpoint_of(last);
     assert!(db.store.checkpoints().record(&cp).await.unwrap());
-    assert_eq!(d.prune_through(&cp).await.unwrap(), 6);
+    // On PostgreSQL rows of a past month (this test near a month's start)
+    // go with the partition step that archiving runs next.
+    let pruned = d.prune_through(&cp).await.unwrap();
+    let rest = d.drop_archived_partitions().await.unwrap();
+    assert_eq!(pruned + rest.rows_dropped + rest.rows_deleted, 6);
     assert_eq!(
         d.archived_through(t, s).await.unwrap(),
         Some(Position {

@@ -13,6 +13,7 @@ mod decisions;
 mod flow_labels;
 mod intents;
 mod notifications;
+mod partitions;
 mod pooler;
 mod profiles_and_heartbeats;
 mod run_scopes;

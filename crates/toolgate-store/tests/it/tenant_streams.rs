@@ -161,9 +161,10 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         1
     );
     // A direct insert must continue its stream's last row: a made-up seq and
-    // the next seq with a made-up prev_hash are refused (TG006), a rewind to
-    // a taken seq with the right prev_hash by the primary key (23505), and
-    // the chain is unchanged.
+    // the next seq with a made-up prev_hash are refused (TG006), and so is a
+    // rewind to a taken seq with the right prev_hash (TG006 since the
+    // table is partitioned, migration 0018: the primary key said 23505),
+    // and the chain is unchanged.
     let s1_rows = a.decisions().list(&ta, s1, 0, 100).await.unwrap();
     let head = s1_rows.last().unwrap();
     let forged = |seq: i64, prev: &str| {
@@ -186,11 +187,11 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         forged(head.seq, &s1_rows[s1_rows.len() - 2].hash),
         forged(1, &s1_rows[0].prev_hash),
     ] {
-        assert_eq!(sqlstate(&pa, &sql).await, "23505", "{sql}");
+        assert_eq!(sqlstate(&pa, &sql).await, "TG006", "{sql}");
     }
     // The same through the append function a tenant's store calls
     // (migration 0010), which inserts with the owner's rights: it checks
-    // the link and the tenant itself, and the primary key still holds.
+    // the tenant itself, and the trigger the link of every row.
     let forged_call = |tenant: &str, seq: &str, prev: &str| {
         format!(
             "SELECT toolgate_append_decision('{tenant}', 'forged', 'r', 's', 't', 'allow', 'x', \
@@ -209,15 +210,17 @@ async fn tenant_streams_are_confined_and_unforgeable() {
         forged_call(&ta, &head.seq.to_string(), &s1_rows[s1_rows.len() - 2].hash),
         forged_call(&ta, "1", &s1_rows[0].prev_hash),
     ] {
-        assert_eq!(sqlstate(&pa, &sql).await, "23505", "{sql}");
+        assert_eq!(sqlstate(&pa, &sql).await, "TG006", "{sql}");
     }
     assert_eq!(
         sqlstate(&pa, &forged_call(&ta, "NULL", &head.hash)).await,
         "22004"
     );
+    // Seq 0 continues nothing (the trigger refuses it before the check
+    // constraint would, since 0018 runs it for every row).
     assert_eq!(
         sqlstate(&pa, &forged_call(&ta, "0", &head.hash)).await,
-        "23514"
+        "TG006"
     );
     // B appending to A's stream, even with the right link: refused before
     // the link is looked at, so B learns nothing of A's chain.
@@ -273,7 +276,8 @@ async fn tenant_streams_are_confined_and_unforgeable() {
     ] {
         assert_eq!(sqlstate(&pa, &sql).await, "TG006", "{sql}");
     }
-    // Overlapping the chain from a taken seq, with that seq's true link.
+    // Overlapping the chain from a taken seq, with that seq's true link
+    // (TG006 since migration 0018, where the primary key said 23505).
     let taken = (head.seq - 1).to_string();
     assert_eq!(
         sqlstate(
@@ -281,7 +285,7 @@ async fn tenant_streams_are_confined_and_unforgeable() {
             &batch(&ta, &taken, &s1_rows[s1_rows.len() - 3].hash, 3, false)
         )
         .await,
-        "23505"
+        "TG006"
     );
     for sql in [
         batch(&ta, &next, &head.hash, 3, true),
