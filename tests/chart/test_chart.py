@@ -215,6 +215,11 @@ BAD_VALUES = {
     "both database sources": {"database": {"existingSecret": "db", "url": "postgres://x"}},
     "not a database URL": {"database": {"url": "mysql://x"}},
     "bad duration": {"controller": {"bundleValidity": "one day"}},
+    "bad archive age": {"controller": {"archive": {"after": "a month"}}},
+    "relative archive dir": {"controller": {"archive": {"dir": "archive"}}},
+    "archive dir at the root": {"controller": {"archive": {"dir": "/"}}},
+    "bad archive claim name": {"controller": {"archive": {"claimName": "Archive_Claim"}}},
+    "unknown archive key": {"controller": {"archive": {"retention": "1y"}}},
     "unknown resources key": {"resources": {"request": {"cpu": "1"}}},
 }
 
@@ -614,6 +619,34 @@ def test_tenant_provisioning_can_be_turned_off(chart):
     secret_rules = [r for r in cluster["rules"] if "secrets" in r["resources"]]
     assert secret_rules == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["toolgate-notify"],
                              "verbs": ["get"]}], cluster["rules"]
+
+
+def test_the_archive_schedule_is_off_by_default(rendered):
+    c = container(rendered["default"], "controller")
+    assert not [a for a in c["args"] if a.startswith("--archive")], c["args"]
+    assert "archive" not in {m["name"] for m in c["volumeMounts"]}
+    assert "archive" not in {v["name"] for v in deployment(rendered["default"])["spec"]["template"]["spec"]["volumes"]}
+
+
+def test_the_archive_schedule_reaches_the_controller_with_its_volume(rendered, chart):
+    """values-full: a claim mounted at the directory the flags name; without
+    a claim, an emptyDir; only the controller container mounts it."""
+    c = container(rendered["full"], "controller")
+    assert (flag(c["args"], "--archive-after"), flag(c["args"], "--archive-dir"),
+            flag(c["args"], "--archive-interval")) == ("30d", "/var/lib/toolgate/archive", "6h")
+    assert {"name": "archive", "mountPath": "/var/lib/toolgate/archive"} in c["volumeMounts"]
+    pod = deployment(rendered["full"])["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["archive"] == {"name": "archive", "persistentVolumeClaim": {"claimName": "toolgate-archive"}}
+    assert "archive" not in {m["name"] for m in container(rendered["full"], "webhook")["volumeMounts"]}
+
+    objects = render(chart, {"controller": {"archive": {"after": "7d", "dir": "/archive"}}})
+    c = container(objects, "controller")
+    assert (flag(c["args"], "--archive-after"), flag(c["args"], "--archive-dir"),
+            flag(c["args"], "--archive-interval")) == ("7d", "/archive", "1h")
+    assert {"name": "archive", "mountPath": "/archive"} in c["volumeMounts"]
+    volumes = {v["name"]: v for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["archive"] == {"name": "archive", "emptyDir": {}}
 
 
 def test_webhook_container(rendered):

@@ -2,11 +2,13 @@
 //! produce, the same `Args → Config` pattern as the webhook and the sidecar.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use jiff::SignedDuration;
 use toolgate_bundle::parse_duration;
 
+use crate::archive::schedule::ArchiveSchedule;
 use crate::context::Settings;
 
 /// Command-line arguments of `toolgate controller`.
@@ -57,6 +59,21 @@ pub struct ControllerArgs {
     /// Do not sign checkpoints (sign them yourself with `toolgate audit checkpoint`).
     #[arg(long)]
     pub no_checkpoints: bool,
+    /// Archive the decision log on a schedule: every --archive-interval the
+    /// leader moves each stream's rows created more than this long ago (e.g.
+    /// `30d`; a stream's last row always stays) into --archive-dir as signed
+    /// segments, as `toolgate audit archive` does, and deletes them from the
+    /// database. Off when not given.
+    #[arg(long, value_parser = parse_duration, requires = "archive_dir")]
+    pub archive_after: Option<SignedDuration>,
+    /// Directory the scheduled archive writes into, every pass the same one
+    /// (required with --archive-after). Copy its files to durable storage;
+    /// `toolgate audit verify --archive DIR` checks them.
+    #[arg(long, requires = "archive_after")]
+    pub archive_dir: Option<PathBuf>,
+    /// How often the leader archives (with --archive-after).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub archive_interval: SignedDuration,
     /// How often the leader sends approval notifications that are due
     /// (`spec.approvals.notify`).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
@@ -102,6 +119,8 @@ pub struct ControllerConfig {
     pub approval_sync_interval: Duration,
     /// How often checkpoints are signed and published; `None`: never.
     pub checkpoint_interval: Option<Duration>,
+    /// When and where the decision log is archived; `None`: never.
+    pub archive: Option<ArchiveSchedule>,
     /// Tunables of the reconcilers; `settings.namespace` is the namespace
     /// the controller runs in (signing key, trust set, lease).
     pub settings: Settings,
@@ -114,8 +133,10 @@ fn std_duration(d: SignedDuration) -> Duration {
 }
 
 impl From<ControllerArgs> for ControllerConfig {
-    /// Cannot fail: every flag is checked by its parser. The identity falls
-    /// back to `$HOSTNAME`, then to `toolgate-controller-<pid>`.
+    /// Cannot fail: every flag is checked by its parser, and
+    /// `--archive-after` and `--archive-dir` require each other (arguments
+    /// built by hand with only one of them archive nothing). The identity
+    /// falls back to `$HOSTNAME`, then to `toolgate-controller-<pid>`.
     fn from(args: ControllerArgs) -> Self {
         let mut settings = Settings::new(&args.namespace);
         settings.bundle_validity = args.bundle_validity;
@@ -127,6 +148,14 @@ impl From<ControllerArgs> for ControllerConfig {
         settings.notify_interval = std_duration(args.notify_interval);
         settings.notify_retention = args.notify_retention;
         settings.default_notify = args.default_notify.unwrap_or_default().0;
+        let archive = match (args.archive_after, args.archive_dir) {
+            (Some(after), Some(dir)) => Some(ArchiveSchedule {
+                after,
+                dir,
+                interval: std_duration(args.archive_interval),
+            }),
+            _ => None,
+        };
         let identity = args
             .identity
             .or_else(|| std::env::var("HOSTNAME").ok())
@@ -139,6 +168,7 @@ impl From<ControllerArgs> for ControllerConfig {
             approval_sync_interval: std_duration(args.approval_sync_interval),
             checkpoint_interval: (!args.no_checkpoints)
                 .then(|| std_duration(args.checkpoint_interval)),
+            archive,
             settings,
         }
     }
@@ -202,6 +232,56 @@ mod tests {
         );
         assert!(parse(&["--lease-duration", "0s"]).is_err());
         assert!(parse(&["--approval-sync-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn archiving_is_off_unless_asked_for_and_needs_a_directory() {
+        let config = ControllerConfig::from(parse(&[]).unwrap());
+        assert_eq!(config.archive, None);
+        let config = ControllerConfig::from(
+            parse(&[
+                "--archive-after",
+                "30d",
+                "--archive-dir",
+                "/var/lib/archive",
+            ])
+            .unwrap(),
+        );
+        assert_eq!(
+            config.archive,
+            Some(ArchiveSchedule {
+                after: SignedDuration::from_hours(30 * 24),
+                dir: PathBuf::from("/var/lib/archive"),
+                interval: Duration::from_secs(3600),
+            })
+        );
+        let config = ControllerConfig::from(
+            parse(&[
+                "--archive-after",
+                "2s",
+                "--archive-dir",
+                "a",
+                "--archive-interval",
+                "500ms",
+            ])
+            .unwrap(),
+        );
+        let schedule = config.archive.unwrap();
+        assert_eq!(schedule.after, SignedDuration::from_secs(2));
+        assert_eq!(schedule.interval, Duration::from_millis(500));
+        // Each without the other is a usage error naming the missing flag.
+        let err = parse(&["--archive-after", "30d"]).err().unwrap();
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        assert!(err.to_string().contains("--archive-dir"), "{err}");
+        let err = parse(&["--archive-dir", "a"]).err().unwrap();
+        assert!(err.to_string().contains("--archive-after"), "{err}");
+        for bad in ["0s", "-1d", "monthly"] {
+            assert!(
+                parse(&["--archive-after", bad, "--archive-dir", "a"]).is_err(),
+                "{bad}"
+            );
+            assert!(parse(&["--archive-interval", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -35,6 +35,18 @@ pub enum ControllerError {
     /// Leadership was lost while running.
     #[error("leader election: {0}")]
     Leader(String),
+    /// Reading or writing a file of the decision archive failed.
+    #[error("{path}: {source}")]
+    File {
+        /// The file or directory.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The decision archive cannot go on from what an earlier run left
+    /// (a segment listed but not pruned that no longer fits the database).
+    #[error("archive: {0}")]
+    Archive(String),
 }
 
 impl ControllerError {
@@ -50,6 +62,8 @@ impl ControllerError {
         "serialization",
         "finalizer",
         "leader_election",
+        "archive_file",
+        "archive_inconsistent",
     ];
 
     /// Stable snake_case code.
@@ -65,6 +79,8 @@ impl ControllerError {
             Self::Serialization(_) => "serialization",
             Self::Finalizer(_) => "finalizer",
             Self::Leader(_) => "leader_election",
+            Self::File { .. } => "archive_file",
+            Self::Archive(_) => "archive_inconsistent",
         }
     }
 }

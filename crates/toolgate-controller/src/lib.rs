@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod approval;
+pub mod archive;
 pub mod cancellation;
 pub mod checkpoint;
 mod config;

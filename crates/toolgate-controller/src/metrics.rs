@@ -56,6 +56,12 @@ pub struct Metrics {
     /// `toolgate_checkpoint_last_success_timestamp_seconds`: end of the last
     /// checkpoint pass that completed.
     pub checkpoint_last_success: prometheus::Gauge,
+    /// `toolgate_archive_rows_total`: decision rows the scheduled archive
+    /// (`--archive-after`) moved out of the database.
+    pub archive_rows: prometheus::IntCounter,
+    /// `toolgate_archive_last_success_timestamp_seconds`: end of the last
+    /// scheduled archive pass that completed (0: none yet, or off).
+    pub archive_last_success: prometheus::Gauge,
     /// `toolgate_notifications_delivered_total{format}`: approval
     /// notifications a receiver accepted.
     pub notifications_delivered: IntCounterVec,
@@ -170,6 +176,16 @@ impl Metrics {
             "When the last checkpoint pass completed (Unix seconds).",
         )
         .expect("valid metric");
+        let archive_rows = prometheus::IntCounter::new(
+            "toolgate_archive_rows_total",
+            "Decision rows the scheduled archive moved out of the database.",
+        )
+        .expect("valid metric");
+        let archive_last_success = prometheus::Gauge::new(
+            "toolgate_archive_last_success_timestamp_seconds",
+            "When the last scheduled archive pass completed (Unix seconds).",
+        )
+        .expect("valid metric");
         let notifications_delivered = IntCounterVec::new(
             Opts::new(
                 "toolgate_notifications_delivered_total",
@@ -207,6 +223,8 @@ impl Metrics {
             Box::new(checkpoint_broken_chains.clone()),
             Box::new(checkpoint_invalid_streams.clone()),
             Box::new(checkpoint_last_success.clone()),
+            Box::new(archive_rows.clone()),
+            Box::new(archive_last_success.clone()),
             Box::new(reconcile_total.clone()),
             Box::new(reconcile_errors.clone()),
             Box::new(reconcile_duration.clone()),
@@ -243,6 +261,8 @@ impl Metrics {
             checkpoint_broken_chains,
             checkpoint_invalid_streams,
             checkpoint_last_success,
+            archive_rows,
+            archive_last_success,
             notifications_delivered,
             notification_failures,
             notifications_oldest_undelivered,

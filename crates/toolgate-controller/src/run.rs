@@ -36,6 +36,7 @@ pub async fn run_controller(
         lease_duration,
         approval_sync_interval,
         checkpoint_interval,
+        archive,
         settings,
     } = config;
     let namespace = settings.namespace.clone();
@@ -80,6 +81,13 @@ pub async fn run_controller(
         tokio::spawn(crate::checkpoint::run_checkpoints(
             ctx.clone(),
             interval,
+            stop_rx.clone(),
+        ))
+    });
+    let archives = archive.map(|schedule| {
+        tokio::spawn(crate::archive::schedule::run_archives(
+            ctx.clone(),
+            schedule,
             stop_rx,
         ))
     });
@@ -95,7 +103,7 @@ pub async fn run_controller(
     metrics.leader.set(0);
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), controllers).await;
-    if let Some(task) = checkpoints {
+    for task in [checkpoints, archives].into_iter().flatten() {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
     outcome
@@ -235,7 +243,7 @@ pub async fn run_reconcilers(
 
 /// Runs `pass` at once and then every `interval` (a late pass delays the
 /// next rather than bunching up) until `stop` turns true: the controller's
-/// periodic jobs (approval mirror, checkpoints).
+/// periodic jobs (approval mirror, checkpoints, archive).
 pub(crate) async fn every<F, Fut>(
     interval: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,

@@ -3,6 +3,7 @@
 
 mod approval_mirror;
 mod approvers;
+mod archive;
 mod checkpoint;
 mod common;
 mod crd;

@@ -4,21 +4,21 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 use std::process::ExitCode;
 
 use flate2::read::GzDecoder;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use toolgate_bundle::{CheckpointPayload, TrustSet};
+use toolgate_controller::archive::{Segment, file_sha256, read_manifests};
 use toolgate_store::{ChainedDecision, genesis_hash};
 
-use super::{MANIFEST_FORMAT, Manifest, Segment, io_err};
+use super::cli_error;
 use crate::cli_error::CliError;
 
 /// One problem offline verification found.
 #[derive(Debug, Serialize)]
-pub(super) struct Problem {
+struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     tenant: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -52,47 +52,24 @@ struct ArchivedStream {
     last_hash: String,
 }
 
-/// The manifests in `dir`, in name (so time) order: how many files there
-/// are, those that parse, and a problem for each that does not.
-pub(super) fn read_manifests(dir: &Path) -> Result<(usize, Vec<Manifest>, Vec<Problem>), CliError> {
+/// `toolgate audit verify --archive DIR --trust keys.pub`: offline.
+pub fn verify_archive(dir: &Path, trust: &TrustSet) -> Result<ExitCode, CliError> {
+    let files = read_manifests(dir).map_err(cli_error)?;
+    let names = files.len();
     let mut problems = Vec::new();
-    let mut manifests = Vec::new();
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(io_err(dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("manifest-") && n.ends_with(".json"))
-        })
-        .collect();
-    names.sort();
-    for path in &names {
-        let text = crate::cli_error::read_bytes(path)?;
-        match serde_json::from_slice::<Manifest>(&text) {
-            Ok(m) if m.format == MANIFEST_FORMAT => manifests.push(m),
-            Ok(m) => problems.push(Problem {
+    let mut manifests = Vec::with_capacity(names);
+    for file in files {
+        match file.manifest {
+            Ok(m) => manifests.push(m),
+            Err(problem) => problems.push(Problem {
                 tenant: None,
                 stream: None,
-                file: Some(path.display().to_string()),
+                file: Some(file.path.display().to_string()),
                 code: "archive_manifest_invalid",
-                problem: format!("unknown manifest format {:?}", m.format),
-            }),
-            Err(e) => problems.push(Problem {
-                tenant: None,
-                stream: None,
-                file: Some(path.display().to_string()),
-                code: "archive_manifest_invalid",
-                problem: format!("not a manifest: {e}"),
+                problem,
             }),
         }
     }
-    Ok((names.len(), manifests, problems))
-}
-
-/// `toolgate audit verify --archive DIR --trust keys.pub`: offline.
-pub fn verify_archive(dir: &Path, trust: &TrustSet) -> Result<ExitCode, CliError> {
-    let (names, manifests, mut problems) = read_manifests(dir)?;
     if names == 0 {
         problems.push(Problem {
             tenant: None,
@@ -223,12 +200,7 @@ fn check_segment(
         return 0;
     }
     let path = dir.join(rel);
-    let digest = File::open(&path).and_then(|mut f| {
-        let mut hash = Sha256::new();
-        std::io::copy(&mut f, &mut hash)?;
-        Ok(hex::encode(hash.finalize()))
-    });
-    match digest {
+    match file_sha256(&path) {
         Err(e) => {
             fail(
                 "archive_segment_missing",

@@ -1,0 +1,192 @@
+//! The controller's archive schedule (`--archive-after`): every pass moves
+//! the rows older than the cutoff into the one archive directory, later
+//! passes continue it (each stream's segments follow on), a failed pass
+//! leaves the rows live and the next one archives them, and the metrics say
+//! what was moved.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::SignedDuration;
+use toolgate_bundle::{CheckpointPayload, TrustSet};
+use toolgate_controller::archive::schedule::{ArchiveSchedule, archive_once, run_archives};
+use toolgate_controller::archive::{Segment, read_manifests};
+use toolgate_store::{DecisionRecord, Store};
+
+use crate::common::*;
+
+fn record(i: usize, age: SignedDuration) -> DecisionRecord {
+    DecisionRecord {
+        decision_id: format!("dec-{i}"),
+        run_id: "run-1".into(),
+        step_id: format!("step-{i}"),
+        tool: "bash".into(),
+        verdict: "allow".into(),
+        reason: "allow_rule".into(),
+        message: None,
+        matched_rule: Some("bash:allow:git *".into()),
+        policy_version: "safe-coding@0123456789ab".into(),
+        risk: "high".into(),
+        args_digest: format!("sha256:{i}"),
+        call_digest: None,
+        definition_digest: None,
+        created_at: now() - age,
+    }
+}
+
+fn old(from: usize, n: usize) -> Vec<DecisionRecord> {
+    (from..from + n)
+        .map(|i| record(i, SignedDuration::from_hours(48)))
+        .collect()
+}
+
+/// Every segment the directory's manifests list, by first seq.
+fn segments(dir: &std::path::Path) -> Vec<Segment> {
+    let mut all: Vec<Segment> = read_manifests(dir)
+        .unwrap()
+        .into_iter()
+        .flat_map(|m| m.manifest.unwrap().segments)
+        .collect();
+    all.sort_by_key(|s| (s.stream.clone(), s.first_seq));
+    all
+}
+
+async fn live(store: &Store, stream: &str) -> Vec<i64> {
+    store
+        .decisions()
+        .list(NS, stream, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.seq)
+        .collect()
+}
+
+#[tokio::test]
+async fn passes_continue_one_directory_and_keep_each_streams_head() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", tmp.path().join("tg.db").display());
+    let store = Store::connect(&url).await.unwrap();
+    let d = store.decisions();
+    d.append_batch(NS, "pod-a/1", old(0, 3)).await.unwrap();
+    // A recent row: it stays live (the stream's head), the older ones go.
+    d.append_batch(NS, "pod-a/1", vec![record(3, SignedDuration::from_mins(5))])
+        .await
+        .unwrap();
+    d.append_batch(NS, "pod-b/1", old(10, 2)).await.unwrap();
+    let (client, _server) = mock_client();
+    let ctx = context(client, store.clone(), now());
+    let schedule = ArchiveSchedule {
+        after: SignedDuration::from_hours(24),
+        dir: tmp.path().join("archive"),
+        interval: Duration::from_secs(3600),
+    };
+
+    let run = archive_once(&ctx, &schedule).await.unwrap();
+    assert!(run.ok, "{run:?}");
+    // pod-a: seq 1-3 (seq 4 is recent); pod-b: seq 1 (seq 2 is its head).
+    assert_eq!((run.rows(), run.pruned()), (4, 4), "{run:?}");
+    assert_eq!(live(&store, "pod-a/1").await, [4]);
+    assert_eq!(live(&store, "pod-b/1").await, [2]);
+
+    // Nothing new: no manifest, nothing pruned.
+    let idle = archive_once(&ctx, &schedule).await.unwrap();
+    assert!(idle.ok && idle.manifest.is_none() && idle.segments.is_empty());
+
+    // Later rows, archived by a later pass into the same directory.
+    d.append_batch(NS, "pod-a/1", old(4, 2)).await.unwrap();
+    let ctx = context(
+        mock_client().0,
+        store.clone(),
+        now() + SignedDuration::from_hours(24),
+    );
+    let again = archive_once(&ctx, &schedule).await.unwrap();
+    assert!(again.ok, "{again:?}");
+    // seq 4 to 5 (seq 6, the newest, stays as the head).
+    assert_eq!(again.pruned(), 2, "{again:?}");
+    assert_eq!(live(&store, "pod-a/1").await, [6]);
+    assert_eq!(read_manifests(&schedule.dir).unwrap().len(), 2);
+    let listed: Vec<(String, i64, i64)> = segments(&schedule.dir)
+        .into_iter()
+        .map(|s| (s.stream, s.first_seq, s.last_seq))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("pod-a/1".into(), 1, 3),
+            ("pod-a/1".into(), 4, 5),
+            ("pod-b/1".into(), 1, 1)
+        ]
+    );
+    // Every segment follows on from the one before, its checkpoint signed
+    // by the controller's key, and its file is where the manifest says.
+    let trust = TrustSet::from_keys([key().public_key()]).unwrap();
+    let all = segments(&schedule.dir);
+    assert_eq!(all[1].prev_hash, all[0].last_hash);
+    for s in &all {
+        let (payload, _) = CheckpointPayload::verify(s.checkpoint.as_bytes(), &trust).unwrap();
+        assert_eq!((payload.seq, &payload.hash), (s.last_seq, &s.last_hash));
+        assert!(schedule.dir.join(&s.file).is_file(), "{}", s.file);
+    }
+    // The live chain still verifies from its archive position.
+    assert!(
+        store
+            .decisions()
+            .verify(None)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.ok)
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_failed_pass_is_retried_and_never_stops_the_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", tmp.path().join("tg.db").display());
+    let store = Store::connect(&url).await.unwrap();
+    store
+        .decisions()
+        .append_batch(NS, "pod-a/1", old(0, 4))
+        .await
+        .unwrap();
+    let (client, _server) = mock_client();
+    let ctx = context(client, store.clone(), now());
+    // The directory cannot be created: a file is in its way.
+    let dir = tmp.path().join("archive");
+    std::fs::write(&dir, b"not a directory").unwrap();
+    let schedule = ArchiveSchedule {
+        after: SignedDuration::from_hours(24),
+        dir: dir.clone(),
+        interval: Duration::from_millis(50),
+    };
+    let err = archive_once(&ctx, &schedule).await.unwrap_err();
+    assert_eq!(err.code(), "archive_file", "{err}");
+    assert_eq!(live(&store, "pod-a/1").await, [1, 2, 3, 4]);
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(run_archives(Arc::clone(&ctx), schedule, stop_rx));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!task.is_finished());
+    assert_eq!(ctx.metrics.archive_rows.get(), 0);
+    assert_eq!(ctx.metrics.archive_last_success.get(), 0.0);
+    std::fs::remove_file(&dir).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while ctx.metrics.archive_rows.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never archived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ctx.metrics.archive_rows.get(), 3);
+    assert_eq!(
+        ctx.metrics.archive_last_success.get(),
+        now().as_millisecond() as f64 / 1000.0
+    );
+    assert_eq!(live(&store, "pod-a/1").await, [4]);
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+    store.close().await;
+}
