@@ -20,9 +20,9 @@
 -- One row per seq. A partitioned table's unique indexes must contain the
 -- partition key, so the primary key becomes (tenant, stream, seq,
 -- created_at), which alone would let two rows share a seq at different
--- times: a fork. So the trigger now runs for every row that names its
--- seq, the owner's too (through 0017 the owner's rows of seq > 1 skipped
--- it), and calls toolgate_stream_continues: under a transaction-scoped
+-- times: a fork. So the trigger now runs for the owner's rows too
+-- (through 0017 its rows of seq > 1 skipped it), and the trigger and the
+-- tenant append functions call toolgate_stream_continues: under a transaction-scoped
 -- advisory lock of the stream, no row may be at that seq or beyond, so a
 -- second row at a seq already taken is refused (TG006, where the key said
 -- 23505); a tenant's row must also continue the row at seq - 1, as before.
@@ -146,11 +146,11 @@ LEFT JOIN LATERAL (
 -- ---- one row per seq -----------------------------------------------------------
 
 -- True when a row at `p_seq` chained on `p_prev_hash` may join the
--- stream: no row is at `p_seq` or beyond, and (for a tenant's session,
--- beyond seq 1) the row at `p_seq` - 1 holds `p_prev_hash`. Holds the
--- stream's append lock until the transaction ends (see the header).
+-- stream: no row is at `p_seq` or beyond, and with `p_link` (beyond seq 1)
+-- the row at `p_seq` - 1 holds `p_prev_hash`. Holds the stream's append
+-- lock until the transaction ends (see the header).
 CREATE FUNCTION toolgate_stream_continues(p_tenant text, p_stream text, p_seq bigint,
-                                          p_prev_hash text)
+                                          p_prev_hash text, p_link boolean)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY INVOKER
 AS $$
@@ -170,18 +170,19 @@ BEGIN
     IF FOUND AND lseq >= p_seq THEN
         RETURN false;
     END IF;
-    -- A session that is no tenant's (the owner's) may leave a gap, as it
-    -- always could: a writer that missed a cut of the newest rows goes on
-    -- after the seq it wrote, and the cut shows as missing rows.
-    IF p_seq <= 1 OR NOT toolgate_tenant_session() THEN
+    IF p_seq <= 1 OR NOT p_link THEN
         RETURN true;
     END IF;
     RETURN FOUND AND lseq = p_seq - 1 AND lhash = p_prev_hash;
 END $$;
 
-REVOKE ALL ON FUNCTION toolgate_stream_continues(text, text, bigint, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION toolgate_stream_continues(text, text, bigint, text) TO toolgate_tenant;
+REVOKE ALL ON FUNCTION toolgate_stream_continues(text, text, bigint, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION toolgate_stream_continues(text, text, bigint, text, boolean)
+    TO toolgate_tenant;
 
+-- TG_ARGV[0] is the tables' owner, whose own rows may leave a gap, as
+-- they always could: a writer that missed a cut of the newest rows goes
+-- on after the seq it wrote, and the cut shows as missing rows.
 CREATE OR REPLACE FUNCTION toolgate_chain_decision() RETURNS trigger
 LANGUAGE plpgsql SECURITY INVOKER
 AS $$
@@ -193,11 +194,12 @@ DECLARE
 BEGIN
     IF NEW.seq IS NOT NULL THEN
         IF NEW.seq > 1 THEN
-            IF toolgate_stream_continues(NEW.tenant, NEW.stream, NEW.seq, NEW.prev_hash) THEN
+            IF toolgate_stream_continues(NEW.tenant, NEW.stream, NEW.seq, NEW.prev_hash,
+                                         current_user <> TG_ARGV[0]) THEN
                 RETURN NEW;
             END IF;
         ELSIF NEW.seq = 1
-              AND toolgate_stream_continues(NEW.tenant, NEW.stream, 1, NEW.prev_hash)
+              AND toolgate_stream_continues(NEW.tenant, NEW.stream, 1, NEW.prev_hash, true)
               AND toolgate_register_decision_stream(NEW.tenant, NEW.stream, NEW.prev_hash) THEN
             RETURN NEW;
         END IF;
@@ -260,15 +262,28 @@ BEGIN
     RETURN NEW;
 END $$;
 
--- Every row, the owner's included: through 0017 the owner's rows of seq
--- > 1 skipped the trigger, the primary key keeping them one per seq.
-CREATE TRIGGER decisions_chain BEFORE INSERT ON decisions
-FOR EACH ROW EXECUTE FUNCTION toolgate_chain_decision();
+-- Every row but those of seq > 1 the tenant append functions insert with
+-- the owner's rights (they check their first row themselves, and derive
+-- the rest from it): the owner's own rows included, which through 0017
+-- skipped it, the primary key keeping them one per seq.
+DO $migration$
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE TRIGGER decisions_chain BEFORE INSERT ON %1$I.decisions '
+        'FOR EACH ROW WHEN (NEW.seq IS NULL OR NEW.seq = 1 OR current_user <> %2$L '
+        'OR session_user = current_user) '
+        'EXECUTE FUNCTION %1$I.toolgate_chain_decision(%2$L)',
+        current_schema(),
+        (SELECT pg_catalog.pg_get_userbyid(c.relowner) FROM pg_catalog.pg_class c
+         WHERE c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident(current_schema())
+                                              || '.decisions')));
+END
+$migration$;
 
--- The tenant append functions check the tenant, then insert: the trigger
--- checks each row's link under the stream's lock (through 0017 the
--- insert's own condition checked the first link, and the primary key
--- refused a second row at a seq).
+-- The tenant append functions check the tenant, then their first row
+-- under the stream's lock, then insert (through 0017 the insert's own
+-- condition checked the first link, and the primary key refused a second
+-- row at a seq).
 CREATE OR REPLACE FUNCTION toolgate_append_decision(
     p_tenant text, p_decision_id text, p_run_id text, p_step_id text, p_tool text,
     p_verdict text, p_reason text, p_message text, p_matched_rule text,
@@ -287,6 +302,11 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = 'new row violates row-level security policy for table "decisions"';
+    END IF;
+    IF NOT toolgate_stream_continues(p_tenant, p_stream, p_seq, p_prev_hash, true) THEN
+        RAISE EXCEPTION USING ERRCODE = 'TG006',
+            MESSAGE = pg_catalog.format('decision seq %s does not continue stream %s',
+                                        p_seq, p_stream);
     END IF;
     INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, reason,
                            message, matched_rule, policy_version, risk, args_digest,
@@ -335,6 +355,11 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = 'new row violates row-level security policy for table "decisions"';
+    END IF;
+    IF NOT toolgate_stream_continues(p_tenant, p_stream, p_seq, p_prev_hash, true) THEN
+        RAISE EXCEPTION USING ERRCODE = 'TG006',
+            MESSAGE = pg_catalog.format('decision seq %s does not continue stream %s',
+                                        p_seq, p_stream);
     END IF;
     INSERT INTO decisions (tenant, decision_id, run_id, step_id, tool, verdict, reason,
                            message, matched_rule, policy_version, risk, args_digest,

@@ -17,21 +17,37 @@ pub const RELAY_PATH: &str = "/v1/wakeups";
 pub const STOP_EVENT: &str = "stop";
 /// Pause before connecting again to a lost source.
 const RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between attempts to listen while the store cannot.
+const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// Wakes `signal` on every stop the store hears for `tenant` until
-/// shutdown. Returns at once where the store can hear nothing (SQLite, a
-/// pooler without a direct URL): the watcher then reads on its fast timer.
+/// shutdown. Returns at once where the store can never hear anything
+/// (SQLite, a pooler without a direct URL): the watcher then reads on its
+/// fast timer. Where listening fails for now, it retries with backoff.
 pub async fn from_store(
     store: Store,
     tenant: String,
     signal: Arc<StopSignal>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    if !store.can_hear_wakeups() {
+        signal.set_hearing(false);
+        return;
+    }
+    let mut retry = RETRY;
     loop {
         let Some(mut rx) = store.wakeups(&tenant).await else {
+            // Passing (the database is unreachable): the watcher reads on
+            // its fast timer meanwhile, and listening is tried again.
             signal.set_hearing(false);
-            return;
+            tokio::select! {
+                _ = tokio::time::sleep(retry) => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+            retry = (retry * 2).min(MAX_RETRY);
+            continue;
         };
+        retry = RETRY;
         signal.set_hearing(true);
         loop {
             tokio::select! {

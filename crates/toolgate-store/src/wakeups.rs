@@ -220,6 +220,16 @@ async fn listen_all(pool: &PgPool, channels: &[String]) -> Result<PgListener, sq
 }
 
 impl crate::Store {
+    /// Whether [`Store::wakeups`] can ever hear anything: not on SQLite, nor
+    /// behind a pooler without a direct URL. Where it can, a `None` from it
+    /// is passing (the database is down, say) and worth asking again.
+    pub fn can_hear_wakeups(&self) -> bool {
+        match &self.backend {
+            crate::Backend::Postgres(db) => !db.pooled || db.direct.is_some(),
+            crate::Backend::Sqlite(_) => false,
+        }
+    }
+
     /// A receiver of `tenant`'s wake-ups, subscribed before it is returned:
     /// approval answers (`TENANT/APPROVAL`), run stops (`run/TENANT/RUN`)
     /// and scope stops (`scope/TENANT`), and [`RELISTENED`] after a lost
@@ -229,12 +239,12 @@ impl crate::Store {
     /// pooler without a direct URL, a database without the channel): the
     /// caller then reads on a timer.
     pub async fn wakeups(&self, tenant: &str) -> Option<broadcast::Receiver<Arc<str>>> {
+        if !self.can_hear_wakeups() {
+            return None;
+        }
         let crate::Backend::Postgres(db) = &self.backend else {
             return None;
         };
-        if db.pooled && db.direct.is_none() {
-            return None;
-        }
         let channel: Option<String> = sqlx::query_scalar("SELECT toolgate_approval_channel($1)")
             .bind(tenant)
             .fetch_one(db)

@@ -96,3 +96,34 @@ async fn sqlite_pool_and_page_cache_are_bounded() {
     assert_eq!(cache, -i64::from(toolgate_store::SQLITE_CACHE_KIB));
     store.close().await;
 }
+
+/// Whether a store can ever hear wake-ups is a property of how it reaches
+/// the database, not of whether the database answers now: a PostgreSQL
+/// store that cannot reach its server yet still can (its `None` from
+/// `wakeups` is passing, and the sidecar tries again), SQLite and a pooler
+/// without a direct URL never can.
+#[tokio::test]
+async fn hearing_wake_ups_depends_on_the_route_not_on_the_moment() {
+    let sqlite = Store::connect("sqlite::memory:").await.unwrap();
+    assert!(!sqlite.can_hear_wakeups());
+    let unreachable = || {
+        sqlx::postgres::PgPoolOptions::new()
+            .acquire_timeout(std::time::Duration::from_millis(300))
+            .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+            .unwrap()
+    };
+    let direct = Store::from_postgres_pool(unreachable());
+    assert!(direct.can_hear_wakeups());
+    assert!(
+        direct.wakeups("acme").await.is_none(),
+        "nothing to hear yet"
+    );
+    let pooled = Store::from_postgres_pool(unreachable())
+        .through_transaction_pooler(None)
+        .unwrap();
+    assert!(!pooled.can_hear_wakeups());
+    let pooled = Store::from_postgres_pool(unreachable())
+        .through_transaction_pooler(Some("postgres://nobody@127.0.0.1:1/none"))
+        .unwrap();
+    assert!(pooled.can_hear_wakeups());
+}
