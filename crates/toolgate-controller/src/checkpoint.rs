@@ -284,6 +284,12 @@ async fn checkpoint_pass(
     ctx: &Context,
     verification: Verification,
 ) -> Result<SigningReport, ControllerError> {
+    // The decision table's months ahead (PostgreSQL), so a controller
+    // that runs for months keeps them coming; failing that, rows go to the
+    // default partition and are pruned row by row, nothing is lost.
+    if let Err(e) = ctx.store.decisions().ensure_partitions().await {
+        tracing::warn!(error = %e, "cannot create the decision table's months ahead");
+    }
     let report = sign_heads(&ctx.store, &ctx.key, None, (ctx.clock)(), verification).await?;
     let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     ctx.metrics

@@ -56,6 +56,7 @@ pub async fn archive(
             "records": run.rows(),
             "pruned": run.pruned(),
             "segments": run.segments,
+            "partitions": run.partitions,
             "problem": run.problem,
             "elapsed_ms": started.elapsed().as_millis() as u64,
         }))
