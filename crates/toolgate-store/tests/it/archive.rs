@@ -3,9 +3,9 @@
 //! checkpoint, pruning needs a stored checkpoint of a live, non-head row,
 //! rows deleted without one are still a gap, and appends go on.
 
-use crate::common::builders::record;
+use crate::common::builders::{checkpoint_of, record};
 use jiff::{SignedDuration, Timestamp};
-use toolgate_store::{ChainedDecision, Checkpoint, Position, Store, StoreError, genesis_hash};
+use toolgate_store::{Position, Store, StoreError, genesis_hash};
 
 /// `n` records created `age` ago (and one millisecond apart).
 fn aged(from: usize, n: usize, age: SignedDuration) -> Vec<toolgate_store::DecisionRecord> {
@@ -17,20 +17,6 @@ fn aged(from: usize, n: usize, age: SignedDuration) -> Vec<toolgate_store::Decis
             r
         })
         .collect()
-}
-
-/// A checkpoint of `row`'s position as `toolgate audit archive` stores it
-/// (the store keeps the envelope verbatim; signatures are the CLI's).
-fn checkpoint_of(row: &ChainedDecision) -> Checkpoint {
-    Checkpoint {
-        tenant: row.tenant.clone(),
-        stream: row.stream.clone(),
-        seq: row.seq,
-        hash: row.hash.clone(),
-        at: Timestamp::now(),
-        keyid: "test-key".into(),
-        envelope: format!("{{\"test\":{}}}", row.seq),
-    }
 }
 
 async fn verified(store: &Store, tenant: &str, stream: &str) -> toolgate_store::ChainReport {

@@ -7,12 +7,12 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::common::TestDb;
-use crate::common::builders::record;
+use crate::common::builders::{checkpoint_of, record};
 use crate::common::tenants::{admin_url, count, sqlstate, with_schema};
 use jiff::Timestamp;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
-use toolgate_store::{Checkpoint, DecisionRecord, Store};
+use toolgate_store::{DecisionRecord, Store};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -295,15 +295,7 @@ async fn archived_months_are_dropped_whole() {
             .await
             .unwrap()
             .remove(0);
-        let cp = Checkpoint {
-            tenant: row.tenant.clone(),
-            stream: row.stream.clone(),
-            seq: row.seq,
-            hash: row.hash.clone(),
-            at: Timestamp::now(),
-            keyid: "test-key".into(),
-            envelope: format!("{{\"test\":{}}}", row.seq),
-        };
+        let cp = checkpoint_of(&row);
         assert!(db.store.checkpoints().record(&cp).await.unwrap());
         assert_eq!(d.prune_through(&cp).await.unwrap(), 0, "past months wait");
     }
@@ -331,15 +323,7 @@ async fn archived_months_are_dropped_whole() {
         .unwrap();
     assert_eq!((range.first_seq, range.last_seq), (4, 7));
     let row = d.list("acme", "pod/a", 6, 1).await.unwrap().remove(0);
-    let cp = Checkpoint {
-        tenant: row.tenant.clone(),
-        stream: row.stream.clone(),
-        seq: row.seq,
-        hash: row.hash.clone(),
-        at: Timestamp::now(),
-        keyid: "test-key".into(),
-        envelope: "{\"test\":7}".into(),
-    };
+    let cp = checkpoint_of(&row);
     assert!(db.store.checkpoints().record(&cp).await.unwrap());
     let pruned = d.prune_through(&cp).await.unwrap();
     let report = d.drop_archived_partitions().await.unwrap();

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use toolgate_store::{ApprovedCall, DecisionRecord, NewApproval, NewIntent, ProfileLoad};
+use toolgate_store::{
+    ApprovedCall, ChainedDecision, Checkpoint, DecisionRecord, NewApproval, NewIntent, ProfileLoad,
+};
 
 use super::unique;
 
@@ -83,5 +85,19 @@ pub fn profile_load(version: &str, by: &str) -> ProfileLoad {
         hardline_sha256: "b".repeat(64),
         bundle_digest: Some("sha256:bundle".into()),
         loaded_by: by.into(),
+    }
+}
+
+/// A checkpoint of `row`'s position as `toolgate audit archive` stores it
+/// (the store keeps the envelope verbatim; signatures are the CLI's).
+pub fn checkpoint_of(row: &ChainedDecision) -> Checkpoint {
+    Checkpoint {
+        tenant: row.tenant.clone(),
+        stream: row.stream.clone(),
+        seq: row.seq,
+        hash: row.hash.clone(),
+        at: jiff::Timestamp::now(),
+        keyid: "test-key".into(),
+        envelope: format!("{{\"test\":{}}}", row.seq),
     }
 }
