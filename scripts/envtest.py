@@ -431,11 +431,7 @@ def _up(args, stack: Stack, bindir: pathlib.Path, bins: dict, t0: float, t_build
                         ("--tls-key", str(pki["webhook_key"])), ("--metrics-listen", f"127.0.0.1:{webhook_metrics}")):
         wargs = _replace_flag(wargs, flag, value)
     log_env = {"RUST_LOG": os.environ.get("RUST_LOG", "info")}
-    webhook, webhook_log = stack.spawn("webhook", [str(bins["toolgate"]), *wargs], dict(os.environ, **log_env))
     webhook_url = f"https://127.0.0.1:{webhook_port}"
-    wctx = ssl.create_default_context(cafile=str(pki["ca_crt"]))
-    wait_for("webhook /healthz", lambda: urllib.request.urlopen(f"{webhook_url}/healthz", context=wctx,
-                                                                timeout=2).status == 200, 60, webhook, webhook_log)
 
     # The chart, webhooks pointed at the local webhook, applied server-side.
     k("create", "namespace", CONTROLLER_NS)
@@ -449,6 +445,15 @@ def _up(args, stack: Stack, bindir: pathlib.Path, bins: dict, t0: float, t_build
     token = k("create", "token", sa, "-n", CONTROLLER_NS, "--duration", "48h").strip()
     controller_kubeconfig = d / "controller.kubeconfig"
     _kubeconfig(controller_kubeconfig, server_url, pki["ca_crt"], {"token": token}, CONTROLLER_NS)
+    # The webhook runs as the chart's ServiceAccount too (it shares the
+    # controller's pod): it reads PolicyProfiles to judge who may decide.
+    # Started after the chart so the token exists; nothing the chart
+    # creates goes through it.
+    webhook_env = {"KUBECONFIG": str(controller_kubeconfig), **log_env}
+    webhook, webhook_log = stack.spawn("webhook", [str(bins["toolgate"]), *wargs], dict(os.environ, **webhook_env))
+    wctx = ssl.create_default_context(cafile=str(pki["ca_crt"]))
+    wait_for("webhook /healthz", lambda: urllib.request.urlopen(f"{webhook_url}/healthz", context=wctx,
+                                                                timeout=2).status == 200, 60, webhook, webhook_log)
     cargs = container_args(objects, "controller")
     cargs = _replace_flag(cargs, "--database", database_url)
     cargs = _replace_flag(cargs, "--namespace", CONTROLLER_NS)
@@ -483,7 +488,7 @@ def _up(args, stack: Stack, bindir: pathlib.Path, bins: dict, t0: float, t_build
         "ca": str(pki["ca_crt"]),
         "namespace": CONTROLLER_NS,
         "webhook": {"url": webhook_url, "metrics": f"http://127.0.0.1:{webhook_metrics}",
-                    "pid": webhook.pid, "argv": [str(bins["toolgate"]), *wargs]},
+                    "pid": webhook.pid, "argv": [str(bins["toolgate"]), *wargs], "env": webhook_env},
         "controller": {"metrics": metrics, "kubeconfig": str(controller_kubeconfig),
                        "argv": [str(bins["toolgate"]), *cargs], "env": controller_env},
         "pids": stack.state["pids"],

@@ -71,12 +71,28 @@ def test_impersonated_approvals_against_chart_rbac(kube, cluster):
     assert out.returncode != 0 and "spec.decidedByGroups" in out.stderr, out.stderr
     assert _psql(cluster, "SELECT status FROM approvals WHERE id = 'e2e-1'") == "pending"
 
-    # 3. A user RBAC lets decide but the profile's approvers do not name
-    #    (group:platform-oncall only): the row stays pending.
-    decide("erin", ["helpers"], {"decision": "approved", "decidedBy": "erin", "decidedByGroups": ["helpers"]},
-           check=True)
-    wait_for("ApproverNotAllowed", lambda: "ApproverNotAllowed" in (_get(kube, name)["status"].get("message") or ""))
+    # 3. Issue #46 item 2: a user RBAC lets decide but the profile's approvers
+    #    do not name (group:platform-oncall only) is refused at admission, so
+    #    nothing sticks: no decision, no decidedBy, the row pending ...
+    out = decide("erin", ["helpers"], {"decision": "denied", "decidedBy": "erin", "decidedByGroups": ["helpers"]})
+    assert out.returncode != 0 and "approvals.validate.toolgate.dev" in out.stderr, out.stderr
+    assert "approver_not_allowed" in out.stderr and "spec.approvals.approvers" in out.stderr, out.stderr
+    assert f"PolicyProfile {ns}/safe-coding" in out.stderr, out.stderr
+    spec = _get(kube, name)["spec"]
+    assert "decision" not in spec and "decidedBy" not in spec, spec
     assert _psql(cluster, "SELECT status FROM approvals WHERE id = 'e2e-1'") == "pending"
+    # ... and the real approver's decision of the same approval goes through.
+    decide("carol", ["platform-oncall"], {"decision": "approved", "decidedBy": "carol",
+                                          "decidedByGroups": ["platform-oncall"]}, check=True)
+    wait_for("e2e-1 resolved", lambda: _psql(
+        cluster, "SELECT status, resolved_by FROM approvals WHERE id = 'e2e-1'") == "approved|carol")
+    # Fail closed: a profile the webhook cannot find refuses every decision.
+    lost = _pending(kube, cluster, "e2e-3", ns, "no-such-profile@sha256:00")
+    out = kube("patch", "approval", lost, "-n", APPROVALS_NS, "--type", "merge", "-p",
+               json.dumps({"spec": {"decision": "approved", "decidedBy": "carol"}}), as_user="carol",
+               groups=["platform-oncall"], check=False)
+    assert out.returncode != 0 and "not found" in out.stderr, out.stderr
+    assert "decision" not in _get(kube, lost)["spec"]
 
     # 4. An approver, as herself, in her authenticated group: resolved in the database.
     name = _pending(kube, cluster, "e2e-2", ns, version)

@@ -193,22 +193,21 @@ def test_people_decide_as_themselves(console, kube, cluster):
     assert status == 403
     assert _row(cluster, approval_id) == "pending|"
 
-    # bob may patch Approvals but is no approver: the decision is written as
-    # him (the webhook accepts only his own name) and the controller refuses it.
+    # bob may patch Approvals but is no approver: the webhook refuses his
+    # decision (issue #46 item 2), so nothing sticks and the console shows why.
     bob_id, bob_name = _pending(kube, cluster, console["team"], console["version"])
     bob = Browser(console["url"])
     bob_page = bob.sign_in(console["tokens"]["bob"])
-    status, _, _ = bob.request("POST", f"/approvals/{bob_name}", {"csrf": _csrf(bob_page), "decision": "approved",
-                                                                    "reason": "looks fine"})
-    assert status == 200
+    status, body, _ = bob.request("POST", f"/approvals/{bob_name}", {"csrf": _csrf(bob_page),
+                                                                      "decision": "approved", "reason": "looks fine"})
+    assert status == 403 and "approver_not_allowed" in body, (status, body[-1500:])
     obj = kube.get("approval", bob_name, "-n", APPROVALS_NS)
-    assert obj["spec"]["decidedBy"] == _user("bob"), obj["spec"]
-    wait_for("ApproverNotAllowed", lambda: "ApproverNotAllowed" in (
-        kube.get("approval", bob_name, "-n", APPROVALS_NS)["status"].get("message") or ""), 30)
+    assert "decision" not in obj["spec"] and "decidedBy" not in obj["spec"], obj["spec"]
     assert _row(cluster, bob_id) == "pending|"
-    # ... and the console shows bob why.
-    _, refreshed, _ = bob.request("GET", "/fragment")
-    assert "ApproverNotAllowed" in refreshed, refreshed[-2000:]
+    # ... and the approver still can.
+    status, body, _ = alice.request("POST", f"/approvals/{bob_name}", {"csrf": _csrf(page), "decision": "denied"})
+    assert status == 200, body[-1500:]
+    wait_for("row denied", lambda: _row(cluster, bob_id) == f"denied|{_user('alice')}", 30)
 
     # victor may look but not decide: the console tries, as him, and shows
     # the API server's refusal.

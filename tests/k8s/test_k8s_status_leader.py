@@ -59,7 +59,8 @@ def test_status_green_then_red_when_the_webhook_is_down(kube, cluster):
         kube("label", "pod", "before", "-n", ns, "still=works")
         kube("label", "tgp", "safe-coding", "-n", ns, "still=works")
     finally:
-        respawn(cluster, "webhook", cluster["webhook"]["argv"], dict(os.environ, RUST_LOG="info"))
+        respawn(cluster, "webhook", cluster["webhook"]["argv"],
+                dict(os.environ, **{**cluster["webhook"]["env"], "RUST_LOG": "info"}))
     wait_for("status green again", lambda: _status(kube).returncode == 0, 60)
 
 

@@ -26,4 +26,6 @@ pub mod validate;
 
 pub use error::K8sError;
 pub use generate::{crd_files, crdgen, write_crds};
-pub use validate::{ApprovalFields, Requester, validate_approval, validate_profile};
+pub use validate::{
+    ApprovalFields, Approver, Requester, approver_allowed, validate_approval, validate_profile,
+};

@@ -277,3 +277,45 @@ fn invalid(field: &str, message: &str) -> K8sError {
         message: message.into(),
     }
 }
+
+/// One entry of a profile's `spec.approvals.approvers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approver<'a> {
+    /// `user:NAME`, or a bare `NAME`: an authenticated username.
+    User(&'a str),
+    /// `group:NAME`: a group the API server authenticated the decider in.
+    Group(&'a str),
+}
+
+impl<'a> Approver<'a> {
+    /// Reads one entry. A bare name is a user, so Kubernetes usernames that
+    /// contain colons (`system:serviceaccount:ns:sa`) keep working.
+    pub fn parse(entry: &'a str) -> Self {
+        if let Some(group) = entry.strip_prefix("group:") {
+            Approver::Group(group)
+        } else {
+            Approver::User(entry.strip_prefix("user:").unwrap_or(entry))
+        }
+    }
+}
+
+/// Whether a decider (authenticated `user`, in `groups`) may answer for a
+/// profile whose `spec.approvals.approvers` is `approvers`: anyone when the
+/// list is empty, otherwise a listed user or a member of a listed group
+/// (exact, case-sensitive; an unset user is nobody). `user` and `groups`
+/// come from `spec.decidedBy` / `spec.decidedByGroups`, which
+/// [`validate_approval`] pins to what the API server authenticated. The one
+/// rule of the controller (which records a decision only if it holds) and
+/// the validating webhook (which refuses a decision that does not).
+pub fn approver_allowed(approvers: &[String], user: Option<&str>, groups: &[String]) -> bool {
+    if approvers.is_empty() {
+        return true;
+    }
+    let Some(user) = user.filter(|u| !u.is_empty()) else {
+        return false;
+    };
+    approvers.iter().any(|entry| match Approver::parse(entry) {
+        Approver::User(name) => name == user,
+        Approver::Group(name) => groups.iter().any(|g| g == name),
+    })
+}

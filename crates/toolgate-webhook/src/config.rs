@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::WebhookError;
+use crate::approvers::Profiles;
 use crate::inject::{InjectConfig, SidecarMode, SidecarTracing};
 use crate::sidecar_resources::{SidecarResources, cpu_flag, memory_flag};
 
@@ -167,6 +168,8 @@ pub struct WebhookConfig {
     pub max_body_bytes: usize,
     /// What to inject.
     pub inject: InjectConfig,
+    /// Where the approvers of a decided Approval's profile are read.
+    pub profiles: Profiles,
 }
 
 impl TryFrom<WebhookArgs> for WebhookConfig {
@@ -208,6 +211,7 @@ impl TryFrom<WebhookArgs> for WebhookConfig {
                 wakeups_url: (!args.sidecar_wakeups_url.is_empty())
                     .then_some(args.sidecar_wakeups_url),
             },
+            profiles: Profiles::kube(),
         })
     }
 }

@@ -43,6 +43,26 @@ pub enum WebhookError {
     /// (codes `approval_invalid`, `approval_immutable`).
     #[error(transparent)]
     Approval(#[from] toolgate_k8s::K8sError),
+    /// A decision by someone who is not an approver of the profile the
+    /// approval answers for, or whose profile cannot be found.
+    #[error("{field}: {message}")]
+    ApproverNotAllowed {
+        /// Dotted path of the field, e.g. `spec.decision`.
+        field: String,
+        /// Who decided and which approvers would have been allowed.
+        message: String,
+    },
+    /// The approvers of a profile could not be read (API unreachable, no
+    /// client, RBAC): the decision is refused, fail closed.
+    #[error(
+        "spec.decision: cannot read the approvers of {profile}: {message}; the decision is refused"
+    )]
+    ApproversUnavailable {
+        /// The profile, e.g. `PolicyProfile agents/safe-coding`.
+        profile: String,
+        /// What failed.
+        message: String,
+    },
     /// A pod update would change, remove or reach into the injected sidecar.
     #[error("{field}: {message}")]
     SidecarImmutable {
@@ -84,6 +104,8 @@ impl WebhookError {
             Self::Policy(e) => e.code(),
             Self::Approval(e) => e.code(),
             Self::SidecarImmutable { .. } => "sidecar_immutable",
+            Self::ApproverNotAllowed { .. } => "approver_not_allowed",
+            Self::ApproversUnavailable { .. } => "approvers_unavailable",
             Self::Tls { .. } => "tls_config",
             Self::Io { .. } => "io",
             Self::Internal(_) => "internal",
@@ -95,7 +117,9 @@ impl WebhookError {
         match self {
             Self::InvalidObject { field, .. }
             | Self::Injection { field, .. }
-            | Self::SidecarImmutable { field, .. } => Some(field),
+            | Self::SidecarImmutable { field, .. }
+            | Self::ApproverNotAllowed { field, .. } => Some(field),
+            Self::ApproversUnavailable { .. } => Some("spec.decision"),
             Self::Policy(e) => e.field(),
             Self::Approval(e) => e.field(),
             _ => None,
@@ -108,7 +132,10 @@ impl WebhookError {
         match self {
             Self::MalformedReview(_) | Self::InvalidObject { .. } => 400,
             Self::BodyTooLarge { .. } => 413,
-            Self::Injection { .. } | Self::SidecarImmutable { .. } => 403,
+            Self::Injection { .. }
+            | Self::SidecarImmutable { .. }
+            | Self::ApproverNotAllowed { .. } => 403,
+            Self::ApproversUnavailable { .. } => 503,
             Self::Approval(toolgate_k8s::K8sError::ApprovalImmutable { .. }) => 403,
             Self::Policy(_) | Self::Approval(toolgate_k8s::K8sError::InvalidApproval { .. }) => 422,
             Self::Approval(toolgate_k8s::K8sError::Io(_)) => 500,

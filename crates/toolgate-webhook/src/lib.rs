@@ -8,7 +8,8 @@
 //! - `POST /validate-policyprofiles` refuses a PolicyProfile that does not
 //!   load and compile, naming the field and the rule ([`validate`]).
 //! - `POST /validate-approvals` keeps an Approval well formed and its
-//!   decision final once made ([`validate`]).
+//!   decision final once made ([`validate`]), and refuses a decision by
+//!   someone who is not an approver of its profile ([`approvers`]).
 //! - `GET /healthz` answers `{"status":"ok"}`.
 //! - [`metrics`]: `GET /metrics` (and `/healthz`) on a separate plain-HTTP
 //!   port (`--metrics-listen`, default `0.0.0.0:8081`; `off` disables it).
@@ -35,6 +36,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod approvers;
 mod config;
 mod error;
 pub mod guard;

@@ -32,6 +32,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 struct AppState {
     inject: InjectConfig,
+    profiles: crate::approvers::Profiles,
     max_body_bytes: usize,
     metrics: Metrics,
 }
@@ -57,7 +58,7 @@ impl Hook {
 
 /// The webhook routes, without TLS: `POST /mutate-pods`, `POST /validate-pods`,
 /// `POST /validate-policyprofiles`, `POST /validate-approvals`, `GET /healthz`.
-/// Only `config.inject` and `config.max_body_bytes` are used; requests are
+/// Only `config.inject`, `config.profiles` and `config.max_body_bytes` are used; requests are
 /// counted in a registry of their own (see [`router_with_metrics`]).
 pub fn router(config: &WebhookConfig) -> Router {
     router_with_metrics(config, Metrics::default())
@@ -67,6 +68,7 @@ pub fn router(config: &WebhookConfig) -> Router {
 pub fn router_with_metrics(config: &WebhookConfig, metrics: Metrics) -> Router {
     let state = Arc::new(AppState {
         inject: config.inject.clone(),
+        profiles: config.profiles.clone(),
         max_body_bytes: config.max_body_bytes,
         metrics,
     });
@@ -133,7 +135,13 @@ async fn answer(hook: Hook, state: &AppState, request: Request) -> (Response, &'
             };
         }
     };
-    let response = decide(hook, &request, &state.inject);
+    let mut response = decide(hook, &request, &state.inject);
+    if matches!(hook, Hook::ValidateApprovals) && response.allowed {
+        // Well formed and attributed: now whether the decider may decide.
+        if let Err(e) = crate::approvers::check(&request, &state.profiles).await {
+            response = AdmissionResponse::deny(&request.uid, &e);
+        }
+    }
     crate::trace::reviewed(&request, &response);
     if response.allowed {
         tracing::debug!(hook = hook.name(), uid = %request.uid, patched = response.patch.is_some(), "admitted");

@@ -12,45 +12,7 @@ use crate::error::ControllerError;
 /// the profile's approvers list.
 pub const APPROVER_NOT_ALLOWED: &str = "ApproverNotAllowed";
 
-/// One entry of `spec.approvals.approvers`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Approver<'a> {
-    /// `user:NAME`, or a bare `NAME`: an authenticated username.
-    User(&'a str),
-    /// `group:NAME`: a group the API server authenticated the decider in.
-    Group(&'a str),
-}
-
-impl<'a> Approver<'a> {
-    /// Reads one entry. A bare name is a user, so Kubernetes usernames that
-    /// contain colons (`system:serviceaccount:ns:sa`) keep working.
-    pub fn parse(entry: &'a str) -> Self {
-        if let Some(group) = entry.strip_prefix("group:") {
-            Approver::Group(group)
-        } else {
-            Approver::User(entry.strip_prefix("user:").unwrap_or(entry))
-        }
-    }
-}
-
-/// Whether a decider (authenticated `user`, in `groups`) may answer for a
-/// profile whose `spec.approvals.approvers` is `approvers`: anyone when the
-/// list is empty, otherwise a listed user or a member of a listed group
-/// (exact, case-sensitive; an unset user is nobody). `user` and `groups`
-/// come from `spec.decidedBy` / `spec.decidedByGroups`, which the validating
-/// webhook pins to what the API server authenticated.
-pub fn approver_allowed(approvers: &[String], user: Option<&str>, groups: &[String]) -> bool {
-    if approvers.is_empty() {
-        return true;
-    }
-    let Some(user) = user.filter(|u| !u.is_empty()) else {
-        return false;
-    };
-    approvers.iter().any(|entry| match Approver::parse(entry) {
-        Approver::User(name) => name == user,
-        Approver::Group(name) => groups.iter().any(|g| g == name),
-    })
-}
+pub use toolgate_k8s::{Approver, approver_allowed};
 
 /// [`approver_allowed`] for the decider recorded on an Approval.
 pub fn decider_allowed(approvers: &[String], spec: &ApprovalSpec) -> bool {

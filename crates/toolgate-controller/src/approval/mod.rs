@@ -29,8 +29,14 @@
 //! list is non-empty and `spec.decidedBy` is not in it, or the profile
 //! cannot be found, the row is left pending, the object stays
 //! `phase: Pending` with a message starting with `ApproverNotAllowed`, and a
-//! Warning Event of that reason is published. `decidedBy` can be corrected
-//! (only `spec.decision` is immutable); the next reconcile checks again.
+//! Warning Event of that reason is published. Nothing can be corrected
+//! then: the decision and its decider are immutable, so the approval stays
+//! pending until it expires. That is why the validating webhook refuses such
+//! a decision before it is stored, by the same rule
+//! ([`approver_allowed`], shared through `toolgate-k8s`) against the same
+//! profile (from the object's immutable `spec.request`, which the
+//! controller wrote from the row); this check remains for clusters without
+//! the webhook and for a profile edited in between.
 //!
 //! **Who `spec.decidedBy` is.** This reconciler only reads the field. The
 //! validating webhook (`toolgate-webhook`) pins it: a write that sets

@@ -89,6 +89,39 @@ async fn approvals_are_validated_and_decisions_are_final() {
         );
     }
 
+    // Issue 46, item 2: someone who is not an approver of the request's
+    // profile (agents/safe-coding: bob and group:platform-oncall) may not
+    // decide, even as themselves: the decision would stick, unrecorded.
+    let mut outsider = resolve.clone();
+    outsider["request"]["userInfo"] = json!({"username": "mallory", "groups": ["helpers"]});
+    outsider["request"]["object"]["spec"]["decidedBy"] = json!("mallory");
+    outsider["request"]["object"]["spec"]["decidedByGroups"] = json!(["helpers"]);
+    let response = review(&mut client, "/validate-approvals", &outsider).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["reason"], "approver_not_allowed");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("spec.decision: `mallory` (groups helpers) is not in spec.approvals.approvers of PolicyProfile agents/safe-coding"),
+        "{message}"
+    );
+    // ... and a profile the webhook cannot find refuses every decision.
+    let mut elsewhere = resolve.clone();
+    for object in ["object", "oldObject"] {
+        elsewhere["request"][object]["spec"]["request"]["tenant"] = json!("other");
+    }
+    let response = review(&mut client, "/validate-approvals", &elsewhere).await;
+    assert_eq!(
+        response["status"]["reason"], "approver_not_allowed",
+        "{response}"
+    );
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not found"),
+        "{response}"
+    );
+
     let mut maybe = resolve.clone();
     maybe["request"]["object"]["spec"]["decision"] = json!("maybe");
     let response = review(&mut client, "/validate-approvals", &maybe).await;

@@ -110,6 +110,14 @@ impl TestServer {
             tls_reload_interval: reload,
             max_body_bytes: 2 * 1024 * 1024,
             inject,
+            // The profile of tests/fixtures/approval-resolve.json.
+            profiles: toolgate_webhook::approvers::Profiles::fixed([(
+                ("agents".to_owned(), "safe-coding".to_owned()),
+                vec![
+                    "bob@example.com".to_owned(),
+                    "group:platform-oncall".to_owned(),
+                ],
+            )]),
         };
         let server = toolgate_webhook::bind(config).await.expect("bind");
         let addr = server.local_addr().expect("addr");
