@@ -115,9 +115,13 @@ def test_crd_cel_transition_rules(kube):
     assert out.returncode != 0 and "spec is immutable: create another RunCancellation" in out.stderr, out.stderr
 
     # A decided standing grant keeps its decision (CEL runs before the webhook).
+    # Its profile names the admin as an approver: the webhook admits a
+    # decision only from an approver of a profile it can read (#46 item 2).
+    kube.apply(profile("decider", ns, approvals={"ttlSeconds": 900, "approvers": ["user:envtest-admin"]}))
     grant = {"apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
              "metadata": {"name": "grant-decided", "namespace": ns},
-             "spec": {"grant": {**GRANT, "profile": "nope"}, "decision": "denied", "decidedBy": "envtest-admin"}}
+             "spec": {"grant": {**GRANT, "profile": "decider"}, "decision": "denied",
+                      "decidedBy": "envtest-admin"}}
     kube.create(grant)
     out = kube("patch", "tga", "grant-decided", "-n", ns, "--type", "merge", "-p",
                json.dumps({"spec": {"decision": "approved"}}), check=False)
@@ -159,14 +163,16 @@ def test_standing_grant_new_version_and_deletion(kube, tmp_path):
              "spec": {"grant": {**GRANT, "profile": "safe-coding", "glob": "*"}}}
     kube.create(rogue)
 
-    def decide(name, user, groups):
-        kube("patch", "approval", name, "-n", ns, "--type", "merge", "-p", json.dumps(
+    def decide(name, user, groups, check=True):
+        return kube("patch", "approval", name, "-n", ns, "--type", "merge", "-p", json.dumps(
             {"spec": {"decision": "approved", "decidedBy": user, "decidedByGroups": groups}}),
-             as_user=user, groups=groups)
+            as_user=user, groups=groups, check=check)
 
-    decide("grant-everything", "erin", ["helpers"])
-    wait_for("rogue grant refused", lambda: "ApproverNotAllowed" in
-             (kube.get("approval", "grant-everything", "-n", ns)["status"].get("message") or ""))
+    # Someone RBAC lets decide but the approvers do not name is refused at
+    # admission (#46 item 2): no decision sticks on the rogue grant.
+    out = decide("grant-everything", "erin", ["helpers"], check=False)
+    assert out.returncode != 0 and "approver_not_allowed" in out.stderr, out.stderr
+    assert "decision" not in kube.get("approval", "grant-everything", "-n", ns)["spec"]
     decide("grant-make", "carol", ["platform-oncall"])
     status = wait_for("new version with the grant", lambda: (s := kube.get("tgp", "safe-coding", "-n", ns)["status"])
                       .get("sequence") == 2 and s)
