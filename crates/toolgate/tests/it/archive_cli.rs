@@ -12,7 +12,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use toolgate_store::{DecisionRecord, Store};
 
-fn toolgate(args: &[&str]) -> (Option<i32>, Value) {
+pub(crate) fn toolgate(args: &[&str]) -> (Option<i32>, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(args)
         .output()
@@ -27,7 +27,7 @@ fn toolgate(args: &[&str]) -> (Option<i32>, Value) {
     (out.status.code(), json)
 }
 
-fn records(from: usize, n: usize, age: SignedDuration) -> Vec<DecisionRecord> {
+pub(crate) fn records(from: usize, n: usize, age: SignedDuration) -> Vec<DecisionRecord> {
     let at = Timestamp::now() - age;
     (from..from + n)
         .map(|i| DecisionRecord {
@@ -51,7 +51,7 @@ fn records(from: usize, n: usize, age: SignedDuration) -> Vec<DecisionRecord> {
 
 /// A SQLite file, and a fresh schema of `TOOLGATE_TEST_DATABASE_URL` when
 /// set (required in CI).
-async fn engines(dir: &Path) -> Vec<String> {
+pub(crate) async fn engines(dir: &Path) -> Vec<String> {
     let mut out = vec![format!(
         "sqlite://{}?mode=rwc",
         dir.join("archive.db").display()
@@ -392,91 +392,6 @@ async fn archive_then_verify_live_and_offline() {
             .find(|c| c["ok"] == false)
             .unwrap();
         assert_eq!(broken["first_broken_seq"], 5, "{cut}");
-        store.close().await;
-    }
-}
-
-/// Measures archiving: `TOOLGATE_ARCHIVE_BENCH_ROWS` rows (default
-/// 100,000) of one stream, all old, on each engine; prints the archive's
-/// and the offline verification's wall time. Run with `--ignored
-/// --nocapture` (a release build for real numbers).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn measure_archive() {
-    let rows: usize = std::env::var("TOOLGATE_ARCHIVE_BENCH_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
-    let tmp = tempfile::tempdir().unwrap();
-    let (key_path, trust_path, _) = crate::common::key_files(tmp.path());
-    for (n, url) in engines(tmp.path()).await.into_iter().enumerate() {
-        let store = Store::connect(&url).await.unwrap();
-        let started = std::time::Instant::now();
-        let mut done = 0;
-        while done < rows {
-            let batch = (rows - done).min(10_000);
-            store
-                .decisions()
-                .append_batch(
-                    "bench",
-                    "pod/1",
-                    records(done, batch, SignedDuration::from_hours(2)),
-                )
-                .await
-                .unwrap();
-            done += batch;
-        }
-        let appended = started.elapsed();
-        let out = tmp.path().join(format!("bench-{n}"));
-        let before = (Timestamp::now() - SignedDuration::from_hours(1)).to_string();
-        let started = std::time::Instant::now();
-        let (code, archived) = toolgate(&[
-            "audit",
-            "archive",
-            "--database",
-            &url,
-            "--before",
-            &before,
-            "--out",
-            out.to_str().unwrap(),
-            "--key",
-            key_path.as_str(),
-        ]);
-        let archive_time = started.elapsed();
-        assert_eq!(code, Some(0), "{archived}");
-        let started = std::time::Instant::now();
-        let (code, offline) = toolgate(&[
-            "audit",
-            "verify",
-            "--archive",
-            out.to_str().unwrap(),
-            "--trust",
-            trust_path.as_str(),
-        ]);
-        let verify_time = started.elapsed();
-        assert_eq!(code, Some(0), "{offline}");
-        let bytes: u64 = archived["segments"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                std::fs::metadata(out.join(s["file"].as_str().unwrap()))
-                    .unwrap()
-                    .len()
-            })
-            .sum();
-        eprintln!(
-            "MEASURE {} rows={} append={:?} archive={:?} (archived {} pruned {}, {} bytes gz) \
-             verify_offline={:?}",
-            &url[..8],
-            rows,
-            appended,
-            archive_time,
-            archived["records"],
-            archived["pruned"],
-            bytes,
-            verify_time
-        );
         store.close().await;
     }
 }

@@ -2,6 +2,7 @@
 //! as one binary: one module per command or area (helpers in `common`).
 
 mod archive_cli;
+mod archive_measure;
 mod bundle_cli;
 mod closed_pipe;
 mod common;
