@@ -122,5 +122,46 @@ fn curve(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, curve);
+/// `n` hardline networks: IPv4 /24s and /16s and IPv6 /48s, cycling.
+fn cidr_spec(n: usize) -> PolicySpec {
+    let nets: Vec<String> = (0..n)
+        .map(|i| match i % 3 {
+            0 => format!("10.{}.{}.0/24", (i >> 8) & 255, i & 255),
+            1 => format!("172.{}.0.0/16", 16 + i % 16),
+            _ => format!("2001:db8:{:x}::/48", i),
+        })
+        .collect();
+    let yaml = format!(
+        "{{mode: rules, rules: {{bash: {{allow: [ls]}}}},
+           effects: {{bash: {{sideEffect: PROCESS_EXEC, risk: low}}}},
+           hardline: {{cidrs: {}}}}}",
+        serde_json::to_string(&nets).unwrap()
+    );
+    load::from_str(&yaml).expect("cidr spec")
+}
+
+/// Hardline CIDRs: whether an address falls in one of 16 to 50,000
+/// networks (`refuses_address`, what a gateway asks of every address a
+/// name resolves to): one in the last /24 listed, one in none.
+fn cidrs(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cidrs");
+    for n in [16, 1_000, 10_000, 50_000] {
+        let policy = CompiledPolicy::compile("cidrs", &cidr_spec(n), &[]).unwrap();
+        let last = (0..n).rev().find(|i| i % 3 == 0).unwrap();
+        let inside: std::net::IpAddr = format!("10.{}.{}.7", (last >> 8) & 255, last & 255)
+            .parse()
+            .unwrap();
+        let outside: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        assert!(policy.refuses_address(inside));
+        assert!(!policy.refuses_address(outside));
+        for (name, ip) in [("match", inside), ("no_match", outside)] {
+            group.bench_function(format!("refuses_address/{n}_cidrs/{name}"), |b| {
+                b.iter(|| black_box(policy.refuses_address(black_box(ip))))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, curve, cidrs);
 criterion_main!(benches);

@@ -6,6 +6,7 @@ use crate::fnmatch::Matcher;
 use ipnet::IpNet;
 use jiff::Timestamp;
 
+use crate::cidr_table::CidrTable;
 use crate::digest::PolicyVersion;
 use crate::error::PolicyError;
 use crate::flows::CompiledFlows;
@@ -110,7 +111,7 @@ pub struct CompiledPolicy {
     pub(crate) tools: HashMap<String, CompiledTool>,
     pub(crate) hardline_commands: OrderedGlobs,
     pub(crate) hardline_paths: OrderedGlobs,
-    pub(crate) hardline_cidrs: Vec<(IpNet, String)>,
+    pub(crate) hardline_cidrs: CidrTable,
     pub(crate) egress_hosts: OrderedGlobs,
     /// `egress.allowSchemes`, lowercase (`http` and `https` always pass).
     pub(crate) egress_schemes: Vec<String>,
@@ -313,7 +314,7 @@ impl CompiledPolicy {
             tools,
             hardline_commands,
             hardline_paths,
-            hardline_cidrs,
+            hardline_cidrs: CidrTable::new(hardline_cidrs),
             egress_hosts,
             egress_schemes: crate::network::compile_schemes(spec.egress.as_ref())?,
             grants: compiled_grants,

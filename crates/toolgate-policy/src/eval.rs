@@ -330,11 +330,7 @@ impl CompiledPolicy {
     /// The first hardline CIDR holding any address a connection to `ip`
     /// reaches ([`reached_addresses`]).
     fn blocked_cidr(&self, ip: IpAddr) -> Option<&str> {
-        let reached = reached_addresses(ip);
-        self.hardline_cidrs
-            .iter()
-            .find(|(net, _)| reached.iter().any(|ip| net.contains(ip)))
-            .map(|(_, label)| label.as_str())
+        self.hardline_cidrs.first_holding(&reached_addresses(ip))
     }
 
     fn matching_grant(&self, tool: &str, text: &str, ctx: &Context<'_>) -> Option<&str> {

@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod args;
+mod cidr_table;
 mod compile;
 pub mod digest;
 mod error;
