@@ -221,6 +221,8 @@ BAD_VALUES = {
     "bad archive claim name": {"controller": {"archive": {"claimName": "Archive_Claim"}}},
     "unknown archive key": {"controller": {"archive": {"retention": "1y"}}},
     "unknown resources key": {"resources": {"request": {"cpu": "1"}}},
+    "notification allowance not a CIDR": {"notifications": {"allowCidrs": ["loopback"]}},
+    "notification allowance a single string": {"notifications": {"allowCidrs": "127.0.0.0/8"}},
 }
 
 
@@ -996,6 +998,10 @@ def test_default_notification_channels_reach_the_controller(rendered):
     assert channels == VALUE_SETS["full"]["notifications"]["defaultChannels"]
     default_args = only(rendered["default"], "Deployment", f"{RELEASE}")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--default-notify" not in default_args
+    # notifications.allowCidrs: one --notify-allow-cidr per range, none by default.
+    allowed = [args[i + 1] for i, a in enumerate(args) if a == "--notify-allow-cidr"]
+    assert allowed == VALUE_SETS["full"]["notifications"]["allowCidrs"], args
+    assert "--notify-allow-cidr" not in default_args
 
 
 

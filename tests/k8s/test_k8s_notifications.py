@@ -4,7 +4,10 @@
 leader — verified with the real `standardwebhooks` package from PyPI —,
 a receiver that fails is retried, and a controller killed in the middle of
 a delivery sends it again after its restart under the same `webhook-id`:
-at least once, never under two ids."""
+at least once, never under two ids. The receivers listen on loopback,
+which a notification reaches only through the operator's allowance
+(`--notify-allow-cidr`, the chart's notifications.allowCidrs): without it
+the delivery is refused before any connection."""
 import base64
 import json
 import os
@@ -22,6 +25,8 @@ import standardwebhooks
 from k8s_env import free_port, profile, ready, respawn, stop, wait_for
 
 APPROVALS_NS = "toolgate-system"
+# What lets the controller reach this file's receivers.
+ALLOW = ["--notify-allow-cidr", "127.0.0.0/8"]
 
 
 class Receiver:
@@ -111,6 +116,58 @@ def _metric(url, name):
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
 
+def _controller(cluster, extra, allow=True):
+    """Restarts controller-0 with `extra` flags and, unless `allow` is
+    false, loopback allowed (neither: as `up` started it)."""
+    metrics = cluster["controller"]["metrics"]["controller-0"]
+    stop(cluster, "controller-0")
+    argv = list(cluster["controller"]["argv"])
+    argv[argv.index("--metrics-listen") + 1] = metrics.removeprefix("http://")
+    respawn(cluster, "controller-0", [*argv, *(ALLOW if allow else []), *extra],
+            dict(os.environ, **cluster["controller"]["env"], POD_NAME="controller-0"))
+    wait_for("controller-0 ready", lambda: urllib.request.urlopen(metrics + "/readyz", timeout=2).status == 200, 60)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _as_started(cluster):
+    """Leaves controller-0 as `up` started it (no allowance) for the other
+    modules."""
+    yield
+    _controller(cluster, [], allow=False)
+
+
+def test_loopback_receivers_are_reached_only_through_the_allowance(kube, cluster):
+    """The chart's controller (no notifications.allowCidrs) refuses a
+    receiver on 127.0.0.1 before connecting to it, counts and records the
+    refusal like any failed delivery, and sends the same event once
+    restarted with --notify-allow-cidr 127.0.0.0/8."""
+    signing = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    receiver = Receiver(signing)
+    ns = kube.namespace("refused")
+    kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "toolgate-notify", "namespace": ns},
+                 "stringData": {"url": f"{receiver.url}/standard", "signing": signing}})
+    kube.apply(profile("refused", ns, approvals={"ttlSeconds": 900, "notify": [
+        {"webhook": {"urlSecretKey": "url", "signingSecretKey": "signing"}}]}))
+    version = wait_for("profile Ready", lambda: (p := kube.get("tgp", "refused", "-n", ns))
+                       and ready(p.get("status")) and p["status"]["version"])
+    metrics = cluster["controller"]["metrics"]["controller-0"]
+    before = _metric(metrics, "toolgate_notification_failures_total")
+    try:
+        _requested(cluster, "refused-1", ns, version)
+        error = wait_for("the refusal recorded", lambda: _psql(
+            cluster, f"SELECT last_error FROM notification_deliveries WHERE channel = '{ns}/refused/standard:url'"), 30)
+        assert "notify_destination_refused" in error and "loopback" in error, error
+        assert _metric(metrics, "toolgate_notification_failures_total") > before
+        assert not receiver.arrived, "refused before any connection"
+    finally:
+        _controller(cluster, [])
+    got = wait_for("the event, once loopback is allowed",
+                   lambda: receiver.of("/standard", "refused-1", "approval.requested"), 60)
+    assert got[0][1]["data"]["namespace"] == ns, got
+    assert not receiver.unverified, receiver.unverified
+    receiver.server.shutdown()
+
+
 def test_approval_events_reach_every_channel_at_least_once(kube, cluster, tmp_path):
     signing = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     receiver = Receiver(signing)
@@ -158,7 +215,8 @@ def test_approval_events_reach_every_channel_at_least_once(kube, cluster, tmp_pa
     receiver.hold = 0.0
     argv = list(cluster["controller"]["argv"])
     argv[argv.index("--metrics-listen") + 1] = metrics.removeprefix("http://")
-    respawn(cluster, "controller-0", argv, dict(os.environ, **cluster["controller"]["env"], POD_NAME="controller-0"))
+    respawn(cluster, "controller-0", [*argv, *ALLOW],
+            dict(os.environ, **cluster["controller"]["env"], POD_NAME="controller-0"))
     both = lambda: (len(receiver.of("/standard", "note-2")) >= 1 and receiver.of("/events", "note-2"))  # noqa: E731
     wait_for("note-2 on both channels after the restart", both, 120)
     ids = {h["webhook-id"] for h, _ in receiver.of("/standard", "note-2")}
@@ -167,15 +225,6 @@ def test_approval_events_reach_every_channel_at_least_once(kube, cluster, tmp_pa
     receiver.server.shutdown()
 
 
-def _controller(cluster, extra):
-    """Restarts controller-0 with `extra` flags (none: as `up` started it)."""
-    metrics = cluster["controller"]["metrics"]["controller-0"]
-    stop(cluster, "controller-0")
-    argv = list(cluster["controller"]["argv"])
-    argv[argv.index("--metrics-listen") + 1] = metrics.removeprefix("http://")
-    respawn(cluster, "controller-0", [*argv, *extra],
-            dict(os.environ, **cluster["controller"]["env"], POD_NAME="controller-0"))
-    wait_for("controller-0 ready", lambda: urllib.request.urlopen(metrics + "/readyz", timeout=2).status == 200, 60)
 
 
 def test_profiles_without_channels_use_the_cluster_default(kube, cluster):

@@ -88,6 +88,12 @@ pub struct ControllerArgs {
     /// `toolgate-notify` in the controller's namespace.
     #[arg(long, env = "TOOLGATE_DEFAULT_NOTIFY", value_parser = parse_channels)]
     pub default_notify: Option<DefaultChannels>,
+    /// A range (CIDR, or one address) approval notifications may be sent
+    /// to although it is loopback, link-local, a cloud metadata endpoint or
+    /// in the profile's hardline CIDRs, which are refused otherwise (e.g. an
+    /// in-cluster relay's address). Repeatable.
+    #[arg(long = "notify-allow-cidr", value_name = "CIDR", value_parser = parse_cidr)]
+    pub notify_allow_cidr: Vec<ipnet::IpNet>,
 }
 
 /// The cluster's default notification channels, as checked.
@@ -100,6 +106,14 @@ fn parse_channels(text: &str) -> Result<DefaultChannels, String> {
     toolgate_policy::notify::check_channels("--default-notify", &channels)
         .map_err(|e| e.to_string())?;
     Ok(DefaultChannels(channels))
+}
+
+/// A CIDR, or a single address as its /32 or /128.
+fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("`{text}` is not a CIDR (e.g. 10.0.0.0/8, fd00::/8) or an address"))
 }
 
 /// Everything [`run_controller`](crate::run_controller) needs, resolved from
@@ -148,6 +162,7 @@ impl From<ControllerArgs> for ControllerConfig {
         settings.notify_interval = std_duration(args.notify_interval);
         settings.notify_retention = args.notify_retention;
         settings.default_notify = args.default_notify.unwrap_or_default().0;
+        settings.notify_allow = args.notify_allow_cidr.into();
         let archive = match (args.archive_after, args.archive_dir) {
             (Some(after), Some(dir)) => Some(ArchiveSchedule {
                 after,
@@ -216,6 +231,37 @@ mod tests {
                 err.contains("--default-notify")
                     || err.contains("unknown field")
                     || err.contains("expected"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn notification_allowances_are_cidrs() {
+        let config = ControllerConfig::from(
+            parse(&[
+                "--notify-allow-cidr",
+                "127.0.0.0/8",
+                "--notify-allow-cidr",
+                "10.1.2.3",
+                "--notify-allow-cidr",
+                "fd00::1/8",
+            ])
+            .unwrap(),
+        );
+        let allowed: Vec<String> = config
+            .settings
+            .notify_allow
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(allowed, ["127.0.0.0/8", "10.1.2.3/32", "fd00::/8"]);
+        let config = ControllerConfig::from(parse(&[]).unwrap());
+        assert!(config.settings.notify_allow.is_empty());
+        for bad in ["loopback", "10.0.0.0/33", ""] {
+            let err = parse(&["--notify-allow-cidr", bad]).err().unwrap();
+            assert!(
+                err.to_string().contains("--notify-allow-cidr"),
                 "{bad}: {err}"
             );
         }

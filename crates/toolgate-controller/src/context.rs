@@ -45,6 +45,9 @@ pub struct Settings {
     /// Channels for the approvals of profiles that name none, with their
     /// keys in Secret `toolgate-notify` of [`Settings::namespace`].
     pub default_notify: Vec<toolgate_policy::NotifyChannel>,
+    /// Ranges notifications may reach although loopback, link-local, cloud
+    /// metadata or in a profile's hardline CIDRs (`--notify-allow-cidr`).
+    pub notify_allow: Arc<[ipnet::IpNet]>,
 }
 
 impl Settings {
@@ -62,6 +65,7 @@ impl Settings {
             notify_interval: std::time::Duration::from_secs(2),
             notify_retention: SignedDuration::from_hours(24),
             default_notify: Vec::new(),
+            notify_allow: Arc::new([]),
         }
     }
 }

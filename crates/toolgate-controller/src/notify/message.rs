@@ -109,61 +109,78 @@ fn rfc3339(seconds: i64) -> String {
 }
 
 /// A Slack message: what is asked, by whom, under which policy, until
-/// when, and the command that decides it. Agent-supplied text (the tool,
-/// the preview) goes in code spans, and Slack's three control characters
-/// are escaped, so a preview cannot mention people or forge links.
+/// when, and the command that decides it. Every value that comes from an
+/// agent, a tenant or an approver (tool, action, preview, requester, run,
+/// policy version, decider) is one line in a code span that cannot be
+/// closed early, with Slack's three control characters escaped: it neither
+/// formats, nor mentions anyone, nor links. The header and the fallback
+/// text hold no such value.
 fn slack(notice: &Notice) -> Value {
     let d = &notice.data;
-    // Each field on one line, escaped, and cut so the message stays within
-    // Slack's limits (a refused message would be retried for nothing).
-    let text = |k: &str| {
+    // Each value cut so the message stays within Slack's limits (a refused
+    // message would be retried for nothing).
+    let code = |k: &str| {
         let max = if k == "preview" { 500 } else { 200 };
-        field(d[k].as_str().unwrap_or("-"), max)
+        code_span(d[k].as_str().unwrap_or_default(), max)
     };
     let title = match notice.kind {
-        "approval.requested" => "An agent asks for approval".to_owned(),
-        "approval.decided" => format!("Approval {} by {}", text("decision"), text("decided_by")),
-        "approval.expired" => "Approval expired unanswered".to_owned(),
-        _ => "Approval cancelled".to_owned(),
+        "approval.requested" => "An agent asks for approval",
+        "approval.decided" => match d["decision"].as_str() {
+            Some("approved") => "Approval approved",
+            Some("denied") => "Approval denied",
+            _ => "Approval decided",
+        },
+        "approval.expired" => "Approval expired unanswered",
+        _ => "Approval cancelled",
     };
-    let fields = format!(
-        "*Tool:* `{}`\n*Call:* `{}`\n*Requested by:* {} (run `{}`)\n*Policy:* {}\n*Expires:* {}",
-        text("tool"),
-        text("preview"),
-        text("requested_by"),
-        text("run_id"),
-        text("policy_version"),
-        text("expires_at"),
-    );
+    let mut fields = format!("*Tool:* {}", code("tool"));
+    if d["action"].as_str().is_some_and(|a| !a.is_empty()) {
+        fields.push_str(&format!(" *Action:* {}", code("action")));
+    }
+    fields.push_str(&format!(
+        "\n*Call:* {}\n*Requested by:* {} (run {})\n*Policy:* {}\n*Expires:* {}",
+        code("preview"),
+        code("requested_by"),
+        code("run_id"),
+        code("policy_version"),
+        code("expires_at"),
+    ));
+    if notice.kind == "approval.decided" {
+        fields.push_str(&format!("\n*Decided by:* {}", code("decided_by")));
+    }
     let mut blocks = vec![
         json!({"type": "header", "text": {"type": "plain_text", "text": title}}),
         json!({"type": "section", "text": {"type": "mrkdwn", "text": fields}}),
     ];
     if notice.kind == "approval.requested" {
         blocks.push(json!({"type": "section", "text": {"type": "mrkdwn",
-            "text": format!("`{}`", text("approve_command"))}}));
+            "text": code("approve_command")}}));
     }
-    let title: String = title.chars().take(150).collect();
-    blocks[0] = json!({"type": "header", "text": {"type": "plain_text", "text": title}});
     json!({"text": title, "blocks": blocks})
 }
 
-/// `text` on one line (control characters become spaces), escaped, and
-/// at most `max` characters before escaping.
-fn field(text: &str, max: usize) -> String {
+/// `text` as an inline code span: on one line (control characters and
+/// line separators become spaces), at most `max` characters, `&`, `<` and
+/// `>` escaped, and every backtick replaced by `ʹ` so the span cannot be
+/// closed from inside. An empty value shows as `-`.
+fn code_span(text: &str, max: usize) -> String {
     let line: String = text
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| match c {
+            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => ' ',
+            '`' => '\u{2b9}',
+            c => c,
+        })
         .take(max)
         .collect();
-    escape(&line)
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('`', "'")
+    let line = line.trim();
+    let line = if line.is_empty() { "-" } else { line };
+    format!(
+        "`{}`",
+        line.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    )
 }
 
 #[cfg(test)]
@@ -265,6 +282,72 @@ mod tests {
         let section = body["blocks"][1]["text"]["text"].as_str().unwrap();
         assert!(section.chars().count() < 3000, "{}", section.len());
         assert!(!section.contains("line1\n"), "{section}");
+    }
+
+    /// Every agent- or tenant-supplied value arrives inert in Slack: each
+    /// inside its own code span (the text outside the spans is the
+    /// template's alone), on one line, with nothing Slack parses as a
+    /// mention, a link or formatting.
+    #[test]
+    fn hostile_values_arrive_inert_in_slack() {
+        let hostile =
+            "<!channel> <https://evil|click> *bold* _it_ ~s~ `code` ``` \n\r\u{2028}next & <@U123>";
+        for kind in ["approval.requested", "approval.decided"] {
+            let mut n = notice();
+            n.kind = kind;
+            for k in [
+                "tool",
+                "action",
+                "preview",
+                "requested_by",
+                "run_id",
+                "policy_version",
+                "decided_by",
+            ] {
+                n.data[k] = json!(hostile);
+            }
+            n.data["decision"] = json!("<!here> approved");
+            let body: Value =
+                serde_json::from_slice(&render(&n, NotifyFormat::Slack, None, 1).body).unwrap();
+            let text = body.to_string();
+            for bad in ["<!", "<http", "<@", "|click>"] {
+                assert!(!text.contains(bad), "{kind}: {bad} in {text}");
+            }
+            assert_eq!(
+                body["text"], body["blocks"][0]["text"]["text"],
+                "the fallback is the fixed header"
+            );
+            assert!(!body["text"].as_str().unwrap().contains('!'), "{body}");
+            let section = body["blocks"][1]["text"]["text"].as_str().unwrap();
+            let parts: Vec<&str> = section.split('`').collect();
+            let outside: String = parts.iter().step_by(2).copied().collect();
+            let decided = if kind == "approval.decided" {
+                "\n*Decided by:* "
+            } else {
+                ""
+            };
+            assert_eq!(
+                outside,
+                format!(
+                    "*Tool:*  *Action:* \n*Call:* \n*Requested by:*  (run )\n*Policy:* \n*Expires:* {decided}"
+                ),
+                "{section}"
+            );
+            let inert = "&lt;!channel&gt; &lt;https://evil|click&gt; *bold* _it_ ~s~ \u{2b9}code\u{2b9} \u{2b9}\u{2b9}\u{2b9}    next &amp; &lt;@U123&gt;";
+            let spans: Vec<&str> = parts.iter().skip(1).step_by(2).copied().collect();
+            let expected = if kind == "approval.decided" { 8 } else { 7 };
+            assert_eq!(spans.len(), expected, "{section}");
+            for (i, span) in spans.iter().enumerate() {
+                // The expiry is the controller's own text.
+                if i != 6 {
+                    assert_eq!(*span, inert, "{section}");
+                }
+            }
+        }
+        // An empty value is a dash, not an empty span.
+        assert_eq!(code_span("", 10), "`-`");
+        assert_eq!(code_span("```", 10), "`\u{2b9}\u{2b9}\u{2b9}`");
+        assert_eq!(code_span("abcdef", 3), "`abc`");
     }
 
     #[test]

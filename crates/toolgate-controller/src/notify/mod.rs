@@ -11,11 +11,17 @@
 //! `toolgate-notify` in the profile's namespace (for the cluster's default
 //! channels, in the controller's): the controller reads that Secret by
 //! name and no other (its RBAC names it).
+//!
+//! Where a URL may lead is checked at connect time ([`destination`]):
+//! loopback, link-local, cloud metadata and the profile's hardline CIDRs
+//! are refused unless the operator allows the range
+//! (`--notify-allow-cidr`).
 
+mod destination;
 mod message;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -26,6 +32,7 @@ use toolgate_contract::names::NOTIFY_SECRET;
 use toolgate_policy::NotifyFormat;
 use toolgate_store::ApprovalEvent;
 
+pub use destination::{Destinations, REFUSED};
 pub use message::{Notice, Outgoing, decode_secret, kind_of, render, sign};
 
 use crate::context::Context;
@@ -36,8 +43,6 @@ use crate::error::ControllerError;
 const PAGE: u32 = 500;
 /// Longest wait between two attempts at one delivery.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// How long one POST may take.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One channel of one profile, its Secret keys resolved.
 struct Channel {
@@ -49,6 +54,8 @@ struct Channel {
     format: NotifyFormat,
     url: String,
     secret: Option<Vec<u8>>,
+    /// Where its URL may lead: the profile's rule.
+    rule: Destinations,
 }
 
 /// What one pass did.
@@ -61,18 +68,6 @@ pub struct NotifyReport {
     /// Deliveries waiting for their next attempt or for their channel's
     /// Secret.
     pub waiting: u64,
-}
-
-fn http() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(SEND_TIMEOUT)
-            .connect_timeout(Duration::from_secs(3))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default()
-    })
 }
 
 /// The profile an approval's policy version names (`NAME@…`).
@@ -124,6 +119,7 @@ async fn channels(ctx: &Context, profiles: &[Arc<PolicyProfile>]) -> Configured 
             (true, true) => continue,
         };
         let (ns, name) = (profile.namespace().unwrap_or_default(), profile.name_any());
+        let rule = Destinations::new(ctx.settings.notify_allow.clone(), Some(profile.clone()));
         let secret_ns = secret_ns.unwrap_or_else(|| ns.clone());
         if !secrets.contains_key(&secret_ns) {
             let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &secret_ns);
@@ -170,6 +166,7 @@ async fn channels(ctx: &Context, profiles: &[Arc<PolicyProfile>]) -> Configured 
                     format: w.format,
                     url,
                     secret: secret.and_then(Result::ok),
+                    rule: rule.clone(),
                 }),
                 (problem, _) => {
                     let why = problem.unwrap_or_else(|| "no URL".into());
@@ -239,15 +236,7 @@ async fn send(channel: &Channel, notice: &Notice, now: Timestamp) -> Result<(), 
         channel.secret.as_deref(),
         now.as_second(),
     );
-    let mut request = http().post(&channel.url).body(out.body);
-    for (name, value) in out.headers {
-        request = request.header(name, value);
-    }
-    match request.send().await {
-        Ok(r) if r.status().is_success() => Ok(()),
-        Ok(r) => Err(format!("HTTP {}", r.status().as_u16())),
-        Err(e) => Err(e.without_url().to_string()),
-    }
+    destination::post(&channel.rule, &channel.url, out).await
 }
 
 /// Backoff after `attempts` failures: 2 s, 4 s, 8 s, … at most five minutes.
