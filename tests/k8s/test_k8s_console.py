@@ -5,7 +5,10 @@ sign in with their own Kubernetes tokens (service accounts here), and every
 read and decision is made as them, so the approver role, the webhook that
 pins `decidedBy` and the profile's approvers apply unchanged. A forged
 forwarded identity is refused; an agent's `<script>` preview stays text;
-a form from another site is refused. A real headless Chromium signs in,
+a form from another site is refused; a signed-out session's cookie is
+refused when replayed, a form token works only in its own session, the same
+host on another port or scheme is another origin, and sign-ins are limited
+per address (issue #46 item 5). A real headless Chromium signs in,
 sees an approval arrive without reloading and approves it (screenshots are
 kept under target/console-screenshots)."""
 import http.cookiejar
@@ -330,3 +333,77 @@ def test_a_browser_sees_approvals_arrive_and_approves_one(console, kube, cluster
         driver.save_screenshot(str(SHOTS / "4-decided-elsewhere.png"))
     finally:
         driver.quit()
+
+
+def _session_cookie(browser):
+    return next(f"{c.name}={c.value}" for h in browser.opener.handlers
+                if isinstance(h, urllib.request.HTTPCookieProcessor)
+                for c in h.cookiejar if c.name == "toolgate_session")
+
+
+def _replay(url, path, cookie, method="GET", form=None, origin=None):
+    """A plain HTTP client sending a copied cookie (no jar, no browser)."""
+    data = urllib.parse.urlencode(form).encode() if form is not None else None
+    headers = {"Cookie": cookie, "Accept": "application/json", **({"Origin": origin} if origin else {})}
+    req = urllib.request.Request(url + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_sessions_forms_and_origins_are_tight(console, kube, cluster):
+    """Issue #46 item 5, on a console of its own (its sign-ins are counted
+    apart): a signed-out session's cookie is refused when replayed; a form
+    token works only in its own session; the same host on another port or
+    scheme is another origin; one sign-in too many from an address waits."""
+    proc, url = _start(cluster, console["dir"], "console-sessions", [])
+    try:
+        approval_id, name = _pending(kube, cluster, console["team"], console["version"])
+        first, second = Browser(url), Browser(url)
+        page_one = first.sign_in(console["tokens"]["alice"])
+        page_two = second.sign_in(console["tokens"]["alice"])
+        assert _csrf(page_one) != _csrf(page_two), "every session has its own form token"
+        # A form token from alice's other session is refused in this one.
+        status, body, _ = second.request("POST", f"/approvals/{name}", {"csrf": _csrf(page_one),
+                                                                         "decision": "approved"})
+        assert status == 403 and 'data-code="forbidden"' in body, (status, body[-500:])
+        # Same host, another port or scheme: another origin.
+        host, port = url.removeprefix("http://").split(":")
+        for other in (f"http://{host}:{int(port) + 1}", f"https://{host}:{port}", f"http://{host}"):
+            status, body, _ = second.request("POST", f"/approvals/{name}",
+                                             {"csrf": _csrf(page_two), "decision": "approved"},
+                                             headers={"Origin": other})
+            assert status == 403 and 'data-code="forbidden"' in body, (other, status)
+        assert _row(cluster, approval_id) == "pending|"
+
+        # Signing out revokes the session on the server: a copy of the
+        # cookie replayed by a plain HTTP client is refused.
+        cookie = _session_cookie(first)
+        assert _replay(url, "/fragment", cookie)[0] == 200
+        status, body, _ = first.request("POST", "/logout")
+        assert status == 200 and 'id="token"' in body, (status, body[-500:])
+        for path in ("/fragment", "/", "/events"):
+            status, body = _replay(url, path, cookie)
+            assert status == 401 and json.loads(body)["error"]["code"] == "unauthenticated", (path, status, body)
+        status, _ = _replay(url, f"/approvals/{name}", cookie, "POST",
+                            {"csrf": _csrf(page_one), "decision": "approved"}, origin=url)
+        assert status == 401
+        assert _row(cluster, approval_id) == "pending|"
+        # alice's other session is untouched, and decides as her.
+        status, body, _ = second.request("POST", f"/approvals/{name}", {"csrf": _csrf(page_two),
+                                                                         "decision": "denied"})
+        assert status == 200 and "Submitted: denied." in body, body[-1500:]
+        wait_for("row denied", lambda: _row(cluster, approval_id) == f"denied|{_user('alice')}", 30)
+
+        # Ten sign-in attempts a minute from one address; the next waits.
+        for _ in range(8):  # two made above
+            status, _, _ = Browser(url).request("POST", "/login", {"token": "not-a-token"})
+            assert status == 401, status
+        status, body, headers = Browser(url).request("POST", "/login", {"token": console["tokens"]["alice"]})
+        assert status == 429 and "too many sign-in attempts" in body, (status, body[-500:])
+        assert 1 <= int(headers["retry-after"]) <= 60, headers
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -28,6 +28,23 @@ pub enum ConsoleError {
     /// The console is misconfigured.
     #[error("{0}")]
     Config(String),
+    /// Too many sign-in attempts from one address: wait and retry.
+    #[error("{message}")]
+    RateLimited {
+        /// What happened, in words.
+        message: String,
+        /// Seconds until an attempt is taken again (`Retry-After`).
+        retry_after: u64,
+    },
+    /// The list of signed-out sessions is full: no sign-in (or sign-out)
+    /// until one of them expires.
+    #[error("{message}")]
+    Busy {
+        /// What happened, in words.
+        message: String,
+        /// Seconds until one expires (`Retry-After`).
+        retry_after: u64,
+    },
 }
 
 impl ConsoleError {
@@ -40,6 +57,8 @@ impl ConsoleError {
             Self::Unavailable(_) => "kubernetes_unavailable",
             Self::InvalidRequest(_) => "invalid_request",
             Self::Config(_) => "console_config",
+            Self::RateLimited { .. } => "rate_limited",
+            Self::Busy { .. } => "sign_outs_full",
         }
     }
 
@@ -54,6 +73,18 @@ impl ConsoleError {
             Self::Unavailable(_) => StatusCode::BAD_GATEWAY,
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::Config(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// When to try again (`Retry-After`, seconds), for what passes with time.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::RateLimited { retry_after, .. } | Self::Busy { retry_after, .. } => {
+                Some(*retry_after)
+            }
+            _ => None,
         }
     }
 }

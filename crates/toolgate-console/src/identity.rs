@@ -8,9 +8,12 @@
 //!   some other sign-in;
 //! - **a Kubernetes bearer token** posted to the sign-in form, checked by a
 //!   TokenReview, after which the console keeps the reviewed identity in a
-//!   cookie it signs (HMAC-SHA256) with a key only it holds.
+//!   cookie it signs (HMAC-SHA256) with a key only it holds. Each sign-in
+//!   is a session of its own (a random id in the cookie): signing out
+//!   revokes that id on the server ([`Revocations`]), and the form token
+//!   is bound to it.
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
@@ -19,6 +22,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use crate::error::ConsoleError;
+use crate::sessions::Revocations;
 
 /// The forwarded user, set by the authenticating proxy.
 pub const FORWARDED_USER: &str = "x-forwarded-user";
@@ -37,7 +41,7 @@ const MAX_NAME: usize = 512;
 const MAX_GROUPS: usize = 64;
 
 /// The person the console acts as.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Identity {
     /// The user name the API server will see (impersonated).
     pub user: String,
@@ -91,14 +95,31 @@ impl Identity {
 }
 
 /// The console's secrets: the session key, and the proxy's shared secret
-/// when sign-in is through a proxy.
+/// when sign-in is through a proxy; and the sessions signed out.
 pub struct Keys {
     session: Vec<u8>,
     proxy_secret: Option<Vec<u8>>,
+    /// Sessions signed out before they expired.
+    pub revoked: Revocations,
+}
+
+/// Who sent a request, until when, in which session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedIn {
+    /// The person.
+    pub who: Identity,
+    /// When this stops counting (Unix seconds; `i64::MAX` for a proxy's
+    /// identity, which is asked every request).
+    pub until: i64,
+    /// The session id (token sign-in; `None` behind a proxy).
+    pub session: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
 struct Session {
+    /// The session's random id.
+    #[serde(rename = "i")]
+    id: String,
     #[serde(rename = "u")]
     user: String,
     #[serde(rename = "g")]
@@ -129,6 +150,7 @@ impl Keys {
         Ok(Self {
             session,
             proxy_secret,
+            revoked: Revocations::default(),
         })
     }
 
@@ -155,9 +177,14 @@ impl Keys {
         mac.finalize().into_bytes().to_vec()
     }
 
-    /// The signed cookie value for `who`, valid until `expires` (Unix seconds).
-    pub fn session_cookie(&self, who: &Identity, expires: i64) -> String {
+    /// The signed cookie value of a new session of `who`, valid until
+    /// `expires` (Unix seconds).
+    pub fn session_cookie(&self, who: &Identity, expires: i64) -> Result<String, ConsoleError> {
+        let mut id = [0u8; 16];
+        getrandom::fill(&mut id)
+            .map_err(|e| ConsoleError::Config(format!("no randomness: {e}")))?;
         let body = serde_json::to_vec(&Session {
+            id: hex::encode(id),
             user: who.user.clone(),
             groups: who.groups.clone(),
             expires,
@@ -165,10 +192,10 @@ impl Keys {
         .unwrap_or_default();
         let body = URL_SAFE_NO_PAD.encode(body);
         let mac = URL_SAFE_NO_PAD.encode(self.mac(&[b"session", body.as_bytes()]));
-        format!("{body}.{mac}")
+        Ok(format!("{body}.{mac}"))
     }
 
-    fn cookie_identity(&self, value: &str, now: i64) -> Option<(Identity, i64)> {
+    fn cookie_identity(&self, value: &str, now: i64) -> Option<SignedIn> {
         let (body, mac) = value.split_once('.')?;
         let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
         let expected = self.mac(&[b"session", body.as_bytes()]);
@@ -176,13 +203,14 @@ impl Keys {
             return None;
         }
         let session: Session = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).ok()?).ok()?;
-        (session.expires > now).then_some((
-            Identity {
+        (session.expires > now).then_some(SignedIn {
+            who: Identity {
                 user: session.user,
                 groups: session.groups,
             },
-            session.expires,
-        ))
+            until: session.expires,
+            session: Some(session.id),
+        })
     }
 
     /// Who sent this request: the proxy's forwarded identity (with its
@@ -193,16 +221,17 @@ impl Keys {
         headers: &HeaderMap,
         now: i64,
     ) -> Result<Option<Identity>, ConsoleError> {
-        Ok(self.identify_until(headers, now)?.map(|(who, _)| who))
+        Ok(self.identify_until(headers, now)?.map(|s| s.who))
     }
 
-    /// [`Keys::identify`], with when the identity stops counting (Unix
-    /// seconds; `i64::MAX` for a proxy's, which is asked every request).
+    /// [`Keys::identify`], with until when and in which session. A session
+    /// signed out is refused (`unauthenticated`), not taken for nobody: its
+    /// cookie is a copy the browser no longer holds.
     pub fn identify_until(
         &self,
         headers: &HeaderMap,
         now: i64,
-    ) -> Result<Option<(Identity, i64)>, ConsoleError> {
+    ) -> Result<Option<SignedIn>, ConsoleError> {
         let forwarded =
             headers.contains_key(FORWARDED_USER) || headers.contains_key(FORWARDED_GROUPS);
         if forwarded {
@@ -251,24 +280,65 @@ impl Keys {
                         .collect()
                 })
                 .unwrap_or_default();
-            return Identity::forwarded(&user, groups).map(|who| Some((who, i64::MAX)));
+            return Identity::forwarded(&user, groups).map(|who| {
+                Some(SignedIn {
+                    who,
+                    until: i64::MAX,
+                    session: None,
+                })
+            });
         }
         if self.proxied() {
             // Behind a proxy only the proxy says who is signed in.
             return Ok(None);
         }
-        Ok(cookie(headers, SESSION_COOKIE).and_then(|value| self.cookie_identity(value, now)))
+        let signed = cookie(headers, SESSION_COOKIE).and_then(|v| self.cookie_identity(v, now));
+        if let Some(SignedIn {
+            session: Some(id), ..
+        }) = &signed
+            && self.revoked.revoked(id)
+        {
+            return Err(ConsoleError::Unauthenticated(
+                "this session was signed out: sign in again".into(),
+            ));
+        }
+        Ok(signed)
     }
 
-    /// The token a form of `who` must carry: only our pages can read it.
-    pub fn csrf_token(&self, who: &Identity) -> String {
+    /// Signs `signed`'s session out on the server, until it would have
+    /// expired: its cookie counts for nothing from now on.
+    pub fn sign_out(&self, signed: &SignedIn, now: i64) -> Result<(), ConsoleError> {
+        let Some(id) = &signed.session else {
+            return Ok(());
+        };
+        self.revoked
+            .revoke(id, signed.until, now)
+            .map_err(|retry_after| ConsoleError::Busy {
+                message: "too many sessions were signed out in the last hour to record \
+                          another: your sign-out was not recorded, try again later"
+                    .into(),
+                retry_after,
+            })
+    }
+
+    /// The token a form of `signed` must carry: only our pages can read it.
+    /// It is bound to the session (a new one at every sign-in), and behind a
+    /// proxy, which has no sessions, to the identity.
+    pub fn csrf_token(&self, signed: &SignedIn) -> String {
+        let who = &signed.who;
         let groups = who.groups.join("\n");
-        hex::encode(self.mac(&[b"csrf", who.user.as_bytes(), groups.as_bytes()]))
+        let session = signed.session.as_deref().unwrap_or_default();
+        hex::encode(self.mac(&[
+            b"csrf",
+            who.user.as_bytes(),
+            groups.as_bytes(),
+            session.as_bytes(),
+        ]))
     }
 
-    /// Whether `token` is `who`'s form token.
-    pub fn csrf_ok(&self, who: &Identity, token: &str) -> bool {
-        bool::from(token.as_bytes().ct_eq(self.csrf_token(who).as_bytes()))
+    /// Whether `token` is `signed`'s form token.
+    pub fn csrf_ok(&self, signed: &SignedIn, token: &str) -> bool {
+        bool::from(token.as_bytes().ct_eq(self.csrf_token(signed).as_bytes()))
     }
 }
 
@@ -306,30 +376,6 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-/// Whether a state-changing request comes from our own pages: browsers say
-/// where a request comes from, in `Sec-Fetch-Site` (trusted when sent) or
-/// else `Origin`; a cross-site one is refused even before its form token is
-/// checked. A client that sends neither is not a browser a page could
-/// drive, and still needs the form token.
-pub fn same_origin(headers: &HeaderMap) -> bool {
-    let text = |name| {
-        headers
-            .get(name)
-            .and_then(|v: &HeaderValue| v.to_str().ok())
-    };
-    if let Some(site) = text("sec-fetch-site") {
-        return site == "same-origin";
-    }
-    match text(axum::http::header::ORIGIN.as_str()) {
-        None => true,
-        Some(origin) => text(axum::http::header::HOST.as_str()).is_some_and(|host| {
-            origin
-                .split_once("://")
-                .is_some_and(|(_, rest)| rest.trim_end_matches('/') == host)
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,22 +399,46 @@ mod tests {
     #[test]
     fn a_signed_session_round_trips_and_a_forged_one_does_not() {
         let k = keys(None);
-        let cookie = k.session_cookie(&alice(), 1_000 + SESSION_SECONDS);
+        let cookie = k.session_cookie(&alice(), 1_000 + SESSION_SECONDS).unwrap();
         let h = headers(&[("cookie", &format!("a=b; {SESSION_COOKIE}={cookie}"))]);
         assert_eq!(k.identify(&h, 1_001).unwrap(), Some(alice()));
         // Expired.
         assert_eq!(k.identify(&h, 1_000 + SESSION_SECONDS).unwrap(), None);
         // Another body under the same signature, or another key's cookie.
         let (_, mac) = cookie.split_once('.').unwrap();
-        let admin =
-            URL_SAFE_NO_PAD.encode(br#"{"u":"admin","g":["system:masters"],"e":9999999999}"#);
+        let admin = URL_SAFE_NO_PAD
+            .encode(br#"{"i":"00","u":"admin","g":["system:masters"],"e":9999999999}"#);
         let h = headers(&[("cookie", &format!("{SESSION_COOKIE}={admin}.{mac}"))]);
         assert_eq!(k.identify(&h, 1_001).unwrap(), None);
         let other = Keys::new(vec![8; 32], None)
             .unwrap()
-            .session_cookie(&alice(), 1_000 + SESSION_SECONDS);
+            .session_cookie(&alice(), 1_000 + SESSION_SECONDS)
+            .unwrap();
         let h = headers(&[("cookie", &format!("{SESSION_COOKIE}={other}"))]);
         assert_eq!(k.identify(&h, 1_001).unwrap(), None);
+    }
+
+    #[test]
+    fn a_signed_out_session_is_refused_and_others_are_not() {
+        let k = keys(None);
+        let session = |cookie: &str| headers(&[("cookie", &format!("{SESSION_COOKIE}={cookie}"))]);
+        let first = session(&k.session_cookie(&alice(), 5_000).unwrap());
+        let second = session(&k.session_cookie(&alice(), 5_000).unwrap());
+        let one = k.identify_until(&first, 1_000).unwrap().unwrap();
+        let two = k.identify_until(&second, 1_000).unwrap().unwrap();
+        assert_eq!((one.who.clone(), one.until), (alice(), 5_000));
+        assert_ne!(
+            one.session, two.session,
+            "every sign-in is a session of its own"
+        );
+        k.sign_out(&one, 1_000).unwrap();
+        let refused = k.identify_until(&first, 1_001).unwrap_err();
+        assert_eq!(refused.code(), "unauthenticated");
+        // The same person's other session is untouched.
+        assert_eq!(k.identify_until(&second, 1_001).unwrap(), Some(two));
+        // Remembered only as long as the cookie could have been used.
+        assert_eq!(k.revoked.len(), 1);
+        assert!(k.revoked.full(5_000).is_none());
     }
 
     #[test]
@@ -412,45 +482,38 @@ mod tests {
             assert!(k.identify(&h, 0).is_err(), "{user} {groups}");
         }
         // Behind a proxy a session cookie counts for nothing, even a valid one.
-        let cookie = k.session_cookie(&alice(), SESSION_SECONDS);
+        let cookie = k.session_cookie(&alice(), SESSION_SECONDS).unwrap();
         let h = headers(&[("cookie", &format!("{SESSION_COOKIE}={cookie}"))]);
         assert_eq!(k.identify(&h, 1).unwrap(), None);
     }
 
-    #[test]
-    fn form_tokens_are_per_identity() {
-        let k = keys(None);
-        let token = k.csrf_token(&alice());
-        assert!(k.csrf_ok(&alice(), &token));
-        let bob = Identity::checked("bob", vec!["oncall".into()]).unwrap();
-        assert!(!k.csrf_ok(&bob, &token));
-        // The order groups arrive in does not matter.
-        let ab = Identity::checked("carol", vec!["a".into(), "b".into()]).unwrap();
-        let ba = Identity::checked("carol", vec!["b".into(), "a".into()]).unwrap();
-        assert_eq!(k.csrf_token(&ab), k.csrf_token(&ba));
-        assert!(!k.csrf_ok(&alice(), ""));
+    fn in_session(who: Identity, session: Option<&str>) -> SignedIn {
+        SignedIn {
+            who,
+            until: 1,
+            session: session.map(str::to_owned),
+        }
     }
 
     #[test]
-    fn cross_site_posts_are_refused() {
-        assert!(same_origin(&headers(&[
-            ("host", "console.example"),
-            ("origin", "https://console.example")
-        ])));
-        assert!(!same_origin(&headers(&[
-            ("host", "console.example"),
-            ("origin", "https://evil.example")
-        ])));
-        assert!(!same_origin(&headers(&[("sec-fetch-site", "cross-site")])));
-        assert!(same_origin(&headers(&[
-            ("sec-fetch-site", "same-origin"),
-            ("origin", "null")
-        ])));
-        assert!(!same_origin(&headers(&[("sec-fetch-site", "same-site")])));
-        assert!(!same_origin(&headers(&[
-            ("host", "console.example"),
-            ("origin", "null")
-        ])));
+    fn form_tokens_are_per_session_and_identity() {
+        let k = keys(None);
+        let mine = in_session(alice(), Some("s1"));
+        let token = k.csrf_token(&mine);
+        assert!(k.csrf_ok(&mine, &token));
+        // The same person's other session (another sign-in) has its own.
+        assert!(!k.csrf_ok(&in_session(alice(), Some("s2")), &token));
+        assert!(!k.csrf_ok(&in_session(alice(), None), &token));
+        let bob = Identity::checked("bob", vec!["oncall".into()]).unwrap();
+        assert!(!k.csrf_ok(&in_session(bob, Some("s1")), &token));
+        // The order groups arrive in does not matter.
+        let ab = Identity::checked("carol", vec!["a".into(), "b".into()]).unwrap();
+        let ba = Identity::checked("carol", vec!["b".into(), "a".into()]).unwrap();
+        assert_eq!(
+            k.csrf_token(&in_session(ab, None)),
+            k.csrf_token(&in_session(ba, None))
+        );
+        assert!(!k.csrf_ok(&mine, ""));
     }
 
     #[test]

@@ -10,22 +10,27 @@
 //!
 //! Web security: a strict Content-Security-Policy (scripts and styles from
 //! the console only, nothing inline, no framing), `SameSite=Strict`,
-//! `HttpOnly` session cookies, a per-identity token in every form plus a
-//! same-origin check on every change, and HTML escaping of every string
-//! ([`pages`]).
+//! `HttpOnly` session cookies revoked on the server at sign-out
+//! ([`sessions`]), a per-session token in every form plus a same-origin
+//! check (scheme, host and port) on every change, a sign-in rate limit per
+//! source address, and HTML escaping of every string, with invisible
+//! characters written out ([`pages`]).
 
 pub mod cluster;
 pub mod error;
 pub mod identity;
+pub mod origin;
 pub mod pages;
+pub mod sessions;
 
 use axum::serve::ListenerExt;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{ConnectInfo, Extension, Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -38,7 +43,8 @@ use toolgate_k8s::crd::Decision;
 
 pub use cluster::Cluster;
 pub use error::ConsoleError;
-pub use identity::{Identity, Keys};
+pub use identity::{Identity, Keys, SignedIn};
+use sessions::SignInLimit;
 
 /// Every response's security headers.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
@@ -58,9 +64,34 @@ pub struct Console {
     pub secure_cookies: bool,
 }
 
-type Shared = Arc<Console>;
+impl Console {
+    /// The scheme people reach the console with: `https` (its cookies are
+    /// `Secure`, so a session exists only there) unless serving plain HTTP
+    /// for development.
+    fn scheme(&self) -> &'static str {
+        if self.secure_cookies { "https" } else { "http" }
+    }
+}
 
-/// The console's routes.
+/// The console and what it counts while serving.
+struct App {
+    console: Console,
+    sign_ins: SignInLimit,
+}
+
+impl Deref for App {
+    type Target = Console;
+    fn deref(&self) -> &Console {
+        &self.console
+    }
+}
+
+type Shared = Arc<App>;
+
+/// The console's routes. Serve them with the peer's address
+/// (`into_make_service_with_connect_info::<SocketAddr>`), which the
+/// sign-in rate limit counts by; without it every sign-in counts as one
+/// address's.
 pub fn router(console: Console) -> Router {
     Router::new()
         .route("/", get(index))
@@ -73,7 +104,10 @@ pub fn router(console: Console) -> Router {
         .route("/static/console.css", get(style))
         .route("/healthz", get(|| async { "ok" }))
         .layer(axum::middleware::map_response(secure_headers))
-        .with_state(Arc::new(console))
+        .with_state(Arc::new(App {
+            console,
+            sign_ins: SignInLimit::default(),
+        }))
 }
 
 /// Serves the console on `listen` until the process ends.
@@ -86,7 +120,7 @@ pub async fn serve(listen: SocketAddr, console: Console) -> Result<(), ConsoleEr
         listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         }),
-        router(console),
+        router(console).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .await
     .map_err(|e| ConsoleError::Config(e.to_string()))
@@ -138,18 +172,28 @@ fn refusal(headers: &HeaderMap, who: Option<&Identity>, e: &ConsoleError) -> Res
     } else {
         html(pages::error(who, e.code(), &e.to_string()))
     };
-    (e.status(), body).into_response()
+    with_retry_after((e.status(), body).into_response(), e)
 }
 
-/// The signed-in person and until when (Unix seconds), or the answer to
+/// `response` with `Retry-After`, when `e` passes with time.
+fn with_retry_after(mut response: Response, e: &ConsoleError) -> Response {
+    if let Some(seconds) = e.retry_after() {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// The signed-in person, until when and in which session, or the answer to
 /// give instead: for a page, a redirect to the sign-in form when nobody is
-/// signed in; for what scripts fetch (`page` false), a `401`; a refusal for
-/// an untrusted forwarded identity.
+/// signed in; for what scripts fetch (`page` false), a `401`; a `401` for
+/// a session signed out and an untrusted forwarded identity.
 fn signed_in(
     console: &Console,
     headers: &HeaderMap,
     page: bool,
-) -> Result<(Identity, i64), Box<Response>> {
+) -> Result<SignedIn, Box<Response>> {
     match console
         .keys
         .identify_until(headers, Timestamp::now().as_second())
@@ -181,13 +225,15 @@ async fn index(
     headers: HeaderMap,
     Query(q): Query<Notice>,
 ) -> Response {
-    let who = match signed_in(&console, &headers, true) {
-        Ok((who, _)) => who,
+    let signed = match signed_in(&console, &headers, true) {
+        Ok(signed) => signed,
         Err(r) => return *r,
     };
-    match console.cluster.list(&who).await {
+    let who = &signed.who;
+    match console.cluster.list(who).await {
         Ok(items) => {
-            let table = pages::approvals(&items, &console.keys.csrf_token(&who), Timestamp::now());
+            let csrf = console.keys.csrf_token(&signed);
+            let table = pages::approvals(&items, &csrf, Timestamp::now());
             // Submitted, not recorded: the controller may still refuse a
             // decision (the list then says why).
             let notice = match q.done.as_deref() {
@@ -195,24 +241,24 @@ async fn index(
                 Some("denied") => Some("Submitted: denied."),
                 _ => None,
             };
-            html(pages::index(&who, table, notice))
+            html(pages::index(who, table, notice))
         }
-        Err(e) => refusal(&headers, Some(&who), &e),
+        Err(e) => refusal(&headers, Some(who), &e),
     }
 }
 
 async fn fragment(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    let who = match signed_in(&console, &headers, false) {
-        Ok((who, _)) => who,
+    let signed = match signed_in(&console, &headers, false) {
+        Ok(signed) => signed,
         Err(r) => return *r,
     };
-    match console.cluster.list(&who).await {
+    match console.cluster.list(&signed.who).await {
         Ok(items) => html(pages::approvals(
             &items,
-            &console.keys.csrf_token(&who),
+            &console.keys.csrf_token(&signed),
             Timestamp::now(),
         )),
-        Err(e) => refusal(&headers, Some(&who), &e),
+        Err(e) => refusal(&headers, Some(&signed.who), &e),
     }
 }
 
@@ -221,8 +267,12 @@ async fn fragment(State(console): State<Shared>, headers: HeaderMap) -> Response
 const STREAM_SECONDS: i64 = 600;
 
 async fn events(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    let (who, until) = match signed_in(&console, &headers, false) {
-        Ok(who) => who,
+    let SignedIn {
+        who,
+        until,
+        session,
+    } = match signed_in(&console, &headers, false) {
+        Ok(signed) => signed,
         Err(r) => return *r,
     };
     // Someone who may not list Approvals gets the API server's refusal (a
@@ -235,8 +285,17 @@ async fn events(State(console): State<Shared>, headers: HeaderMap) -> Response {
         .clamp(0, STREAM_SECONDS);
     match console.cluster.changes(&who) {
         Ok(changes) => {
-            // The stream ends no later than the session.
-            let end = tokio::time::sleep(Duration::from_secs(left.unsigned_abs()));
+            // The stream ends no later than the session, and at once when
+            // the session is signed out.
+            let timeout = Box::pin(tokio::time::sleep(Duration::from_secs(left.unsigned_abs())));
+            let app = console.clone();
+            let signed_out = Box::pin(async move {
+                match session {
+                    Some(id) => app.keys.revoked.signed_out(&id).await,
+                    None => std::future::pending().await,
+                }
+            });
+            let end = futures::future::select(timeout, signed_out);
             let stream = changes
                 .take_until(end)
                 .map(|()| Ok::<_, Infallible>(Event::default().event("change").data("approvals")));
@@ -271,21 +330,45 @@ fn cookie_attributes(console: &Console, max_age: i64) -> String {
 
 async fn login(
     State(console): State<Shared>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    if console.keys.proxied() || !identity::same_origin(&headers) {
+    let from = peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.0.0.ip());
+    if let Err(retry_after) = console.sign_ins.attempt(from, Instant::now()) {
+        tracing::warn!(%from, "sign-in rate limit reached");
+        let e = ConsoleError::RateLimited {
+            message: format!("too many sign-in attempts: try again in {retry_after} s"),
+            retry_after,
+        };
+        let page = (e.status(), html(pages::login(Some(&e.to_string()))));
+        return with_retry_after(page.into_response(), &e);
+    }
+    if console.keys.proxied() || !origin::same_origin(&headers, console.scheme()) {
         let e = ConsoleError::Forbidden("sign in from the console's own page".into());
+        return refusal(&headers, None, &e);
+    }
+    let now = Timestamp::now().as_second();
+    if let Some(retry_after) = console.keys.revoked.full(now) {
+        let e = ConsoleError::Busy {
+            message: format!(
+                "too many sessions were signed out in the last hour: sign-in resumes in \
+                 {retry_after} s"
+            ),
+            retry_after,
+        };
         return refusal(&headers, None, &e);
     }
     match console.cluster.review(&form.token).await {
         Ok(who) => {
             // Never longer than the token the person signed in with.
-            let now = Timestamp::now().as_second();
             let longest = now + identity::SESSION_SECONDS;
             let expires =
                 identity::token_expiry(&form.token).map_or(longest, |exp| exp.min(longest));
-            let cookie = console.keys.session_cookie(&who, expires);
+            let cookie = match console.keys.session_cookie(&who, expires) {
+                Ok(cookie) => cookie,
+                Err(e) => return refusal(&headers, None, &e),
+            };
             let set = format!(
                 "{}={cookie}; {}",
                 identity::SESSION_COOKIE,
@@ -302,9 +385,19 @@ async fn login(
 }
 
 async fn logout(State(console): State<Shared>, headers: HeaderMap) -> Response {
-    if !identity::same_origin(&headers) {
+    if !origin::same_origin(&headers, console.scheme()) {
         let e = ConsoleError::Forbidden("sign out from the console's own page".into());
         return refusal(&headers, None, &e);
+    }
+    // The session is revoked on the server, until it would have expired:
+    // a copy of the cookie is worth nothing from now on. (One already
+    // signed out, or none, has nothing left to revoke.)
+    let now = Timestamp::now().as_second();
+    if let Ok(Some(signed)) = console.keys.identify_until(&headers, now)
+        && let Err(e) = console.keys.sign_out(&signed, now)
+    {
+        tracing::warn!(code = e.code(), "sign-out not recorded");
+        return refusal(&headers, Some(&signed.who), &e);
     }
     let mut r = Redirect::to("/login").into_response();
     let clear = format!(
@@ -332,27 +425,30 @@ async fn decide(
     headers: HeaderMap,
     Form(form): Form<DecideForm>,
 ) -> Response {
-    let who = match signed_in(&console, &headers, true) {
-        Ok((who, _)) => who,
+    let signed = match signed_in(&console, &headers, true) {
+        Ok(signed) => signed,
         Err(r) => return *r,
     };
-    if !identity::same_origin(&headers) || !console.keys.csrf_ok(&who, &form.csrf) {
+    let who = &signed.who;
+    if !origin::same_origin(&headers, console.scheme())
+        || !console.keys.csrf_ok(&signed, &form.csrf)
+    {
         let e = ConsoleError::Forbidden(
             "this form did not come from your console page; reload it".into(),
         );
-        return refusal(&headers, Some(&who), &e);
+        return refusal(&headers, Some(who), &e);
     }
     // A path segment that is no object name never reaches the API server.
     if !identity::object_name(&name) {
         let e = ConsoleError::InvalidRequest("not an Approval name".into());
-        return refusal(&headers, Some(&who), &e);
+        return refusal(&headers, Some(who), &e);
     }
     let decision = match form.decision.as_str() {
         "approved" => Decision::Approved,
         "denied" => Decision::Denied,
         _ => {
             let e = ConsoleError::InvalidRequest("decision is approved or denied".into());
-            return refusal(&headers, Some(&who), &e);
+            return refusal(&headers, Some(who), &e);
         }
     };
     let reason = form.reason.trim();
@@ -360,12 +456,12 @@ async fn decide(
         let e = ConsoleError::InvalidRequest(format!(
             "a reason is one line of at most {MAX_REASON} characters"
         ));
-        return refusal(&headers, Some(&who), &e);
+        return refusal(&headers, Some(who), &e);
     }
     let reason = (!reason.is_empty()).then_some(reason);
-    match console.cluster.decide(&who, &name, decision, reason).await {
+    match console.cluster.decide(who, &name, decision, reason).await {
         Ok(_) => Redirect::to(&format!("/?done={}", form.decision)).into_response(),
-        Err(e) => refusal(&headers, Some(&who), &e),
+        Err(e) => refusal(&headers, Some(who), &e),
     }
 }
 

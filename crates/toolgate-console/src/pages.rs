@@ -1,5 +1,7 @@
 //! The console's pages, built with `maud`, which escapes every interpolated
-//! string: a preview holding `<script>` is shown as those characters. No
+//! string: a preview holding `<script>` is shown as those characters. Every
+//! text a page shows goes through [`visible`] as well, so characters that
+//! change how text reads without showing themselves are written out. No
 //! inline script or style (the Content-Security-Policy forbids them) and no
 //! third-party asset.
 
@@ -29,8 +31,8 @@ fn layout(title: &str, who: Option<&Identity>, body: Markup) -> Markup {
                     h1 { "toolgate approvals" }
                     @if let Some(who) = who {
                         p.who {
-                            "Signed in as " strong #who { (who.user) }
-                            @if !who.groups.is_empty() { " (" (who.groups.join(", ")) ")" }
+                            "Signed in as " strong #who { (visible(&who.user)) }
+                            @if !who.groups.is_empty() { " (" (visible(&who.groups.join(", "))) ")" }
                         }
                     }
                 }
@@ -46,7 +48,7 @@ pub fn login(message: Option<&str>) -> Markup {
         "Sign in",
         None,
         html! {
-            @if let Some(m) = message { p.error role="alert" { (m) } }
+            @if let Some(m) = message { p.error role="alert" { (visible(m)) } }
             form method="post" action="/login" {
                 label for="token" { "Kubernetes token" }
                 textarea #token name="token" rows="4" autocomplete="off" required {}
@@ -57,22 +59,33 @@ pub fn login(message: Option<&str>) -> Markup {
     )
 }
 
-/// `text` with the characters that change how text around them looks
-/// without showing themselves (bidirectional overrides and isolates,
-/// zero-width characters) written out, so an agent cannot make a command
-/// read as another.
-fn visible(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            let hidden = matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
-                | '\u{2060}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}');
-            if hidden {
-                format!("\\u{{{:04X}}}", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+/// Whether `c` changes how the text around it reads without showing
+/// itself: bidirectional marks, embeddings, overrides and isolates,
+/// zero-width and invisible characters, line and paragraph separators, tag
+/// characters, and control characters other than a newline or a tab.
+pub fn hidden(c: char) -> bool {
+    matches!(c,
+        '\u{0000}'..='\u{0008}' | '\u{000B}'..='\u{001F}' | '\u{007F}'..='\u{009F}'
+        | '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}'
+        | '\u{17B5}' | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}'
+        | '\u{2028}'..='\u{202E}' | '\u{205F}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}'
+        | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}' | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}')
+}
+
+/// `text` as a page shows it: every [`hidden`] character written out
+/// (`<U+202E>`), so an agent cannot make a command read as another. The
+/// one function every shown text goes through (`maud` then escapes it).
+pub fn visible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if hidden(c) {
+            out.push_str(&format!("<U+{:04X}>", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn time_left(expires: Option<&str>, now: Timestamp) -> String {
@@ -109,15 +122,15 @@ pub fn approvals(items: &[Approval], csrf: &str, now: Timestamp) -> Markup {
                 @let r = a.spec.request.as_ref().expect("pending approvals have a request");
                 @let status = a.status.as_ref();
                 article.approval data-name=(name) {
-                    h3 { code.tool { (visible(&r.tool)) } " · " span.tenant { (r.tenant) } }
+                    h3 { code.tool { (visible(&r.tool)) } " · " span.tenant { (visible(&r.tenant)) } }
                     pre.preview { (visible(r.preview.as_deref().unwrap_or("(no preview)"))) }
                     dl {
                         dt { "Run" } dd { code { (visible(&r.run_id)) } }
                         dt { "Requested by" } dd { (visible(r.requested_by.as_deref().unwrap_or("-"))) }
-                        dt { "Policy" } dd { code { (r.policy_version) } }
+                        dt { "Policy" } dd { code { (visible(&r.policy_version)) } }
                         dt { "Time left" } dd.left { (time_left(status.and_then(|s| s.expires_at.as_deref()), now)) }
                         @if let Some(m) = status.and_then(|s| s.message.as_deref()) {
-                            dt { "Note" } dd.note { (m) }
+                            dt { "Note" } dd.note { (visible(m)) }
                         }
                     }
                     form method="post" action={ "/approvals/" (name) } {
@@ -137,13 +150,13 @@ pub fn approvals(items: &[Approval], csrf: &str, now: Timestamp) -> Markup {
                     @for a in &decided {
                         @let r = a.spec.request.as_ref().expect("filtered on requests");
                         tr {
-                            td { code { (r.tool) } }
-                            td { (r.tenant) }
+                            td { code { (visible(&r.tool)) } }
+                            td { (visible(&r.tenant)) }
                             td.outcome { (a.status.as_ref().and_then(|s| s.phase).map_or("-".to_owned(), |p| format!("{p:?}"))) }
-                            td { (a.spec.decided_by.as_deref().unwrap_or("-")) }
-                            td { (a.spec.reason.as_deref().unwrap_or("")) }
+                            td { (visible(a.spec.decided_by.as_deref().unwrap_or("-"))) }
+                            td { (visible(a.spec.reason.as_deref().unwrap_or(""))) }
                             // Why a decision was not recorded (not an approver, …).
-                            td.note { (a.status.as_ref().and_then(|s| s.message.as_deref()).unwrap_or("")) }
+                            td.note { (visible(a.status.as_ref().and_then(|s| s.message.as_deref()).unwrap_or(""))) }
                         }
                     }
                 }
@@ -158,7 +171,7 @@ pub fn index(who: &Identity, table: Markup, notice: Option<&str>) -> Markup {
         "Approvals",
         Some(who),
         html! {
-            @if let Some(n) = notice { p.notice role="status" { (n) } }
+            @if let Some(n) = notice { p.notice role="status" { (visible(n)) } }
             div #approvals { (table) }
             @if !who.user.is_empty() {
                 form method="post" action="/logout" { button type="submit" .link { "Sign out" } }
@@ -173,7 +186,7 @@ pub fn error(who: Option<&Identity>, code: &str, message: &str) -> Markup {
         "Refused",
         who,
         html! {
-            p.error role="alert" data-code=(code) { (message) }
+            p.error role="alert" data-code=(code) { (visible(message)) }
             p { a href="/" { "Back to the approvals" } }
         },
     )
@@ -221,6 +234,94 @@ mod tests {
         assert!(!html.contains("<b>") && !html.contains("<i>"), "{html}");
         assert!(!html.contains("x\"onmouseover"), "{html}");
         assert!(html.contains("value=\"tok&quot;en\""), "{html}");
-        assert_eq!(visible("rm -rf /\u{202E}gnp.x"), "rm -rf /\\u{202E}gnp.x");
+        assert_eq!(visible("rm -rf /\u{202E}gnp.x"), "rm -rf /<U+202E>gnp.x");
+    }
+
+    const HOSTILE: &str = "a\u{202A}b\u{202B}c\u{202C}d\u{202D}e\u{202E}f\u{2066}g\u{2067}h\u{2068}\
+                           i\u{2069}j\u{200B}k\u{200C}l\u{200D}m\u{200E}n\u{200F}o\u{FEFF}p\u{2028}\
+                           q\u{2029}r\u{00AD}s\u{2060}t\u{061C}u\u{E0041}v\u{001B}w\u{0085}x";
+
+    /// Every code point of `HOSTILE` written out, in order.
+    fn written_out() -> String {
+        visible(HOSTILE)
+    }
+
+    #[test]
+    fn invisible_characters_are_written_out() {
+        assert_eq!(
+            written_out(),
+            "a<U+202A>b<U+202B>c<U+202C>d<U+202D>e<U+202E>f<U+2066>g<U+2067>h<U+2068>\
+             i<U+2069>j<U+200B>k<U+200C>l<U+200D>m<U+200E>n<U+200F>o<U+FEFF>p<U+2028>\
+             q<U+2029>r<U+00AD>s<U+2060>t<U+061C>u<U+E0041>v<U+001B>w<U+0085>x"
+        );
+        // What reads as itself stays: newlines and tabs in a preview,
+        // accents, other scripts, emoji.
+        assert_eq!(visible("ls\n\tzoë ĳ ש 日本 🙂"), "ls\n\tzoë ĳ ש 日本 🙂");
+    }
+
+    #[test]
+    fn every_cell_writes_invisible_characters_out() {
+        let request = ApprovalRequest {
+            approval_id: "x".into(),
+            tenant: HOSTILE.into(),
+            invocation_id: HOSTILE.into(),
+            tool: HOSTILE.into(),
+            args_digest: HOSTILE.into(),
+            call_digest: None,
+            action: Some(HOSTILE.into()),
+            preview: Some(HOSTILE.into()),
+            run_id: HOSTILE.into(),
+            policy_version: HOSTILE.into(),
+            profile: Some(HOSTILE.into()),
+            requested_by: Some(HOSTILE.into()),
+        };
+        let status = || {
+            Some(toolgate_k8s::crd::ApprovalStatus {
+                message: Some(HOSTILE.into()),
+                ..Default::default()
+            })
+        };
+        let mut waiting = Approval::new(
+            "apr-waiting",
+            ApprovalSpec {
+                request: Some(request.clone()),
+                grant: None,
+                decision: None,
+                reason: None,
+                decided_by: None,
+                decided_by_groups: None,
+            },
+        );
+        waiting.status = status();
+        let mut decided = Approval::new(
+            "apr-decided",
+            ApprovalSpec {
+                request: Some(request),
+                grant: None,
+                decision: Some(toolgate_k8s::crd::Decision::Denied),
+                reason: Some(HOSTILE.into()),
+                decided_by: Some(HOSTILE.into()),
+                decided_by_groups: Some(vec![HOSTILE.into()]),
+            },
+        );
+        decided.status = status();
+        let table = approvals(&[decided, waiting], "t", Timestamp::UNIX_EPOCH);
+        let who = Identity {
+            user: HOSTILE.into(),
+            groups: vec![HOSTILE.into()],
+        };
+        let pages = [
+            index(&who, table, Some(HOSTILE)).into_string(),
+            error(Some(&who), "forbidden", HOSTILE).into_string(),
+            login(Some(HOSTILE)).into_string(),
+        ];
+        let escaped = written_out().replace('<', "&lt;").replace('>', "&gt;");
+        for page in &pages {
+            assert!(!page.chars().any(hidden), "{page}");
+            assert!(page.contains(&escaped), "{page}");
+        }
+        // Tool, tenant, policy, note and run in the card; tool, tenant, by,
+        // reason and note in the recent decisions; the preview.
+        assert!(pages[0].matches(&escaped).count() >= 11, "{}", pages[0]);
     }
 }
