@@ -141,3 +141,13 @@ tracing.otlpEndpoint is set). Call with (dict "root" . "service" NAME).
   value: {{ $.root.Values.tracing.sampleRatio | toString | quote }}
 {{- end }}
 {{- end }}
+
+{{/* Base URL of the wake-up relay the sidecars use: sidecar.wakeupsUrl, else
+the chart's own relay when enabled, else none (empty). */}}
+{{- define "toolgate.wakeupsUrl" -}}
+{{- if .Values.sidecar.wakeupsUrl -}}
+{{- .Values.sidecar.wakeupsUrl -}}
+{{- else if .Values.wakeupsRelay.enabled -}}
+{{- printf "http://%s-wakeups.%s.svc:%v" (include "toolgate.fullname" .) .Release.Namespace .Values.wakeupsRelay.port -}}
+{{- end -}}
+{{- end }}
