@@ -3,7 +3,8 @@
 // protocol 2026-07-28 (it answers server/discover) and the older ones.
 // One tool, `deploy {service}` (`service` mirrored in Mcp-Param-Service),
 // which answers "deployed <service>" and writes
-// a line to $CALLS_FILE per call, so a test counts what really ran.
+// a line to $CALLS_FILE per call, so a test counts what really ran
+// (a call for $STALL_SERVICE is written and never answered).
 // It declares no tasks support of its own. Prints READY once listening.
 import http from "node:http";
 import { appendFileSync } from "node:fs";
@@ -26,6 +27,9 @@ function buildServer() {
     },
     async ({ service }) => {
       if (callsFile) appendFileSync(callsFile, `deploy ${service}\n`);
+      // $STALL_SERVICE: that call is recorded and never answered, so a test
+      // can stop the gateway while the call is in flight.
+      if (process.env.STALL_SERVICE && service === process.env.STALL_SERVICE) await new Promise(() => {});
       return { content: [{ type: "text", text: `deployed ${service}` }] };
     },
   );

@@ -118,16 +118,32 @@ impl<D: Decider> Gateway<D> {
                 return None;
             }
         };
-        if !self.tasks.mark_sent(&call.task) {
-            // Closed or expired between the decision and now: not sent.
+        let not_sent = async |why: &str| {
             if let Some(intent) = &intent
                 && let Err(e) = self
                     .decider()
-                    .complete_intent(intent, true, Some("not sent: its task ended first"))
+                    .complete_intent(intent, true, Some(why))
                     .await
             {
                 tracing::error!(%intent, error = %e, "could not complete the intent");
             }
+        };
+        if !self.tasks.mark_sent(&call.task) {
+            // Closed or expired between the decision and now: not sent.
+            not_sent("not sent: its task ended first").await;
+            return None;
+        }
+        // At most once: the forward is committed where the task is kept
+        // before the call leaves.
+        if let Err(why) = self.claim_kept(&call.task).await {
+            self.tasks.fail(
+                &call.task,
+                message::error_object(
+                    message::INTERNAL_ERROR,
+                    &format!("toolgate: {why}; the call was not made"),
+                ),
+            );
+            not_sent("not sent: its task could not be claimed").await;
             return None;
         }
         let mut message = call.message;

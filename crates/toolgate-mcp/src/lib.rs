@@ -21,6 +21,8 @@
 //!   intents, approvals, visible tools).
 //! - [`stdio`]: `toolgate mcp wrap`, which runs a stdio MCP server as a child
 //!   and speaks MCP on its own stdin/stdout.
+//! - [`kept`]: held tasks kept in the store, so a restarted sidecar
+//!   resumes them and forwards each call at most once.
 //! - [`tasks`]: escalated calls held as tasks (protocol 2026-07-28's tasks
 //!   extension), so a client that declares it is not blocked on a human.
 //!
@@ -34,6 +36,7 @@ mod deferred;
 mod definition;
 pub mod edges;
 pub mod gateway;
+pub mod kept;
 pub mod message;
 pub mod param_headers;
 pub mod protocol;
@@ -60,6 +63,9 @@ pub enum McpError {
     /// The wrapped server could not be started or its pipes broke.
     #[error("server process: {0}")]
     Process(#[source] std::io::Error),
+    /// Held tasks could not be read or written where they are kept.
+    #[error("task store: {0}")]
+    TaskStore(String),
 }
 
 impl McpError {
@@ -69,6 +75,7 @@ impl McpError {
             McpError::Sidecar(_) => "sidecar_unreachable",
             McpError::Refused { code, .. } => code,
             McpError::Process(_) => "server_process",
+            McpError::TaskStore(_) => "mcp_task_store",
         }
     }
 }

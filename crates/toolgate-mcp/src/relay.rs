@@ -159,6 +159,7 @@ impl<D: Decider> Gateway<D> {
     pub async fn from_client(&self, mut message: Value, route: Route<'_>) -> ClientStep {
         let Route { run_id, modern, .. } = route;
         if let Some((method, task)) = tasks::own_task_request(&message) {
+            self.load_kept(task).await;
             return ClientStep::Answer(self.tasks.answer(
                 &message["id"],
                 method,

@@ -108,7 +108,7 @@ pub fn client_declares_tasks(message: &Value) -> bool {
 
 /// Removes the client's declaration of the extension from a request, so
 /// the server answers a deferred call directly.
-pub(crate) fn strip_declaration(message: &mut Value) {
+pub fn strip_declaration(message: &mut Value) {
     if let Some(Value::Object(extensions)) = message
         .pointer_mut("/params/_meta")
         .and_then(|m| m.get_mut(CLIENT_CAPABILITIES_META))
@@ -134,7 +134,7 @@ pub(crate) fn advertise(answer: &mut Value) {
 
 /// Where a task stands.
 #[derive(Debug, Clone)]
-enum State {
+pub(crate) enum State {
     /// The approval is pending.
     Waiting {
         approval: String,
@@ -216,12 +216,24 @@ fn now() -> String {
     jiff::Timestamp::now().to_string()
 }
 
+/// A task read back from where it was kept.
+pub(crate) struct Restored {
+    pub(crate) run_id: RunId,
+    pub(crate) session: Option<String>,
+    pub(crate) created_at: String,
+    pub(crate) updated_at: String,
+    pub(crate) deadline: Instant,
+    pub(crate) state: State,
+}
+
 /// The tasks one server's gateway holds.
 pub(crate) struct TaskBook {
     tasks: Mutex<HashMap<String, Task>>,
     /// Set when the gateway shuts down: held calls stop waiting.
     closed: tokio::sync::watch::Sender<bool>,
     observer: OnceLock<TaskObserver>,
+    /// Where tasks are kept across restarts, once set (see [`crate::kept`]).
+    pub(crate) keeper: OnceLock<crate::kept::Keeper>,
 }
 
 impl Default for TaskBook {
@@ -230,6 +242,7 @@ impl Default for TaskBook {
             tasks: Mutex::default(),
             closed: tokio::sync::watch::Sender::new(false),
             observer: OnceLock::new(),
+            keeper: OnceLock::new(),
         }
     }
 }
@@ -403,10 +416,36 @@ impl TaskBook {
         if let Some(t) = self.lock().get_mut(id)
             && !t.state.is_terminal()
         {
+            if let Some(keeper) = self.keeper.get() {
+                keeper.ended(id, &state);
+            }
             t.state = state;
             t.updated_at = now();
             self.emit(event, 1);
         }
+    }
+
+    /// Whether task `id` is in memory.
+    pub(crate) fn knows(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
+    /// Puts back task `id`, read from where it was kept (a restarted
+    /// gateway's, or one it is asked about); a task in memory stays as it is.
+    pub(crate) fn restore(&self, id: &str, restored: Restored) {
+        let mut tasks = self.lock();
+        if tasks.contains_key(id) {
+            return;
+        }
+        let task = Task {
+            run_id: restored.run_id,
+            session: restored.session,
+            created_at: restored.created_at,
+            updated_at: restored.updated_at,
+            deadline: restored.deadline,
+            state: restored.state,
+        };
+        tasks.insert(id.to_owned(), task);
     }
 
     /// Answers a `tasks/*` request (`method`) naming one of the gateway's
@@ -435,6 +474,9 @@ impl TaskBook {
             "tasks/get" => task.view(task_id),
             "tasks/cancel" => match task.state {
                 State::Waiting { .. } => {
+                    if let Some(keeper) = self.keeper.get() {
+                        keeper.ended(task_id, &State::Cancelled);
+                    }
                     task.state = State::Cancelled;
                     task.updated_at = now();
                     self.emit(TaskEvent::Cancelled, 1);
@@ -574,6 +616,16 @@ impl DeferredCall {
     /// The id of the task it runs under.
     pub fn task(&self) -> &str {
         &self.task
+    }
+
+    /// The client's request as it came.
+    pub fn message(&self) -> &Value {
+        &self.message
+    }
+
+    /// The run that made it.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
     }
 }
 

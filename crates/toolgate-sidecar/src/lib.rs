@@ -177,6 +177,9 @@ impl Sidecar {
             ),
         });
 
+        // Held MCP tasks kept by the last run of this sidecar go on.
+        tokio::spawn(state.mcp.clone().resume_tasks());
+
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|e| StartError::Bind(config.listen, e))?;

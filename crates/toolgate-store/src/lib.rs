@@ -23,6 +23,7 @@ mod fields;
 mod flows;
 mod heartbeats;
 mod intents;
+mod mcp_tasks;
 mod notifications;
 mod pg;
 mod profiles;
@@ -61,6 +62,7 @@ pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
 };
+pub use mcp_tasks::{FORWARD_INTERRUPTED, McpTask, McpTaskState, McpTasks, NewMcpTask};
 pub use notifications::{ApprovalEvent, Delivery, Notifications};
 pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
 pub use runs::{
@@ -665,6 +667,11 @@ impl Store {
     /// Sidecar heartbeats for the controller's fleet view.
     pub fn heartbeats(&self) -> Heartbeats<'_> {
         Heartbeats { store: self }
+    }
+
+    /// MCP tasks the gateway holds, kept across sidecar restarts.
+    pub fn mcp_tasks(&self) -> McpTasks<'_> {
+        McpTasks { store: self }
     }
 
     pub(crate) fn is_postgres(&self) -> bool {

@@ -50,6 +50,70 @@ impl Deferred {
         gateway.abandon(&ours);
     }
 
+    /// Runs a task kept by the sidecar's last run: the upstream's tools
+    /// are listed first, so the call is checked against what it announces
+    /// now.
+    pub(super) async fn resume(
+        self,
+        call: toolgate_mcp::tasks::DeferredCall,
+        session: Option<String>,
+    ) {
+        // The call's own envelope (protocol version, client info) goes with it.
+        let meta = call.message().pointer("/params/_meta").cloned();
+        self.list_tools(session.as_deref(), meta).await;
+        self.run(call).await;
+    }
+
+    /// Asks the upstream for its tools, read as a client's listing would be.
+    async fn list_tools(&self, session: Option<&str>, meta: Option<serde_json::Value>) {
+        let gateway = &self.upstream.gateway;
+        let route = toolgate_mcp::relay::Route {
+            run_id: &self.run_id,
+            session,
+            modern: true,
+        };
+        let id = format!("toolgate-resume-{}", uuid::Uuid::new_v4().simple());
+        let mut list =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {}});
+        if let Some(meta) = meta {
+            list["params"]["_meta"] = meta;
+            toolgate_mcp::tasks::strip_declaration(&mut list);
+        }
+        let toolgate_mcp::relay::ClientStep::Forward { message, request } =
+            gateway.from_client(list, route).await
+        else {
+            return;
+        };
+        let mut headers = self.headers.clone();
+        set_routing_headers(&mut headers, &message, gateway);
+        let sent = self
+            .mcp
+            .http
+            .post(&self.upstream.url)
+            .headers(headers.clone())
+            .body(message.to_string())
+            .send()
+            .await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(server = %gateway.server(), error = %e, "cannot list the tools of a resumed task's server");
+                return;
+            }
+        };
+        let stream = relay::Stream {
+            http: self.mcp.http.clone(),
+            upstream: self.upstream.clone(),
+            headers,
+            run_id: self.run_id.clone(),
+            awaited: request,
+            is_post: true,
+            detached: true,
+        };
+        let mut relayed = stream.relay(response).await.into_body().into_data_stream();
+        while futures_util::StreamExt::next(&mut relayed).await.is_some() {}
+    }
+
     /// Sends the approved call and reads the answer into its task.
     async fn send(&self, message: Value, headers: reqwest::header::HeaderMap, ours: String) {
         let gateway = &self.upstream.gateway;

@@ -67,6 +67,7 @@ mod deferred;
 mod headers;
 mod relay;
 mod resolve;
+mod resume;
 mod sessions;
 
 use headers::{header, header_mismatch, set_routing_headers};
@@ -115,6 +116,9 @@ impl McpUpstreams {
                         InProcess { gate: gate.clone() },
                     ),
                 };
+                upstream
+                    .gateway
+                    .keep_tasks(gate.store.clone(), &gate.tenant);
                 let label =
                     toolgate_gate::labels::truncate(name, toolgate_gate::labels::MAX_LABEL_CHARS)
                         .to_owned();
@@ -438,7 +442,15 @@ async fn exchange(
                     headers: upstream.headers(&headers)?,
                     run_id: run_id.clone(),
                 };
-                tokio::spawn(deferred.run(call).in_current_span());
+                // Kept before the client learns of it (see `toolgate_mcp::kept`).
+                let kept = resume::context(&headers);
+                if upstream
+                    .gateway
+                    .hold_task(&call, session.as_deref(), kept)
+                    .await
+                {
+                    tokio::spawn(deferred.run(call).in_current_span());
+                }
                 return Ok(answer(&created));
             }
             ClientStep::Forward {

@@ -12,6 +12,7 @@ mod connections;
 mod decisions;
 mod flow_labels;
 mod intents;
+mod mcp_tasks;
 mod notifications;
 mod partitions;
 mod pooler;
