@@ -73,7 +73,15 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
         # ... mirrored by the controller as an Approval object, decided by an approver.
         name = f"apr-{approval_id}"
         obj = wait_for("mirrored Approval", lambda: kube.get("approval", name, "-n", APPROVALS_NS), 30)
-        assert obj["spec"]["request"]["tenant"] == ns and obj["spec"]["request"]["profile"] == "sidecar-coding"
+        request = obj["spec"]["request"]
+        assert request["tenant"] == ns and request["profile"] == "sidecar-coding"
+        # ... carrying why: the escalating decision's reason, rule and policy
+        # version as the decision log recorded them, and the run's earlier
+        # decision (the allowed `git status`).
+        why = request["escalation"]
+        assert why["reason"] == "escalate_rule" and why["matchedRule"], why
+        assert request["policyVersion"] == version and escalated["policy_version"] == version
+        assert [(d["tool"], d["verdict"]) for d in why["history"]] == [("bash", "allow")], why
         # The plugin, as carol (a client certificate: plugins take no --as):
         # list, then approve with decidedBy/decidedByGroups from a SelfSubjectReview.
         carol = dict(kube.env, KUBECONFIG=str(user_kubeconfig(cluster, "carol", ["platform-oncall"],
@@ -81,6 +89,12 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
         plugin = [cluster["kubectl"], "toolgate"]
         listed = subprocess.run([*plugin, "list", "-n", APPROVALS_NS], env=carol, capture_output=True, text=True)
         assert listed.returncode == 0 and name in listed.stdout and "make deploy" in listed.stdout, listed
+        assert "WHY" in listed.stdout and "escalate_rule (" in listed.stdout, listed.stdout
+        listed = subprocess.run([*plugin, "approvals", "-n", APPROVALS_NS, "-o", "json"], env=carol,
+                                capture_output=True, text=True)
+        assert listed.returncode == 0, listed
+        items = {i["metadata"]["name"]: i for i in json.loads(listed.stdout)["items"]}
+        assert items[name]["spec"]["request"]["escalation"]["reason"] == "escalate_rule", listed.stdout
         approved = subprocess.run([*plugin, "approve", name, "-n", APPROVALS_NS, "--reason", "e2e"], env=carol,
                                   capture_output=True, text=True)
         assert approved.returncode == 0 and "approved" in approved.stdout, approved

@@ -7,7 +7,7 @@
 
 use jiff::Timestamp;
 use maud::{DOCTYPE, Markup, html};
-use toolgate_k8s::crd::Approval;
+use toolgate_k8s::crd::{Approval, Escalation};
 
 use crate::cluster::pending;
 use crate::identity::Identity;
@@ -102,6 +102,48 @@ fn time_left(expires: Option<&str>, now: Timestamp) -> String {
     }
 }
 
+/// How many of the run's earlier decisions a card lists.
+const HISTORY: usize = 5;
+
+/// Why a call was escalated, inside a card's `dl`: the reason and rule of
+/// the escalating decision, the flow labels it required with the calls
+/// that set them, and the run's last decisions (masked by the controller).
+fn escalation(why: &Escalation) -> Markup {
+    let history = &why.history[why.history.len().saturating_sub(HISTORY)..];
+    html! {
+        dt { "Why" }
+        dd.why {
+            code.reason { (visible(&why.reason)) }
+            @if let Some(rule) = &why.matched_rule { " · " code.rule { (visible(rule)) } }
+        }
+        @if !why.flow_labels.is_empty() {
+            dt { "Flow labels" }
+            dd.labels { ul {
+                @for l in &why.flow_labels {
+                    li {
+                        code { (visible(&l.label)) } " set by "
+                        code { (visible(l.tool.as_deref().unwrap_or("?"))) } " at "
+                        (visible(&l.set_at))
+                    }
+                }
+            } }
+        }
+        @if !history.is_empty() {
+            dt { "Run history" }
+            dd.history { ol {
+                @for d in history {
+                    li {
+                        (visible(&d.at)) " " code { (visible(&d.tool)) } " "
+                        span.verdict { (visible(&d.verdict)) } " (" (visible(&d.reason))
+                        @if let Some(rule) = &d.matched_rule { ", " code { (visible(rule)) } }
+                        ")"
+                    }
+                }
+            } }
+        }
+    }
+}
+
 /// The approvals table: what `/` shows and `/fragment` refreshes.
 pub fn approvals(items: &[Approval], csrf: &str, now: Timestamp) -> Markup {
     // Oldest first: a new approval is added below the ones on screen, so
@@ -128,6 +170,7 @@ pub fn approvals(items: &[Approval], csrf: &str, now: Timestamp) -> Markup {
                         dt { "Run" } dd { code { (visible(&r.run_id)) } }
                         dt { "Requested by" } dd { (visible(r.requested_by.as_deref().unwrap_or("-"))) }
                         dt { "Policy" } dd { code { (visible(&r.policy_version)) } }
+                        @if let Some(why) = &r.escalation { (escalation(why)) }
                         dt { "Time left" } dd.left { (time_left(status.and_then(|s| s.expires_at.as_deref()), now)) }
                         @if let Some(m) = status.and_then(|s| s.message.as_deref()) {
                             dt { "Note" } dd.note { (visible(m)) }
@@ -215,6 +258,7 @@ mod tests {
                     policy_version: "p@1".into(),
                     profile: None,
                     requested_by: Some("sidecar:<i>".into()),
+                    escalation: None,
                 }),
                 grant: None,
                 decision: None,
@@ -235,6 +279,84 @@ mod tests {
         assert!(!html.contains("x\"onmouseover"), "{html}");
         assert!(html.contains("value=\"tok&quot;en\""), "{html}");
         assert_eq!(visible("rm -rf /\u{202E}gnp.x"), "rm -rf /<U+202E>gnp.x");
+    }
+
+    /// The why of an escalation on the card: reason, rule, flow labels with
+    /// the calls that set them, and the run's last decisions, each escaped
+    /// and with invisible characters written out.
+    #[test]
+    fn the_card_says_why() {
+        use toolgate_k8s::crd::{FlowLabelCause, PastDecision};
+        let past = |i: usize| PastDecision {
+            at: format!("2026-12-05T11:5{i}:00Z"),
+            tool: format!("tool{i}"),
+            verdict: "allow".into(),
+            reason: "allow_rule".into(),
+            matched_rule: Some(format!("token=**** <b>{i}</b>")),
+        };
+        let why = Escalation {
+            decision_id: "d1".into(),
+            reason: "flow_escalate".into(),
+            matched_rule: Some("flow:no-exfil when private\u{202E}".into()),
+            flow_labels: vec![FlowLabelCause {
+                label: "private".into(),
+                decision_id: "d0".into(),
+                tool: Some("<script>read_file".into()),
+                set_at: "2026-12-05T11:59:00Z".into(),
+            }],
+            history: (0..7).map(past).collect(),
+        };
+        let mut a = Approval::new(
+            "apr-w",
+            ApprovalSpec {
+                request: Some(ApprovalRequest {
+                    approval_id: "w".into(),
+                    tenant: "agents".into(),
+                    invocation_id: "i".into(),
+                    tool: "bash".into(),
+                    args_digest: "sha256:0".into(),
+                    call_digest: None,
+                    action: None,
+                    preview: None,
+                    run_id: "r".into(),
+                    policy_version: "p@1".into(),
+                    profile: None,
+                    requested_by: None,
+                    escalation: Some(why),
+                }),
+                grant: None,
+                decision: None,
+                reason: None,
+                decided_by: None,
+                decided_by_groups: None,
+            },
+        );
+        a.metadata.name = Some("apr-w".into());
+        let html = approvals(&[a], "t", Timestamp::UNIX_EPOCH).into_string();
+        assert!(
+            html.contains("<code class=\"reason\">flow_escalate</code>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("flow:no-exfil when private&lt;U+202E&gt;"),
+            "{html}"
+        );
+        assert!(html.contains("<code>private</code> set by <code>&lt;script&gt;read_file</code> at 2026-12-05T11:59:00Z"), "{html}");
+        assert!(html.contains("<code>p@1</code>"), "{html}");
+        // The last five decisions of the run, oldest first; never markup.
+        assert!(
+            !html.contains("tool0") && !html.contains("tool1<"),
+            "{html}"
+        );
+        let shown: Vec<usize> = (2..7)
+            .filter(|i| html.contains(&format!("<code>tool{i}</code>")))
+            .collect();
+        assert_eq!(shown, vec![2, 3, 4, 5, 6], "{html}");
+        assert!(html.find("tool2").unwrap() < html.find("tool6").unwrap());
+        assert!(
+            html.contains("token=**** &lt;b&gt;6&lt;/b&gt;") && !html.contains("<b>"),
+            "{html}"
+        );
     }
 
     const HOSTILE: &str = "a\u{202A}b\u{202B}c\u{202C}d\u{202D}e\u{202E}f\u{2066}g\u{2067}h\u{2068}\
@@ -274,6 +396,7 @@ mod tests {
             policy_version: HOSTILE.into(),
             profile: Some(HOSTILE.into()),
             requested_by: Some(HOSTILE.into()),
+            escalation: None,
         };
         let status = || {
             Some(toolgate_k8s::crd::ApprovalStatus {

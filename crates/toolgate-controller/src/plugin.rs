@@ -35,7 +35,8 @@ pub enum PluginCommand {
     Approve(DecideArgs),
     /// Deny an escalated call; `--reason` is required.
     Deny(DecideArgs),
-    /// List Approvals.
+    /// List Approvals, with why each request was escalated.
+    #[command(visible_alias = "approvals")]
     List(ListArgs),
     /// Cancel an agent run of a namespace: creates a RunCancellation the
     /// controller records; every sidecar then refuses the run's calls.
@@ -108,6 +109,28 @@ pub struct ListArgs {
     /// Every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
+    /// `table`, or `json`: the Approval objects as a kubectl `List`, each
+    /// request's `spec.request.escalation` (reason, rule, flow labels, run
+    /// history) included.
+    #[arg(short, long, value_enum, default_value_t = ListOutput::Table)]
+    pub output: ListOutput,
+}
+
+/// How `list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListOutput {
+    /// One line per Approval.
+    Table,
+    /// The objects as JSON.
+    Json,
+}
+
+/// The `list -o json` output: the objects as a kubectl `List`.
+pub fn render_json(items: &[Approval]) -> String {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let mut out = serde_json::to_string_pretty(&list).unwrap_or_default();
+    out.push('\n');
+    out
 }
 
 /// The merge patch `approve` / `deny` send.
@@ -159,6 +182,7 @@ pub fn render_table(items: &[Approval], now: Timestamp, with_namespace: bool) ->
             "PROFILE",
             "REQUESTED BY",
             "AGE",
+            "WHY",
             "PREVIEW",
         ];
         if with_namespace {
@@ -194,6 +218,13 @@ pub fn render_table(items: &[Approval], now: Timestamp, with_namespace: bool) ->
             .as_ref()
             .map(|t| age(now.duration_since(t.0)))
             .unwrap_or_else(|| "-".into());
+        // Why a request was escalated: reason code and rule.
+        let why = a
+            .spec
+            .request
+            .as_ref()
+            .and_then(|r| r.escalation.as_ref())
+            .map_or_else(|| "-".to_owned(), |e| one_line(&e.summary(), 60));
         let mut row = vec![
             a.name_any(),
             kind.into(),
@@ -209,6 +240,7 @@ pub fn render_table(items: &[Approval], now: Timestamp, with_namespace: bool) ->
             profile,
             status.requested_by.unwrap_or_else(|| "-".into()),
             age,
+            why,
             one_line(&preview, 80),
         ];
         if with_namespace {
@@ -266,12 +298,11 @@ pub async fn run_plugin(cli: PluginCli, out: &mut dyn Write) -> Result<(), Contr
             };
             let mut items = api.list(&ListParams::default()).await?.items;
             items.sort_by_key(|a| (a.namespace(), a.name_any()));
-            write!(
-                out,
-                "{}",
-                render_table(&items, Timestamp::now(), args.all_namespaces)
-            )
-            .map_err(io)
+            let text = match args.output {
+                ListOutput::Table => render_table(&items, Timestamp::now(), args.all_namespaces),
+                ListOutput::Json => render_json(&items),
+            };
+            write!(out, "{text}").map_err(io)
         }
     }
 }
@@ -436,6 +467,58 @@ mod tests {
             serde_json::json!({"spec": {"decision": "approved"}})
         );
         assert_eq!(one_line("a\nb", 10), "a b");
+    }
+
+    /// The table's WHY column and the JSON output say why a request was
+    /// escalated.
+    #[test]
+    fn list_shows_the_why() {
+        use crate::crd::{ApprovalRequest, ApprovalSpec, Escalation};
+        let a = Approval::new(
+            "apr-1",
+            ApprovalSpec {
+                request: Some(ApprovalRequest {
+                    approval_id: "1".into(),
+                    tenant: "agents".into(),
+                    invocation_id: "i".into(),
+                    tool: "http.post".into(),
+                    args_digest: "sha256:0".into(),
+                    call_digest: None,
+                    action: None,
+                    preview: Some("POST https://example.com".into()),
+                    run_id: "r".into(),
+                    policy_version: "p@1".into(),
+                    profile: Some("p".into()),
+                    requested_by: None,
+                    escalation: Some(Escalation {
+                        decision_id: "d1".into(),
+                        reason: "flow_escalate".into(),
+                        matched_rule: Some("flow:no-exfil when private".into()),
+                        flow_labels: Vec::new(),
+                        history: Vec::new(),
+                    }),
+                }),
+                grant: None,
+                decision: None,
+                reason: None,
+                decided_by: None,
+                decided_by_groups: None,
+            },
+        );
+        let table = render_table(std::slice::from_ref(&a), Timestamp::now(), false);
+        let mut lines = table.lines();
+        let header = lines.next().unwrap();
+        let row = lines.next().unwrap();
+        let at = header.find("WHY").unwrap();
+        assert!(
+            row[at..].starts_with("flow_escalate (flow:no-exfil when private)"),
+            "{table}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&render_json(&[a])).unwrap();
+        let why = &json["items"][0]["spec"]["request"]["escalation"];
+        assert_eq!(why["reason"], "flow_escalate");
+        assert_eq!(why["matchedRule"], "flow:no-exfil when private");
+        assert_eq!(json["items"][0]["spec"]["request"]["policyVersion"], "p@1");
         assert_eq!(one_line("abcdef", 4), "abc…");
     }
 }

@@ -17,6 +17,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use toolgate_policy::{Grant, PolicySpec};
 
+pub use crate::escalation::{Escalation, FlowLabelCause, PastDecision};
+
 /// API group of every toolgate resource.
 pub const GROUP: &str = "toolgate.dev";
 /// API version of every toolgate resource.
@@ -366,6 +368,10 @@ pub struct ApprovalRequest {
     /// Who asked (the sidecar's identity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
+    /// Why the call was escalated, from the decision log (absent when the
+    /// escalating decision's record was not found in time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Escalation>,
 }
 
 /// A standing grant for one profile.

@@ -19,12 +19,14 @@
 pub mod cancellation;
 pub mod crd;
 mod error;
+mod escalation;
 mod generate;
 pub mod names;
 pub mod telemetry;
 pub mod validate;
 
 pub use error::K8sError;
+pub use escalation::{MAX_ESCALATION_HISTORY, MAX_ESCALATION_LABELS};
 pub use generate::{crd_files, crdgen, write_crds};
 pub use validate::{
     ApprovalFields, Approver, Requester, approver_allowed, validate_approval, validate_profile,

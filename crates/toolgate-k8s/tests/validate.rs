@@ -258,6 +258,7 @@ fn typed_and_json_specs_read_alike() {
         policy_version: "p@x".into(),
         profile: None,
         requested_by: None,
+        escalation: None,
     };
     let grant = StandingGrant {
         profile: "p".into(),

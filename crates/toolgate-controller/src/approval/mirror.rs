@@ -10,7 +10,8 @@ use kube::api::{Api, PostParams};
 use toolgate_store::ApprovalStatus as DbStatus;
 
 use super::{
-    object_for, overdue_pending, past_retention, request_status, resolve_request, stamp_finished,
+    WAIT_FOR_RECORD, escalation_of, object_for, overdue_pending, past_retention, request_status,
+    resolve_request, stamp_finished,
 };
 use crate::context::Context;
 use crate::crd::{Approval, Phase, PolicyProfile};
@@ -65,9 +66,22 @@ async fn mirror(
 
     let api: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
     for row in &pending {
-        let obj = object_for(row, &ns);
+        let mut obj = object_for(row, &ns);
         if present.contains(&obj.name_any()) {
             continue;
+        }
+        // The why is part of the immutable request: wait a little for the
+        // escalating decision's record rather than create the object without.
+        let why = escalation_of(&ctx.store, row).await?;
+        let young = row
+            .created_at
+            .checked_add(WAIT_FOR_RECORD)
+            .is_ok_and(|until| until > now);
+        if why.is_none() && young {
+            continue;
+        }
+        if let Some(req) = obj.spec.request.as_mut() {
+            req.escalation = why;
         }
         match api.create(&PostParams::default(), &obj).await {
             Ok(created) => {

@@ -52,6 +52,7 @@ mod reconcile;
 mod status;
 #[cfg(test)]
 mod tests;
+mod why;
 
 pub use approvers::{
     APPROVER_NOT_ALLOWED, Approver, ApproverCheck, approver_allowed, check_approvers,
@@ -65,3 +66,4 @@ pub use status::{
 };
 pub(crate) use status::{overdue_pending, stamp_finished};
 pub use toolgate_k8s::names::{LABEL_APPROVAL_KIND as LABEL_KIND, approval_name};
+pub use why::{HISTORY, WAIT_FOR_RECORD, escalation_of, flow_rule_labels};

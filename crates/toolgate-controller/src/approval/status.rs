@@ -44,6 +44,7 @@ pub fn object_for(row: &toolgate_store::Approval, namespace: &str) -> Approval {
                 policy_version: row.policy_version.clone(),
                 profile: profile.clone(),
                 requested_by: Some(row.requested_by.clone()),
+                escalation: None,
             }),
             grant: None,
             decision: None,

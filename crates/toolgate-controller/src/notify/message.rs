@@ -152,11 +152,43 @@ fn slack(notice: &Notice) -> Value {
         json!({"type": "header", "text": {"type": "plain_text", "text": title}}),
         json!({"type": "section", "text": {"type": "mrkdwn", "text": fields}}),
     ];
+    if let Some(why) = why(&d["escalation"]) {
+        blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": why}}));
+    }
     if notice.kind == "approval.requested" {
         blocks.push(json!({"type": "section", "text": {"type": "mrkdwn",
             "text": code("approve_command")}}));
     }
     json!({"text": title, "blocks": blocks})
+}
+
+/// Most flow labels a Slack message names (the Approval carries them all).
+const SLACK_LABELS: usize = 5;
+
+/// Why the call was escalated, for Slack: the reason code and matched rule,
+/// and each flow label the rule required with the call that set it, every
+/// value in a code span (the escalation's keys as the Approval spells them).
+fn why(escalation: &Value) -> Option<String> {
+    let reason = escalation["reason"].as_str()?;
+    let mut text = format!("*Why:* {}", code_span(reason, 64));
+    if let Some(rule) = escalation["matchedRule"].as_str() {
+        text.push_str(&format!(" *Rule:* {}", code_span(rule, 200)));
+    }
+    let labels = escalation["flowLabels"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    for l in labels.iter().take(SLACK_LABELS) {
+        text.push_str(&format!(
+            "\n*Flow label:* {} set by {} at {}",
+            code_span(l["label"].as_str().unwrap_or_default(), 63),
+            code_span(l["tool"].as_str().unwrap_or_default(), 100),
+            code_span(l["setAt"].as_str().unwrap_or_default(), 40),
+        ));
+    }
+    if labels.len() > SLACK_LABELS {
+        text.push_str(&format!("\n… and {} more", labels.len() - SLACK_LABELS));
+    }
+    Some(text)
 }
 
 /// `text` as an inline code span: on one line (control characters and
@@ -348,6 +380,65 @@ mod tests {
         assert_eq!(code_span("", 10), "`-`");
         assert_eq!(code_span("```", 10), "`\u{2b9}\u{2b9}\u{2b9}`");
         assert_eq!(code_span("abcdef", 3), "`abc`");
+    }
+
+    fn with_escalation() -> Notice {
+        let mut n = notice();
+        n.data["escalation"] = json!({
+            "decisionId": "d1", "reason": "flow_escalate",
+            "matchedRule": "flow:no-exfil when private+untrusted",
+            "flowLabels": [
+                {"label": "private", "decisionId": "d0", "tool": "read_file", "setAt": "2026-12-05T11:59:00Z"},
+                {"label": "untrusted", "decisionId": "d9", "tool": "<!here> fetch", "setAt": "2026-12-05T11:59:30Z"}
+            ],
+            "history": [{"at": "2026-12-05T11:59:00Z", "tool": "read_file", "verdict": "allow", "reason": "allow_rule"}]
+        });
+        n
+    }
+
+    /// Every format says why the call was escalated: the reason, the rule,
+    /// the policy version, and the flow labels with the calls that set them.
+    #[test]
+    fn every_format_carries_the_why() {
+        let n = with_escalation();
+        for format in [NotifyFormat::Standard, NotifyFormat::Cloudevents] {
+            let body: Value = serde_json::from_slice(&render(&n, format, None, 1).body).unwrap();
+            let why = &body["data"]["escalation"];
+            assert_eq!(why["reason"], "flow_escalate", "{format:?}");
+            assert_eq!(why["matchedRule"], "flow:no-exfil when private+untrusted");
+            assert_eq!(why["flowLabels"][1]["tool"], "<!here> fetch");
+            assert_eq!(body["data"]["policy_version"], "p@1");
+        }
+        let body: Value =
+            serde_json::from_slice(&render(&n, NotifyFormat::Slack, None, 1).body).unwrap();
+        let why = body["blocks"][2]["text"]["text"].as_str().unwrap();
+        assert_eq!(
+            why,
+            "*Why:* `flow_escalate` *Rule:* `flow:no-exfil when private+untrusted`\n\
+             *Flow label:* `private` set by `read_file` at `2026-12-05T11:59:00Z`\n\
+             *Flow label:* `untrusted` set by `&lt;!here&gt; fetch` at `2026-12-05T11:59:30Z`"
+        );
+        assert!(body.to_string().contains("*Policy:* `p@1`"), "{body}");
+        // The command stays the last block; without a why there is no block.
+        assert!(
+            body["blocks"][3]["text"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("kubectl toolgate approve")
+        );
+        let plain: Value =
+            serde_json::from_slice(&render(&notice(), NotifyFormat::Slack, None, 1).body).unwrap();
+        assert_eq!(plain["blocks"].as_array().unwrap().len(), 3);
+        // Many labels: a bounded message.
+        let mut many = with_escalation();
+        many.data["escalation"]["flowLabels"] = json!((0..40).map(|i| json!({"label": format!("l{i}"), "decisionId": "d", "tool": "t".repeat(5000), "setAt": "x"})).collect::<Vec<_>>());
+        let body: Value =
+            serde_json::from_slice(&render(&many, NotifyFormat::Slack, None, 1).body).unwrap();
+        let why = body["blocks"][2]["text"]["text"].as_str().unwrap();
+        assert!(
+            why.chars().count() < 3000 && why.ends_with("… and 35 more"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -194,6 +194,12 @@ async fn notice(
         .ok()?;
     let payload: Value = serde_json::from_str(&event.payload).unwrap_or(Value::Null);
     let profile = profile_of(&approval.policy_version).to_owned();
+    // Why it was escalated, as the Approval object carries it (absent when
+    // the decision log does not hold the escalating decision).
+    let escalation = crate::approval::escalation_of(&ctx.store, &approval)
+        .await
+        .ok()
+        .flatten();
     let data = json!({
         "approval_id": approval.id,
         "namespace": approval.tenant,
@@ -211,6 +217,7 @@ async fn notice(
         "decision": payload.get("decision"),
         "decided_by": approval.resolved_by,
         "reason": approval.reason,
+        "escalation": escalation,
         "approve_command": format!(
             "kubectl toolgate approve {} -n {}",
             toolgate_k8s::names::approval_name(&approval.id),

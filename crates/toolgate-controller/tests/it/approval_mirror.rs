@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::approvals::{TEAM_A_PROFILE, as_object, decided, pending_row, record_version};
+use crate::common::approvals::{
+    FLOW_RULE, POLICY_VERSION, TEAM_A_PROFILE, as_object, decided, pending_row, record_version,
+};
 use crate::common::*;
 use http::Method;
 use jiff::SignedDuration;
@@ -42,6 +44,25 @@ async fn mirror_creates_objects_and_a_decision_resolves_the_row() {
             (Some("01J0APPROVAL"), Some("team-a"), Some("bash"))
         );
         assert_eq!(req["profile"], "safe-coding");
+        // The why travels with the request: reason, rule and policy version
+        // of the escalating decision, the flow label with the call that set
+        // it, and the run's earlier decisions, oldest first, masked.
+        let why = &req["escalation"];
+        assert_eq!(why["decisionId"], "dec-1");
+        assert_eq!(why["reason"], "flow_escalate");
+        assert_eq!(why["matchedRule"], FLOW_RULE);
+        assert_eq!(req["policyVersion"], POLICY_VERSION);
+        assert_eq!(why["flowLabels"][0]["label"], "private");
+        assert_eq!(why["flowLabels"][0]["tool"], "read_file");
+        assert_eq!(why["flowLabels"][0]["decisionId"], "dec-label");
+        let history = why["history"].as_array().unwrap();
+        assert_eq!(history.len(), 2, "{why}");
+        assert_eq!(
+            (history[0]["tool"].as_str(), history[0]["verdict"].as_str()),
+            (Some("shell"), Some("deny"))
+        );
+        assert_eq!(history[0]["matchedRule"], "token=****");
+        assert_eq!(history[1]["tool"], "read_file");
         assert!(create.body["spec"].get("decision").is_none());
         let mut obj = create.body.clone();
         obj["metadata"]["uid"] = json!("uid-apr");
@@ -223,4 +244,64 @@ async fn request_approvals_outside_the_mirror_namespace_resolve_nothing() {
         .await
         .unwrap();
     assert_eq!(db.status, DbStatus::Pending, "the row is untouched");
+}
+
+/// A row whose escalating decision is not in the log yet (most records are
+/// written in the background, just after the row) is not mirrored at once:
+/// the why is part of the immutable request. Past the wait it is mirrored
+/// without one.
+#[tokio::test]
+async fn the_mirror_waits_a_little_for_the_escalating_decision() {
+    let store = store().await;
+    let now = jiff::Timestamp::now();
+    let row = store
+        .approvals()
+        .request(
+            toolgate_store::NewApproval {
+                approval_id: Some("01J0NORECORD".into()),
+                invocation_id: "inv-nr".into(),
+                tenant: "team-a".into(),
+                run_id: "run-9".into(),
+                tool: "bash".into(),
+                args_digest: "sha256:abc".into(),
+                call_digest: None,
+                policy_version: POLICY_VERSION.into(),
+                decision_id: "dec-missing".into(),
+                requested_by: "sidecar:team-a/agent-0".into(),
+                ttl: Duration::from_secs(900),
+                action: None,
+                preview: None,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let (client, _server) = mock_client();
+    let ctx = context(client, store.clone(), now + SignedDuration::from_secs(2));
+    let report = run(approval::sync_once(&ctx, &[], &[]), async {})
+        .await
+        .unwrap();
+    assert_eq!(report.created, 0, "waits for the record");
+
+    let (client, mut server) = mock_client();
+    let later = now + approval::WAIT_FOR_RECORD + SignedDuration::from_secs(1);
+    let ctx = context(client, store.clone(), later);
+    let name = approval::approval_name(&row.id);
+    let report = run(approval::sync_once(&ctx, &[], &[]), async move {
+        let create = server.expect(Method::POST, APPROVALS).await;
+        assert!(create.body["spec"]["request"].get("escalation").is_none());
+        let mut obj = create.body.clone();
+        obj["metadata"]["uid"] = json!("uid-apr");
+        create.respond(201, obj);
+        let st = expect_applied_status(
+            &mut server,
+            &format!("{APPROVALS}/{name}/status"),
+            "Approval",
+        )
+        .await;
+        st.echo_status(approval_json(&name));
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.created, 1);
 }

@@ -42,6 +42,7 @@ mod append;
 mod archive;
 mod chain;
 mod heads;
+mod lookup;
 mod partitions;
 mod verify;
 

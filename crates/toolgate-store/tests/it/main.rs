@@ -9,6 +9,7 @@ mod archive;
 mod atomicity;
 mod bad_input;
 mod connections;
+mod decision_lookup;
 mod decisions;
 mod flow_labels;
 mod intents;

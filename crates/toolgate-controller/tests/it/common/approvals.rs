@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use toolgate_controller::approval;
 use toolgate_controller::crd::Approval;
-use toolgate_store::NewApproval;
+use toolgate_store::{DecisionRecord, NewApproval};
 
 use super::NS;
 
@@ -35,7 +35,89 @@ pub fn grant_by(
            "spec": spec})
 }
 
+/// The escalating decision of `pending_row`: a flow rule asked because
+/// run-1 carries `private`, set by an earlier `read_file` call.
+pub const FLOW_RULE: &str = "flow:no-exfil when private";
+pub const POLICY_VERSION: &str = "safe-coding@0123456789ab+h01234567";
+
+fn record(
+    id: &str,
+    tool: &str,
+    verdict: &str,
+    reason: &str,
+    rule: Option<&str>,
+    at: jiff::Timestamp,
+) -> DecisionRecord {
+    DecisionRecord {
+        decision_id: id.into(),
+        run_id: "run-1".into(),
+        step_id: "-".into(),
+        tool: tool.into(),
+        verdict: verdict.into(),
+        reason: reason.into(),
+        message: None,
+        matched_rule: rule.map(Into::into),
+        policy_version: POLICY_VERSION.into(),
+        risk: "low".into(),
+        args_digest: "sha256:abc".into(),
+        call_digest: None,
+        definition_digest: None,
+        created_at: at,
+    }
+}
+
+/// A pending approval of run-1 (tenant team-a) as a sidecar leaves it: the
+/// row, its escalating decision (a flow rule) in the decision log, the
+/// flow label that rule required and the run's earlier decisions, one of
+/// them with a token in its rule (masked on the way to the Approval).
 pub async fn pending_row(store: &toolgate_store::Store, ttl: Duration) -> toolgate_store::Approval {
+    let now = jiff::Timestamp::from_millisecond(jiff::Timestamp::now().as_millisecond()).unwrap();
+    let earlier = now - jiff::SignedDuration::from_secs(60);
+    let set_at = now - jiff::SignedDuration::from_secs(30);
+    let decisions = store.decisions();
+    for r in [
+        record(
+            "dec-0",
+            "shell",
+            "deny",
+            "deny_rule",
+            Some("token=ghp_abcdefghijklmnopqrstuvwxyz"),
+            earlier,
+        ),
+        record(
+            "dec-label",
+            "read_file",
+            "allow",
+            "allow_rule",
+            Some("rules[0]"),
+            set_at,
+        ),
+        record(
+            "dec-1",
+            "bash",
+            "escalate",
+            "flow_escalate",
+            Some(FLOW_RULE),
+            now,
+        ),
+    ] {
+        decisions
+            .append("team-a", "agent-0/stream", r)
+            .await
+            .unwrap();
+    }
+    store
+        .flow_labels()
+        .add(
+            "team-a",
+            toolgate_policy::FlowScope::Run,
+            "run-1",
+            &["private"],
+            "dec-label",
+            set_at,
+        )
+        .await
+        .unwrap();
     store
         .approvals()
         .request(
@@ -47,14 +129,14 @@ pub async fn pending_row(store: &toolgate_store::Store, ttl: Duration) -> toolga
                 tool: "bash".into(),
                 args_digest: "sha256:abc".into(),
                 call_digest: None,
-                policy_version: "safe-coding@0123456789ab+h01234567".into(),
+                policy_version: POLICY_VERSION.into(),
                 decision_id: "dec-1".into(),
                 requested_by: "sidecar/agent-0".into(),
                 ttl,
                 action: None,
                 preview: None,
             },
-            jiff::Timestamp::now(),
+            now,
         )
         .await
         .unwrap()
