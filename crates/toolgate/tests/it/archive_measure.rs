@@ -2,7 +2,11 @@
 //! `cargo test --release -p toolgate --test it archive_measure -- --ignored
 //! --nocapture` (`TOOLGATE_ARCHIVE_BENCH_ROWS`, default 100,000).
 
+use std::path::Path;
+use std::time::{Duration, Instant};
+
 use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
 use toolgate_store::Store;
 
 use crate::archive_cli::{engines, records, toolgate};
@@ -14,47 +18,14 @@ use crate::archive_cli::{engines, records, toolgate};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn measure_archive() {
-    let rows: usize = std::env::var("TOOLGATE_ARCHIVE_BENCH_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    let rows = bench_rows();
     let tmp = tempfile::tempdir().unwrap();
     let (key_path, trust_path, _) = crate::common::key_files(tmp.path());
     for (n, url) in engines(tmp.path()).await.into_iter().enumerate() {
         let store = Store::connect(&url).await.unwrap();
-        let started = std::time::Instant::now();
-        let mut done = 0;
-        while done < rows {
-            let batch = (rows - done).min(10_000);
-            store
-                .decisions()
-                .append_batch(
-                    "bench",
-                    "pod/1",
-                    records(done, batch, SignedDuration::from_hours(2)),
-                )
-                .await
-                .unwrap();
-            done += batch;
-        }
-        let appended = started.elapsed();
+        let appended = append_rows(&store, rows, SignedDuration::from_hours(2)).await;
         let out = tmp.path().join(format!("bench-{n}"));
-        let before = (Timestamp::now() - SignedDuration::from_hours(1)).to_string();
-        let started = std::time::Instant::now();
-        let (code, archived) = toolgate(&[
-            "audit",
-            "archive",
-            "--database",
-            &url,
-            "--before",
-            &before,
-            "--out",
-            out.to_str().unwrap(),
-            "--key",
-            key_path.as_str(),
-        ]);
-        let archive_time = started.elapsed();
-        assert_eq!(code, Some(0), "{archived}");
+        let (archived, archive_time) = archive(&url, &out, key_path.as_str());
         let started = std::time::Instant::now();
         let (code, offline) = toolgate(&[
             "audit",
@@ -102,10 +73,7 @@ async fn measure_archive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn measure_archive_by_partition() {
-    let rows: usize = std::env::var("TOOLGATE_ARCHIVE_BENCH_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    let rows = bench_rows();
     let tmp = tempfile::tempdir().unwrap();
     let (key_path, _, _) = crate::common::key_files(tmp.path());
     for past in [false, true] {
@@ -119,40 +87,10 @@ async fn measure_archive_by_partition() {
         } else {
             SignedDuration::from_hours(2)
         };
-        let started = std::time::Instant::now();
-        let mut done = 0;
-        while done < rows {
-            let batch = (rows - done).min(10_000);
-            store
-                .decisions()
-                .append_batch("bench", "pod/1", records(done, batch, age))
-                .await
-                .unwrap();
-            done += batch;
-        }
-        store
-            .decisions()
-            .append_batch("bench", "pod/1", records(rows, 1, SignedDuration::ZERO))
-            .await
-            .unwrap();
-        let appended = started.elapsed();
+        let mut appended = append_rows(&store, rows, age).await;
+        appended += append_rows_head(&store, rows).await;
         let out = tmp.path().join(format!("by-partition-{past}"));
-        let before = (Timestamp::now() - SignedDuration::from_hours(1)).to_string();
-        let started = std::time::Instant::now();
-        let (code, archived) = toolgate(&[
-            "audit",
-            "archive",
-            "--database",
-            &url,
-            "--before",
-            &before,
-            "--out",
-            out.to_str().unwrap(),
-            "--key",
-            key_path.as_str(),
-        ]);
-        let archive_time = started.elapsed();
-        assert_eq!(code, Some(0), "{archived}");
+        let (archived, archive_time) = archive(&url, &out, key_path.as_str());
         assert_eq!(archived["records"], rows as u64, "{archived}");
         let (code, live) = toolgate(&["audit", "verify", "--database", &url]);
         assert_eq!(code, Some(0), "{live}");
@@ -206,4 +144,63 @@ async fn past_month_layout(pool: &sqlx::PgPool) -> SignedDuration {
         .await
         .unwrap();
     SignedDuration::from_millis(now - (month(-2).await + 86_400_000))
+}
+
+/// Rows of the bench (`TOOLGATE_ARCHIVE_BENCH_ROWS`, default 100,000).
+fn bench_rows() -> usize {
+    std::env::var("TOOLGATE_ARCHIVE_BENCH_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+}
+
+/// Appends `rows` records created `age` ago to stream `pod/1`, in batches
+/// of 10,000; returns the time it took.
+async fn append_rows(store: &Store, rows: usize, age: SignedDuration) -> Duration {
+    let started = Instant::now();
+    let mut done = 0;
+    while done < rows {
+        let batch = (rows - done).min(10_000);
+        store
+            .decisions()
+            .append_batch("bench", "pod/1", records(done, batch, age))
+            .await
+            .unwrap();
+        done += batch;
+    }
+    started.elapsed()
+}
+
+/// `toolgate audit archive` of every row older than an hour into `out`;
+/// its report and wall time. Fails the test when the command does.
+fn archive(url: &str, out: &Path, key: &str) -> (Value, Duration) {
+    let before = (Timestamp::now() - SignedDuration::from_hours(1)).to_string();
+    let started = Instant::now();
+    let (code, archived) = toolgate(&[
+        "audit",
+        "archive",
+        "--database",
+        url,
+        "--before",
+        &before,
+        "--out",
+        out.to_str().unwrap(),
+        "--key",
+        key,
+    ]);
+    let took = started.elapsed();
+    assert_eq!(code, Some(0), "{archived}");
+    (archived, took)
+}
+
+/// The stream's head: one row of now after the `rows` old ones, so it
+/// stays live while they are archived.
+async fn append_rows_head(store: &Store, rows: usize) -> Duration {
+    let started = Instant::now();
+    store
+        .decisions()
+        .append_batch("bench", "pod/1", records(rows, 1, SignedDuration::ZERO))
+        .await
+        .unwrap();
+    started.elapsed()
 }
