@@ -15,22 +15,11 @@ use toolgate_store::{DecisionRecord, Store};
 
 use crate::common::*;
 
+/// [`decision`] `i`, made `age` before [`now`].
 fn record(i: usize, age: SignedDuration) -> DecisionRecord {
     DecisionRecord {
-        decision_id: format!("dec-{i}"),
-        run_id: "run-1".into(),
-        step_id: format!("step-{i}"),
-        tool: "bash".into(),
-        verdict: "allow".into(),
-        reason: "allow_rule".into(),
-        message: None,
-        matched_rule: Some("bash:allow:git *".into()),
-        policy_version: "safe-coding@0123456789ab".into(),
-        risk: "high".into(),
-        args_digest: format!("sha256:{i}"),
-        call_digest: None,
-        definition_digest: None,
         created_at: now() - age,
+        ..decision(i)
     }
 }
 

@@ -10,26 +10,7 @@ use toolgate_controller::checkpoint::{
     CHECKPOINT_CONFIGMAP, CHECKPOINT_FIELD, Verification, checkpoint_once, sign_heads,
 };
 use toolgate_store::Checkpoint;
-use toolgate_store::{DecisionRecord, Store};
-
-fn record(i: usize) -> DecisionRecord {
-    DecisionRecord {
-        decision_id: format!("dec-{i}"),
-        run_id: "run-1".into(),
-        step_id: format!("step-{i}"),
-        tool: "bash".into(),
-        verdict: "allow".into(),
-        reason: "allow_rule".into(),
-        message: None,
-        matched_rule: Some("bash:allow:git *".into()),
-        policy_version: "safe-coding@0123456789ab".into(),
-        risk: "high".into(),
-        args_digest: format!("sha256:{i}"),
-        call_digest: Some(format!("sha256:call-{i}")),
-        definition_digest: None,
-        created_at: now(),
-    }
-}
+use toolgate_store::Store;
 
 /// Answers the apply of `namespace`'s checkpoint ConfigMap and returns the
 /// published list.
@@ -54,12 +35,16 @@ async fn signs_changed_heads_and_publishes_them_per_tenant() {
     let url = format!("sqlite://{}", dir.path().join("tg.db").display());
     let store = Store::connect(&url).await.unwrap();
     let d = store.decisions();
-    d.append_batch(NS, "pod-a/1", (0..3).map(record).collect())
+    d.append_batch(NS, "pod-a/1", (0..3).map(decision).collect())
         .await
         .unwrap();
-    d.append_batch("no-such-namespace", "pod-b/1", (0..2).map(record).collect())
-        .await
-        .unwrap();
+    d.append_batch(
+        "no-such-namespace",
+        "pod-b/1",
+        (0..2).map(decision).collect(),
+    )
+    .await
+    .unwrap();
 
     let (client, mut server) = mock_client();
     let ctx = context(client, store.clone(), now());
@@ -104,7 +89,7 @@ async fn signs_changed_heads_and_publishes_them_per_tenant() {
     assert_eq!((report.signed.len(), report.unchanged), (0, 2));
 
     // The stream grows: the new head is published, the old one replaced.
-    d.append_batch(NS, "pod-a/1", (3..5).map(record).collect())
+    d.append_batch(NS, "pod-a/1", (3..5).map(decision).collect())
         .await
         .unwrap();
     let (client, mut server) = mock_client();
@@ -179,7 +164,7 @@ async fn incremental_pass_reads_only_new_rows_and_still_catches_cuts() {
     let d = store.decisions();
     let key = key();
     let sign = |v: Verification| sign_heads(&store, &key, Some(NS), now(), v);
-    d.append_batch(NS, "s", (0..3).map(record).collect())
+    d.append_batch(NS, "s", (0..3).map(decision).collect())
         .await
         .unwrap();
 
@@ -187,7 +172,7 @@ async fn incremental_pass_reads_only_new_rows_and_still_catches_cuts() {
     let r = sign(Verification::SinceCheckpoint).await.unwrap();
     assert_eq!((r.signed.len(), r.rows_read), (1, 3));
 
-    d.append_batch(NS, "s", (3..5).map(record).collect())
+    d.append_batch(NS, "s", (3..5).map(decision).collect())
         .await
         .unwrap();
     let r = sign(Verification::SinceCheckpoint).await.unwrap();
@@ -279,7 +264,7 @@ async fn a_stream_with_a_bad_name_is_reported_and_stops_nothing() {
     let store = Store::connect(&url).await.unwrap();
     store
         .decisions()
-        .append_batch(NS, "pod-a/1", (0..2).map(record).collect())
+        .append_batch(NS, "pod-a/1", (0..2).map(decision).collect())
         .await
         .unwrap();
     let long = "x".repeat(1100);

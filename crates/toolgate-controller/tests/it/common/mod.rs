@@ -244,3 +244,24 @@ pub fn database_url() -> Option<String> {
         }
     }
 }
+
+/// Decision `i` of run `run-1`, made at [`now`]: what the checkpoint and
+/// archive suites append.
+pub fn decision(i: usize) -> toolgate_store::DecisionRecord {
+    toolgate_store::DecisionRecord {
+        decision_id: format!("dec-{i}"),
+        run_id: "run-1".into(),
+        step_id: format!("step-{i}"),
+        tool: "bash".into(),
+        verdict: "allow".into(),
+        reason: "allow_rule".into(),
+        message: None,
+        matched_rule: Some("bash:allow:git *".into()),
+        policy_version: "safe-coding@0123456789ab".into(),
+        risk: "high".into(),
+        args_digest: format!("sha256:{i}"),
+        call_digest: Some(format!("sha256:call-{i}")),
+        definition_digest: None,
+        created_at: now(),
+    }
+}
