@@ -487,6 +487,9 @@ def _up(args, stack: Stack, bindir: pathlib.Path, bins: dict, t0: float, t_build
         "kubectl_toolgate": str(bins["plugin"]),
         "ca": str(pki["ca_crt"]),
         "namespace": CONTROLLER_NS,
+        # Who the controller is to the API server: the only creator of
+        # request Approvals the webhook admits.
+        "controller_user": f"system:serviceaccount:{CONTROLLER_NS}:{sa}",
         "webhook": {"url": webhook_url, "metrics": f"http://127.0.0.1:{webhook_metrics}",
                     "pid": webhook.pid, "argv": [str(bins["toolgate"]), *wargs], "env": webhook_env},
         "controller": {"metrics": metrics, "kubeconfig": str(controller_kubeconfig),

@@ -350,11 +350,12 @@ def test_rbac_is_exactly_what_the_controller_uses(rendered, values_name):
 
 def test_rbac_scopes(rendered):
     """Lease and signing Secret only in the release namespace, by name where
-    possible; mirrored Approvals created only in the approvals namespace."""
+    possible; mirrored Approvals created in every namespace (each tenant's
+    own) or, with a central queue, only there."""
     for values_name, objects in rendered.items():
         values = VALUE_SETS[values_name]
         sa = only(objects, "ServiceAccount")["metadata"]["name"]
-        approvals_ns = values.get("approvalsNamespace") or NAMESPACE
+        approvals_ns = values.get("approvalsNamespace") or "*"
         for rule, scope in rbac_rules(objects, sa, NAMESPACE):
             res = set(rule["resources"])
             if res & {"leases", "secrets"}:
@@ -672,6 +673,15 @@ def test_webhook_container(rendered):
         else:
             assert "--default-profile" not in args
         assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "webhook", "scheme": "HTTPS"}
+        # Only the controller, whose ServiceAccount the webhook shares, may
+        # create request Approvals.
+        sa = only(objects, "ServiceAccount")["metadata"]["name"]
+        assert flag(args, "--controller-user") == f"system:serviceaccount:{NAMESPACE}:{sa}"
+        controller_args = container(objects, "controller")["args"]
+        if values.get("approvalsNamespace"):
+            assert flag(controller_args, "--approvals-namespace") == values["approvalsNamespace"]
+        else:
+            assert "--approvals-namespace" not in controller_args
 
 
 def test_database_secret(rendered):
@@ -951,7 +961,7 @@ CONSOLE_VALUES = {
 
 
 @pytest.mark.parametrize("mode", CONSOLE_VALUES)
-def test_the_console_renders_strictly_and_may_only_impersonate(chart, mode):
+def test_the_console_renders_strictly_and_may_only_impersonate_and_watch(chart, mode):
     report = helm.lint(CHART, CONSOLE_VALUES[mode], strict=True, namespace=NAMESPACE,
                        kube_version="v" + KUBE_VERSION)
     assert not report["errors"] and not [m for m in report["messages"] if m["severity"] >= 2], report
@@ -966,7 +976,9 @@ def test_the_console_renders_strictly_and_may_only_impersonate(chart, mode):
                for v in rule["verbs"]}
     impersonate = {("", r, "impersonate") for r in ("users", "groups", "serviceaccounts")}
     review = {("authentication.k8s.io", "tokenreviews", "create")}
-    assert granted == (impersonate | review if mode == "token" else impersonate), granted
+    # One metadata watch of Approvals (where they are, when they change); no get, no writes.
+    watch = {("toolgate.dev", "approvals", v) for v in ("list", "watch")}
+    assert granted == (impersonate | watch | review if mode == "token" else impersonate | watch), granted
     binding = only(console, "ClusterRoleBinding")
     sa = only(console, "ServiceAccount")["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
@@ -976,6 +988,8 @@ def test_the_console_renders_strictly_and_may_only_impersonate(chart, mode):
     args = pod["containers"][0]["args"]
     assert args[0] == "console" and ("--proxy-secret-file=/etc/toolgate-console/proxy/secret" in args) == (
         mode == "proxy"), args
+    # Namespace-agnostic: Approvals are wherever their tenants are.
+    assert not any(a.startswith("--namespace") for a in args), args
     # The console's pods are never the controller's: no Service, PDB or
     # NetworkPolicy of the controller selects them, and the reverse.
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]

@@ -9,6 +9,7 @@ import pathlib
 import signal
 import subprocess
 import time
+import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -92,6 +93,18 @@ def stop(cluster: dict, name: str, sig=signal.SIGTERM) -> None:
         return
     wait_for(f"{name} to exit", lambda: not pathlib.Path(f"/proc/{pid}").exists()
              or "zombie" in pathlib.Path(f"/proc/{pid}/status").read_text(), 20)
+
+
+def start_controller(cluster: dict, extra=()) -> str:
+    """Starts controller-0 again (after `stop`) as `up` did, on its own
+    metrics address, with `extra` flags; returns that address once ready."""
+    url = cluster["controller"]["metrics"]["controller-0"]
+    argv = list(cluster["controller"]["argv"])
+    argv[argv.index("--metrics-listen") + 1] = url.removeprefix("http://")
+    respawn(cluster, "controller-0", [*argv, *extra],
+            dict(os.environ, **cluster["controller"]["env"], POD_NAME="controller-0"))
+    wait_for("controller-0 ready", lambda: urllib.request.urlopen(url + "/readyz", timeout=2).status == 200, 60)
+    return url
 
 
 def profile(name: str, namespace: str, **spec_overrides) -> dict:

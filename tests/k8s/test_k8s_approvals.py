@@ -9,7 +9,6 @@ import time
 
 from k8s_env import profile, ready, wait_for
 
-APPROVALS_NS = "toolgate-system"  # the chart's default: the release namespace
 
 
 def _psql(cluster, sql):
@@ -19,8 +18,9 @@ def _psql(cluster, sql):
     return out.stdout.strip()
 
 
-def _get(kube, name):
-    return kube.get("approval", name, "-n", APPROVALS_NS)
+def _get(kube, name, ns):
+    """The Approval: in the tenant's own namespace (the chart's default)."""
+    return kube.get("approval", name, "-n", ns)
 
 
 def _pending(kube, cluster, approval_id, tenant, version):
@@ -31,7 +31,7 @@ def _pending(kube, cluster, approval_id, tenant, version):
                    f" '{version}', 'dec-{approval_id}', 'sidecar/agent-0', 'pending', {now}, {now + 900_000},"
                    " 'bash', 'make deploy')")
     name = f"apr-{approval_id}"
-    wait_for("mirrored Approval", lambda: _get(kube, name), 30)
+    wait_for("mirrored Approval", lambda: _get(kube, name, tenant), 30)
     return name
 
 
@@ -40,24 +40,24 @@ def test_impersonated_approvals_against_chart_rbac(kube, cluster):
     kube.apply(profile("safe-coding", ns))
     version = wait_for("profile Ready", lambda: (p := kube.get("tgp", "safe-coding", "-n", ns))
                        and ready(p.get("status")) and p["status"]["version"])
-    kube("-n", APPROVALS_NS, "create", "rolebinding", "toolgate-approvers", "--clusterrole=toolgate-approver",
+    kube("-n", ns, "create", "rolebinding", "toolgate-approvers", "--clusterrole=toolgate-approver",
          "--group=platform-oncall", "--group=helpers")
 
     name = _pending(kube, cluster, "e2e-1", ns, version)
-    obj = _get(kube, name)
+    obj = _get(kube, name, ns)
     assert obj["spec"]["request"]["profile"] == "safe-coding" and obj["status"]["phase"] == "Pending", obj
 
     def decide(user, groups, spec, check=False):
-        return kube("patch", "approval", name, "-n", APPROVALS_NS, "--type", "merge",
+        return kube("patch", "approval", name, "-n", ns, "--type", "merge",
                     "-p", json.dumps({"spec": spec}), as_user=user, groups=groups, check=check)
 
     # 1. RBAC: a user in no bound group may not even read Approvals.
-    out = kube("get", "approvals", "-n", APPROVALS_NS, as_user="mallory", check=False)
+    out = kube("get", "approvals", "-n", ns, as_user="mallory", check=False)
     assert out.returncode != 0 and "Forbidden" in out.stderr, out.stderr
     out = decide("mallory", [], {"decision": "approved", "decidedBy": "mallory"})
     assert out.returncode != 0 and "forbidden" in out.stderr.lower(), out.stderr
     # ... and the approver role gives exactly get/list/watch/patch, not delete.
-    out = kube("delete", "approval", name, "-n", APPROVALS_NS, as_user="carol", groups=["platform-oncall"],
+    out = kube("delete", "approval", name, "-n", ns, as_user="carol", groups=["platform-oncall"],
                check=False)
     assert out.returncode != 0 and "forbidden" in out.stderr.lower(), out.stderr
 
@@ -78,7 +78,7 @@ def test_impersonated_approvals_against_chart_rbac(kube, cluster):
     assert out.returncode != 0 and "approvals.validate.toolgate.dev" in out.stderr, out.stderr
     assert "approver_not_allowed" in out.stderr and "spec.approvals.approvers" in out.stderr, out.stderr
     assert f"PolicyProfile {ns}/safe-coding" in out.stderr, out.stderr
-    spec = _get(kube, name)["spec"]
+    spec = _get(kube, name, ns)["spec"]
     assert "decision" not in spec and "decidedBy" not in spec, spec
     assert _psql(cluster, "SELECT status FROM approvals WHERE id = 'e2e-1'") == "pending"
     # ... and the real approver's decision of the same approval goes through.
@@ -88,11 +88,11 @@ def test_impersonated_approvals_against_chart_rbac(kube, cluster):
         cluster, "SELECT status, resolved_by FROM approvals WHERE id = 'e2e-1'") == "approved|carol")
     # Fail closed: a profile the webhook cannot find refuses every decision.
     lost = _pending(kube, cluster, "e2e-3", ns, "no-such-profile@sha256:00")
-    out = kube("patch", "approval", lost, "-n", APPROVALS_NS, "--type", "merge", "-p",
+    out = kube("patch", "approval", lost, "-n", ns, "--type", "merge", "-p",
                json.dumps({"spec": {"decision": "approved", "decidedBy": "carol"}}), as_user="carol",
                groups=["platform-oncall"], check=False)
     assert out.returncode != 0 and "not found" in out.stderr, out.stderr
-    assert "decision" not in _get(kube, lost)["spec"]
+    assert "decision" not in _get(kube, lost, ns)["spec"]
 
     # 4. An approver, as herself, in her authenticated group: resolved in the database.
     name = _pending(kube, cluster, "e2e-2", ns, version)
@@ -102,7 +102,7 @@ def test_impersonated_approvals_against_chart_rbac(kube, cluster):
     row = wait_for("approval resolved", lambda: (r := _psql(
         cluster, "SELECT status, resolved_by, reason FROM approvals WHERE id = 'e2e-2'")).startswith("approved") and r)
     assert row == "approved|carol|e2e says yes", row
-    wait_for("Approved phase", lambda: _get(kube, name)["status"].get("phase") == "Approved")
+    wait_for("Approved phase", lambda: _get(kube, name, ns)["status"].get("phase") == "Approved")
     # A decision is final: the CRD's rule refuses changing it, whoever asks.
     out = decide("carol", ["platform-oncall"], {"decision": "denied", "decidedBy": "carol"})
     assert out.returncode != 0 and "cannot be changed" in out.stderr, out.stderr

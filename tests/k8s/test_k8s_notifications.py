@@ -24,7 +24,6 @@ import standardwebhooks
 
 from k8s_env import free_port, profile, ready, respawn, stop, wait_for
 
-APPROVALS_NS = "toolgate-system"
 # What lets the controller reach this file's receivers.
 ALLOW = ["--notify-allow-cidr", "127.0.0.0/8"]
 
@@ -189,7 +188,8 @@ def test_approval_events_reach_every_channel_at_least_once(kube, cluster, tmp_pa
     wait_for("the signed message", lambda: receiver.of("/standard", "note-1", "approval.requested"), 30)
     headers, body = receiver.of("/standard", "note-1")[0]
     assert body["data"]["tool"] == "bash" and body["data"]["namespace"] == ns, body
-    assert body["data"]["approve_command"].startswith("kubectl toolgate approve apr-note-1"), body
+    # The command names the namespace the Approval is in: the tenant's own.
+    assert body["data"]["approve_command"] == f"kubectl toolgate approve apr-note-1 -n {ns}", body
     wait_for("the CloudEvent, after two 500s", lambda: receiver.of("/events", "note-1"), 30)
     _, event = receiver.of("/events", "note-1")[0]
     assert (event["specversion"], event["type"]) == ("1.0", "dev.toolgate.approval.requested"), event

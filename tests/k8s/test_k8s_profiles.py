@@ -133,7 +133,8 @@ def test_crd_cel_transition_rules(kube):
     request = {"apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
                "metadata": {"name": "request-pending", "namespace": ns},
                "spec": {"request": {**REQUEST, "tenant": ns}}}
-    kube.create(request)
+    # Only the controller creates requests (the webhook refuses anyone else).
+    kube.create(request, as_user=kube.cluster["controller_user"])
     out = kube("patch", "tga", "request-pending", "-n", ns, "--type", "json", "-p", json.dumps([
         {"op": "remove", "path": "/spec/request"},
         {"op": "add", "path": "/spec/grant", "value": {**GRANT, "profile": "nope"}}]), check=False)

@@ -13,7 +13,6 @@ import urllib.request
 
 from k8s_env import free_port, profile, run_container, user_kubeconfig, wait_for
 
-APPROVALS_NS = "toolgate-system"
 
 
 def _post(url, body):
@@ -40,7 +39,7 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
     wait_for("bundle and tenant Secret", lambda: kube.get("configmap", "toolgate-bundle-sidecar-coding", "-n", ns)
              and kube.get("secret", "toolgate-database", "-n", ns))
     kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "oncall-approves", "namespace": APPROVALS_NS},
+                "metadata": {"name": "oncall-approves", "namespace": ns},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                             "name": "toolgate-approver"},
                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
@@ -72,7 +71,7 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
         assert _psql(cluster, f"SELECT tenant, status FROM approvals WHERE id = '{approval_id}'") == f"{ns}|pending"
         # ... mirrored by the controller as an Approval object, decided by an approver.
         name = f"apr-{approval_id}"
-        obj = wait_for("mirrored Approval", lambda: kube.get("approval", name, "-n", APPROVALS_NS), 30)
+        obj = wait_for("mirrored Approval", lambda: kube.get("approval", name, "-n", ns), 30)
         request = obj["spec"]["request"]
         assert request["tenant"] == ns and request["profile"] == "sidecar-coding"
         # ... carrying why: the escalating decision's reason, rule and policy
@@ -87,18 +86,18 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
         carol = dict(kube.env, KUBECONFIG=str(user_kubeconfig(cluster, "carol", ["platform-oncall"],
                                                                tmp_path / "carol.kubeconfig")))
         plugin = [cluster["kubectl"], "toolgate"]
-        listed = subprocess.run([*plugin, "list", "-n", APPROVALS_NS], env=carol, capture_output=True, text=True)
+        listed = subprocess.run([*plugin, "list", "-n", ns], env=carol, capture_output=True, text=True)
         assert listed.returncode == 0 and name in listed.stdout and "make deploy" in listed.stdout, listed
         assert "WHY" in listed.stdout and "escalate_rule (" in listed.stdout, listed.stdout
-        listed = subprocess.run([*plugin, "approvals", "-n", APPROVALS_NS, "-o", "json"], env=carol,
+        listed = subprocess.run([*plugin, "approvals", "-n", ns, "-o", "json"], env=carol,
                                 capture_output=True, text=True)
         assert listed.returncode == 0, listed
         items = {i["metadata"]["name"]: i for i in json.loads(listed.stdout)["items"]}
         assert items[name]["spec"]["request"]["escalation"]["reason"] == "escalate_rule", listed.stdout
-        approved = subprocess.run([*plugin, "approve", name, "-n", APPROVALS_NS, "--reason", "e2e"], env=carol,
+        approved = subprocess.run([*plugin, "approve", name, "-n", ns, "--reason", "e2e"], env=carol,
                                   capture_output=True, text=True)
         assert approved.returncode == 0 and "approved" in approved.stdout, approved
-        spec = kube.get("approval", name, "-n", APPROVALS_NS)["spec"]
+        spec = kube.get("approval", name, "-n", ns)["spec"]
         assert spec["decidedBy"] == "carol" and "platform-oncall" in spec["decidedByGroups"], spec
         with urllib.request.urlopen(f"{url}/v1/approvals/{approval_id}?wait=30", timeout=40) as r:
             answer = json.loads(r.read())
@@ -111,7 +110,7 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
         assert again["verdict"] == "escalate" and again["approval_id"] != approval_id, again
 
         # Retention: the finished Approval object goes, the database row stays.
-        wait_for("Approval deleted after retention", lambda: kube.get("approval", name, "-n", APPROVALS_NS) is None,
+        wait_for("Approval deleted after retention", lambda: kube.get("approval", name, "-n", ns) is None,
                  60)
         assert _psql(cluster, f"SELECT status, resolved_by FROM approvals WHERE id = '{approval_id}'") \
             == "approved|carol"

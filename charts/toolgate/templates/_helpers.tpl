@@ -61,8 +61,16 @@ app.kubernetes.io/part-of: toolgate
 {{- default (printf "%s-database" (include "toolgate.fullname" .)) .Values.database.existingSecret -}}
 {{- end -}}
 
+{{/* The central approvals queue, or "" when each approval lives in its
+tenant's namespace (the default). */}}
 {{- define "toolgate.approvalsNamespace" -}}
-{{- default .Release.Namespace .Values.approvalsNamespace -}}
+{{- .Values.approvalsNamespace | default "" -}}
+{{- end -}}
+
+{{/* The username the controller (and so the webhook container beside it)
+authenticates as: only it may create request Approvals. */}}
+{{- define "toolgate.controllerUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "toolgate.serviceAccountName" .) -}}
 {{- end -}}
 
 {{/* Webhook Service name and the DNS names its certificate must carry. */}}

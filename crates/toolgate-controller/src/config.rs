@@ -20,9 +20,17 @@ pub struct ControllerArgs {
     /// Namespace the controller runs in: signing key Secret, trust ConfigMap, leader Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "toolgate-system")]
     pub namespace: String,
-    /// Namespace for Approval objects mirrored from the database (default: --namespace).
-    #[arg(long, env = "TOOLGATE_APPROVALS_NAMESPACE")]
+    /// One namespace for the Approval objects of every tenant (a central
+    /// queue). Default: each approval in its tenant's own namespace, so
+    /// RBAC there decides who sees and answers it.
+    #[arg(long, env = "TOOLGATE_APPROVALS_NAMESPACE", value_parser = namespace_name)]
     pub approvals_namespace: Option<String>,
+    /// The namespace request Approvals used to live in: a decision already
+    /// made there is still recorded, and undecided ones move to their home.
+    /// Default with per-tenant namespaces: --namespace (the chart's old
+    /// queue); `none` turns it off.
+    #[arg(long, env = "TOOLGATE_MIGRATE_APPROVALS_FROM", value_parser = migrate_from)]
+    pub migrate_approvals_from: Option<MigrateFrom>,
     /// Address of the /metrics, /healthz and /readyz endpoint.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,
@@ -140,6 +148,30 @@ pub struct ControllerConfig {
     pub settings: Settings,
 }
 
+/// `--migrate-approvals-from`: a namespace, or `none`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MigrateFrom {
+    /// Honour and empty this old queue.
+    Namespace(String),
+    /// Migrate nothing.
+    Off,
+}
+
+fn namespace_name(text: &str) -> Result<String, String> {
+    if toolgate_k8s::names::is_namespace_name(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` is not a namespace name"))
+    }
+}
+
+fn migrate_from(text: &str) -> Result<MigrateFrom, String> {
+    match text {
+        "none" => Ok(MigrateFrom::Off),
+        ns => namespace_name(ns).map(MigrateFrom::Namespace),
+    }
+}
+
 /// A flag duration as a `std` one (the flags' parser refuses zero and
 /// negative durations, so the fallback is never reached from flags).
 fn std_duration(d: SignedDuration) -> Duration {
@@ -154,8 +186,13 @@ impl From<ControllerArgs> for ControllerConfig {
     fn from(args: ControllerArgs) -> Self {
         let mut settings = Settings::new(&args.namespace);
         settings.bundle_validity = args.bundle_validity;
-        if let Some(ns) = args.approvals_namespace {
-            settings.approvals_namespace = ns;
+        if let Some(queue) = &args.approvals_namespace {
+            settings.approvals = crate::approval::Placement::central(queue);
+        }
+        match args.migrate_approvals_from {
+            Some(MigrateFrom::Namespace(old)) => settings.approvals.migrate_from = Some(old),
+            Some(MigrateFrom::Off) => settings.approvals.migrate_from = None,
+            None => {}
         }
         settings.tenant_secret = (!args.no_tenant_provisioning).then_some(args.tenant_secret);
         settings.tenant_base_url = args.tenant_database_url;
@@ -343,8 +380,8 @@ mod tests {
             SignedDuration::from_hours(24)
         );
         assert_eq!(
-            config.settings.approvals_namespace,
-            config.settings.namespace
+            config.settings.approvals,
+            crate::approval::Placement::per_tenant(&config.settings.namespace)
         );
         assert_eq!(
             config.settings.tenant_secret.as_deref(),
@@ -366,7 +403,10 @@ mod tests {
             .unwrap(),
         );
         assert_eq!(config.settings.namespace, "ops");
-        assert_eq!(config.settings.approvals_namespace, "queue");
+        assert_eq!(
+            config.settings.approvals,
+            crate::approval::Placement::central("queue")
+        );
         assert_eq!(config.identity, "me");
         assert_eq!(config.settings.tenant_secret, None);
         assert_eq!(config.checkpoint_interval, None);
@@ -374,5 +414,32 @@ mod tests {
             config.settings.tenant_base_url.as_deref(),
             Some("postgres://db/toolgate")
         );
+    }
+
+    #[test]
+    fn approvals_move_from_the_old_queue_unless_told_otherwise() {
+        let per_tenant = |extra: &[&str]| ControllerConfig::from(parse(extra).unwrap()).settings;
+        let s = per_tenant(&["--namespace", "ops"]);
+        assert_eq!(s.approvals.central, None);
+        assert_eq!(s.approvals.migrate_from.as_deref(), Some("ops"));
+        let s = per_tenant(&["--migrate-approvals-from", "old-queue"]);
+        assert_eq!(s.approvals.migrate_from.as_deref(), Some("old-queue"));
+        let s = per_tenant(&["--migrate-approvals-from", "none"]);
+        assert_eq!(s.approvals.migrate_from, None);
+        // A central queue can migrate from an earlier one too.
+        let s = per_tenant(&[
+            "--approvals-namespace",
+            "q2",
+            "--migrate-approvals-from",
+            "q1",
+        ]);
+        assert_eq!(s.approvals.home("team-a"), "q2");
+        assert!(s.approvals.honours("q1", "team-a"));
+        for bad in [
+            ["--approvals-namespace", "Not_A_Namespace"],
+            ["--migrate-approvals-from", "a.b"],
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?}");
+        }
     }
 }

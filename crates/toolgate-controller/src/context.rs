@@ -24,8 +24,8 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 pub struct Settings {
     /// How long a signed bundle stays valid (`expiresAt - issuedAt`).
     pub bundle_validity: SignedDuration,
-    /// Namespace that holds the Approval objects mirrored from the database.
-    pub approvals_namespace: String,
+    /// Where request Approvals mirrored from the database live.
+    pub approvals: crate::approval::Placement,
     /// Namespace the controller runs in (signing key, trust set, lease).
     pub namespace: String,
     /// How recently a pod must have reported to count as current.
@@ -56,7 +56,7 @@ impl Settings {
         let namespace = namespace.into();
         Self {
             bundle_validity: SignedDuration::from_hours(24),
-            approvals_namespace: namespace.clone(),
+            approvals: crate::approval::Placement::per_tenant(&namespace),
             namespace,
             fleet_window: crate::fleet::FLEET_WINDOW,
             fleet_refresh: SignedDuration::from_secs(60),
@@ -90,6 +90,8 @@ pub struct Context {
     pub(crate) trusted_namespaces: Mutex<HashSet<String>>,
     /// Namespaces whose tenant database Secret was checked or written.
     provisioned_namespaces: Mutex<HashSet<String>>,
+    /// Pending approvals whose object could not be created (warned once).
+    unmirrored: Mutex<HashSet<String>>,
 }
 
 impl Context {
@@ -118,6 +120,7 @@ impl Context {
             clock: Arc::new(Timestamp::now),
             trusted_namespaces: Mutex::new(HashSet::new()),
             provisioned_namespaces: Mutex::new(HashSet::new()),
+            unmirrored: Mutex::new(HashSet::new()),
         }
     }
 
@@ -155,6 +158,23 @@ impl Context {
             .lock()
             .expect("provisioned namespaces lock")
             .contains(namespace)
+    }
+
+    /// Whether approval `id` failed to mirror for the first time (so the
+    /// failure is logged once, not every pass).
+    pub(crate) fn first_unmirrored(&self, id: &str) -> bool {
+        self.unmirrored
+            .lock()
+            .expect("unmirrored lock")
+            .insert(id.to_owned())
+    }
+
+    /// Forgets approvals that mirrored since, or left `pending`.
+    pub(crate) fn keep_unmirrored(&self, still: &HashSet<String>) {
+        self.unmirrored
+            .lock()
+            .expect("unmirrored lock")
+            .retain(|id| still.contains(id));
     }
 
     /// Current time.

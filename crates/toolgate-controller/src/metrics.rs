@@ -38,6 +38,9 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// `toolgate_approvals_overdue`: Approvals still Pending past their `expiresAt`.
     pub approvals_overdue: IntGauge,
+    /// `toolgate_approvals_unmirrored`: pending approvals with no Approval
+    /// object because creating it failed (no such namespace, no RBAC).
+    pub approvals_unmirrored: IntGauge,
     /// `toolgate_profile_valid{profile_namespace,profile}`: 1 when the spec compiles.
     pub profile_valid: IntGaugeVec,
     /// `toolgate_profile_ready{profile_namespace,profile}`: 1 when a signed bundle is published.
@@ -126,6 +129,11 @@ impl Metrics {
         let approvals_overdue = IntGauge::new(
             "toolgate_approvals_overdue",
             "Approval objects still Pending after their expiresAt (their TTL).",
+        )
+        .expect("valid metric");
+        let approvals_unmirrored = IntGauge::new(
+            "toolgate_approvals_unmirrored",
+            "Pending approvals whose Approval object could not be created in their namespace.",
         )
         .expect("valid metric");
         let profile_labels = &["profile_namespace", "profile"];
@@ -217,6 +225,7 @@ impl Metrics {
             Box::new(notifications_oldest_undelivered.clone()),
             Box::new(profile_valid.clone()),
             Box::new(approvals_overdue.clone()),
+            Box::new(approvals_unmirrored.clone()),
             Box::new(profile_ready.clone()),
             Box::new(profile_expiry.clone()),
             Box::new(profile_pods.clone()),
@@ -254,6 +263,7 @@ impl Metrics {
             approvals,
             leader,
             approvals_overdue,
+            approvals_unmirrored,
             profile_valid,
             profile_ready,
             profile_expiry,

@@ -79,9 +79,15 @@ pub struct CancelArgs {
 pub struct DecideArgs {
     /// Approval object name (e.g. `apr-01j…`).
     pub name: String,
-    /// Namespace (default: the kubeconfig context's namespace).
-    #[arg(short, long)]
+    /// Namespace (default: the kubeconfig context's namespace). Approvals
+    /// appear in the namespace of the agent that asked, unless the platform
+    /// set up a central queue.
+    #[arg(short, long, conflicts_with = "all_namespaces")]
     pub namespace: Option<String>,
+    /// Find the Approval by name in every namespace you may list (names are
+    /// unique per approval id).
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
     /// Why (recorded with the decision).
     #[arg(long)]
     pub reason: Option<String>,
@@ -372,9 +378,13 @@ async fn decide(
     decision: Decision,
     out: &mut dyn Write,
 ) -> Result<(), ControllerError> {
-    let api: Api<Approval> = match &args.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::default_namespaced(client.clone()),
+    let api: Api<Approval> = match (&args.namespace, args.all_namespaces) {
+        (_, true) => {
+            let ns = namespace_of(client, &args.name).await?;
+            Api::namespaced(client.clone(), &ns)
+        }
+        (Some(ns), false) => Api::namespaced(client.clone(), ns),
+        (None, false) => Api::default_namespaced(client.clone()),
     };
     let current = api.get(&args.name).await?;
     match current.spec.decision {
@@ -419,6 +429,30 @@ async fn decide(
         decision.as_str()
     )
     .map_err(|e| ControllerError::Io(e.to_string()))
+}
+
+/// The one namespace holding an Approval called `name` (a cluster-wide
+/// list by field selector, so it needs `list` on Approvals everywhere).
+async fn namespace_of(client: &kube::Client, name: &str) -> Result<String, ControllerError> {
+    let all: Api<Approval> = Api::all(client.clone());
+    let params = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    let found: Vec<String> = all
+        .list_metadata(&params)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|a| a.metadata.namespace)
+        .collect();
+    match found.as_slice() {
+        [ns] => Ok(ns.clone()),
+        [] => Err(ControllerError::InvalidObject(format!(
+            "no Approval named {name} in any namespace you may list"
+        ))),
+        many => Err(ControllerError::InvalidObject(format!(
+            "Approvals named {name} are in namespaces {}: name one with -n",
+            many.join(", ")
+        ))),
+    }
 }
 
 /// The username and groups the API server authenticates this client as

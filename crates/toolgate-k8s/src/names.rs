@@ -114,6 +114,19 @@ fn sha256_hex(s: &str) -> String {
     toolgate_policy::digest::sha256_hex(s.as_bytes())
 }
 
+/// Whether `name` can name a namespace (an RFC 1123 label: at most 63
+/// of `[a-z0-9-]`, starting and ending with a letter or digit). A tenant is
+/// its namespace's name, so this is also whether a tenant has a namespace.
+pub fn is_namespace_name(name: &str) -> bool {
+    let ok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.iter().all(|&c| ok(c) || c == b'-')
+        && bytes.first().copied().is_some_and(ok)
+        && bytes.last().copied().is_some_and(ok)
+}
+
 /// Object name for database approval `id`: `apr-` + the id lowercased,
 /// every character outside `[a-z0-9-]` replaced by `-`; when that loses
 /// information, a short hash of the original id keeps names distinct.

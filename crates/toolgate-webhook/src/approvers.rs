@@ -24,6 +24,7 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 use toolgate_k8s::approver_allowed;
 use toolgate_k8s::crd::PolicyProfile;
+use toolgate_k8s::names::is_namespace_name;
 
 use crate::WebhookError;
 use crate::review::AdmissionRequest;
@@ -262,17 +263,6 @@ pub async fn check(request: &AdmissionRequest, profiles: &Profiles) -> Result<()
     };
     let approvers = profiles.approvers(&target).await?;
     judge(request, &target, approvers.as_deref())
-}
-
-/// A DNS-1123 label, as namespace names are.
-fn is_namespace_name(name: &str) -> bool {
-    let ok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes.iter().all(|&c| ok(c) || c == b'-')
-        && bytes.first().copied().is_some_and(ok)
-        && bytes.last().copied().is_some_and(ok)
 }
 
 #[cfg(test)]

@@ -111,6 +111,11 @@ pub struct WebhookArgs {
     /// (or, behind a pooler, reads stops every second).
     #[arg(long, env = "TOOLGATE_SIDECAR_WAKEUPS_URL", default_value = "", value_parser = check_http_url)]
     pub sidecar_wakeups_url: String,
+    /// The username the controller authenticates as
+    /// (`system:serviceaccount:NS:NAME`): only it may create request
+    /// Approvals. Unset: whoever RBAC lets create them may.
+    #[arg(long, env = "TOOLGATE_CONTROLLER_USER")]
+    pub controller_user: Option<String>,
 }
 
 /// `none` or `transaction`, the values of the sidecar's `--database-pooler`.
@@ -170,6 +175,8 @@ pub struct WebhookConfig {
     pub inject: InjectConfig,
     /// Where the approvers of a decided Approval's profile are read.
     pub profiles: Profiles,
+    /// The only user who may create request Approvals (the controller).
+    pub controller_user: Option<String>,
 }
 
 impl TryFrom<WebhookArgs> for WebhookConfig {
@@ -212,6 +219,7 @@ impl TryFrom<WebhookArgs> for WebhookConfig {
                     .then_some(args.sidecar_wakeups_url),
             },
             profiles: Profiles::kube(),
+            controller_user: args.controller_user.filter(|u| !u.is_empty()),
         })
     }
 }

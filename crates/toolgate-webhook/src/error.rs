@@ -63,6 +63,18 @@ pub enum WebhookError {
         /// What failed.
         message: String,
     },
+    /// A request Approval created by someone other than the controller: only
+    /// the controller mirrors database rows, so a request object from anyone
+    /// else could only show approvers a call other than the one waiting.
+    #[error(
+        "spec.request: request Approvals are created by the controller ({controller}) only, not by {writer}"
+    )]
+    RequestNotFromController {
+        /// Who tried.
+        writer: String,
+        /// Who may (`--controller-user`).
+        controller: String,
+    },
     /// A pod update would change, remove or reach into the injected sidecar.
     #[error("{field}: {message}")]
     SidecarImmutable {
@@ -106,6 +118,7 @@ impl WebhookError {
             Self::SidecarImmutable { .. } => "sidecar_immutable",
             Self::ApproverNotAllowed { .. } => "approver_not_allowed",
             Self::ApproversUnavailable { .. } => "approvers_unavailable",
+            Self::RequestNotFromController { .. } => "request_not_from_controller",
             Self::Tls { .. } => "tls_config",
             Self::Io { .. } => "io",
             Self::Internal(_) => "internal",
@@ -120,6 +133,7 @@ impl WebhookError {
             | Self::SidecarImmutable { field, .. }
             | Self::ApproverNotAllowed { field, .. } => Some(field),
             Self::ApproversUnavailable { .. } => Some("spec.decision"),
+            Self::RequestNotFromController { .. } => Some("spec.request"),
             Self::Policy(e) => e.field(),
             Self::Approval(e) => e.field(),
             _ => None,
@@ -134,7 +148,8 @@ impl WebhookError {
             Self::BodyTooLarge { .. } => 413,
             Self::Injection { .. }
             | Self::SidecarImmutable { .. }
-            | Self::ApproverNotAllowed { .. } => 403,
+            | Self::ApproverNotAllowed { .. }
+            | Self::RequestNotFromController { .. } => 403,
             Self::ApproversUnavailable { .. } => 503,
             Self::Approval(toolgate_k8s::K8sError::ApprovalImmutable { .. }) => 403,
             Self::Policy(_) | Self::Approval(toolgate_k8s::K8sError::InvalidApproval { .. }) => 422,

@@ -33,6 +33,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 struct AppState {
     inject: InjectConfig,
     profiles: crate::approvers::Profiles,
+    controller_user: Option<String>,
     max_body_bytes: usize,
     metrics: Metrics,
 }
@@ -69,6 +70,7 @@ pub fn router_with_metrics(config: &WebhookConfig, metrics: Metrics) -> Router {
     let state = Arc::new(AppState {
         inject: config.inject.clone(),
         profiles: config.profiles.clone(),
+        controller_user: config.controller_user.clone(),
         max_body_bytes: config.max_body_bytes,
         metrics,
     });
@@ -137,8 +139,13 @@ async fn answer(hook: Hook, state: &AppState, request: Request) -> (Response, &'
     };
     let mut response = decide(hook, &request, &state.inject);
     if matches!(hook, Hook::ValidateApprovals) && response.allowed {
-        // Well formed and attributed: now whether the decider may decide.
-        if let Err(e) = crate::approvers::check(&request, &state.profiles).await {
+        // Well formed and attributed: now whether the writer may create a
+        // request, and the decider decide.
+        let judged = match validate::request_creator(&request, state.controller_user.as_deref()) {
+            Ok(()) => crate::approvers::check(&request, &state.profiles).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = judged {
             response = AdmissionResponse::deny(&request.uid, &e);
         }
     }

@@ -82,6 +82,46 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
     Ok(validate_approval(old.as_ref(), &new, Some(&writer))?)
 }
 
+/// Refuses the CREATE of a request Approval by anyone but `controller`
+/// (the username the controller authenticates as; `None`: not configured,
+/// anyone RBAC lets create). A request mirrors a database row, and only the
+/// controller reads rows: an object made by anyone else could show an
+/// approver a harmless call while naming a dangerous one's id.
+pub fn request_creator(
+    request: &AdmissionRequest,
+    controller: Option<&str>,
+) -> Result<(), WebhookError> {
+    let Some(controller) = controller else {
+        return Ok(());
+    };
+    let is_request = request
+        .object
+        .as_ref()
+        .and_then(|o| o.get("spec"))
+        .and_then(|s| s.get("request"))
+        .is_some_and(|r| !r.is_null());
+    if request.operation != "CREATE" || !is_request {
+        return Ok(());
+    }
+    let writer = request
+        .user_info
+        .as_ref()
+        .and_then(|u| u.username.as_deref())
+        .unwrap_or_default();
+    if writer == controller {
+        Ok(())
+    } else {
+        Err(WebhookError::RequestNotFromController {
+            writer: if writer.is_empty() {
+                "an unidentified writer".into()
+            } else {
+                writer.to_owned()
+            },
+            controller: controller.to_owned(),
+        })
+    }
+}
+
 /// Checks a pod UPDATE (the main resource or `pods/ephemeralcontainers`)
 /// against the stored pod with [`guard::pod_update`](crate::guard::pod_update).
 /// Other operations pass: CREATE is judged by the mutating webhook, which

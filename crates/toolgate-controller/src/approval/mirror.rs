@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use toolgate_store::ApprovalStatus as DbStatus;
 
 use super::{
@@ -28,6 +28,8 @@ pub struct SyncReport {
     pub updated: usize,
     /// Finished objects deleted after their retention.
     pub deleted: usize,
+    /// Undecided requests moved out of the old queue (their copy is home).
+    pub moved: usize,
 }
 
 /// One pass of the database → cluster mirror. `existing` is the current
@@ -47,7 +49,7 @@ async fn mirror(
     profiles: &[Arc<PolicyProfile>],
 ) -> Result<SyncReport, ControllerError> {
     let now = ctx.now();
-    let ns = ctx.settings.approvals_namespace.clone();
+    let placement = &ctx.settings.approvals;
     let approvals = ctx.store.approvals();
     let mut report = SyncReport {
         expired: approvals.expire(now).await?,
@@ -58,16 +60,19 @@ async fn mirror(
         .iter()
         .map(|r| (r.tenant.as_str(), r.id.as_str()))
         .collect();
-    let present: HashSet<String> = existing
+    // Every (namespace, name) an object is known at, including the ones
+    // created by this pass (the cache does not have them yet).
+    let mut present: HashSet<(String, String)> = existing
         .iter()
-        .filter(|a| a.namespace().as_deref() == Some(ns.as_str()))
-        .map(|a| a.name_any())
+        .filter_map(|a| Some((a.namespace()?, a.name_any())))
         .collect();
 
-    let api: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut unmirrored = HashSet::new();
     for row in &pending {
-        let mut obj = object_for(row, &ns);
-        if present.contains(&obj.name_any()) {
+        let home = placement.home(&row.tenant);
+        let mut obj = object_for(row, home);
+        let key = (home.to_owned(), obj.name_any());
+        if present.contains(&key) {
             continue;
         }
         // The why is part of the immutable request: wait a little for the
@@ -83,9 +88,11 @@ async fn mirror(
         if let Some(req) = obj.spec.request.as_mut() {
             req.escalation = why;
         }
+        let api: Api<Approval> = Api::namespaced(ctx.client.clone(), home);
         match api.create(&PostParams::default(), &obj).await {
             Ok(created) => {
                 report.created += 1;
+                present.insert(key);
                 let req = obj
                     .spec
                     .request
@@ -99,9 +106,62 @@ async fn mirror(
                     created.metadata.generation,
                 );
                 ctx.apply_status(&created, &status).await?;
-                tracing::info!(approval = %row.id, tenant = %row.tenant, tool = %row.tool, "mirrored pending approval");
+                tracing::info!(approval = %row.id, tenant = %row.tenant, namespace = %home, tool = %row.tool, "mirrored pending approval");
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                present.insert(key);
+            }
+            // One tenant's missing namespace or RBAC must not hold back the
+            // others: the row stays pending (answerable with the CLI) and is
+            // tried again next pass.
+            Err(e) => {
+                if ctx.first_unmirrored(&row.id) {
+                    tracing::warn!(approval = %row.id, tenant = %row.tenant, namespace = %home, error = %e, "could not mirror pending approval");
+                }
+                unmirrored.insert(row.id.clone());
+            }
+        }
+    }
+    ctx.keep_unmirrored(&unmirrored);
+    ctx.metrics
+        .approvals_unmirrored
+        .set(i64::try_from(unmirrored.len()).unwrap_or(i64::MAX));
+
+    // Undecided requests in the old queue move home, once their copy is
+    // there. The delete is conditional on the object as read: a decision
+    // written meanwhile fails it, and is then recorded (the old queue is
+    // still honoured) instead of lost.
+    for obj in existing {
+        let (Some(req), Some(obj_ns)) = (&obj.spec.request, obj.namespace()) else {
+            continue;
+        };
+        let undecided = obj.spec.decision.is_none()
+            && matches!(
+                obj.status.as_ref().and_then(|s| s.phase),
+                None | Some(Phase::Pending)
+            );
+        let home = placement.home(&req.tenant).to_owned();
+        if !placement.moves(&obj_ns, &req.tenant)
+            || !undecided
+            || !pending_ids.contains(&(req.tenant.as_str(), req.approval_id.as_str()))
+            || !present.contains(&(home.clone(), obj.name_any()))
+        {
+            continue;
+        }
+        let api: Api<Approval> = Api::namespaced(ctx.client.clone(), &obj_ns);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: obj.metadata.uid.clone(),
+                resource_version: obj.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&obj.name_any(), &params).await {
+            Ok(_) => {
+                report.moved += 1;
+                tracing::info!(approval = %req.approval_id, from = %obj_ns, to = %home, "moved pending approval to its tenant's namespace");
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -109,9 +169,13 @@ async fn mirror(
     // Rows that left `pending` without the object knowing (resolved through
     // the CLI or API, or expired).
     for obj in existing {
-        let Some(req) = &obj.spec.request else {
+        let (Some(req), Some(obj_ns)) = (&obj.spec.request, obj.namespace()) else {
             continue;
         };
+        // Only objects that speak for their row follow it.
+        if !placement.honours(&obj_ns, &req.tenant) {
+            continue;
+        }
         let phase = obj.status.as_ref().and_then(|s| s.phase);
         if !matches!(phase, None | Some(Phase::Pending)) {
             continue;

@@ -2,19 +2,21 @@
 //! that turns a human's `spec.decision` into a resolved database row.
 //!
 //! Where mirrored requests live: every pending approval in the database
-//! becomes `Approval/apr-<id>` in one namespace, `--approvals-namespace`
-//! (default: the controller's own namespace, e.g. `toolgate-system`). One
-//! namespace keeps RBAC simple (approvers get rights on Approvals there)
-//! and does not depend on tenants being namespace names. Standing grants
-//! are written by humans in the namespace of the profile they extend.
+//! becomes `Approval/apr-<id>` in its tenant's namespace, or in one central
+//! queue when `--approvals-namespace` names one ([`Placement`]). Only that
+//! namespace speaks for the row; the validating webhook lets only the
+//! controller create request objects. Standing grants are written by humans
+//! in the namespace of the profile they extend.
 //!
 //! Directions:
 //! - database → cluster: [`sync_once`] (every few seconds) expires stale
-//!   rows, creates objects for new pending rows and moves objects whose row
-//!   left `pending` (resolved elsewhere, expired) to the matching phase;
+//!   rows, creates objects for new pending rows, moves objects whose row
+//!   left `pending` (resolved elsewhere, expired) to the matching phase, and
+//!   empties the old queue of undecided requests once their copy is home;
 //! - cluster → database: [`reconcile`] resolves the row when `spec.decision`
 //!   is set, idempotently (resolving twice the same way is a no-op), once
-//!   `spec.decidedBy` passed the profile's approvers check (below).
+//!   `spec.decidedBy` passed the profile's approvers check (below) and the
+//!   object's request shows its row field for field ([`request_mismatch`]).
 //!
 //! # Who may answer
 //!
@@ -48,6 +50,7 @@
 
 mod approvers;
 mod mirror;
+mod placement;
 mod reconcile;
 mod status;
 #[cfg(test)]
@@ -59,10 +62,11 @@ pub use approvers::{
     decider_allowed,
 };
 pub use mirror::{SyncReport, sync_once};
+pub use placement::Placement;
 pub use reconcile::{reconcile, resolve_request};
 pub use status::{
-    grant_profile_ref, grant_status, object_for, past_retention, profile_of, request_status,
-    retention_of,
+    grant_profile_ref, grant_status, object_for, past_retention, profile_of, request_mismatch,
+    request_status, retention_of,
 };
 pub(crate) use status::{overdue_pending, stamp_finished};
 pub use toolgate_k8s::names::{LABEL_APPROVAL_KIND as LABEL_KIND, approval_name};

@@ -13,8 +13,8 @@ use toolgate_k8s::{ApprovalFields, validate_approval};
 use toolgate_store::{ApprovalStatus as DbStatus, StoreError};
 
 use super::{
-    APPROVER_NOT_ALLOWED, ApproverCheck, check_approvers, grant_status, request_status,
-    stamp_finished,
+    APPROVER_NOT_ALLOWED, ApproverCheck, check_approvers, grant_status, request_mismatch,
+    request_status, stamp_finished,
 };
 use crate::context::Context;
 use crate::crd::{Approval, ApprovalRequest, ApprovalStatus, Decision, Phase, PolicyProfile};
@@ -32,12 +32,31 @@ pub async fn resolve_request(
 ) -> Result<ApprovalStatus, ControllerError> {
     let approvals = ctx.store.approvals();
     let generation = obj.metadata.generation;
-    let result = match obj.spec.decision {
-        Some(d) => {
-            match approvals
-                .get(&req.tenant, &req.approval_id, ctx.now())
-                .await
-            {
+    // The object must show the row it answers: a request whose tool,
+    // arguments or preview differ from the row would have an approver
+    // approve one call and release another.
+    let read = approvals
+        .get(&req.tenant, &req.approval_id, ctx.now())
+        .await;
+    if let Some(field) = read
+        .as_ref()
+        .ok()
+        .and_then(|row| request_mismatch(req, row))
+    {
+        return Ok(request_status(
+            req,
+            None,
+            Phase::Pending,
+            Some(format!(
+                "ignored: spec.request.{field} differs from approval {} in the database",
+                req.approval_id
+            )),
+            generation,
+        ));
+    }
+    let result = match (obj.spec.decision, read) {
+        (Some(d), read) => {
+            match read {
                 Ok(row) if row.status == DbStatus::Pending => {
                     if let ApproverCheck::Refused(message) = check_approvers(ctx, obj, &row).await?
                     {
@@ -78,11 +97,7 @@ pub async fn resolve_request(
                 )
                 .await
         }
-        None => {
-            approvals
-                .get(&req.tenant, &req.approval_id, ctx.now())
-                .await
-        }
+        (None, read) => read,
     };
     let status = match result {
         Ok(row) => {
@@ -179,15 +194,18 @@ async fn reconcile_inner(obj: &Approval, ctx: &Context) -> Result<Action, Contro
             if settled {
                 return Ok(Action::await_change());
             }
-            // Only the mirror's own namespace speaks for database rows:
-            // anyone able to create an Approval elsewhere must not be able
-            // to answer a call by naming its id.
-            let home = &ctx.settings.approvals_namespace;
-            if obj.namespace().as_deref() != Some(home.as_str()) {
+            // Only the tenant's home (and the old queue while it empties)
+            // speaks for database rows: anyone able to create an Approval
+            // elsewhere must not be able to answer a call by naming its id.
+            let ns = obj.namespace().unwrap_or_default();
+            let placement = &ctx.settings.approvals;
+            if !placement.honours(&ns, &req.tenant) {
+                let home = placement.home(&req.tenant);
                 let status = ApprovalStatus {
                     phase: Some(Phase::Pending),
                     message: Some(format!(
-                        "ignored: request Approvals are honoured only in namespace {home}"
+                        "ignored: requests of tenant {} are honoured only in namespace {home}",
+                        req.tenant
                     )),
                     observed_generation: obj.metadata.generation,
                     ..previous.clone()

@@ -68,6 +68,41 @@ pub fn object_for(row: &toolgate_store::Approval, namespace: &str) -> Approval {
     obj
 }
 
+/// The first field of `req` (camelCase, as in the object) that does not
+/// show `row` as [`object_for`] would; `None` when the request mirrors the
+/// row. The escalation is not compared: it comes from the decision log.
+pub fn request_mismatch(
+    req: &ApprovalRequest,
+    row: &toolgate_store::Approval,
+) -> Option<&'static str> {
+    let checks: [(&'static str, bool); 12] = [
+        ("approvalId", req.approval_id == row.id),
+        ("tenant", req.tenant == row.tenant),
+        ("invocationId", req.invocation_id == row.invocation_id),
+        ("tool", req.tool == row.tool),
+        ("argsDigest", req.args_digest == row.args_digest),
+        ("callDigest", req.call_digest == row.call_digest),
+        ("action", req.action == row.action),
+        ("preview", req.preview == row.preview),
+        ("runId", req.run_id == row.run_id),
+        ("policyVersion", req.policy_version == row.policy_version),
+        (
+            "profile",
+            req.profile.is_none() || req.profile == profile_of(&row.policy_version),
+        ),
+        (
+            "requestedBy",
+            req.requested_by
+                .as_deref()
+                .is_none_or(|by| by == row.requested_by),
+        ),
+    ];
+    checks
+        .iter()
+        .find(|(_, same)| !same)
+        .map(|(field, _)| *field)
+}
+
 /// Status of a request object given its database row.
 pub fn request_status(
     req: &ApprovalRequest,

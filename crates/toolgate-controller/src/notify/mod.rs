@@ -221,7 +221,7 @@ async fn notice(
         "approve_command": format!(
             "kubectl toolgate approve {} -n {}",
             toolgate_k8s::names::approval_name(&approval.id),
-            ctx.settings.approvals_namespace
+            ctx.settings.approvals.home(&approval.tenant)
         ),
     });
     Some((

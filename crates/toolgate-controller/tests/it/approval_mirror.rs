@@ -305,3 +305,188 @@ async fn the_mirror_waits_a_little_for_the_escalating_decision() {
     .unwrap();
     assert_eq!(report.created, 1);
 }
+
+/// Per-tenant placement (the default): team-a's row becomes an object in
+/// namespace team-a, and an object in team-b naming the same row, even
+/// decided by an approver, answers nothing.
+#[tokio::test]
+async fn each_tenant_s_approvals_live_in_its_own_namespace() {
+    let store = store().await;
+    let row = pending_row(&store, Duration::from_secs(900)).await;
+    record_version(&store, "team-a", &row.policy_version).await;
+    let name = approval::approval_name(&row.id);
+    let home = "/apis/toolgate.dev/v1alpha1/namespaces/team-a/approvals";
+    let (client, mut server) = mock_client();
+    let ctx = context_placed(
+        client,
+        store.clone(),
+        jiff::Timestamp::now(),
+        approval::Placement::per_tenant(NS),
+    );
+    let n2 = name.clone();
+    let report = run(approval::sync_once(&ctx, &[], &[]), async move {
+        let create = server.expect(Method::POST, home).await;
+        assert_eq!(create.body["metadata"]["namespace"], "team-a");
+        let mut obj = create.body.clone();
+        obj["metadata"]["uid"] = json!("uid-apr");
+        create.respond(201, obj);
+        expect_applied_status(&mut server, &format!("{home}/{n2}/status"), "Approval")
+            .await
+            .echo_status(approval_json(&n2));
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.created, 1);
+
+    let mut forged = decided(&row, Some("carol"), &["platform-oncall"]);
+    forged.metadata.namespace = Some("team-b".into());
+    let (client, mut server) = mock_client();
+    let ctx = context_placed(
+        client,
+        store.clone(),
+        jiff::Timestamp::now(),
+        approval::Placement::per_tenant(NS),
+    );
+    let n2 = name.clone();
+    run(approval::reconcile(Arc::new(forged), ctx), async move {
+        let st = server
+            .expect(
+                Method::PATCH,
+                &format!("/apis/toolgate.dev/v1alpha1/namespaces/team-b/approvals/{n2}/status"),
+            )
+            .await;
+        let msg = st.body["status"]["message"].as_str().unwrap();
+        assert!(msg.contains("honoured only in namespace team-a"), "{msg}");
+        st.echo_status(approval_json(&n2));
+    })
+    .await
+    .unwrap();
+    let db = store
+        .approvals()
+        .get("team-a", &row.id, jiff::Timestamp::now())
+        .await
+        .unwrap();
+    assert_eq!(db.status, DbStatus::Pending, "the row is untouched");
+}
+
+/// An object in the right namespace whose request shows another call than
+/// the row (a harmless preview over a destructive call) resolves nothing.
+#[tokio::test]
+async fn a_request_that_misrepresents_its_row_is_ignored() {
+    let store = store().await;
+    let row = pending_row(&store, Duration::from_secs(900)).await;
+    record_version(&store, NS, &row.policy_version).await;
+    let mut lying = decided(&row, Some("carol"), &["platform-oncall"]);
+    lying.spec.request.as_mut().unwrap().preview = Some("ls -la".into());
+    let name = approval::approval_name(&row.id);
+    let (client, mut server) = mock_client();
+    let ctx = context(client, store.clone(), jiff::Timestamp::now());
+    run(approval::reconcile(Arc::new(lying), ctx), async move {
+        let st = server
+            .expect(Method::PATCH, &format!("{APPROVALS}/{name}/status"))
+            .await;
+        assert_eq!(st.body["status"]["phase"], "Pending");
+        let msg = st.body["status"]["message"].as_str().unwrap();
+        assert!(msg.contains("spec.request.preview differs"), "{msg}");
+        st.echo_status(approval_json(&name));
+    })
+    .await
+    .unwrap();
+    let db = store
+        .approvals()
+        .get("team-a", &row.id, jiff::Timestamp::now())
+        .await
+        .unwrap();
+    assert_eq!(db.status, DbStatus::Pending);
+}
+
+/// Migration: an undecided request in the old queue ("agents" here) is
+/// deleted once its copy is home, conditionally on the object as read; a
+/// decided one stays, and is still honoured.
+#[tokio::test]
+async fn undecided_requests_move_out_of_the_old_queue() {
+    let store = store().await;
+    let row = pending_row(&store, Duration::from_secs(900)).await;
+    let name = approval::approval_name(&row.id);
+    let mut old: Approval =
+        serde_json::from_value(as_object(&approval::object_for(&row, NS))).unwrap();
+    old.metadata.resource_version = Some("41".into());
+    let mut home_copy = approval::object_for(&row, "team-a");
+    home_copy.metadata.uid = Some("uid-home".into());
+    let existing = [Arc::new(old.clone()), Arc::new(home_copy)];
+    let (client, mut server) = mock_client();
+    let ctx = context_placed(
+        client,
+        store.clone(),
+        jiff::Timestamp::now(),
+        approval::Placement::per_tenant(NS),
+    );
+    let n2 = name.clone();
+    let report = run(approval::sync_once(&ctx, &existing, &[]), async move {
+        let del = server
+            .expect(Method::DELETE, &format!("{APPROVALS}/{n2}"))
+            .await;
+        assert_eq!(
+            del.body["preconditions"],
+            json!({"uid": "uid-apr", "resourceVersion": "41"})
+        );
+        del.respond(200, approval_json(&n2));
+    })
+    .await
+    .unwrap();
+    assert_eq!((report.created, report.moved), (0, 1));
+
+    // Decided in the old queue: not moved, and the decision is recorded.
+    let decided_old = decided(&row, Some("carol"), &["platform-oncall"]);
+    record_version(&store, "team-a", &row.policy_version).await;
+    let (client, mut server) = mock_client();
+    let ctx = context_placed(
+        client,
+        store.clone(),
+        jiff::Timestamp::now(),
+        approval::Placement::per_tenant(NS),
+    );
+    let cached = [Arc::new(decided_old.clone())];
+    // Its home copy does not exist yet, so the pass creates it; nothing is
+    // deleted.
+    let n2 = name.clone();
+    let report = run(approval::sync_once(&ctx, &cached, &[]), async move {
+        let home = "/apis/toolgate.dev/v1alpha1/namespaces/team-a/approvals";
+        let create = server.expect(Method::POST, home).await;
+        let mut obj = create.body.clone();
+        obj["metadata"]["uid"] = json!("uid-home");
+        create.respond(201, obj);
+        expect_applied_status(&mut server, &format!("{home}/{n2}/status"), "Approval")
+            .await
+            .echo_status(approval_json(&n2));
+    })
+    .await
+    .unwrap();
+    assert_eq!((report.created, report.moved), (1, 0));
+    let (client, mut server) = mock_client();
+    let ctx = context_placed(
+        client,
+        store.clone(),
+        jiff::Timestamp::now(),
+        approval::Placement::per_tenant(NS),
+    );
+    run(
+        approval::reconcile(Arc::new(decided_old), ctx),
+        async move {
+            server
+                .expect(Method::GET, TEAM_A_PROFILE)
+                .await
+                .respond(200, profile_json());
+            let st = expect_applied_status(
+                &mut server,
+                &format!("{APPROVALS}/{name}/status"),
+                "Approval",
+            )
+            .await;
+            assert_eq!(st.body["status"]["phase"], "Approved");
+            st.echo_status(approval_json(&name));
+        },
+    )
+    .await
+    .unwrap();
+}

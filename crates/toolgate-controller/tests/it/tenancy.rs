@@ -18,7 +18,7 @@ const SECRETS: &str = "/api/v1/namespaces/agents/secrets";
 
 fn ctx(client: kube::Client, store: Store) -> Arc<Context> {
     let mut settings = Settings::new("toolgate-system");
-    settings.approvals_namespace = NS.into();
+    settings.approvals = toolgate_controller::approval::Placement::central(NS);
     Arc::new(Context::new(client, store, key(), Metrics::new(), settings))
 }
 

@@ -2,7 +2,7 @@
 //! and attributed to the authenticated user, and an Approval's kind
 //! (request or standing grant) never changes.
 
-use crate::common::{fixture_json, native_server, review};
+use crate::common::{CONTROLLER_USER, fixture_json, native_server, review};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,6 +212,55 @@ async fn an_approvals_kind_cannot_change() {
 
     // Deciding it as it is still works.
     let response = review(&mut client, "/validate-approvals", &pending).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    server.stop().await;
+}
+
+/// Issue 46, item 1: request Approvals mirror database rows, so only the
+/// controller creates them. Anyone else's request object — say, one showing
+/// a harmless preview under the id of a destructive call — is refused at
+/// admission; standing grants are still written by people.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_controller_creates_requests() {
+    let server = native_server().await;
+    let mut client = server.client().await;
+    let mut create = fixture_json("approval-resolve.json");
+    let review_req = create["request"].as_object_mut().unwrap();
+    review_req.insert("operation".into(), json!("CREATE"));
+    review_req.remove("oldObject");
+    let spec = create["request"]["object"]["spec"].as_object_mut().unwrap();
+    for decided in ["decision", "decidedBy", "decidedByGroups", "reason"] {
+        spec.remove(decided);
+    }
+    create["request"]["userInfo"] =
+        json!({"username": "mallory", "groups": ["system:authenticated"]});
+    let response = review(&mut client, "/validate-approvals", &create).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["reason"], "request_not_from_controller");
+    assert_eq!(response["status"]["code"], 403);
+
+    let mut anonymous = create.clone();
+    anonymous["request"]
+        .as_object_mut()
+        .unwrap()
+        .remove("userInfo");
+    let response = review(&mut client, "/validate-approvals", &anonymous).await;
+    assert_eq!(response["allowed"], false, "{response}");
+
+    let mut mirrored = create.clone();
+    mirrored["request"]["userInfo"] = json!({"username": CONTROLLER_USER, "groups": []});
+    let response = review(&mut client, "/validate-approvals", &mirrored).await;
+    assert_eq!(response["allowed"], true, "{response}");
+
+    let mut grant = create.clone();
+    let spec = grant["request"]["object"]["spec"].as_object_mut().unwrap();
+    spec.remove("request");
+    spec.insert(
+        "grant".into(),
+        json!({"profile": "baseline", "tool": "bash", "glob": "git *",
+               "expiresAt": "2030-01-02T00:00:00Z"}),
+    );
+    let response = review(&mut client, "/validate-approvals", &grant).await;
     assert_eq!(response["allowed"], true, "{response}");
     server.stop().await;
 }

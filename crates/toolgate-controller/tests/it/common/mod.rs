@@ -12,6 +12,7 @@ use jiff::Timestamp;
 use kube::client::Body;
 use serde_json::{Value, json};
 use toolgate_bundle::SigningKey;
+use toolgate_controller::approval::Placement;
 use toolgate_controller::crd::PolicyProfile;
 use toolgate_controller::metrics::Metrics;
 use toolgate_controller::{Context, Settings};
@@ -154,10 +155,21 @@ pub async fn store() -> Store {
     Store::connect("sqlite::memory:").await.unwrap()
 }
 
-/// A context on the mock client with a pinned clock.
+/// A context on the mock client with a pinned clock, request Approvals in
+/// one queue, `NS`.
 pub fn context(client: kube::Client, store: Store, at: Timestamp) -> Arc<Context> {
+    context_placed(client, store, at, Placement::central(NS))
+}
+
+/// [`context`] with request Approvals placed by `approvals`.
+pub fn context_placed(
+    client: kube::Client,
+    store: Store,
+    at: Timestamp,
+    approvals: Placement,
+) -> Arc<Context> {
     let mut settings = Settings::new("toolgate-system");
-    settings.approvals_namespace = NS.into();
+    settings.approvals = approvals;
     Arc::new(
         Context::new(client, store, key(), Metrics::new(), settings)
             .with_clock(Arc::new(move || at)),

@@ -96,6 +96,9 @@ pub fn inject_config(mode: SidecarMode, default_profile: Option<&str>) -> Inject
     )
 }
 
+/// The user the test server lets create request Approvals.
+pub const CONTROLLER_USER: &str = "system:serviceaccount:toolgate-system:toolgate";
+
 impl TestServer {
     pub async fn start(inject: InjectConfig, reload: Duration) -> Self {
         let pki = Pki::new();
@@ -118,6 +121,7 @@ impl TestServer {
                     "group:platform-oncall".to_owned(),
                 ],
             )]),
+            controller_user: Some(CONTROLLER_USER.to_owned()),
         };
         let server = toolgate_webhook::bind(config).await.expect("bind");
         let addr = server.local_addr().expect("addr");
