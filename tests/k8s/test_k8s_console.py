@@ -1,9 +1,12 @@
 """The approvers' console (`toolgate console`, issue #36 part 2) on the real
 API server: it runs as the chart's console ServiceAccount (rendered by real
-Helm: impersonate users and groups, review tokens, nothing else), people
-sign in with their own Kubernetes tokens (service accounts here), and every
-read and decision is made as them, so the approver role, the webhook that
-pins `decidedBy` and the profile's approvers apply unchanged. A forged
+Helm: impersonate users and groups, review tokens, list and watch Approvals
+for its metadata watch), people sign in with their own Kubernetes tokens
+(service accounts here), and every read and decision is made as them, so
+the approver role, the webhook that pins `decidedBy` and the profile's
+approvers apply unchanged. Approvals are in their tenant's namespace
+(issue #46 item 1): an approver bound in one tenant's namespace sees, hears
+of and decides only that tenant's; a cluster-wide reader sees all. A forged
 forwarded identity is refused; an agent's `<script>` preview stays text;
 a form from another site is refused; a signed-out session's cookie is
 refused when replayed, a form token works only in its own session, the same
@@ -17,6 +20,7 @@ import os
 import pathlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -31,8 +35,9 @@ from k8s_env import ROOT, free_port, profile, ready, wait_for
 sys.path.insert(0, str(ROOT / "scripts"))
 from envtest import render_chart  # noqa: E402
 
-APPROVALS_NS = "toolgate-system"
+RELEASE_NS = "toolgate-system"  # where the console's ServiceAccount is
 PEOPLE = "console-people"
+TENANT_A, TENANT_B = "console-tenant-a", "console-tenant-b"
 SHOTS = pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target") / "console-screenshots"
 XSS = "<script>document.title='owned'</script><img src=x onerror=\"document.title='owned'\">"
 
@@ -49,7 +54,8 @@ def _user(sa):
 
 
 def _pending(kube, cluster, tenant, version, preview="make deploy"):
-    """An escalated call as a sidecar records it; the controller mirrors it."""
+    """An escalated call as a sidecar records it; the controller mirrors it
+    into the tenant's namespace (`tenant` names one holding the profile)."""
     approval_id = f"con-{uuid.uuid4().hex[:12]}"
     now = int(time.time() * 1000)
     preview_sql = preview.replace("'", "''")
@@ -59,7 +65,7 @@ def _pending(kube, cluster, tenant, version, preview="make deploy"):
                    f" '{version}', 'dec-{approval_id}', 'sidecar:{tenant}/agent-0', 'pending', {now},"
                    f" {now + 900_000}, 'bash', '{preview_sql}')")
     name = f"apr-{approval_id}"
-    wait_for("mirrored Approval", lambda: kube.get("approval", name, "-n", APPROVALS_NS), 30)
+    wait_for("mirrored Approval", lambda: kube.get("approval", name, "-n", tenant), 30)
     return approval_id, name
 
 
@@ -73,8 +79,7 @@ def _kubeconfig(cluster, token, path):
         "clusters": [{"name": "envtest", "cluster": {"server": cluster["server"],
                                                      "certificate-authority": cluster["ca"]}}],
         "users": [{"name": "console", "user": {"token": token}}],
-        "contexts": [{"name": "console", "context": {"cluster": "envtest", "user": "console",
-                                                     "namespace": APPROVALS_NS}}],
+        "contexts": [{"name": "console", "context": {"cluster": "envtest", "user": "console"}}],
     }))
     path.chmod(0o600)
     return path
@@ -84,12 +89,20 @@ def _start(cluster, d, name, extra):
     port = free_port()
     log = open(d / f"{name}.log", "w")
     proc = subprocess.Popen([cluster["toolgate"], "console", "--listen", f"127.0.0.1:{port}",
-                             "--namespace", APPROVALS_NS, "--insecure-cookies", *extra],
+                             "--insecure-cookies", *extra],
                             stdout=log, stderr=subprocess.STDOUT,
                             env=dict(os.environ, KUBECONFIG=str(d / "console.kubeconfig"), RUST_LOG="info"))
     url = f"http://127.0.0.1:{port}"
     wait_for(f"{name} /healthz", lambda: urllib.request.urlopen(url + "/healthz", timeout=2).status == 200, 30)
     return proc, url
+
+
+def _tenant(kube, ns, approvers):
+    """A tenant namespace holding the profile; its version once Ready."""
+    kube.namespace(ns)
+    kube.apply(profile("safe-coding", ns, approvals={"ttlSeconds": 900, "approvers": approvers}))
+    return wait_for(f"profile Ready in {ns}", lambda: (p := kube.get("tgp", "safe-coding", "-n", ns))
+                    and ready(p.get("status")) and p["status"]["version"])
 
 
 @pytest.fixture(scope="module")
@@ -104,37 +117,45 @@ def console(kube, cluster, tmp_path_factory):
     granted = {(g, res, v) for r in role["rules"] for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
     assert granted == {("", "users", "impersonate"), ("", "groups", "impersonate"),
                        ("", "serviceaccounts", "impersonate"),
+                       ("toolgate.dev", "approvals", "list"), ("toolgate.dev", "approvals", "watch"),
                        ("authentication.k8s.io", "tokenreviews", "create")}, granted
     listing = d / "rbac.json"
     listing.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     kube("apply", "--server-side", "--field-manager", "helm", "-f", str(listing))
     sa = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]
-    token = kube("create", "token", sa, "-n", APPROVALS_NS, "--duration", "2h").stdout.strip()
+    token = kube("create", "token", sa, "-n", RELEASE_NS, "--duration", "2h").stdout.strip()
     _kubeconfig(cluster, token, d / "console.kubeconfig")
     # The people: alice approves (the profile names her), bob may patch
     # Approvals but is no approver, victor may only look, mallory has no
-    # rights at all.
+    # rights at all, all three in the team's namespace only; dana approves
+    # in tenant B only; erin may read Approvals cluster-wide.
+    people = ("alice", "bob", "victor", "mallory", "dana", "erin")
     kube.namespace(PEOPLE)
-    for person in ("alice", "bob", "victor", "mallory"):
+    for person in people:
         kube("create", "serviceaccount", person, "-n", PEOPLE)
-    kube("-n", APPROVALS_NS, "create", "rolebinding", "console-approvers", "--clusterrole=toolgate-approver",
-         f"--serviceaccount={PEOPLE}:alice", f"--serviceaccount={PEOPLE}:bob", "--user=carol@example.com")
-    kube("-n", APPROVALS_NS, "create", "role", "approval-viewer", "--verb=get,list,watch",
-         "--resource=approvals.toolgate.dev")
-    kube("-n", APPROVALS_NS, "create", "rolebinding", "approval-viewers", "--role=approval-viewer",
-         f"--serviceaccount={PEOPLE}:victor")
     team = kube.namespace("console-team")
-    kube.apply(profile("safe-coding", team, approvals={"ttlSeconds": 900, "approvers": [f"user:{_user('alice')}"]}))
-    version = wait_for("profile Ready", lambda: (p := kube.get("tgp", "safe-coding", "-n", team))
-                       and ready(p.get("status")) and p["status"]["version"])
+    kube("-n", team, "create", "rolebinding", "console-approvers", "--clusterrole=toolgate-approver",
+         f"--serviceaccount={PEOPLE}:alice", f"--serviceaccount={PEOPLE}:bob", "--user=carol@example.com")
+    kube("-n", team, "create", "role", "approval-viewer", "--verb=get,list,watch",
+         "--resource=approvals.toolgate.dev")
+    kube("-n", team, "create", "rolebinding", "approval-viewers", "--role=approval-viewer",
+         f"--serviceaccount={PEOPLE}:victor")
+    version = _tenant(kube, team, [f"user:{_user('alice')}"])
+    versions = {TENANT_A: _tenant(kube, TENANT_A, [f"user:{_user('alice')}"]),
+                TENANT_B: _tenant(kube, TENANT_B, [f"user:{_user('dana')}"])}
+    kube("-n", TENANT_B, "create", "rolebinding", "console-approvers", "--clusterrole=toolgate-approver",
+         f"--serviceaccount={PEOPLE}:dana")
+    kube("create", "clusterrole", "console-approval-reader", "--verb=get,list,watch",
+         "--resource=approvals.toolgate.dev")
+    kube("create", "clusterrolebinding", "console-approval-readers", "--clusterrole=console-approval-reader",
+         f"--serviceaccount={PEOPLE}:erin")
     secret = d / "proxy-secret"
     secret.write_text("proxy-" + uuid.uuid4().hex)
     token_proc, token_url = _start(cluster, d, "console", [])
     proxy_proc, proxy_url = _start(cluster, d, "console-proxied", ["--proxy-secret-file", str(secret)])
-    tokens = {p: kube("create", "token", p, "-n", PEOPLE, "--duration", "1h").stdout.strip()
-              for p in ("alice", "bob", "victor", "mallory")}
+    tokens = {p: kube("create", "token", p, "-n", PEOPLE, "--duration", "1h").stdout.strip() for p in people}
     yield {"url": token_url, "proxied": proxy_url, "secret": secret.read_text(), "tokens": tokens,
-           "team": team, "version": version, "dir": d}
+           "team": team, "version": version, "versions": versions, "dir": d}
     for proc in (token_proc, proxy_proc):
         proc.terminate()
         proc.wait(timeout=10)
@@ -170,6 +191,7 @@ def _csrf(body):
 
 
 def test_people_decide_as_themselves(console, kube, cluster):
+    team = console["team"]
     approval_id, name = _pending(kube, cluster, console["team"], console["version"], preview=XSS)
     alice = Browser(console["url"])
     page = alice.sign_in(console["tokens"]["alice"])
@@ -183,11 +205,11 @@ def test_people_decide_as_themselves(console, kube, cluster):
     assert headers["x-content-type-options"] == "nosniff"
 
     # A form without the page's token, or from another site, changes nothing.
-    status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": "0" * 64, "decision": "approved"})
+    status, body, _ = alice.request("POST", f"/approvals/{team}/{name}", {"csrf": "0" * 64, "decision": "approved"})
     assert status == 403 and "forbidden" in body, (status, body[-500:])
     for cross_site in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
                        {"Sec-Fetch-Site": "same-site"}, {"Origin": "null"}):
-        status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": _csrf(page), "decision": "approved"},
+        status, body, _ = alice.request("POST", f"/approvals/{team}/{name}", {"csrf": _csrf(page), "decision": "approved"},
                                         headers=cross_site)
         assert status == 403 and 'data-code="forbidden"' in body, (cross_site, status)
     # Nor can another site sign anyone in (login CSRF) or out.
@@ -201,14 +223,14 @@ def test_people_decide_as_themselves(console, kube, cluster):
     bob_id, bob_name = _pending(kube, cluster, console["team"], console["version"])
     bob = Browser(console["url"])
     bob_page = bob.sign_in(console["tokens"]["bob"])
-    status, body, _ = bob.request("POST", f"/approvals/{bob_name}", {"csrf": _csrf(bob_page),
+    status, body, _ = bob.request("POST", f"/approvals/{team}/{bob_name}", {"csrf": _csrf(bob_page),
                                                                       "decision": "approved", "reason": "looks fine"})
     assert status == 403 and "approver_not_allowed" in body, (status, body[-1500:])
-    obj = kube.get("approval", bob_name, "-n", APPROVALS_NS)
+    obj = kube.get("approval", bob_name, "-n", console["team"])
     assert "decision" not in obj["spec"] and "decidedBy" not in obj["spec"], obj["spec"]
     assert _row(cluster, bob_id) == "pending|"
     # ... and the approver still can.
-    status, body, _ = alice.request("POST", f"/approvals/{bob_name}", {"csrf": _csrf(page), "decision": "denied"})
+    status, body, _ = alice.request("POST", f"/approvals/{team}/{bob_name}", {"csrf": _csrf(page), "decision": "denied"})
     assert status == 200, body[-1500:]
     wait_for("row denied", lambda: _row(cluster, bob_id) == f"denied|{_user('alice')}", 30)
 
@@ -217,7 +239,7 @@ def test_people_decide_as_themselves(console, kube, cluster):
     victor = Browser(console["url"])
     victor_page = victor.sign_in(console["tokens"]["victor"])
     assert name in victor_page
-    status, body, _ = victor.request("POST", f"/approvals/{name}", {"csrf": _csrf(victor_page),
+    status, body, _ = victor.request("POST", f"/approvals/{team}/{name}", {"csrf": _csrf(victor_page),
                                                                       "decision": "approved"})
     assert status == 403 and 'data-code="kubernetes_refused"' in body and "forbidden" in body, body[-800:]
     assert _row(cluster, approval_id) == "pending|"
@@ -226,20 +248,22 @@ def test_people_decide_as_themselves(console, kube, cluster):
     mallory = Browser(console["url"])
     status, body, _ = mallory.request("POST", "/login", {"token": console["tokens"]["mallory"]})
     assert status == 403 and "forbidden" in body.lower() and name not in body, (status, body[-800:])
-    status, body, _ = mallory.request("POST", f"/approvals/{name}", {"csrf": "x", "decision": "approved"})
+    status, body, _ = mallory.request("POST", f"/approvals/{team}/{name}", {"csrf": "x", "decision": "approved"})
     assert status == 403
     assert _row(cluster, approval_id) == "pending|"
 
     # alice approves through the console: recorded as her, the row resolves.
-    status, body, _ = alice.request("POST", f"/approvals/{name}", {"csrf": _csrf(page), "decision": "approved",
+    status, body, _ = alice.request("POST", f"/approvals/{team}/{name}", {"csrf": _csrf(page), "decision": "approved",
                                                                      "reason": "reviewed the diff"})
     assert status == 200 and "Submitted: approved." in body, body[-1500:]
-    obj = kube.get("approval", name, "-n", APPROVALS_NS)
+    obj = kube.get("approval", name, "-n", console["team"])
     assert (obj["spec"]["decidedBy"], obj["spec"]["reason"]) == (_user("alice"), "reviewed the diff")
     wait_for("row approved", lambda: _row(cluster, approval_id) == f"approved|{_user('alice')}", 30)
 
 
 def test_a_forwarded_identity_needs_the_proxy(console, kube, cluster):
+    # An Approval exists: someone who may list none is refused, not shown an empty list.
+    _pending(kube, cluster, console["team"], console["version"])
     carol = {"X-Forwarded-User": "carol@example.com", "X-Forwarded-Groups": "oncall, sre",
              "Accept": "application/json"}
     # The token-sign-in console takes no forwarded identity at all.
@@ -263,6 +287,10 @@ def test_a_forwarded_identity_needs_the_proxy(console, kube, cluster):
     # ... and a name it vouches for is only what RBAC lets that name be.
     status, body, _ = proxied.request("GET", "/", headers=dict(trusted, **{"X-Forwarded-User": "mallory@example.com"}))
     assert status == 403 and json.loads(body)["error"]["code"] == "kubernetes_refused", body
+
+
+def _card(namespace, name):
+    return f'article[data-namespace="{namespace}"][data-name="{name}"]'
 
 
 def _chromium():
@@ -307,7 +335,7 @@ def test_a_browser_sees_approvals_arrive_and_approves_one(console, kube, cluster
         # An escalation arrives while the page is open: it appears, no reload.
         marker = driver.execute_script("window.stillHere = 1; return window.stillHere")
         approval_id, name = _pending(kube, cluster, console["team"], console["version"], preview=XSS)
-        card = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'article[data-name="{name}"]')))
+        card = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, _card(console["team"], name))))
         assert marker == driver.execute_script("return window.stillHere"), "the page was reloaded"
         # The XSS preview is shown as its text and ran nothing.
         assert card.find_element(By.CSS_SELECTOR, "pre.preview").text == XSS
@@ -325,11 +353,11 @@ def test_a_browser_sees_approvals_arrive_and_approves_one(console, kube, cluster
         wait_for("row approved", lambda: _row(cluster, approval_id) == f"approved|{_user('alice')}", 30)
         # Decided elsewhere (kubectl), it leaves the open page by itself.
         other_id, other = _pending(kube, cluster, console["team"], console["version"])
-        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'article[data-name="{other}"]')))
-        kube("patch", "approval", other, "-n", APPROVALS_NS, "--type", "merge", "-p",
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, _card(console["team"], other))))
+        kube("patch", "approval", other, "-n", console["team"], "--type", "merge", "-p",
              json.dumps({"spec": {"decision": "denied", "decidedBy": _user("alice"),
                                   "decidedByGroups": []}}), as_user=_user("alice"))
-        wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, f'article[data-name="{other}"]')))
+        wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, _card(console["team"], other))))
         driver.save_screenshot(str(SHOTS / "4-decided-elsewhere.png"))
     finally:
         driver.quit()
@@ -359,6 +387,7 @@ def test_sessions_forms_and_origins_are_tight(console, kube, cluster):
     token works only in its own session; the same host on another port or
     scheme is another origin; one sign-in too many from an address waits."""
     proc, url = _start(cluster, console["dir"], "console-sessions", [])
+    team = console["team"]
     try:
         approval_id, name = _pending(kube, cluster, console["team"], console["version"])
         first, second = Browser(url), Browser(url)
@@ -366,13 +395,13 @@ def test_sessions_forms_and_origins_are_tight(console, kube, cluster):
         page_two = second.sign_in(console["tokens"]["alice"])
         assert _csrf(page_one) != _csrf(page_two), "every session has its own form token"
         # A form token from alice's other session is refused in this one.
-        status, body, _ = second.request("POST", f"/approvals/{name}", {"csrf": _csrf(page_one),
+        status, body, _ = second.request("POST", f"/approvals/{team}/{name}", {"csrf": _csrf(page_one),
                                                                          "decision": "approved"})
         assert status == 403 and 'data-code="forbidden"' in body, (status, body[-500:])
         # Same host, another port or scheme: another origin.
         host, port = url.removeprefix("http://").split(":")
         for other in (f"http://{host}:{int(port) + 1}", f"https://{host}:{port}", f"http://{host}"):
-            status, body, _ = second.request("POST", f"/approvals/{name}",
+            status, body, _ = second.request("POST", f"/approvals/{team}/{name}",
                                              {"csrf": _csrf(page_two), "decision": "approved"},
                                              headers={"Origin": other})
             assert status == 403 and 'data-code="forbidden"' in body, (other, status)
@@ -387,12 +416,12 @@ def test_sessions_forms_and_origins_are_tight(console, kube, cluster):
         for path in ("/fragment", "/", "/events"):
             status, body = _replay(url, path, cookie)
             assert status == 401 and json.loads(body)["error"]["code"] == "unauthenticated", (path, status, body)
-        status, _ = _replay(url, f"/approvals/{name}", cookie, "POST",
+        status, _ = _replay(url, f"/approvals/{team}/{name}", cookie, "POST",
                             {"csrf": _csrf(page_one), "decision": "approved"}, origin=url)
         assert status == 401
         assert _row(cluster, approval_id) == "pending|"
         # alice's other session is untouched, and decides as her.
-        status, body, _ = second.request("POST", f"/approvals/{name}", {"csrf": _csrf(page_two),
+        status, body, _ = second.request("POST", f"/approvals/{team}/{name}", {"csrf": _csrf(page_two),
                                                                          "decision": "denied"})
         assert status == 200 and "Submitted: denied." in body, body[-1500:]
         wait_for("row denied", lambda: _row(cluster, approval_id) == f"denied|{_user('alice')}", 30)
@@ -407,3 +436,100 @@ def test_sessions_forms_and_origins_are_tight(console, kube, cluster):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+class Events:
+    """A live-update stream (`/events`) read off a raw socket: how many
+    `change` events it has said."""
+
+    def __init__(self, url, cookie):
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.sendall(f"GET /events HTTP/1.1\r\nHost: {host}:{port}\r\nCookie: {cookie}\r\n"
+                          "Accept: text/event-stream\r\n\r\n".encode())
+        self.seen = b""
+
+    def count(self):
+        return self.seen.count(b"event: change")
+
+    def wait(self, count, seconds):
+        """Whether `count` changes in all were said within `seconds`."""
+        deadline = time.monotonic() + seconds
+        while self.count() < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(4096)
+            except socket.timeout:
+                return False
+            if not chunk:
+                return False
+            self.seen += chunk
+        return True
+
+    def quiet(self, seconds=2, most=30):
+        """Reads until nothing is said for `seconds` (the controller may
+        still be updating what it just mirrored)."""
+        deadline = time.monotonic() + most
+        while self.wait(self.count() + 1, seconds):
+            assert time.monotonic() < deadline, f"the stream never went quiet: {self.seen[-500:]!r}"
+
+    def close(self):
+        self.sock.close()
+
+
+def test_an_approver_of_one_tenant_sees_and_hears_of_only_that_tenant(console, kube, cluster):
+    """Issue #46 item 1: each approval waits in its tenant's namespace; dana,
+    bound to toolgate-approver in tenant B only, sees B's and not A's (on the
+    page and in the refreshed list), cannot decide A's (the API server's
+    refusal), and her live updates ping for a change in B, never for one in
+    A; erin, who may read Approvals cluster-wide, sees and hears of both."""
+    a_id, a_name = _pending(kube, cluster, TENANT_A, console["versions"][TENANT_A], preview="deploy tenant A")
+    b_id, b_name = _pending(kube, cluster, TENANT_B, console["versions"][TENANT_B], preview="deploy tenant B")
+    dana, erin = Browser(console["url"]), Browser(console["url"])
+    page = dana.sign_in(console["tokens"]["dana"])
+    assert b_name in page and 'data-namespace="console-tenant-b"' in page, page[-3000:]
+    assert a_name not in page and "deploy tenant A" not in page and TENANT_A not in page, page[-3000:]
+    status, fragment, _ = dana.request("GET", "/fragment")
+    assert status == 200 and b_name in fragment and a_name not in fragment and TENANT_A not in fragment
+    assert f'action="/approvals/{TENANT_B}/{b_name}"' in fragment, fragment[-2000:]
+    everything = erin.sign_in(console["tokens"]["erin"])
+    assert a_name in everything and b_name in everything, everything[-3000:]
+
+    # A's approval, named by dana anyway: the API server refuses her.
+    status, body, _ = dana.request("POST", f"/approvals/{TENANT_A}/{a_name}", {"csrf": _csrf(page),
+                                                                            "decision": "approved"})
+    assert status == 403 and 'data-code="kubernetes_refused"' in body, (status, body[-800:])
+    assert _row(cluster, a_id) == "pending|"
+    # A path that names no namespace never reaches it.
+    status, body, _ = dana.request("POST", f"/approvals/Not_A_Namespace/{b_name}",
+                                   {"csrf": _csrf(page), "decision": "approved"},
+                                   headers={"Accept": "application/json"})
+    assert status == 400 and json.loads(body)["error"]["code"] == "invalid_name", (status, body)
+
+    hers, all_of_them = Events(console["url"], _session_cookie(dana)), Events(console["url"], _session_cookie(erin))
+    try:
+        for stream in (hers, all_of_them):
+            assert stream.wait(1, 15), stream.seen  # the first ping, on connecting
+            assert stream.seen.startswith(b"HTTP/1.1 200"), stream.seen[:300]
+            stream.quiet()
+        # A change in A: erin hears of it, dana hears nothing at all.
+        before = hers.count()
+        kube("label", "approval", a_name, "-n", TENANT_A, "probe=a")
+        assert all_of_them.wait(all_of_them.count() + 1, 15), "the change in A reached the console"
+        assert not hers.wait(before + 1, 3), f"dana heard of a change in tenant A: {hers.seen[-500:]!r}"
+        # A change in B: dana hears of it.
+        kube("label", "approval", b_name, "-n", TENANT_B, "probe=b")
+        assert hers.wait(before + 1, 15), f"no ping for the change in tenant B: {hers.seen[-500:]!r}"
+    finally:
+        hers.close()
+        all_of_them.close()
+
+    # And she decides B's, as herself.
+    status, body, _ = dana.request("POST", f"/approvals/{TENANT_B}/{b_name}", {"csrf": _csrf(page),
+                                                                            "decision": "approved"})
+    assert status == 200 and "Submitted: approved." in body, body[-1500:]
+    wait_for("B's row approved", lambda: _row(cluster, b_id) == f"approved|{_user('dana')}", 30)
+    assert _row(cluster, a_id) == "pending|"

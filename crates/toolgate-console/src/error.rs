@@ -25,6 +25,10 @@ pub enum ConsoleError {
     /// The form or path is not one the console takes.
     #[error("{0}")]
     InvalidRequest(String),
+    /// A path names no namespace or object the API server could hold;
+    /// refused before any request is made.
+    #[error("{0}")]
+    InvalidName(String),
     /// The console is misconfigured.
     #[error("{0}")]
     Config(String),
@@ -56,6 +60,7 @@ impl ConsoleError {
             Self::Refused { .. } => "kubernetes_refused",
             Self::Unavailable(_) => "kubernetes_unavailable",
             Self::InvalidRequest(_) => "invalid_request",
+            Self::InvalidName(_) => "invalid_name",
             Self::Config(_) => "console_config",
             Self::RateLimited { .. } => "rate_limited",
             Self::Busy { .. } => "sign_outs_full",
@@ -71,7 +76,7 @@ impl ConsoleError {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
             Self::Unavailable(_) => StatusCode::BAD_GATEWAY,
-            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::InvalidRequest(_) | Self::InvalidName(_) => StatusCode::BAD_REQUEST,
             Self::Config(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,

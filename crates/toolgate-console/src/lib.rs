@@ -6,7 +6,9 @@
 //! approvals arrive or are decided elsewhere. It holds no authority of its
 //! own: every read and every decision goes to the Kubernetes API as the
 //! signed-in person ([`cluster`]), who signs in through an authenticating
-//! proxy or with a Kubernetes token ([`identity`]).
+//! proxy or with a Kubernetes token ([`identity`]). Approvals live in
+//! their tenants' namespaces: a person sees, and hears of changes in, only
+//! the namespaces they may list ([`namespaces`]).
 //!
 //! Web security: a strict Content-Security-Policy (scripts and styles from
 //! the console only, nothing inline, no framing), `SameSite=Strict`,
@@ -19,6 +21,8 @@
 pub mod cluster;
 pub mod error;
 pub mod identity;
+pub mod names;
+pub mod namespaces;
 pub mod origin;
 pub mod pages;
 pub mod sessions;
@@ -99,7 +103,7 @@ pub fn router(console: Console) -> Router {
         .route("/events", get(events))
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
-        .route("/approvals/{name}", post(decide))
+        .route("/approvals/{namespace}/{name}", post(decide))
         .route("/static/console.js", get(script))
         .route("/static/console.css", get(style))
         .route("/healthz", get(|| async { "ok" }))
@@ -115,6 +119,7 @@ pub async fn serve(listen: SocketAddr, console: Console) -> Result<(), ConsoleEr
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| ConsoleError::Config(format!("listen on {listen}: {e}")))?;
+    console.cluster.start_watch();
     tracing::info!(%listen, proxied = console.keys.proxied(), "console serving");
     axum::serve(
         listener.tap_io(|tcp| {
@@ -277,13 +282,13 @@ async fn events(State(console): State<Shared>, headers: HeaderMap) -> Response {
     };
     // Someone who may not list Approvals gets the API server's refusal (a
     // browser's EventSource then stops), not a stream that ends at once.
-    if let Err(e) = console.cluster.list(&who).await {
+    if let Err(e) = console.cluster.may_list(&who).await {
         return refusal(&headers, Some(&who), &e);
     }
     let left = until
         .saturating_sub(Timestamp::now().as_second())
         .clamp(0, STREAM_SECONDS);
-    match console.cluster.changes(&who) {
+    match console.cluster.changes(&who).await {
         Ok(changes) => {
             // The stream ends no later than the session, and at once when
             // the session is signed out.
@@ -421,7 +426,7 @@ struct DecideForm {
 
 async fn decide(
     State(console): State<Shared>,
-    Path(name): Path<String>,
+    Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
     Form(form): Form<DecideForm>,
 ) -> Response {
@@ -438,9 +443,9 @@ async fn decide(
         );
         return refusal(&headers, Some(who), &e);
     }
-    // A path segment that is no object name never reaches the API server.
-    if !identity::object_name(&name) {
-        let e = ConsoleError::InvalidRequest("not an Approval name".into());
+    // A path segment that is no namespace or object name never reaches
+    // the API server.
+    if let Err(e) = names::approval_path(&namespace, &name) {
         return refusal(&headers, Some(who), &e);
     }
     let decision = match form.decision.as_str() {
@@ -459,7 +464,11 @@ async fn decide(
         return refusal(&headers, Some(who), &e);
     }
     let reason = (!reason.is_empty()).then_some(reason);
-    match console.cluster.decide(who, &name, decision, reason).await {
+    match console
+        .cluster
+        .decide(who, &namespace, &name, decision, reason)
+        .await
+    {
         Ok(_) => Redirect::to(&format!("/?done={}", form.decision)).into_response(),
         Err(e) => refusal(&headers, Some(who), &e),
     }

@@ -161,12 +161,15 @@ pub fn approvals(items: &[Approval], csrf: &str, now: Timestamp) -> Markup {
             @if waiting.is_empty() { p.empty { "Nothing waits for a decision." } }
             @for a in &waiting {
                 @let name = a.metadata.name.as_deref().unwrap_or_default();
+                @let namespace = a.metadata.namespace.as_deref().unwrap_or_default();
                 @let r = a.spec.request.as_ref().expect("pending approvals have a request");
                 @let status = a.status.as_ref();
-                article.approval data-name=(name) {
+                // Keyed by namespace and name: the same name may wait in two namespaces.
+                article.approval data-namespace=(namespace) data-name=(name) {
                     h3 { code.tool { (visible(&r.tool)) } " · " span.tenant { (visible(&r.tenant)) } }
                     pre.preview { (visible(r.preview.as_deref().unwrap_or("(no preview)"))) }
                     dl {
+                        dt { "Namespace" } dd.namespace { code { (visible(namespace)) } }
                         dt { "Run" } dd { code { (visible(&r.run_id)) } }
                         dt { "Requested by" } dd { (visible(r.requested_by.as_deref().unwrap_or("-"))) }
                         dt { "Policy" } dd { code { (visible(&r.policy_version)) } }
@@ -176,7 +179,7 @@ pub fn approvals(items: &[Approval], csrf: &str, now: Timestamp) -> Markup {
                             dt { "Note" } dd.note { (visible(m)) }
                         }
                     }
-                    form method="post" action={ "/approvals/" (name) } {
+                    form method="post" action={ "/approvals/" (namespace) "/" (name) } {
                         input type="hidden" name="csrf" value=(csrf);
                         label { "Reason " input type="text" name="reason" maxlength="512"; }
                         button type="submit" name="decision" value="approved" .approve { "Approve" }
@@ -188,13 +191,14 @@ pub fn approvals(items: &[Approval], csrf: &str, now: Timestamp) -> Markup {
         section #recent {
             h2 { "Recent decisions" }
             table {
-                thead { tr { th { "Tool" } th { "Tenant" } th { "Outcome" } th { "By" } th { "Reason" } th { "Note" } } }
+                thead { tr { th { "Tool" } th { "Tenant" } th { "Namespace" } th { "Outcome" } th { "By" } th { "Reason" } th { "Note" } } }
                 tbody {
                     @for a in &decided {
                         @let r = a.spec.request.as_ref().expect("filtered on requests");
                         tr {
                             td { code { (visible(&r.tool)) } }
                             td { (visible(&r.tenant)) }
+                            td.namespace { (visible(a.metadata.namespace.as_deref().unwrap_or_default())) }
                             td.outcome { (a.status.as_ref().and_then(|s| s.phase).map_or("-".to_owned(), |p| format!("{p:?}"))) }
                             td { (visible(a.spec.decided_by.as_deref().unwrap_or("-"))) }
                             td { (visible(a.spec.reason.as_deref().unwrap_or(""))) }
@@ -332,7 +336,21 @@ mod tests {
             },
         );
         a.metadata.name = Some("apr-w".into());
+        a.metadata.namespace = Some("team-a".into());
         let html = approvals(&[a], "t", Timestamp::UNIX_EPOCH).into_string();
+        // Keyed, shown and decided by namespace and name.
+        assert!(
+            html.contains("data-namespace=\"team-a\" data-name=\"apr-w\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("action=\"/approvals/team-a/apr-w\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("<dd class=\"namespace\"><code>team-a</code></dd>"),
+            "{html}"
+        );
         assert!(
             html.contains("<code class=\"reason\">flow_escalate</code>"),
             "{html}"

@@ -1,9 +1,10 @@
 //! The console over real HTTP, against a stand-in for the Kubernetes API
-//! (TokenReviews say the token is the user name; one Approval waits, is
-//! watched forever and can be patched), with a plain HTTP client that sends what
-//! it is told: a copied cookie, a form token from another session, an
-//! `Origin` of the same host on another port or scheme, one sign-in too
-//! many.
+//! (TokenReviews say the token is the user name; everyone may list
+//! Approvals in `team-a` only, where one waits and can be patched; one
+//! waits in `team-b` too; the console's metadata watch is fed by the test),
+//! with a plain HTTP client that sends what it is told: a copied cookie, a
+//! form token from another session, an `Origin` of the same host on another
+//! port or scheme, one sign-in too many, a path that names no namespace.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -14,40 +15,77 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::broadcast;
 use toolgate_console::{Cluster, Console, Keys, sessions};
 
-const NS: &str = "toolgate-system";
+/// Where people may list Approvals.
+const NS: &str = "team-a";
+/// Where they may not.
+const OTHER: &str = "team-b";
+const GROUP: &str = "/apis/toolgate.dev/v1alpha1";
 
 /// What the stand-in API server was asked: (method, path, impersonated user).
 type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
 
-async fn api_server() -> (String, Seen) {
-    let seen: Seen = Arc::default();
-    let log = seen.clone();
+/// The stand-in: what it was asked, and the events its watch sends.
+#[derive(Clone)]
+struct Api {
+    seen: Seen,
+    watch: broadcast::Sender<String>,
+}
+
+async fn api_server() -> (String, Api) {
+    let api = Api {
+        seen: Arc::default(),
+        watch: broadcast::channel(16).0,
+    };
+    let state = api.clone();
     let app = axum::Router::new().fallback(
         move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
-            let log = log.clone();
-            async move { fake_api(&log, &method, &uri, &headers, &body) }
+            let state = state.clone();
+            async move { fake_api(&state, &method, &uri, &headers, &body) }
         },
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, seen)
+    (url, api)
 }
 
-fn fake_api(seen: &Seen, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Response {
+fn meta(ns: &str, name: &str, version: u32) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                       "metadata": {"name": name, "namespace": ns, "uid": name,
+                                    "resourceVersion": version.to_string()}})
+}
+
+fn waiting(ns: &str, name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"request": {"approvalId": name, "tenant": ns, "invocationId": "i",
+                             "tool": "bash", "argsDigest": "sha256:0", "runId": "r",
+                             "policyVersion": "p@1"}}})
+}
+
+fn fake_api(api: &Api, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Response {
     let user = headers
         .get("impersonate-user")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
-    seen.lock()
+    api.seen
+        .lock()
         .unwrap()
-        .push((method.to_string(), uri.path().to_owned(), user));
+        .push((method.to_string(), uri.path().to_owned(), user.clone()));
     let json = |v: serde_json::Value| axum::Json(v).into_response();
-    let approvals = format!("/apis/toolgate.dev/v1alpha1/namespaces/{NS}/approvals");
+    let forbidden = || {
+        let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                        "message": "forbidden", "reason": "Forbidden", "code": 403});
+        (StatusCode::FORBIDDEN, axum::Json(status)).into_response()
+    };
+    let namespaced = format!("{GROUP}/namespaces/{NS}/approvals");
     let path = uri.path();
+    let query = uri.query().unwrap_or_default();
     if path == "/apis/authentication.k8s.io/v1/tokenreviews" {
         let review: serde_json::Value = serde_json::from_slice(body).unwrap();
         let token = review["spec"]["token"].as_str().unwrap_or_default();
@@ -61,37 +99,55 @@ fn fake_api(seen: &Seen, method: &Method, uri: &Uri, headers: &HeaderMap, body: 
                                        "kind": "TokenReview", "spec": review["spec"],
                                        "status": status}));
     }
-    if path == approvals && uri.query().unwrap_or_default().contains("watch=true") {
-        // A watch that never says anything, until the client goes.
-        return Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>())
-            .into_response();
+    if path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" {
+        let review: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let ns = review["spec"]["resourceAttributes"]["namespace"].as_str();
+        return json(serde_json::json!({"apiVersion": "authorization.k8s.io/v1",
+                                       "kind": "SelfSubjectAccessReview",
+                                       "spec": review["spec"],
+                                       "status": {"allowed": ns == Some(NS)}}));
     }
-    if path == approvals {
-        let waiting = serde_json::json!({
-            "apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
-            "metadata": {"name": "apr-1", "namespace": NS},
-            "spec": {"request": {"approvalId": "1", "tenant": "agents", "invocationId": "i",
-                                 "tool": "bash", "argsDigest": "sha256:0", "runId": "r",
-                                 "policyVersion": "p@1"}}});
+    if path == format!("{GROUP}/approvals") && !user.is_empty() {
+        return forbidden();
+    }
+    if path == format!("{GROUP}/approvals") && query.contains("watch=true") {
+        // The console's own metadata watch: what the test sends, until it goes.
+        let events = futures::stream::unfold(api.watch.subscribe(), |mut rx| async move {
+            let line = rx.recv().await.ok()?;
+            Some((Ok::<_, std::io::Error>(Bytes::from(line + "\n")), rx))
+        });
+        return Body::from_stream(events).into_response();
+    }
+    if path == format!("{GROUP}/approvals") {
+        return json(serde_json::json!({"apiVersion": "meta.k8s.io/v1",
+                                       "kind": "PartialObjectMetadataList",
+                                       "metadata": {"resourceVersion": "1"},
+                                       "items": [meta(NS, "apr-1", 1), meta(OTHER, "apr-2", 1)]}));
+    }
+    if path == namespaced {
         return json(serde_json::json!({"apiVersion": "toolgate.dev/v1alpha1",
                                        "kind": "ApprovalList",
-                                       "metadata": {"resourceVersion": "1"}, "items": [waiting]}));
+                                       "metadata": {"resourceVersion": "1"},
+                                       "items": [waiting(NS, "apr-1")]}));
     }
-    if let Some(name) = path.strip_prefix(&format!("{approvals}/")) {
+    if let Some(name) = path.strip_prefix(&format!("{namespaced}/")) {
         return json(
             serde_json::json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
-                                       "metadata": {"name": name, "namespace": NS}, "spec": {}}),
+                               "metadata": {"name": name, "namespace": NS}, "spec": {}}),
         );
+    }
+    if path.starts_with(&format!("{GROUP}/namespaces/{OTHER}/")) {
+        return forbidden();
     }
     StatusCode::NOT_FOUND.into_response()
 }
 
 /// A console (plain HTTP unless `secure`) on the stand-in API server.
-async fn console(secure: bool) -> (SocketAddr, Seen) {
-    let (api, seen) = api_server().await;
-    let config = kube::Config::new(api.parse().unwrap());
+async fn console(secure: bool) -> (SocketAddr, Api) {
+    let (url, api) = api_server().await;
+    let config = kube::Config::new(url.parse().unwrap());
     let console = Console {
-        cluster: Cluster::new(config, NS.into()).unwrap(),
+        cluster: Cluster::new(config).unwrap(),
         keys: Keys::new(vec![9; 32], None).unwrap(),
         secure_cookies: secure,
     };
@@ -99,7 +155,7 @@ async fn console(secure: bool) -> (SocketAddr, Seen) {
     let addr = listener.local_addr().unwrap();
     let app = toolgate_console::router(console).into_make_service_with_connect_info::<SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, seen)
+    (addr, api)
 }
 
 struct Answer {
@@ -245,7 +301,7 @@ async fn a_signed_out_cookie_is_refused_when_replayed() {
     let a = send(
         addr,
         "POST",
-        "/approvals/apr-1",
+        "/approvals/team-a/apr-1",
         &[("Cookie", &cookie), ("Origin", &o)],
         "csrf=x&decision=approved",
     )
@@ -263,7 +319,8 @@ async fn a_signed_out_cookie_is_refused_when_replayed() {
 
 #[tokio::test]
 async fn a_form_token_works_only_in_its_own_session() {
-    let (addr, seen) = console(false).await;
+    let (addr, api) = console(false).await;
+    let seen = &api.seen;
     let first = sign_in(addr, "alice").await;
     let second = sign_in(addr, "alice").await;
     let (a, b) = (csrf(addr, &first).await, csrf(addr, &second).await);
@@ -275,7 +332,7 @@ async fn a_form_token_works_only_in_its_own_session() {
             send(
                 addr,
                 "POST",
-                "/approvals/apr-1",
+                "/approvals/team-a/apr-1",
                 &[("Cookie", &cookie), ("Origin", &o)],
                 &format!("csrf={token}&decision=approved"),
             )
@@ -331,7 +388,7 @@ async fn another_port_or_scheme_is_another_origin() {
         let a = send(
             addr,
             "POST",
-            "/approvals/apr-1",
+            "/approvals/team-a/apr-1",
             &[("Cookie", &cookie), ("Origin", &bad)],
             &format!("csrf={token}&decision=approved"),
         )
@@ -343,7 +400,7 @@ async fn another_port_or_scheme_is_another_origin() {
     let a = send(
         addr,
         "POST",
-        "/approvals/apr-1",
+        "/approvals/team-a/apr-1",
         &[("Cookie", &cookie), ("Origin", &origin(addr))],
         &format!("csrf={token}&decision=approved"),
     )
@@ -401,4 +458,140 @@ async fn one_sign_in_too_many_waits() {
     // Whoever signs in from there waits as well.
     let a = send(addr, "POST", "/login", &[("Origin", &o)], "token=bob").await;
     assert_eq!(a.status, 429, "{}", a.body);
+}
+
+#[tokio::test]
+async fn a_path_naming_no_namespace_or_approval_is_refused_before_any_request() {
+    let (addr, api) = console(false).await;
+    let cookie = sign_in(addr, "alice").await;
+    let token = csrf(addr, &cookie).await;
+    let o = origin(addr);
+    for path in [
+        "/approvals/Team-A/apr-1",
+        "/approvals/team.a/apr-1",
+        "/approvals/team-a/apr-1%2Fstatus",
+        "/approvals/team-a/APR-1",
+        "/approvals/%2E%2E/apr-1",
+    ] {
+        let a = send(
+            addr,
+            "POST",
+            path,
+            &[
+                ("Cookie", &cookie),
+                ("Origin", &o),
+                ("Accept", "application/json"),
+            ],
+            &format!("csrf={token}&decision=approved"),
+        )
+        .await;
+        assert_eq!(a.status, 400, "{path}: {}", a.body);
+        let error: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+        assert_eq!(error["error"]["code"], "invalid_name", "{path}: {}", a.body);
+    }
+    assert!(
+        !api.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(m, _, _)| m == "PATCH")
+    );
+    // Another namespace's Approval: the API server's refusal, in its words.
+    let a = send(
+        addr,
+        "POST",
+        "/approvals/team-b/apr-2",
+        &[
+            ("Cookie", &cookie),
+            ("Origin", &o),
+            ("Accept", "application/json"),
+        ],
+        &format!("csrf={token}&decision=approved"),
+    )
+    .await;
+    assert_eq!(a.status, 403, "{}", a.body);
+    let error: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+    assert_eq!(error["error"]["code"], "kubernetes_refused", "{}", a.body);
+}
+
+/// Reads `stream` until it has said `event: change` `count` times in all,
+/// or `wait` passes: whether it did.
+async fn changes_seen(
+    stream: &mut TcpStream,
+    seen: &mut String,
+    count: usize,
+    wait: Duration,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut buf = [0u8; 4096];
+    while seen.matches("event: change").count() < count {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            _ => return false,
+        }
+    }
+    true
+}
+
+#[tokio::test]
+async fn people_see_and_hear_of_only_the_namespaces_they_may_read() {
+    let (addr, api) = console(false).await;
+    let cookie = sign_in(addr, "alice").await;
+    // The list is read where alice may read, as her; never in team-b.
+    let a = send(addr, "GET", "/fragment", &[("Cookie", &cookie)], "").await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(
+        a.body
+            .contains("data-namespace=\"team-a\" data-name=\"apr-1\""),
+        "{}",
+        a.body
+    );
+    assert!(
+        a.body.contains("action=\"/approvals/team-a/apr-1\""),
+        "{}",
+        a.body
+    );
+    assert!(!a.body.contains("apr-2"), "{}", a.body);
+    {
+        let seen = api.seen.lock().unwrap();
+        let asked = |p: &str| {
+            seen.iter()
+                .any(|(_, path, user)| path == p && user == "alice")
+        };
+        assert!(asked(&format!("{GROUP}/namespaces/{NS}/approvals")));
+        assert!(
+            !seen.iter().any(|(_, path, _)| path.contains(OTHER)),
+            "{seen:?}"
+        );
+    }
+
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(format!(
+            "GET /events HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+        ).as_bytes())
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    assert!(
+        changes_seen(&mut stream, &mut seen, 1, Duration::from_secs(10)).await,
+        "{seen}"
+    );
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    let modified = |ns: &str, version: u32| {
+        serde_json::json!({"type": "MODIFIED", "object": meta(ns, "apr-x", version)}).to_string()
+    };
+    // A change in team-b: nothing, not even a ping.
+    api.watch.send(modified(OTHER, 2)).unwrap();
+    assert!(
+        !changes_seen(&mut stream, &mut seen, 2, Duration::from_secs(2)).await,
+        "{seen}"
+    );
+    // One in team-a: a ping.
+    api.watch.send(modified(NS, 3)).unwrap();
+    assert!(
+        changes_seen(&mut stream, &mut seen, 2, Duration::from_secs(10)).await,
+        "{seen}"
+    );
+    assert_eq!(seen.matches("event: change").count(), 2, "{seen}");
 }

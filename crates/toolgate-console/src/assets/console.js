@@ -19,6 +19,9 @@
     setTimeout(() => buttons.forEach((b) => { b.disabled = false; }), PAUSE_MS);
   }
 
+  // A card is one Approval: its namespace and name.
+  const key = (a) => `${a.dataset.namespace}/${a.dataset.name}`;
+
   function merge(html) {
     const next = document.createElement("div");
     next.innerHTML = html; // server-rendered: every agent string escaped
@@ -30,13 +33,13 @@
     }
     let changed = false;
     const wanted = new Map();
-    nextPending.querySelectorAll("article.approval").forEach((a) => wanted.set(a.dataset.name, a));
+    nextPending.querySelectorAll("article.approval").forEach((a) => wanted.set(key(a), a));
     pending.querySelectorAll("article.approval").forEach((a) => {
-      if (!wanted.has(a.dataset.name)) { a.remove(); changed = true; }
+      if (!wanted.has(key(a))) { a.remove(); changed = true; }
     });
-    const shown = new Set([...pending.querySelectorAll("article.approval")].map((a) => a.dataset.name));
-    wanted.forEach((article, name) => {
-      if (!shown.has(name)) { pending.appendChild(article); changed = true; }
+    const shown = new Set([...pending.querySelectorAll("article.approval")].map(key));
+    wanted.forEach((article, k) => {
+      if (!shown.has(k)) { pending.appendChild(article); changed = true; }
     });
     pending.querySelector("h2").replaceWith(nextPending.querySelector("h2"));
     const empty = pending.querySelector("p.empty");

@@ -15,9 +15,6 @@ pub struct ConsoleArgs {
     /// authenticating proxy).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
-    /// The namespace the Approvals live in (the release namespace).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "toolgate-system")]
-    pub namespace: String,
     /// Sign in through an authenticating proxy: a file holding the secret
     /// it sends in `X-Toolgate-Proxy-Secret` with `X-Forwarded-User` and
     /// `X-Forwarded-Groups`. Without it, people sign in with a Kubernetes
@@ -51,7 +48,7 @@ pub fn run(args: ConsoleArgs, log_json: bool) -> Result<ExitCode, CliError> {
         let config = kube::Config::infer()
             .await
             .map_err(|e| toolgate_console::ConsoleError::Config(format!("kubeconfig: {e}")))?;
-        let cluster = toolgate_console::Cluster::new(config, args.namespace)?;
+        let cluster = toolgate_console::Cluster::new(config)?;
         let console = toolgate_console::Console {
             cluster,
             keys,
