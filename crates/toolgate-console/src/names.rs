@@ -4,34 +4,14 @@
 
 use crate::error::ConsoleError;
 
-/// Whether `s` is lowercase letters, digits and inner dashes (one label of
-/// a DNS name, without its length limit).
-fn label_chars(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-}
-
-/// Whether `s` is a namespace name: an RFC 1123 label of at most 63 characters.
-pub fn namespace_name(s: &str) -> bool {
-    s.len() <= 63 && label_chars(s)
-}
-
-/// Whether `s` is an object name: an RFC 1123 subdomain of at most 253
-/// characters (dot-separated labels; Kubernetes sets no length per label).
-pub fn object_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(label_chars)
-}
+use toolgate_k8s::names::{is_namespace_name, is_object_name};
 
 /// The Approval a decision's path names, or the typed refusal (400).
 pub fn approval_path(namespace: &str, name: &str) -> Result<(), ConsoleError> {
-    if !namespace_name(namespace) {
+    if !is_namespace_name(namespace) {
         return Err(ConsoleError::InvalidName("not a namespace name".into()));
     }
-    if !object_name(name) {
+    if !is_object_name(name) {
         return Err(ConsoleError::InvalidName("not an Approval name".into()));
     }
     Ok(())
@@ -44,7 +24,7 @@ mod tests {
     #[test]
     fn only_names_the_api_server_could_hold_pass() {
         for good in ["apr-con-1f2e", "a", "a.b-c.d", &"x".repeat(253)] {
-            assert!(object_name(good), "{good}");
+            assert!(is_object_name(good), "{good}");
         }
         for bad in [
             "",
@@ -62,13 +42,13 @@ mod tests {
             "zoë",
             &"x".repeat(254),
         ] {
-            assert!(!object_name(bad), "{bad}");
+            assert!(!is_object_name(bad), "{bad}");
         }
         for good in ["team-a", "a", "0", &"n".repeat(63)] {
-            assert!(namespace_name(good), "{good}");
+            assert!(is_namespace_name(good), "{good}");
         }
         for bad in ["", "a.b", "Team", "-a", "a-", "..", "a b", &"n".repeat(64)] {
-            assert!(!namespace_name(bad), "{bad}");
+            assert!(!is_namespace_name(bad), "{bad}");
         }
     }
 

@@ -10,10 +10,12 @@
 mod allowed;
 mod authorize;
 pub mod decision_log;
+pub mod egress;
 mod error;
 mod escalation;
 mod flows;
 mod governed;
+mod parts;
 pub mod intents;
 pub mod labels;
 pub mod metrics;
@@ -36,11 +38,13 @@ use tracing::Instrument;
 
 use allowed::AllowedDecisions;
 pub use decision_log::DecisionLog;
+pub use egress::{EgressGuard, EgressRefusal};
 pub use error::GateError;
 pub use governed::{Governed, PathRequest, WORKSPACE_SLOTS, WriteRequest};
 pub use intents::{BeginIntentRequest, CompleteRequest};
 pub use metrics::Metrics;
-pub use policy_state::{BundleFiles, Enforced, PolicyState};
+pub use parts::GateParts;
+pub use policy_state::{BundleFiles, Enforced, LoadFailure, PolicyState};
 pub use refusals::{MessageScreen, RecordedRefusal, RefusalRequest, Screened};
 pub use runs::CancelledRuns;
 pub use trace::with_sampling;
@@ -60,49 +64,35 @@ pub(crate) const MAX_APPROVAL_ROUNDS: u32 = 32;
 /// at start-up; every adapter holds it behind an `Arc`.
 pub struct Gate {
     /// The enforced policy.
-    pub policy: Arc<PolicyState>,
+    pub(crate) policy: Arc<PolicyState>,
     /// The shared database.
-    pub store: Store,
+    pub(crate) store: Store,
     /// Background writer for low-risk decisions.
-    pub decision_log: DecisionLog,
+    pub(crate) decision_log: DecisionLog,
     /// Workspace roots.
-    pub workspaces: Workspaces,
+    pub(crate) workspaces: Workspaces,
     /// Metrics.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
     /// Tenant this sidecar serves.
-    pub tenant: String,
+    pub(crate) tenant: String,
     /// This sidecar instance's decision stream (`{pod}/{uuidv7}`).
-    pub stream: String,
+    pub(crate) stream: String,
     /// Who this sidecar is (for `requested_by`).
-    pub identity: String,
+    pub(crate) identity: String,
     /// The pod this sidecar serves: what a pod-scoped cancellation and a
     /// per-pod budget are keyed by.
-    pub pod: String,
+    pub(crate) pod: String,
     /// Allowed high-risk decisions awaiting their intent.
     pub(crate) allowed: Mutex<AllowedDecisions>,
     /// Bounds concurrent workspace I/O (see [`WORKSPACE_SLOTS`]).
     pub(crate) workspace_slots: Arc<tokio::sync::Semaphore>,
     /// Runs and scopes of this tenant known to be cancelled.
-    pub cancelled: Arc<CancelledRuns>,
+    pub(crate) cancelled: Arc<CancelledRuns>,
     /// Whether a call's span carries its arguments (off unless the
     /// sidecar opts in: arguments may hold what a trace store must not).
-    pub trace_arguments: bool,
+    pub(crate) trace_arguments: bool,
     /// Flow labels this sidecar knows its runs and pod carry.
     pub(crate) known_labels: flows::KnownLabels,
-}
-
-/// What a [`Gate`] is made of (see its fields).
-pub struct GateParts {
-    pub policy: Arc<PolicyState>,
-    pub store: Store,
-    pub decision_log: DecisionLog,
-    pub workspaces: Workspaces,
-    pub metrics: Metrics,
-    pub tenant: String,
-    pub stream: String,
-    pub identity: String,
-    pub pod: String,
-    pub trace_arguments: bool,
 }
 
 impl Gate {
@@ -124,6 +114,43 @@ impl Gate {
             trace_arguments: parts.trace_arguments,
             known_labels: flows::KnownLabels::default(),
         }
+    }
+
+    /// The judge of the sidecar's own connections (MCP upstreams), on the
+    /// bundle this gate enforces.
+    pub fn egress(&self) -> EgressGuard {
+        EgressGuard::new(self.policy.clone())
+    }
+
+    /// The bundle held (live or expired), for reporting; decisions go
+    /// through the gate's methods.
+    pub fn enforced(&self) -> Option<Arc<Enforced>> {
+        self.policy.current()
+    }
+
+    /// The last bundle load that was rejected (the held one stays).
+    pub fn last_rejected_bundle(&self) -> Option<policy_state::LoadFailure> {
+        self.policy.last_failure()
+    }
+
+    /// Whether the database answers.
+    pub async fn database_reachable(&self) -> bool {
+        self.store.ping().await.is_ok()
+    }
+
+    /// The gate's metrics in the Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.render()
+    }
+
+    /// The tenant this gate decides for.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// This sidecar's decision stream (`{pod}/{uuidv7}`).
+    pub fn stream(&self) -> &str {
+        &self.stream
     }
 
     /// This sidecar as the store charges and stops it: tenant, pod, and the

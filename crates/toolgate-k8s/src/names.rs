@@ -114,17 +114,28 @@ fn sha256_hex(s: &str) -> String {
     toolgate_policy::digest::sha256_hex(s.as_bytes())
 }
 
-/// Whether `name` can name a namespace (an RFC 1123 label: at most 63
-/// of `[a-z0-9-]`, starting and ending with a letter or digit). A tenant is
-/// its namespace's name, so this is also whether a tenant has a namespace.
-pub fn is_namespace_name(name: &str) -> bool {
+/// Whether `s` is one RFC 1123 label, length aside: lowercase letters,
+/// digits and inner dashes.
+fn label_chars(s: &str) -> bool {
     let ok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes.iter().all(|&c| ok(c) || c == b'-')
-        && bytes.first().copied().is_some_and(ok)
-        && bytes.last().copied().is_some_and(ok)
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.iter().all(|&c| ok(c) || c == b'-')
+        && b.first().copied().is_some_and(ok)
+        && b.last().copied().is_some_and(ok)
+}
+
+/// Whether `name` can name a namespace (an RFC 1123 label of at most 63
+/// characters). A tenant is its namespace's name, so this is also whether
+/// a tenant has a namespace.
+pub fn is_namespace_name(name: &str) -> bool {
+    name.len() <= 63 && label_chars(name)
+}
+
+/// Whether `name` can name an object such as an Approval (an RFC 1123
+/// subdomain of at most 253 characters; no length limit per label).
+pub fn is_object_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label_chars)
 }
 
 /// Object name for database approval `id`: `apr-` + the id lowercased,

@@ -95,6 +95,10 @@ pub struct Sidecar {
     pub ops_addr: Option<SocketAddr>,
     /// Shared state, for in-process inspection.
     pub state: Arc<AppState>,
+    /// The database this sidecar writes to (demos and tests read it back).
+    store: Store,
+    /// The policy this sidecar loads bundles into (tests watch reloads).
+    policy: Arc<PolicyState>,
     shutdown: watch::Sender<bool>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     background: Vec<tokio::task::JoinHandle<()>>,
@@ -102,6 +106,17 @@ pub struct Sidecar {
 }
 
 impl Sidecar {
+    /// The database this sidecar writes to.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The bundle state this sidecar loads into: what it enforces and its
+    /// last rejected load.
+    pub fn policy(&self) -> &PolicyState {
+        &self.policy
+    }
+
     /// Connects to the database, loads the bundle (a bad or missing bundle
     /// does not stop start-up: the sidecar serves and denies `no_bundle`),
     /// binds and starts serving.
@@ -145,13 +160,12 @@ impl Sidecar {
         );
         metrics.precreate_mcp(config.mcp_upstreams.iter().map(|(n, _)| n.as_str()));
         let workspaces = Workspaces::new(&config.workspace_base, &config.tenant)?;
-        let mcp_http = mcp::upstream_client(policy.clone()).map_err(StartError::McpClient)?;
         let gate = Arc::new(Gate::new(GateParts {
             policy: policy.clone(),
             store: store.clone(),
             decision_log,
             workspaces,
-            metrics,
+            metrics: metrics.clone(),
             tenant: config.tenant.clone(),
             stream,
             identity: format!("sidecar:{}/{}", config.pod_namespace, config.pod_name),
@@ -164,7 +178,12 @@ impl Sidecar {
                 &config.mcp_upstreams,
                 config.mcp_credentials_dir.clone(),
                 gate.clone(),
-                mcp_http,
+                mcp::upstream_client(gate.egress()).map_err(StartError::McpClient)?,
+                mcp::TaskBook {
+                    store: store.clone(),
+                    tenant: config.tenant.clone(),
+                    metrics,
+                },
             ),
             gate,
             local_hosts: Arc::new(
@@ -219,7 +238,7 @@ impl Sidecar {
             },
             tokio::spawn(heartbeat_loop(
                 store.clone(),
-                policy,
+                policy.clone(),
                 config.clone(),
                 shutdown_rx.clone(),
             )),
@@ -262,6 +281,8 @@ impl Sidecar {
             addr,
             ops_addr,
             state,
+            store,
+            policy,
             shutdown,
             server,
             background,

@@ -242,16 +242,16 @@ async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        app.gate.metrics.render(),
+        app.gate.render_metrics(),
     )
 }
 
 async fn readyz(State(app): State<Arc<AppState>>) -> Response {
     let now = Timestamp::now();
     let gate = &app.gate;
-    let bundle = gate.policy.current();
+    let bundle = gate.enforced();
     let bundle_ok = bundle.as_ref().is_some_and(|b| b.is_live(now));
-    let database_ok = gate.store.ping().await.is_ok();
+    let database_ok = gate.database_reachable().await;
     let body = serde_json::json!({
         "ready": bundle_ok && database_ok,
         "bundle": bundle.as_ref().map(|b| serde_json::json!({
@@ -261,7 +261,7 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Response {
             "digest": b.digest,
         })),
         "bundle_expired": bundle.as_ref().is_some_and(|b| !b.is_live(now)),
-        "last_rejected_bundle": gate.policy.last_failure(),
+        "last_rejected_bundle": gate.last_rejected_bundle(),
         "database": if database_ok { "ok" } else { "unreachable" },
     });
     let status = if bundle_ok && database_ok {

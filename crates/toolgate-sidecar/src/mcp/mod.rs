@@ -60,7 +60,7 @@ use toolgate_gate::{
 
 use crate::error::ApiError;
 use crate::trace_context;
-use toolgate_gate::PolicyState;
+use toolgate_gate::{EgressGuard, EgressRefusal};
 use tracing::Instrument;
 
 mod deferred;
@@ -85,12 +85,22 @@ pub(crate) struct Upstream {
     gateway: Gateway<InProcess>,
 }
 
+/// Where held MCP tasks are kept (this sidecar's store and tenant) and
+/// counted: wiring the sidecar hands the gateway, not a way around the gate.
+pub(crate) struct TaskBook {
+    pub(crate) store: toolgate_store::Store,
+    pub(crate) tenant: String,
+    pub(crate) metrics: toolgate_gate::Metrics,
+}
+
 /// Every configured upstream, by server name.
 #[derive(Clone)]
 pub struct McpUpstreams {
     servers: Arc<HashMap<String, Arc<Upstream>>>,
     http: reqwest::Client,
     gate: Arc<Gate>,
+    /// Transport metrics of the forwarder (latency, upstream errors).
+    metrics: toolgate_gate::Metrics,
 }
 
 impl McpUpstreams {
@@ -101,6 +111,7 @@ impl McpUpstreams {
         credentials: Option<std::path::PathBuf>,
         gate: Arc<Gate>,
         http: reqwest::Client,
+        tasks: TaskBook,
     ) -> Self {
         let servers = upstreams
             .iter()
@@ -118,11 +129,11 @@ impl McpUpstreams {
                 };
                 upstream
                     .gateway
-                    .keep_tasks(gate.store.clone(), &gate.tenant);
+                    .keep_tasks(tasks.store.clone(), &tasks.tenant);
                 let label =
                     toolgate_gate::labels::truncate(name, toolgate_gate::labels::MAX_LABEL_CHARS)
                         .to_owned();
-                let counter = gate.metrics.mcp_tasks.clone();
+                let counter = tasks.metrics.mcp_tasks.clone();
                 for event in TaskEvent::ALL {
                     counter.with_label_values(&[&label, event.as_str()]);
                 }
@@ -138,6 +149,7 @@ impl McpUpstreams {
             servers: Arc::new(servers),
             http,
             gate,
+            metrics: tasks.metrics,
         }
     }
 
@@ -158,12 +170,12 @@ impl McpUpstreams {
 /// `policy`'s hardline CIDRs as it is connected to. Where the gateway
 /// connects is decided here, never by the upstream (a redirect) or the
 /// environment (a proxy variable).
-pub(crate) fn upstream_client(policy: Arc<PolicyState>) -> Result<reqwest::Client, reqwest::Error> {
+pub(crate) fn upstream_client(egress: EgressGuard) -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
-        .dns_resolver(Arc::new(resolve::HardlineResolver { policy }))
+        .dns_resolver(Arc::new(resolve::HardlineResolver { egress }))
         .build()
 }
 
@@ -494,8 +506,7 @@ async fn exchange(
                 record_refusal(&upstream, &run_id, method, reason).await;
                 return Err(ApiError::McpUpstreamNotAllowed(format!("{server}: {why}")));
             }
-            mcp.gate
-                .metrics
+            mcp.metrics
                 .mcp_upstream_errors
                 .with_label_values(&[upstream.gateway.server()])
                 .inc();
@@ -511,14 +522,12 @@ async fn exchange(
     {
         upstream.sessions.issued(session);
     }
-    mcp.gate
-        .metrics
+    mcp.metrics
         .mcp_forward_seconds
         .with_label_values(&[upstream.gateway.server()])
         .observe(started.elapsed().as_secs_f64());
     if response.status().is_server_error() {
-        mcp.gate
-            .metrics
+        mcp.metrics
             .mcp_upstream_errors
             .with_label_values(&[upstream.gateway.server()])
             .inc();
@@ -551,15 +560,17 @@ async fn record_refusal(
 /// Why `upstream` may not be reached now: its address fails the live
 /// policy's egress rules, or no policy is live.
 fn upstream_refusal(mcp: &McpUpstreams, upstream: &Upstream) -> Option<String> {
-    match mcp.gate.policy.live(jiff::Timestamp::now()) {
-        Some(e) => e.policy.egress_refusal(&upstream.url).map(|reason| {
-            format!(
-                "{}: {} ({})",
-                upstream.gateway.server(),
-                upstream.url,
-                reason.as_str()
-            )
-        }),
-        None => Some("no live policy bundle to check the upstream with".into()),
-    }
+    let refusal = mcp
+        .gate
+        .egress()
+        .url_refusal(&upstream.url, jiff::Timestamp::now())?;
+    Some(match refusal {
+        EgressRefusal::Policy(reason) => format!(
+            "{}: {} ({})",
+            upstream.gateway.server(),
+            upstream.url,
+            reason.as_str()
+        ),
+        EgressRefusal::NoLiveBundle => refusal.to_string(),
+    })
 }

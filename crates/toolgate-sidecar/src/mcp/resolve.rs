@@ -6,11 +6,10 @@
 //! metadata service or a pod range.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use toolgate_gate::PolicyState;
+use toolgate_gate::EgressGuard;
 
 /// A name whose every address is in a hardline CIDR (or no profile is live
 /// to check them against).
@@ -20,28 +19,25 @@ pub(crate) struct HardlineAddress {
     host: String,
 }
 
-/// Resolves through the system resolver, keeping what the held profile
-/// allows.
+/// Resolves through the system resolver, keeping what the gate's egress
+/// guard allows.
 pub(crate) struct HardlineResolver {
-    pub(crate) policy: Arc<PolicyState>,
+    pub(crate) egress: EgressGuard,
 }
 
 impl Resolve for HardlineResolver {
     fn resolve(&self, name: Name) -> Resolving {
-        let policy = self.policy.clone();
+        let egress = self.egress.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
             let found: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            // The same liveness rule as the egress check: an expired bundle
-            // lets no address through.
-            let live = policy.live(jiff::Timestamp::now());
+            // The gate's one liveness rule: an expired bundle lets no
+            // address through, as it lets no URL through.
+            let now = jiff::Timestamp::now();
             let kept: Vec<SocketAddr> = found
                 .into_iter()
-                .filter(|a| {
-                    live.as_ref()
-                        .is_some_and(|e| !e.policy.refuses_address(a.ip()))
-                })
+                .filter(|a| egress.address_allowed(a.ip(), now))
                 .collect();
             if kept.is_empty() {
                 return Err(

@@ -110,7 +110,7 @@ async fn each_start_writes_its_own_linked_stream() {
         std::fs::create_dir_all(&dir).unwrap();
         let mut h = Harness::start(&dir, &url, Some(&bundle(SPEC, 1, day(), &key()))).await;
         let run = unique("run");
-        let first = h.sidecar.as_ref().unwrap().state.gate.stream.clone();
+        let first = h.sidecar.as_ref().unwrap().state.gate.stream().to_owned();
         assert!(first.starts_with("local/"), "{first}");
         h.authorize("bash", json!({"command": "ls"}), &run).await;
         h.authorize("reader", json!({"path": "a.rs"}), &run).await;
@@ -127,7 +127,14 @@ async fn each_start_writes_its_own_linked_stream() {
 
         let mut again =
             Harness::start_as(&dir, &url, Some(&bundle(SPEC, 1, day(), &key())), &h.tenant).await;
-        let second = again.sidecar.as_ref().unwrap().state.gate.stream.clone();
+        let second = again
+            .sidecar
+            .as_ref()
+            .unwrap()
+            .state
+            .gate
+            .stream()
+            .to_owned();
         assert_ne!(second, first);
         again
             .authorize("bash", json!({"command": "ls"}), &run)

@@ -249,7 +249,7 @@ impl Harness {
     /// Waits until the served policy version satisfies `pred`.
     /// The sidecar's policy: the bundle it enforces, its last reload failure.
     pub fn policy(&self) -> &toolgate_gate::PolicyState {
-        &self.sidecar.as_ref().unwrap().state.gate.policy
+        self.sidecar.as_ref().unwrap().policy()
     }
 
     pub async fn wait_for_version(&self, pred: impl Fn(Option<&str>) -> bool) {

@@ -117,7 +117,7 @@ async fn session() -> Result<bool, CliError> {
     })?;
     let (upstream, upstream_calls) = demo_mcp_server().await?;
     let sidecar = start_sidecar(dir.path(), upstream).await?;
-    let store = sidecar.state.gate.store.clone();
+    let store = sidecar.store().clone();
     let demo = Demo {
         agent: Agent {
             http: reqwest::Client::new(),
