@@ -24,5 +24,6 @@ mod schema_hijack;
 mod streams;
 mod tenant_attacks;
 mod tenant_confinement;
+mod tenant_isolation;
 mod tenant_provisioning;
 mod tenant_streams;

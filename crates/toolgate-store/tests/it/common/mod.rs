@@ -16,6 +16,7 @@
 
 pub mod builders;
 pub mod faults;
+pub mod tenant_rows;
 pub mod tenants;
 
 use std::str::FromStr;

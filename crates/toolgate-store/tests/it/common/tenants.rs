@@ -236,3 +236,43 @@ pub fn heartbeat(namespace: &str, sequence: i64) -> Heartbeat {
         last_seen: jiff::Timestamp::now(),
     }
 }
+
+/// Two tenants of one migrated schema, each with a store connected as its
+/// own role and that store's pool for raw SQL (the tenancy attack tests'
+/// starting point). The stores are declared before the fixture, so a
+/// panicking test drops them before its schema and roles.
+pub struct TwoTenants {
+    pub ta: String,
+    pub tb: String,
+    pub a: Store,
+    pub b: Store,
+    pub pa: PgPool,
+    pub pb: PgPool,
+    pub fx: Fixture,
+}
+
+impl TwoTenants {
+    /// Tenants `ta-…` and `tb-…`; `None` means skip (see [`admin_url`]).
+    pub async fn new() -> Option<TwoTenants> {
+        let mut fx = Fixture::new().await?;
+        let (ta, tb) = (format!("ta-{}", suffix()), format!("tb-{}", suffix()));
+        let a = fx.tenant_store(&ta).await;
+        let b = fx.tenant_store(&tb).await;
+        let pa = a.as_postgres().expect("postgres").clone();
+        let pb = b.as_postgres().expect("postgres").clone();
+        Some(TwoTenants {
+            ta,
+            tb,
+            a,
+            b,
+            pa,
+            pb,
+            fx,
+        })
+    }
+
+    pub async fn close(self) {
+        self.a.close().await;
+        self.b.close().await;
+    }
+}
