@@ -2,25 +2,22 @@
 //! accesses they need, the mock API refuses what `rbac.yaml` does not grant,
 //! and every kind of API call the controller makes is granted, with nothing
 //! granted that it never uses.
+//!
+//! Each kind of call is a scenario (an `async fn` returning the accesses its
+//! requests needed) with a test of its own; the last test runs them all, in
+//! order on one database, and compares their union with `rbac.yaml`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::approvals::{decided, pending_row};
 use crate::common::publish::create;
-use crate::common::rbac::{self, Access};
+use crate::common::rbac::{self, Access, assert_granted, not_found, serve, triple};
 use crate::common::*;
 use http::Method;
 use serde_json::{Value, json};
 use toolgate_controller::{approval, profile};
-
-fn triple(group: &str, resource: &str, verb: &str) -> Access {
-    Access {
-        api_group: group.into(),
-        resource: resource.into(),
-        verb: verb.into(),
-    }
-}
+use toolgate_store::Store;
 
 #[test]
 fn rbac_yaml_has_no_wildcards() {
@@ -166,48 +163,15 @@ async fn the_mock_api_fails_a_request_rbac_yaml_does_not_grant() {
     server.next("DELETE secret").await;
 }
 
-/// Runs `fut` while answering every request with `respond(method, path, body)`.
-async fn serve<T>(
-    server: &mut ApiServer,
-    fut: impl std::future::Future<Output = T>,
-    mut respond: impl FnMut(&Method, &str, &Value) -> (u16, Value),
-) -> T {
-    let mut fut = std::pin::pin!(tokio::time::timeout(Duration::from_secs(10), fut));
-    loop {
-        tokio::select! {
-            out = &mut fut => return out.expect("scenario step timed out"),
-            r = server.next("any request") => {
-                let (code, body) = respond(&r.method, &r.path, &r.body);
-                r.respond(code, body);
-            }
-        }
-    }
-}
-
-fn not_found() -> (u16, Value) {
-    (
-        404,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
-    )
-}
-
-/// Every kind of API call the controller makes, against one mock API: the
-/// controllers' watches, a profile's whole life, the key and trust set, the
-/// leader lease, the approvals mirror and approvers check, Event series.
-/// Every request must be covered by rbac.yaml (the harness checks each one),
-/// and every rule of rbac.yaml must be exercised (nothing granted that the
-/// controller never does).
-#[tokio::test]
-async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
-    let mut seen: Vec<Access> = Vec::new();
-    let store = store().await;
-
-    // 1. The controllers' list + watch of every watched kind, all namespaces.
-    // Their own database: they are aborted below, possibly inside a query of
-    // the approvals mirror, and the in-memory database lives in its one
-    // connection, which the later steps must find intact.
+/// Scenario 1: the controllers' list + watch of every watched kind, all namespaces.
+///
+/// Their own database: they are aborted below, possibly inside a query of
+/// the approvals mirror, and the in-memory database lives in its one
+/// connection, which the later scenarios on a shared store must find
+/// intact.
+async fn watches() -> Vec<Access> {
     let (client, mut server) = mock_client();
-    let ctx = context(client, crate::common::store().await, now());
+    let ctx = context(client, store().await, now());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let reconcilers = tokio::spawn(toolgate_controller::run_reconcilers(
         ctx,
@@ -238,15 +202,17 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     let _ = stop_tx.send(true);
     reconcilers.abort();
     drop(held);
-    seen.extend(server.accesses());
+    server.accesses()
+}
 
-    // 2. A profile's life: finalizer, publication, re-publication, deletion.
+/// Scenario 2: a profile's life: finalizer, publication, re-publication, deletion.
+async fn profile_life(store: &Store) -> Vec<Access> {
+    let mut seen = Vec::new();
     let (client, mut server) = mock_client();
     let ctx = context(client, store.clone(), now());
-    let p = profile(1, false);
     serve(
         &mut server,
-        profile::reconcile(Arc::new(p), ctx),
+        profile::reconcile(Arc::new(profile(1, false)), ctx),
         |_, _, _| {
             let mut obj = serde_json::to_value(profile(1, true)).unwrap();
             obj["metadata"]["resourceVersion"] = json!("2");
@@ -289,8 +255,11 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     .await
     .unwrap();
     seen.extend(server.accesses());
+    seen
+}
 
-    // 3. An Event published twice is a series: create, then patch.
+/// Scenario 3: an Event published twice is a series: create, then patch.
+async fn event_series(store: &Store) -> Vec<Access> {
     let (client, mut server) = mock_client();
     let ctx = context(client, store.clone(), now());
     ctx.mark_trusted(NS);
@@ -318,33 +287,37 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
         accesses.contains(&triple("events.k8s.io", "events", "patch")),
         "{accesses:?}"
     );
-    seen.extend(accesses);
+    accesses
+}
 
-    // 4. Signing key and trust set: create both, then update the trust set.
+/// Answers GET with `get`, anything else by echoing the body with `code`.
+fn get_or_echo(
+    get: impl Fn() -> (u16, Value),
+    code: u16,
+) -> impl FnMut(&Method, &str, &Value) -> (u16, Value) {
+    move |m, _, b| {
+        if *m == Method::GET {
+            get()
+        } else {
+            (code, b.clone())
+        }
+    }
+}
+
+/// Scenario 4: the signing key and trust set: create both, then update the trust set.
+async fn signing_key_and_trust() -> Vec<Access> {
     let (client, mut server) = mock_client();
     let key = serve(
         &mut server,
         toolgate_controller::keys::ensure_signing_key(&client, "toolgate-system"),
-        |m, _, b| {
-            if *m == Method::GET {
-                not_found()
-            } else {
-                (201, b.clone())
-            }
-        },
+        get_or_echo(not_found, 201),
     )
     .await
     .unwrap();
     serve(
         &mut server,
         toolgate_controller::keys::ensure_trust(&client, "toolgate-system", &key),
-        |m, _, b| {
-            if *m == Method::GET {
-                not_found()
-            } else {
-                (201, b.clone())
-            }
-        },
+        get_or_echo(not_found, 201),
     )
     .await
     .unwrap();
@@ -355,19 +328,16 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     serve(
         &mut server,
         toolgate_controller::keys::ensure_trust(&client, "toolgate-system", &key),
-        |m, _, b| {
-            if *m == Method::GET {
-                (200, existing.clone())
-            } else {
-                (200, b.clone())
-            }
-        },
+        get_or_echo(|| (200, existing.clone()), 200),
     )
     .await
     .unwrap();
-    seen.extend(server.accesses());
+    server.accesses()
+}
 
-    // 5. The leader lease: acquire (create), then renew (replace).
+/// Scenario 5: the leader lease: acquire (create), then renew (replace); the
+/// replica leads both times.
+async fn leader_lease() -> Vec<Access> {
     let (client, mut server) = mock_client();
     let elector = toolgate_controller::leader::LeaderElector::new(
         client,
@@ -399,10 +369,13 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
         .unwrap();
         assert!(leads);
     }
-    seen.extend(server.accesses());
+    server.accesses()
+}
 
-    // 6. The approvals mirror creates an object; a decision reads the profile.
-    let row = pending_row(&store, Duration::from_secs(900)).await;
+/// Scenarios 6 to 8: the approvals mirror creates an object, a finished
+/// object past its retention is deleted, and a decision reads the profile.
+async fn approvals_mirror(store: &Store) -> Vec<Access> {
+    let row = pending_row(store, Duration::from_secs(900)).await;
     let (client, mut server) = mock_client();
     let ctx = context(client, store.clone(), jiff::Timestamp::now());
     let name = approval::approval_name(&row.id);
@@ -420,7 +393,6 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     )
     .await
     .unwrap();
-    // 7. A finished object past its retention is deleted.
     let mut finished = approval::object_for(&row, NS);
     finished.status = Some(toolgate_controller::crd::ApprovalStatus {
         phase: Some(toolgate_controller::crd::Phase::Denied),
@@ -436,7 +408,6 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     .await
     .unwrap();
     assert_eq!(report.deleted, 1);
-    let name = approval::approval_name(&row.id);
     serve(
         &mut server,
         approval::reconcile(
@@ -453,9 +424,12 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     )
     .await
     .unwrap();
-    seen.extend(server.accesses());
+    server.accesses()
+}
 
-    // 9. A RunCancellation: recorded in the database, status patched, once.
+/// Scenario 9: a RunCancellation: recorded in the database, status patched, once;
+/// once Applied, nothing more to do and no request made.
+async fn run_cancellation(store: &Store) -> Vec<Access> {
     let (client, mut server) = mock_client();
     let ctx = context(client, store.clone(), now());
     let mut rc = toolgate_controller::cancellation::RunCancellation::new(
@@ -495,8 +469,7 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
         state.cancelled_by.as_deref(),
         Some("runcancellation:agents/cancel-run-7")
     );
-    seen.extend(server.accesses());
-    // Applied: nothing more to do, and no request made.
+    let accesses = server.accesses();
     rc.status = serde_json::from_value(patched["status"].clone()).unwrap();
     let (client, server) = mock_client();
     let log = server.1.clone();
@@ -507,6 +480,60 @@ async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
     .await
     .unwrap();
     assert!(log.lock().unwrap().is_empty());
+    accesses
+}
+
+#[tokio::test]
+async fn the_controllers_list_and_watch_every_watched_kind() {
+    assert_granted(&watches().await);
+}
+
+#[tokio::test]
+async fn a_profiles_life_is_granted() {
+    assert_granted(&profile_life(&store().await).await);
+}
+
+#[tokio::test]
+async fn an_event_published_twice_is_a_series() {
+    assert_granted(&event_series(&store().await).await);
+}
+
+#[tokio::test]
+async fn the_signing_key_and_the_trust_set_are_granted() {
+    assert_granted(&signing_key_and_trust().await);
+}
+
+#[tokio::test]
+async fn the_leader_lease_is_acquired_then_renewed() {
+    assert_granted(&leader_lease().await);
+}
+
+#[tokio::test]
+async fn the_approvals_mirror_and_a_decision_are_granted() {
+    assert_granted(&approvals_mirror(&store().await).await);
+}
+
+#[tokio::test]
+async fn a_run_cancellation_is_recorded_and_applied_once() {
+    assert_granted(&run_cancellation(&store().await).await);
+}
+
+/// Every kind of API call the controller makes, against one mock API: the
+/// controllers' watches, a profile's whole life, the key and trust set, the
+/// leader lease, the approvals mirror and approvers check, Event series, a
+/// run cancellation. Every request must be covered by rbac.yaml (the
+/// harness checks each one), and every rule of rbac.yaml must be exercised
+/// (nothing granted that the controller never does).
+#[tokio::test]
+async fn every_api_request_the_controller_makes_is_covered_by_rbac_yaml() {
+    let store = store().await;
+    let mut seen: Vec<Access> = watches().await;
+    seen.extend(profile_life(&store).await);
+    seen.extend(event_series(&store).await);
+    seen.extend(signing_key_and_trust().await);
+    seen.extend(leader_lease().await);
+    seen.extend(approvals_mirror(&store).await);
+    seen.extend(run_cancellation(&store).await);
 
     // Every request was covered (checked per request by the harness, and here
     // as a whole) ...

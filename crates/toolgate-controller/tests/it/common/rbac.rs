@@ -152,3 +152,48 @@ pub fn check_request(method: &Method, path: &str, query: &str) -> Access {
     );
     a
 }
+
+/// The access `verb` on `resource` of API group `group` (`""`: core).
+pub fn triple(group: &str, resource: &str, verb: &str) -> Access {
+    Access {
+        api_group: group.into(),
+        resource: resource.into(),
+        verb: verb.into(),
+    }
+}
+
+/// Asserts that `rbac.yaml` grants every one of `accesses` (the harness
+/// checks each request as it comes; this says so of a scenario as a whole).
+pub fn assert_granted(accesses: &[Access]) {
+    assert!(!accesses.is_empty(), "the scenario made no request");
+    assert_eq!(uncovered(rules(), accesses), Vec::<Access>::new());
+}
+
+/// Runs `fut` while answering every request with `respond(method, path, body)`.
+pub async fn serve<T>(
+    server: &mut super::ApiServer,
+    fut: impl std::future::Future<Output = T>,
+    mut respond: impl FnMut(&Method, &str, &serde_json::Value) -> (u16, serde_json::Value),
+) -> T {
+    let mut fut = std::pin::pin!(tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        fut
+    ));
+    loop {
+        tokio::select! {
+            out = &mut fut => return out.expect("scenario step timed out"),
+            r = server.next("any request") => {
+                let (code, body) = respond(&r.method, &r.path, &r.body);
+                r.respond(code, body);
+            }
+        }
+    }
+}
+
+/// A `404 NotFound` Status.
+pub fn not_found() -> (u16, serde_json::Value) {
+    (
+        404,
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+    )
+}
