@@ -45,13 +45,12 @@ pub use intents::{BeginIntentRequest, CompleteRequest};
 pub use metrics::Metrics;
 pub use parts::GateParts;
 pub use policy_state::{BundleFiles, Enforced, LoadFailure, PolicyState};
-pub use refusals::{MessageScreen, RecordedRefusal, RefusalRequest, Screened};
+pub use refusals::{MessageScreen, RefusalRequest};
 pub use runs::CancelledRuns;
+pub use toolgate_contract::agent_api::{MAX_WAIT_SECONDS, RecordedRefusal, Screened};
 pub use trace::with_sampling;
 pub use workspace::Workspaces;
 
-/// Longest `?wait=` an approval long-poll may ask for.
-pub const MAX_WAIT_SECONDS: u64 = 60;
 /// Step id recorded for calls made outside any step.
 pub const NO_STEP: &str = "-";
 /// Policy version recorded when no bundle is loaded.
@@ -256,22 +255,9 @@ impl AuthorizeRequest {
     }
 }
 
-/// The answer to one call: the verdict plus its identifiers.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AuthorizeResponse {
-    /// Id of this decision; intents name it.
-    pub decision_id: String,
-    /// The verdict.
-    #[serde(flatten)]
-    pub verdict: Verdict,
-    /// For `escalate`: the approval to wait on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approval_id: Option<String>,
-    /// Flow labels this allowed call set on its run (or pod), in name
-    /// order; absent when it set none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub flow_labels_set: Vec<String>,
-}
+/// The answer to one call: the verdict plus its identifiers, in the
+/// contract's shape ([`toolgate_contract::agent_api::AuthorizeResponse`]).
+pub type AuthorizeResponse = toolgate_contract::agent_api::AuthorizeResponse<Verdict>;
 
 /// The run a path segment, query or header names, in its canonical
 /// spelling; a look-alike is `invalid_run_id`.

@@ -8,8 +8,8 @@
 //! ([`Gate::screen_message`]).
 
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use toolgate_contract::agent_api::{self, RecordedRefusal, Screened};
 use toolgate_policy::{Decision, Id, Reason, Risk, RunId};
 use toolgate_store::DecisionRecord;
 
@@ -17,64 +17,13 @@ use crate::labels::{MAX_LABEL_CHARS, decision_labels, truncate};
 use crate::{Gate, GateError, NO_POLICY, NO_STEP};
 
 /// One refusal made at an edge: what `POST /v1/refusals` carries (the
-/// gateway of `toolgate mcp wrap` reports its refusals there).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RefusalRequest {
-    /// The tool (or `SERVER.METHOD`) the refused message was about.
-    pub tool: Id,
-    /// The arguments the refused call carried, when it had any.
-    #[serde(default)]
-    pub arguments: Option<Map<String, Value>>,
-    /// Run the message belongs to.
-    pub run_id: RunId,
-    /// Step within the run (`""` is none).
-    #[serde(default, deserialize_with = "toolgate_policy::ids::empty_as_none")]
-    pub step_id: Option<Id>,
-    /// Why: one of [`Reason::EDGE`].
-    pub reason: Reason,
-    /// The check that refused (`mcp:tool_not_listed`, `workspace:workspace_escape`).
-    pub check: Id,
-    /// For an MCP tool: the definition it was announced with.
-    #[serde(default)]
-    pub definition_digest: Option<Id>,
-}
-
-/// The decision a refusal was recorded as.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RecordedRefusal {
-    /// Its id in the decision log.
-    pub decision_id: String,
-}
+/// gateway of `toolgate mcp wrap` reports its refusals there). Its shape
+/// is the contract's ([`agent_api::RefusalRequest`]).
+pub type RefusalRequest = agent_api::RefusalRequest<Id, RunId, Reason>;
 
 /// A message (not a `tools/call`) a run sends an MCP server: what `POST
-/// /v1/messages/screen` carries.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MessageScreen {
-    /// Run the message belongs to.
-    pub run_id: RunId,
-    /// The MCP server it goes to.
-    pub server: Id,
-    /// Its method.
-    pub method: Id,
-    /// Its parameters (without `_meta`), whose text the flow rules see.
-    #[serde(default)]
-    pub params: Map<String, Value>,
-}
-
-/// A screened message's answer: `refused` with the denial it was recorded as.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Screened {
-    /// Whether the message may not be sent.
-    pub refused: bool,
-    /// The recorded denial, when refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decision_id: Option<String>,
-    /// The flow rule that refused it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub matched_rule: Option<String>,
-}
+/// /v1/messages/screen` carries ([`agent_api::MessageScreen`]).
+pub type MessageScreen = agent_api::MessageScreen<Id, RunId>;
 
 /// One denial on its way to the log.
 struct Denial<'a> {
@@ -229,5 +178,43 @@ fn strings(value: &Value, out: &mut Vec<String>) {
         Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
         Value::Object(members) => members.values().for_each(|v| strings(v, out)),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{MessageScreen, RefusalRequest};
+
+    #[test]
+    fn the_contract_shape_reads_the_policy_types() {
+        let read = |v: serde_json::Value| serde_json::from_value::<RefusalRequest>(v);
+        let body = json!({
+            "tool": "fs.read", "run_id": "Run-1", "step_id": "",
+            "reason": "tool_not_listed", "check": "mcp:tool_not_listed",
+        });
+        let refusal = read(body.clone()).unwrap();
+        assert_eq!(refusal.run_id.as_str(), "run-1");
+        assert_eq!(refusal.step_id, None);
+        let mut step = body.clone();
+        step["step_id"] = json!("s1");
+        assert_eq!(read(step).unwrap().step_id.unwrap().as_str(), "s1");
+        for (field, bad) in [
+            ("step_id", json!(" ")),
+            ("run_id", json!("a b")),
+            ("reason", json!("because")),
+            ("surprise", json!(1)),
+        ] {
+            let mut wrong = body.clone();
+            wrong[field] = bad;
+            assert!(read(wrong).is_err(), "{field}");
+        }
+        assert!(
+            serde_json::from_value::<MessageScreen>(json!({
+                "run_id": "r", "server": "s", "method": "tools/list", "params": {"a": 1},
+            }))
+            .is_ok()
+        );
     }
 }

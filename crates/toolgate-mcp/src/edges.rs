@@ -4,10 +4,9 @@
 //! `Mcp-Param-*` headers of a call.
 
 use serde_json::{Map, Value};
-use toolgate_gate::{MessageScreen, RefusalRequest};
 use toolgate_policy::Reason;
 
-use crate::gateway::{Decider, Gateway};
+use crate::gateway::{Decider, Gateway, MessageScreen, RefusalRequest};
 
 /// A refusal of the gateway's own, on its way to the decision log.
 pub struct EdgeRefusal<'a> {

@@ -9,8 +9,9 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 use toolgate_contract::ApprovalStatus;
-use toolgate_gate::{AuthorizeResponse, MessageScreen, RefusalRequest, Screened};
-use toolgate_policy::{Decision, Reason};
+use toolgate_contract::agent_api;
+pub use toolgate_contract::agent_api::Screened;
+use toolgate_policy::{Decision, Id, Reason, RunId, Verdict};
 
 use serde_json::{Map, Value};
 
@@ -19,6 +20,16 @@ use crate::definition::Definition;
 use crate::edges::EdgeRefusal;
 use crate::message;
 use crate::tasks::TaskBook;
+
+/// The sidecar's answer to one call, with the policy's verdict (the
+/// contract's [`agent_api::AuthorizeResponse`]).
+pub type AuthorizeResponse = agent_api::AuthorizeResponse<Verdict>;
+/// A refusal the gateway made on its own, as the sidecar records it
+/// ([`agent_api::RefusalRequest`]).
+pub type RefusalRequest = agent_api::RefusalRequest<Id, RunId, Reason>;
+/// A message other than a `tools/call`, as the sidecar screens it
+/// ([`agent_api::MessageScreen`]).
+pub type MessageScreen = agent_api::MessageScreen<Id, RunId>;
 
 /// One `tools/call` as the decider is asked about it, under its policy
 /// tool name (`<server>__<tool>`).
@@ -86,14 +97,14 @@ pub trait Decider: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ApprovalStatus, McpError>> + Send;
 
     /// Records a refusal the gateway made on its own as a denial in the
-    /// decision log (see `toolgate_gate::Gate::refuse`).
+    /// decision log (`POST /v1/refusals`, the gate's `refuse`).
     fn refused(
         &self,
         refusal: &RefusalRequest,
     ) -> impl Future<Output = Result<(), McpError>> + Send;
 
     /// Screens a message other than a `tools/call` by the run's flow rules
-    /// (see `toolgate_gate::Gate::screen_message`).
+    /// (`POST /v1/messages/screen`, the gate's `screen_message`).
     fn screen(
         &self,
         message: &MessageScreen,

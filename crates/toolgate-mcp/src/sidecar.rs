@@ -3,16 +3,15 @@
 
 use std::collections::HashMap;
 use std::time::Duration;
-use toolgate_gate::AuthorizeResponse;
+use toolgate_contract::agent_api::MAX_WAIT_SECONDS;
 
 use serde_json::{Value, json};
 
 use crate::McpError;
 use crate::caller_trace::CallerTrace;
-use crate::gateway::{Decider, ToolCall, intent_id};
-
-/// Longest approval long-poll the sidecar accepts, in seconds.
-const MAX_POLL_SECONDS: u64 = 60;
+use crate::gateway::{
+    AuthorizeResponse, Decider, MessageScreen, RefusalRequest, Screened, ToolCall, intent_id,
+};
 
 /// HTTP client of one sidecar (`$TOOLGATE_URL`).
 #[derive(Debug, Clone)]
@@ -35,7 +34,7 @@ impl Sidecar {
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             http: build(timeout)?,
-            poll: build(timeout + Duration::from_secs(MAX_POLL_SECONDS))?,
+            poll: build(timeout + Duration::from_secs(MAX_WAIT_SECONDS))?,
         })
     }
 
@@ -157,7 +156,7 @@ impl Decider for Sidecar {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let secs = left.as_secs().clamp(1, MAX_POLL_SECONDS);
+            let secs = left.as_secs().clamp(1, MAX_WAIT_SECONDS);
             let body = self
                 .send(
                     self.poll
@@ -177,10 +176,7 @@ impl Decider for Sidecar {
         }
     }
 
-    async fn screen(
-        &self,
-        message: &toolgate_gate::MessageScreen,
-    ) -> Result<toolgate_gate::Screened, McpError> {
+    async fn screen(&self, message: &MessageScreen) -> Result<Screened, McpError> {
         let body = serde_json::to_value(message)
             .map_err(|e| McpError::Sidecar(format!("message not serializable: {e}")))?;
         let answer = self.post("/v1/messages/screen", &body).await?;
@@ -188,7 +184,7 @@ impl Decider for Sidecar {
             .map_err(|e| McpError::Sidecar(format!("/v1/messages/screen answered: {e}")))
     }
 
-    async fn refused(&self, refusal: &toolgate_gate::RefusalRequest) -> Result<(), McpError> {
+    async fn refused(&self, refusal: &RefusalRequest) -> Result<(), McpError> {
         let body = serde_json::to_value(refusal)
             .map_err(|e| McpError::Sidecar(format!("refusal not serializable: {e}")))?;
         self.post("/v1/refusals", &body).await.map(|_| ())

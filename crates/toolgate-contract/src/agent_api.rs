@@ -1,0 +1,165 @@
+//! The sidecar's agent API on the wire: the bodies its endpoints take and
+//! answer, and its limits. The sidecar (through `toolgate-gate`) and its
+//! clients (`toolgate mcp wrap`, the in-process MCP gateway) share these
+//! definitions, so the shape is written once.
+//!
+//! The identifiers and the verdict inside the bodies are type parameters:
+//! their validated types (`Id`, `RunId`, `Reason`, `Verdict`) live in
+//! `toolgate-policy`, which depends on this crate, not the other way round.
+//! `toolgate-gate` names the bodies with those types filled in (its
+//! `AuthorizeResponse`, `RefusalRequest`, `MessageScreen`); the defaults
+//! (plain strings, a JSON object) read any body of the right shape.
+
+use serde::de::IntoDeserializer;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+/// Longest `?wait=` an approval long-poll may ask for, in seconds: the
+/// sidecar caps a wait at this, and its clients never ask for more.
+pub const MAX_WAIT_SECONDS: u64 = 60;
+
+/// The answer to one call (`POST /v1/authorize`): the verdict, flattened,
+/// plus its identifiers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuthorizeResponse<Verdict = Map<String, Value>> {
+    /// Id of this decision; intents name it.
+    pub decision_id: String,
+    /// The verdict.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// For `escalate`: the approval to wait on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// Flow labels this allowed call set on its run (or pod), in name
+    /// order; absent when it set none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flow_labels_set: Vec<String>,
+}
+
+/// One refusal made at an edge: what `POST /v1/refusals` carries (the
+/// gateway of `toolgate mcp wrap` reports its refusals there).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(bound(
+    deserialize = "Id: Deserialize<'de>, RunId: Deserialize<'de>, Reason: Deserialize<'de>"
+))]
+pub struct RefusalRequest<Id = String, RunId = String, Reason = String> {
+    /// The tool (or `SERVER.METHOD`) the refused message was about.
+    pub tool: Id,
+    /// The arguments the refused call carried, when it had any.
+    #[serde(default)]
+    pub arguments: Option<Map<String, Value>>,
+    /// Run the message belongs to.
+    pub run_id: RunId,
+    /// Step within the run (`""` is none).
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub step_id: Option<Id>,
+    /// Why: one of the reasons an edge refuses with (`Reason::EDGE`).
+    pub reason: Reason,
+    /// The check that refused (`mcp:tool_not_listed`, `workspace:workspace_escape`).
+    pub check: Id,
+    /// For an MCP tool: the definition it was announced with.
+    #[serde(default)]
+    pub definition_digest: Option<Id>,
+}
+
+/// The decision a refusal was recorded as (the answer to `POST /v1/refusals`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecordedRefusal {
+    /// Its id in the decision log.
+    pub decision_id: String,
+}
+
+/// A message (not a `tools/call`) a run sends an MCP server: what `POST
+/// /v1/messages/screen` carries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageScreen<Id = String, RunId = String> {
+    /// Run the message belongs to.
+    pub run_id: RunId,
+    /// The MCP server it goes to.
+    pub server: Id,
+    /// Its method.
+    pub method: Id,
+    /// Its parameters (without `_meta`), whose text the flow rules see.
+    #[serde(default)]
+    pub params: Map<String, Value>,
+}
+
+/// A screened message's answer: `refused` with the denial it was recorded as.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Screened {
+    /// Whether the message may not be sent.
+    pub refused: bool,
+    /// The recorded denial, when refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+    /// The flow rule that refused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_rule: Option<String>,
+}
+
+/// An optional identifier where `""` (and `null`, and absence) mean none:
+/// the agent API's `step_id`. Anything else must read as a `T`.
+pub fn empty_as_none<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    match Option::<String>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(text) if text.is_empty() => Ok(None),
+        Some(text) => T::deserialize(text.into_deserializer()).map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn refusals_are_strict_and_an_empty_step_is_none() {
+        let read = |v: Value| serde_json::from_value::<RefusalRequest>(v);
+        let body = json!({
+            "tool": "fs.read", "run_id": "r1", "step_id": "",
+            "reason": "tool_not_listed", "check": "mcp:tool_not_listed",
+        });
+        let refusal = read(body.clone()).unwrap();
+        assert_eq!(refusal.step_id, None);
+        assert_eq!(refusal.arguments, None);
+        let mut extra = body;
+        extra["surprise"] = json!(1);
+        assert!(read(extra).is_err());
+    }
+
+    #[test]
+    fn an_authorize_answer_flattens_its_verdict() {
+        let answer: AuthorizeResponse = serde_json::from_value(json!({
+            "decision_id": "d1", "verdict": "allow", "reason": "allow_rule",
+        }))
+        .unwrap();
+        assert_eq!(answer.verdict["verdict"], "allow");
+        assert_eq!(answer.approval_id, None);
+        let back = serde_json::to_value(&answer).unwrap();
+        assert_eq!(
+            back,
+            json!({"decision_id": "d1", "verdict": "allow", "reason": "allow_rule"})
+        );
+    }
+
+    #[test]
+    fn screens_are_strict() {
+        assert!(
+            serde_json::from_value::<MessageScreen>(json!({
+                "run_id": "r", "server": "s", "method": "m", "tool": "x",
+            }))
+            .is_err()
+        );
+        let passes: Screened = serde_json::from_value(json!({"refused": false})).unwrap();
+        assert_eq!(
+            serde_json::to_value(passes).unwrap(),
+            json!({"refused": false})
+        );
+    }
+}
