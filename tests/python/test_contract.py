@@ -1,12 +1,17 @@
 """The Python client spells the approval status as the Rust contract does:
 the CLI's refusal of an unknown status lists the contract's names, and the
 client's APPROVAL_STATUSES must be exactly those (it once lacked
-`cancelled`)."""
+`cancelled`). It knows every error code of the agent API: the table in
+docs/sidecar.md, which a Rust test keeps equal to `toolgate_contract::errors`."""
 import json
+import pathlib
 import re
 import subprocess
 
 import toolgate
+from toolgate.errors import ToolgateError, error_class
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 from .conftest import _toolgate_bin
 
@@ -21,3 +26,27 @@ def test_client_statuses_are_the_contracts(tmp_path):
     names = re.search(r'\(one of ([a-z, ]+)\)', error['message'])
     assert names, error
     assert tuple(names.group(1).split(', ')) == toolgate.APPROVAL_STATUSES
+
+
+def _contract_codes():
+    text = (ROOT / "docs" / "sidecar.md").read_text()
+    table = text.split("<!-- error-codes:begin -->", 1)[1].split("<!-- error-codes:end -->", 1)[0]
+    return {m.group(2): int(m.group(1)) for m in re.finditer(r"^\| (\d{3}) \| `([a-z_]+)` \|", table, re.M)}
+
+
+# Answered before `error_class` is consulted: the verdict in the body
+# becomes Denied / ApprovalRequired (see toolgate._ops).
+_VERDICT_CODES = {"policy_denied", "approval_required"}
+# Decision reasons the client maps too (a deny verdict's reason, not an
+# error code), documented in docs/policy.md.
+_REASONS = {"no_bundle", "bundle_expired", "audit_unavailable"}
+
+
+def test_the_client_knows_every_error_code_of_the_contract():
+    codes = _contract_codes()
+    assert len(codes) > 30 and codes["body_too_large"] == 413, codes
+    unknown = [c for c in codes if c not in _VERDICT_CODES and error_class(c) is ToolgateError]
+    assert not unknown, f"codes the client maps to nothing specific: {unknown}"
+    from toolgate import errors
+    stale = set(errors._BY_CODE) - set(codes) - _REASONS
+    assert not stale, f"codes the client knows that the sidecar no longer sends: {stale}"

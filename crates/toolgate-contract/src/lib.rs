@@ -9,6 +9,7 @@ pub mod agent_api;
 mod approval;
 mod duration;
 pub mod env;
+pub mod errors;
 pub mod names;
 mod wire;
 

@@ -49,6 +49,13 @@ pub enum GateError {
     /// The database (or a task the gate depends on) is unavailable.
     #[error("database unavailable: {0}")]
     StoreUnavailable(String),
+    /// The database refused this sidecar's role (a credential that is not
+    /// the tenant's, missing grants): not transient, so not `unavailable`.
+    #[error("database refused the sidecar's role: {0}")]
+    StorePermissionDenied(String),
+    /// A stored record does not parse.
+    #[error("stored data is corrupt: {0}")]
+    StoredDataCorrupt(String),
     /// A workspace path or file refused.
     #[error(transparent)]
     Workspace(#[from] WorkspaceError),
@@ -57,19 +64,22 @@ pub enum GateError {
 impl GateError {
     /// The stable code clients match on.
     pub fn code(&self) -> &'static str {
+        use toolgate_contract::errors as codes;
         match self {
-            Self::InvalidRequest(_) => "invalid_request",
-            Self::InvalidRunId(_) => "invalid_run_id",
-            Self::NotFound(_) => "not_found",
-            Self::IntentDigestMismatch(_) => "intent_digest_mismatch",
-            Self::DecisionNotAllowed(_) => "decision_not_allowed",
-            Self::Conflict(_) => "conflict",
-            Self::IntentExists(_) => "intent_exists",
+            Self::InvalidRequest(_) => codes::INVALID_REQUEST,
+            Self::InvalidRunId(_) => codes::INVALID_RUN_ID,
+            Self::NotFound(_) => codes::NOT_FOUND,
+            Self::IntentDigestMismatch(_) => codes::INTENT_DIGEST_MISMATCH,
+            Self::DecisionNotAllowed(_) => codes::DECISION_NOT_ALLOWED,
+            Self::Conflict(_) => codes::CONFLICT,
+            Self::IntentExists(_) => codes::INTENT_EXISTS,
             Self::PolicyDenied { code, .. } => code,
-            Self::WorkspaceBusy(_) => "workspace_busy",
-            Self::WorkspaceTimeout(_) => "workspace_timeout",
-            Self::ApprovalExpired(_) => "approval_expired",
-            Self::StoreUnavailable(_) => "store_unavailable",
+            Self::WorkspaceBusy(_) => codes::WORKSPACE_BUSY,
+            Self::WorkspaceTimeout(_) => codes::WORKSPACE_TIMEOUT,
+            Self::ApprovalExpired(_) => codes::APPROVAL_EXPIRED,
+            Self::StoreUnavailable(_) => codes::STORE_UNAVAILABLE,
+            Self::StorePermissionDenied(_) => codes::PERMISSION_DENIED,
+            Self::StoredDataCorrupt(_) => codes::STORED_DATA_CORRUPT,
             Self::Workspace(e) => e.code(),
         }
     }
@@ -93,6 +103,8 @@ impl From<toolgate_store::StoreError> for GateError {
             S::IntentExists { .. } => Self::IntentExists(e.to_string()),
             S::ApprovalExpired { .. } => Self::ApprovalExpired(e.to_string()),
             S::InvalidInput(_) => Self::InvalidRequest(e.to_string()),
+            S::PermissionDenied(_) => Self::StorePermissionDenied(e.to_string()),
+            S::Corrupt(_) => Self::StoredDataCorrupt(e.to_string()),
             _ => Self::StoreUnavailable(e.to_string()),
         }
     }

@@ -131,9 +131,9 @@ async fn govern_read(
         return Ok(answer);
     }
     let code = if answer.verdict.verdict == Decision::Escalate {
-        "approval_required"
+        toolgate_contract::errors::APPROVAL_REQUIRED
     } else {
-        "policy_denied"
+        toolgate_contract::errors::POLICY_DENIED
     };
     let message = format!(
         "workspace.{op}: {} ({})",

@@ -5,7 +5,6 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use toolgate_gate::GateError;
-use toolgate_gate::workspace::WorkspaceError;
 
 /// A request the sidecar refuses or cannot serve.
 #[derive(Debug, thiserror::Error)]
@@ -50,55 +49,26 @@ impl ApiError {
         Self::Gate(GateError::InvalidRunId(message))
     }
 
-    /// The stable code clients match on.
+    /// The stable code clients match on (from the contract's table).
     pub fn code(&self) -> &'static str {
+        use toolgate_contract::errors as codes;
         match self {
             Self::Gate(e) => e.code(),
-            Self::TooLarge(_) => "request_too_large",
-            Self::HostNotAllowed(_) => "host_not_allowed",
-            Self::OriginNotAllowed(_) => "origin_not_allowed",
-            Self::UnsupportedMediaType(_) => "unsupported_media_type",
-            Self::NoRoute => "no_route",
-            Self::McpUnknownServer(_) => "mcp_unknown_server",
-            Self::McpUpstreamNotAllowed(_) => "mcp_upstream_not_allowed",
-            Self::McpUpstream(_) => "mcp_upstream_unavailable",
+            Self::TooLarge(_) => codes::BODY_TOO_LARGE,
+            Self::HostNotAllowed(_) => codes::HOST_NOT_ALLOWED,
+            Self::OriginNotAllowed(_) => codes::ORIGIN_NOT_ALLOWED,
+            Self::UnsupportedMediaType(_) => codes::UNSUPPORTED_MEDIA_TYPE,
+            Self::NoRoute => codes::NO_ROUTE,
+            Self::McpUnknownServer(_) => codes::MCP_UNKNOWN_SERVER,
+            Self::McpUpstreamNotAllowed(_) => codes::MCP_UPSTREAM_NOT_ALLOWED,
+            Self::McpUpstream(_) => codes::MCP_UPSTREAM_UNAVAILABLE,
         }
     }
 
-    /// The HTTP status of this refusal.
+    /// The HTTP status of this refusal: its code's, from the same table.
     pub fn status(&self) -> StatusCode {
-        match self {
-            Self::Gate(e) => gate_status(e),
-            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::NoRoute | Self::McpUnknownServer(_) => StatusCode::NOT_FOUND,
-            Self::HostNotAllowed(_) => StatusCode::MISDIRECTED_REQUEST,
-            Self::OriginNotAllowed(_) | Self::McpUpstreamNotAllowed(_) => StatusCode::FORBIDDEN,
-            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::McpUpstream(_) => StatusCode::BAD_GATEWAY,
-        }
-    }
-}
-
-fn gate_status(e: &GateError) -> StatusCode {
-    use GateError as G;
-    match e {
-        G::InvalidRequest(_) | G::InvalidRunId(_) => StatusCode::BAD_REQUEST,
-        G::NotFound(_) => StatusCode::NOT_FOUND,
-        G::IntentDigestMismatch(_) | G::DecisionNotAllowed(_) | G::PolicyDenied { .. } => {
-            StatusCode::FORBIDDEN
-        }
-        G::Conflict(_) | G::IntentExists(_) => StatusCode::CONFLICT,
-        G::WorkspaceBusy(_) | G::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        G::WorkspaceTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-        G::ApprovalExpired(_) => StatusCode::GONE,
-        G::Workspace(w) => match w {
-            WorkspaceError::NotFound => StatusCode::NOT_FOUND,
-            WorkspaceError::Escape | WorkspaceError::HardLink => StatusCode::FORBIDDEN,
-            WorkspaceError::Changed => StatusCode::CONFLICT,
-            WorkspaceError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            WorkspaceError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            _ => StatusCode::BAD_REQUEST,
-        },
+        StatusCode::from_u16(toolgate_contract::errors::status_of(self.code()))
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
 
@@ -122,5 +92,122 @@ impl IntoResponse for ApiError {
             body["verdict"] = (**verdict).clone();
         }
         (self.status(), axum::Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::ErrorKind;
+
+    use toolgate_gate::workspace::WorkspaceError;
+
+    use super::*;
+
+    /// Every refusal the sidecar can answer with, one per variant.
+    fn every_refusal() -> Vec<ApiError> {
+        let s = || "x".to_owned();
+        let workspace = [
+            WorkspaceError::InvalidPath("x"),
+            WorkspaceError::InvalidId("run id"),
+            WorkspaceError::Escape,
+            WorkspaceError::Changed,
+            WorkspaceError::NotFound,
+            WorkspaceError::NotText,
+            WorkspaceError::TooLarge,
+            WorkspaceError::NotRegularFile,
+            WorkspaceError::HardLink,
+            WorkspaceError::WrongKind("x"),
+            WorkspaceError::Io(ErrorKind::Other),
+            WorkspaceError::BaseUnusable {
+                path: s(),
+                error: s(),
+            },
+        ];
+        let gate = [
+            GateError::InvalidRequest(s()),
+            GateError::InvalidRunId(s()),
+            GateError::NotFound(s()),
+            GateError::IntentDigestMismatch(s()),
+            GateError::DecisionNotAllowed(s()),
+            GateError::Conflict(s()),
+            GateError::IntentExists(s()),
+            GateError::PolicyDenied {
+                code: toolgate_contract::errors::POLICY_DENIED,
+                message: s(),
+                verdict: Box::default(),
+            },
+            GateError::PolicyDenied {
+                code: toolgate_contract::errors::APPROVAL_REQUIRED,
+                message: s(),
+                verdict: Box::default(),
+            },
+            GateError::WorkspaceBusy(s()),
+            GateError::WorkspaceTimeout(s()),
+            GateError::ApprovalExpired(s()),
+            GateError::StoreUnavailable(s()),
+            GateError::StorePermissionDenied(s()),
+            GateError::StoredDataCorrupt(s()),
+        ];
+        let http = [
+            ApiError::TooLarge(1),
+            ApiError::HostNotAllowed(s()),
+            ApiError::OriginNotAllowed(s()),
+            ApiError::UnsupportedMediaType(s()),
+            ApiError::McpUnknownServer(s()),
+            ApiError::McpUpstreamNotAllowed(s()),
+            ApiError::McpUpstream(s()),
+            ApiError::NoRoute,
+        ];
+        workspace
+            .into_iter()
+            .map(|w| ApiError::Gate(GateError::Workspace(w)))
+            .chain(gate.into_iter().map(ApiError::Gate))
+            .chain(http)
+            .collect()
+    }
+
+    /// Every code the sidecar can return is in the contract's table, with
+    /// the table's status; and every code of the table is one it returns.
+    #[test]
+    fn every_code_is_the_contract_s() {
+        let mut seen = std::collections::BTreeSet::new();
+        for e in every_refusal() {
+            let entry = toolgate_contract::errors::lookup(e.code())
+                .unwrap_or_else(|| panic!("{} is not in the contract's table", e.code()));
+            assert_eq!(e.status().as_u16(), entry.status, "{}", e.code());
+            seen.insert(e.code());
+        }
+        let table: std::collections::BTreeSet<&str> = toolgate_contract::errors::ALL
+            .iter()
+            .map(|e| e.code)
+            .collect();
+        assert_eq!(seen, table, "codes in the table the sidecar never returns");
+    }
+
+    /// A database refusal that is not an outage keeps its own code.
+    #[test]
+    fn store_faults_keep_their_codes() {
+        use toolgate_store::StoreError;
+        let cases = [
+            (
+                StoreError::LockTimeout("busy".into()),
+                "store_unavailable",
+                503,
+            ),
+            (
+                StoreError::PermissionDenied("role".into()),
+                "permission_denied",
+                500,
+            ),
+            (
+                StoreError::Corrupt("row".into()),
+                "stored_data_corrupt",
+                500,
+            ),
+        ];
+        for (store, code, status) in cases {
+            let e = ApiError::from(store);
+            assert_eq!((e.code(), e.status().as_u16()), (code, status));
+        }
     }
 }

@@ -50,12 +50,13 @@ class ProtocolError(ToolgateError):
 
 class InvalidRequest(ToolgateError):
     """The request was malformed: ``invalid_request``, ``invalid_run_id`` (a
-    run id outside the sidecar's run-id alphabet), ``request_too_large``,
+    run id outside the sidecar's run-id alphabet), ``body_too_large``,
     ``unsupported_media_type``."""
 
 
 class NotFound(ToolgateError):
-    """Unknown approval, intent or endpoint: ``not_found``, ``no_route``."""
+    """Unknown approval, intent, endpoint or MCP server: ``not_found``,
+    ``no_route``, ``mcp_unknown_server``."""
 
 
 class Conflict(ToolgateError):
@@ -65,13 +66,17 @@ class Conflict(ToolgateError):
 
 class Forbidden(ToolgateError):
     """The sidecar refused the request itself: ``decision_not_allowed``,
-    ``intent_digest_mismatch``, ``origin_not_allowed``, ``host_not_allowed``."""
+    ``intent_digest_mismatch``, ``origin_not_allowed``, ``host_not_allowed``,
+    ``mcp_upstream_not_allowed``."""
 
 
 class Unavailable(ToolgateError):
-    """The sidecar cannot decide or record right now: ``store_unavailable``
-    (and ``no_bundle``, ``bundle_expired``, ``audit_unavailable``, which the
-    sidecar reports as the reason of a deny verdict rather than as an error)."""
+    """The sidecar cannot decide or record: ``store_unavailable``,
+    ``mcp_upstream_unavailable``, and the faults that need an operator,
+    ``permission_denied`` (the database refused the sidecar's role) and
+    ``stored_data_corrupt`` (and ``no_bundle``, ``bundle_expired``,
+    ``audit_unavailable``, which the sidecar reports as the reason of a deny
+    verdict rather than as an error)."""
 
 
 class WorkspaceError(ToolgateError):
@@ -129,10 +134,11 @@ class ApprovalRequired(ToolgateError):
 _BY_CODE: dict[str, type[ToolgateError]] = {
     "invalid_request": InvalidRequest,
     "invalid_run_id": InvalidRequest,
-    "request_too_large": InvalidRequest,
+    "body_too_large": InvalidRequest,
     "unsupported_media_type": InvalidRequest,
     "not_found": NotFound,
     "no_route": NotFound,
+    "mcp_unknown_server": NotFound,
     "conflict": Conflict,
     "intent_exists": Conflict,
     "approval_expired": Conflict,
@@ -140,10 +146,14 @@ _BY_CODE: dict[str, type[ToolgateError]] = {
     "intent_digest_mismatch": Forbidden,
     "origin_not_allowed": Forbidden,
     "host_not_allowed": Forbidden,
+    "mcp_upstream_not_allowed": Forbidden,
     "no_bundle": Unavailable,
     "bundle_expired": Unavailable,
     "audit_unavailable": Unavailable,
     "store_unavailable": Unavailable,
+    "permission_denied": Unavailable,
+    "stored_data_corrupt": Unavailable,
+    "mcp_upstream_unavailable": Unavailable,
 }
 
 

@@ -95,19 +95,20 @@ pub enum WorkspaceError {
 impl WorkspaceError {
     /// Stable error code for API responses.
     pub fn code(&self) -> &'static str {
+        use toolgate_contract::errors as codes;
         match self {
-            Self::InvalidPath(_) => "workspace_invalid_path",
-            Self::InvalidId(_) => "workspace_invalid_id",
-            Self::Escape => "workspace_escape",
-            Self::Changed => "workspace_changed",
-            Self::NotFound => "workspace_not_found",
-            Self::NotText => "workspace_not_text",
-            Self::TooLarge => "workspace_too_large",
-            Self::WrongKind(_) => "workspace_wrong_kind",
-            Self::NotRegularFile => "workspace_not_regular_file",
-            Self::HardLink => "workspace_hardlink",
-            Self::Io(_) => "workspace_io",
-            Self::BaseUnusable { .. } => "workspace_unusable",
+            Self::InvalidPath(_) => codes::WORKSPACE_INVALID_PATH,
+            Self::InvalidId(_) => codes::WORKSPACE_INVALID_ID,
+            Self::Escape => codes::WORKSPACE_ESCAPE,
+            Self::Changed => codes::WORKSPACE_CHANGED,
+            Self::NotFound => codes::WORKSPACE_NOT_FOUND,
+            Self::NotText => codes::WORKSPACE_NOT_TEXT,
+            Self::TooLarge => codes::WORKSPACE_TOO_LARGE,
+            Self::WrongKind(_) => codes::WORKSPACE_WRONG_KIND,
+            Self::NotRegularFile => codes::WORKSPACE_NOT_REGULAR_FILE,
+            Self::HardLink => codes::WORKSPACE_HARDLINK,
+            Self::Io(_) => codes::WORKSPACE_IO,
+            Self::BaseUnusable { .. } => codes::WORKSPACE_UNUSABLE,
         }
     }
 

@@ -646,7 +646,7 @@ async fn malformed_requests_get_typed_errors() {
                 "/v1/authorize",
                 vec![b' '; 300 * 1024],
                 413,
-                "request_too_large",
+                "body_too_large",
             ),
             (
                 "/v1/workspace/read",
