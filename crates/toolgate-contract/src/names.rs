@@ -54,6 +54,38 @@ pub const TRUST_DIR: &str = "/etc/toolgate/trust";
 /// defaults `--workspace-base` to it.
 pub const WORKSPACE_BASE: &str = "/var/lib/toolgate/workspaces";
 
+/// Why one `NAME=URL` entry of the MCP upstreams (the pod annotation
+/// `toolgate.dev/mcp-upstreams`, the sidecar's
+/// [`MCP_UPSTREAMS`](crate::env::MCP_UPSTREAMS)) is unusable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpUpstreamFault<'a> {
+    /// No `=` in the entry.
+    NotNameUrl,
+    /// The server name (given) is not 1-64 characters of `[A-Za-z0-9_-]`.
+    BadName(&'a str),
+    /// The URL (given) is not `http://` or `https://`.
+    BadUrl(&'a str),
+}
+
+/// One `NAME=URL` entry of the MCP upstreams (the webhook checks it, the
+/// sidecar serves it): a server name usable as a path segment and
+/// tool prefix (`[A-Za-z0-9_-]{1,64}`) and an `http(s)` URL.
+pub fn parse_mcp_upstream(entry: &str) -> Result<(&str, &str), McpUpstreamFault<'_>> {
+    let (name, url) = entry.split_once('=').ok_or(McpUpstreamFault::NotNameUrl)?;
+    let name_ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !name_ok {
+        return Err(McpUpstreamFault::BadName(name));
+    }
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(McpUpstreamFault::BadUrl(url));
+    }
+    Ok((name, url))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +97,26 @@ mod tests {
         assert_eq!(SIDECAR_URL, format!("http://{SIDECAR_LISTEN}"));
         assert_eq!(bundle_configmap("p"), "toolgate-bundle-p");
         assert_eq!(VOLUME_TRUST, TRUST_CONFIGMAP);
+    }
+
+    #[test]
+    fn an_mcp_upstream_is_a_name_and_an_http_url() {
+        assert_eq!(
+            parse_mcp_upstream("fs=http://127.0.0.1:3000/mcp"),
+            Ok(("fs", "http://127.0.0.1:3000/mcp"))
+        );
+        assert_eq!(parse_mcp_upstream("fs"), Err(McpUpstreamFault::NotNameUrl));
+        assert_eq!(
+            parse_mcp_upstream("a.b=https://x"),
+            Err(McpUpstreamFault::BadName("a.b"))
+        );
+        assert_eq!(
+            parse_mcp_upstream(&format!("{}=https://x", "n".repeat(65))),
+            Err(McpUpstreamFault::BadName(&"n".repeat(65)))
+        );
+        assert_eq!(
+            parse_mcp_upstream("fs=ftp://x"),
+            Err(McpUpstreamFault::BadUrl("ftp://x"))
+        );
     }
 }

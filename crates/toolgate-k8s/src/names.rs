@@ -64,36 +64,9 @@ pub use toolgate_contract::names::{
     BUNDLE_CONFIGMAP_PREFIX, BUNDLE_KEY, OPS_LISTEN, OPS_PORT, SIDECAR_LISTEN, SIDECAR_NAME,
     SIDECAR_PORT, SIDECAR_URL, TRUST_CONFIGMAP, TRUST_FIELD, WORKSPACE_BASE, bundle_configmap,
 };
-
-/// Why one `NAME=URL` entry of [`ANNOTATION_MCP_UPSTREAMS`] is unusable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum McpUpstreamFault<'a> {
-    /// No `=` in the entry.
-    NotNameUrl,
-    /// The server name (given) is not 1-64 characters of `[A-Za-z0-9_-]`.
-    BadName(&'a str),
-    /// The URL (given) is not `http://` or `https://`.
-    BadUrl(&'a str),
-}
-
-/// One `NAME=URL` entry of [`ANNOTATION_MCP_UPSTREAMS`] (the webhook checks
-/// it, the sidecar serves it): a server name usable as a path segment and
-/// tool prefix (`[A-Za-z0-9_-]{1,64}`) and an `http(s)` URL.
-pub fn parse_mcp_upstream(entry: &str) -> Result<(&str, &str), McpUpstreamFault<'_>> {
-    let (name, url) = entry.split_once('=').ok_or(McpUpstreamFault::NotNameUrl)?;
-    let name_ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !name_ok {
-        return Err(McpUpstreamFault::BadName(name));
-    }
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(McpUpstreamFault::BadUrl(url));
-    }
-    Ok((name, url))
-}
+/// The check of one `NAME=URL` entry of [`ANNOTATION_MCP_UPSTREAMS`]: the
+/// contract's, which the sidecar applies to `TOOLGATE_MCP_UPSTREAMS`.
+pub use toolgate_contract::names::{McpUpstreamFault, parse_mcp_upstream};
 
 /// `s` lowercased, every character outside `[a-z0-9-]` replaced by `-`:
 /// the alphabet of a Kubernetes object name.

@@ -1,6 +1,7 @@
 //! The metrics every long-running component exports alike, so that one
 //! dashboard query or alert covers the sidecar, the webhook and the
-//! controller.
+//! controller. The sidecar, which links no Kubernetes crate, registers the
+//! same series through `toolgate_gate::metrics::register_common`.
 
 use prometheus::{IntGaugeVec, Opts, Registry};
 

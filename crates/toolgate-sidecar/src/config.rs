@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use toolgate_contract::names::{McpUpstreamFault, parse_mcp_upstream};
 use toolgate_contract::{env, names};
-use toolgate_k8s::names::{McpUpstreamFault, parse_mcp_upstream};
 
 use crate::database::DatabaseArgs;
 use crate::start_error::StartError;

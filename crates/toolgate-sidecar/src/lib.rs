@@ -29,7 +29,7 @@ pub mod metrics {
     /// A registry of the sidecar's own with every family registered.
     pub fn sidecar_metrics() -> Metrics {
         let metrics = Metrics::new();
-        toolgate_k8s::telemetry::register_common(metrics.registry(), "sidecar");
+        register_common(metrics.registry(), "sidecar");
         metrics
     }
 }
