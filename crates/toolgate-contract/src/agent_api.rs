@@ -14,6 +14,11 @@ use serde::de::IntoDeserializer;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+/// Header naming the run of a request to the sidecar's MCP gateway
+/// (`/mcp/NAME`); spelled `X-Toolgate-Run-Id` in the docs, lowercase here
+/// as HTTP/2 sends it (header names are case-insensitive).
+pub const RUN_ID_HEADER: &str = "x-toolgate-run-id";
+
 /// Longest `?wait=` an approval long-poll may ask for, in seconds: the
 /// sidecar caps a wait at this, and its clients never ask for more.
 pub const MAX_WAIT_SECONDS: u64 = 60;

@@ -18,6 +18,8 @@ pub const TENANT: &str = "TOOLGATE_TENANT";
 pub const POD_NAME: &str = "POD_NAME";
 /// The pod's namespace (downward API).
 pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
+/// `toolgate mcp wrap`: the run its calls are decided under.
+pub const RUN_ID: &str = "TOOLGATE_RUN_ID";
 /// MCP upstreams `NAME=URL,…`.
 pub const MCP_UPSTREAMS: &str = "TOOLGATE_MCP_UPSTREAMS";
 /// Directory of the MCP upstreams' credentials: file `NAME` holds the

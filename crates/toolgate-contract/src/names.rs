@@ -16,6 +16,13 @@ pub const TRUST_FIELD: &str = "trust.pem";
 /// The W3C trace-context fields, as header names and as `params._meta`
 /// members of an MCP message: what every way in reads and passes on.
 pub const TRACE_CONTEXT_FIELDS: [&str; 2] = ["traceparent", "tracestate"];
+/// The Secret (in a tenant's namespace) holding the database URL its
+/// injected sidecars read as [`DATABASE_URL`](crate::env::DATABASE_URL):
+/// the controller writes it, the webhook points the sidecar at it (the
+/// chart's `sidecar.databaseSecret`; this is the default name).
+pub const DATABASE_SECRET: &str = "toolgate-database";
+/// Key of the URL inside [`DATABASE_SECRET`].
+pub const DATABASE_SECRET_KEY: &str = "url";
 /// The one Secret (in a profile's namespace, and in the controller's for
 /// the cluster's default channels) whose keys hold notification URLs and
 /// signing secrets: the controller may read it by this name and no other.

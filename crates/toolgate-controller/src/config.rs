@@ -15,10 +15,10 @@ use crate::context::Settings;
 #[derive(Debug, Clone, clap::Args)]
 pub struct ControllerArgs {
     /// Database URL (`postgres://…` or `sqlite://path?mode=rwc`).
-    #[arg(long, env = "TOOLGATE_DATABASE_URL")]
+    #[arg(long, env = toolgate_contract::env::DATABASE_URL)]
     pub database: String,
     /// Namespace the controller runs in: signing key Secret, trust ConfigMap, leader Lease.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "toolgate-system")]
+    #[arg(long, env = toolgate_contract::env::POD_NAMESPACE, default_value = "toolgate-system")]
     pub namespace: String,
     /// One namespace for the Approval objects of every tenant (a central
     /// queue). Default: each approval in its tenant's own namespace, so
@@ -41,7 +41,7 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub approval_sync_interval: SignedDuration,
     /// Identity in the leader Lease (default: $POD_NAME, else the hostname).
-    #[arg(long, env = "POD_NAME")]
+    #[arg(long, env = toolgate_contract::env::POD_NAME)]
     pub identity: Option<String>,
     /// Leader lease duration.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]

@@ -107,7 +107,7 @@ impl Context {
             client.clone(),
             Reporter {
                 controller: crate::MANAGER.into(),
-                instance: std::env::var("POD_NAME").ok(),
+                instance: std::env::var(toolgate_contract::env::POD_NAME).ok(),
             },
         );
         Self {

@@ -22,9 +22,9 @@ use crate::context::Context;
 use crate::error::ControllerError;
 
 /// Default name of the per-namespace Secret (the chart's `sidecar.databaseSecret`).
-pub const DATABASE_SECRET: &str = "toolgate-database";
+pub const DATABASE_SECRET: &str = toolgate_contract::names::DATABASE_SECRET;
 /// Key of the URL inside the Secret.
-pub const DATABASE_URL_KEY: &str = "url";
+pub const DATABASE_URL_KEY: &str = toolgate_contract::names::DATABASE_SECRET_KEY;
 /// Annotation naming the PostgreSQL role a managed Secret logs in as.
 pub use toolgate_k8s::names::ANN_TENANT_ROLE;
 

@@ -91,7 +91,7 @@ pub struct WebhookArgs {
     #[arg(
         long,
         env = "TOOLGATE_DATABASE_SECRET",
-        default_value = "toolgate-database"
+        default_value = toolgate_contract::names::DATABASE_SECRET
     )]
     pub database_secret: String,
     /// OTLP/HTTP endpoint injected sidecars export traces to

@@ -297,7 +297,7 @@ fn request_run(
     headers: &HeaderMap,
     upstream: &Upstream,
 ) -> Result<toolgate_policy::RunId, ApiError> {
-    if let Some(value) = headers.get("x-toolgate-run-id") {
+    if let Some(value) = headers.get(toolgate_contract::agent_api::RUN_ID_HEADER) {
         let text = value.to_str().map_err(|_| {
             ApiError::invalid_run_id("X-Toolgate-Run-Id: run ids are ASCII text".into())
         })?;

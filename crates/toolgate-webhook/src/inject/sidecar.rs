@@ -133,7 +133,7 @@ pub(super) fn sidecar_container(
                     value_from: Some(EnvVarSource {
                         secret_key_ref: Some(SecretKeySelector {
                             name: config.database_secret.clone(),
-                            key: "url".into(),
+                            key: toolgate_contract::names::DATABASE_SECRET_KEY.into(),
                             optional: Some(false),
                         }),
                         ..Default::default()

@@ -107,9 +107,10 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
             archive: None,
         } => {
             let Some(database) = database else {
-                return Err(CliError::Usage(
-                    "--database (or TOOLGATE_DATABASE_URL) is required".into(),
-                ));
+                return Err(CliError::Usage(format!(
+                    "--database (or {}) is required",
+                    toolgate_contract::env::DATABASE_URL
+                )));
             };
             let trust = match (checkpoints, trust) {
                 (true, Some(path)) => Some(TrustSet::from_file(&path)?),

@@ -47,7 +47,7 @@ enum HookCommand {
 #[derive(Debug, Args)]
 struct PreToolUseArgs {
     /// The sidecar's agent API.
-    #[arg(long, env = "TOOLGATE_URL")]
+    #[arg(long, env = toolgate_contract::env::URL)]
     url: Option<String>,
     /// Seconds to wait for a human to answer an escalation before blocking
     /// the call (0: block at once, naming the approval to answer).

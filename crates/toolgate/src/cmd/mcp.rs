@@ -28,13 +28,13 @@ enum McpCommand {
 #[derive(Debug, Args)]
 struct WrapArgs {
     /// The sidecar's agent API.
-    #[arg(long, env = "TOOLGATE_URL")]
+    #[arg(long, env = toolgate_contract::env::URL)]
     sidecar: String,
     /// Server name: MCP tool `T` is the policy tool `NAME.T`.
     #[arg(long)]
     server: String,
     /// Run id of every decision (default: one generated for this process).
-    #[arg(long, env = "TOOLGATE_RUN_ID")]
+    #[arg(long, env = toolgate_contract::env::RUN_ID)]
     run_id: Option<String>,
     /// Seconds a call that needs an approval waits for it before it is
     /// refused with `approval_required` (0: refuse at once).
