@@ -1,4 +1,5 @@
-//! Held tasks kept in the store (`Store::mcp_tasks`), so that a restarted
+//! Held tasks kept where they outlive the process (a [`TaskStore`]: the
+//! sidecar's is its database, `Store::mcp_tasks`), so that a restarted
 //! sidecar still answers `tasks/get` and still makes the call once its
 //! approval is granted.
 //!
@@ -8,7 +9,7 @@
 //!   before the call is sent, and only one process wins it. A task found
 //!   `forwarding` when a gateway starts was being sent when the last one
 //!   stopped: it is never sent again, it fails with its outcome unknown
-//!   ([`toolgate_store::FORWARD_INTERRUPTED`]).
+//!   ([`FORWARD_INTERRUPTED`]).
 //! - A gateway started on the store resumes the held tasks of its tenant
 //!   and server ([`Gateway::resume_tasks`]): they wait for their approval
 //!   again and are decided again when it comes, as before the restart.
@@ -16,22 +17,137 @@
 //!   `forwarding` by another live sidecar of the same tenant and server
 //!   would be failed by this one's start.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Instant;
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
 use toolgate_policy::RunId;
-use toolgate_store::{FORWARD_INTERRUPTED, McpTask, McpTaskState, NewMcpTask, Store};
 
 use crate::McpError;
 use crate::gateway::{Decider, Gateway};
 use crate::message;
 use crate::tasks::{DeferredCall, Restored, State, TASK_TTL};
 
+/// The error text of a task interrupted while forwarding (the store keeps
+/// the same words, `toolgate_store::FORWARD_INTERRUPTED`).
+pub const FORWARD_INTERRUPTED: &str = "outcome unknown: the sidecar stopped while forwarding";
+
+/// What a [`TaskStore`] operation answers.
+pub type TaskFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, TaskStoreError>> + Send + 'a>>;
+
+/// Why a [`TaskStore`] could not do what it was asked.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct TaskStoreError {
+    /// The stable error code (`store_unavailable`, …).
+    pub code: &'static str,
+    /// What happened.
+    pub message: String,
+}
+
+/// Where a kept task stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeptState {
+    /// Waiting on its approval.
+    Held,
+    /// Claimed and being sent upstream (or sent, its answer awaited).
+    Forwarding,
+    /// The server's result is in `outcome`.
+    Completed,
+    /// The error is in `outcome`.
+    Failed,
+    /// Cancelled by its client while held.
+    Cancelled,
+}
+
+/// A task to keep, as it is held.
+#[derive(Debug, Clone)]
+pub struct NewTask<'a> {
+    /// The task id the client was given.
+    pub task_id: &'a str,
+    /// The MCP server (upstream) name.
+    pub server: &'a str,
+    /// The run that made the call.
+    pub run_id: &'a str,
+    /// The MCP session it belongs to, if any.
+    pub session: Option<&'a str>,
+    /// The approval it waits on.
+    pub approval_id: &'a str,
+    /// What the gateway needs to forward the call (JSON text).
+    pub request: &'a str,
+    /// When it was held.
+    pub at: Timestamp,
+    /// When it is given up.
+    pub expires_at: Timestamp,
+}
+
+/// A task as kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptTask {
+    /// The task id.
+    pub task_id: String,
+    /// The MCP server name.
+    pub server: String,
+    /// The run.
+    pub run_id: String,
+    /// The MCP session.
+    pub session: Option<String>,
+    /// The approval waited on.
+    pub approval_id: String,
+    /// What the gateway forwards (JSON text, as held).
+    pub request: String,
+    /// Where it stands.
+    pub state: KeptState,
+    /// The result or error (JSON text) once ended.
+    pub outcome: Option<String>,
+    /// When it was held.
+    pub created_at: Timestamp,
+    /// Its last change.
+    pub updated_at: Timestamp,
+    /// When it is given up.
+    pub expires_at: Timestamp,
+}
+
+/// Where one tenant's held tasks are kept: what a gateway needs of a store
+/// ([`Gateway::keep_tasks`]). Every operation is the tenant's own.
+pub trait TaskStore: Send + Sync + 'static {
+    /// Keeps a task just held.
+    fn hold<'a>(&'a self, task: &'a NewTask<'a>) -> TaskFuture<'a, ()>;
+    /// Task `task_id`, if kept.
+    fn get<'a>(&'a self, task_id: &'a str) -> TaskFuture<'a, Option<KeptTask>>;
+    /// The tasks of `server` that have not ended.
+    fn list_open<'a>(&'a self, server: &'a str) -> TaskFuture<'a, Vec<KeptTask>>;
+    /// Moves task `task_id` from held to forwarding; `false` when it was no
+    /// longer held (only one caller ever wins).
+    fn claim_forward<'a>(&'a self, task_id: &'a str, at: Timestamp) -> TaskFuture<'a, bool>;
+    /// Ends task `task_id` with the server's `result` (JSON text).
+    fn complete<'a>(
+        &'a self,
+        task_id: &'a str,
+        result: &'a str,
+        at: Timestamp,
+    ) -> TaskFuture<'a, ()>;
+    /// Ends task `task_id` with `error` (JSON text).
+    fn fail<'a>(&'a self, task_id: &'a str, error: &'a str, at: Timestamp) -> TaskFuture<'a, ()>;
+    /// Ends task `task_id` as cancelled.
+    fn cancel<'a>(&'a self, task_id: &'a str, at: Timestamp) -> TaskFuture<'a, ()>;
+    /// Fails, with `error`, every task of `server` left forwarding; their ids.
+    fn fail_interrupted<'a>(
+        &'a self,
+        server: &'a str,
+        error: &'a str,
+        at: Timestamp,
+    ) -> TaskFuture<'a, Vec<String>>;
+    /// Forgets the tasks that expired before `before`.
+    fn purge_expired(&self, before: Timestamp) -> TaskFuture<'_, ()>;
+}
+
 /// Where one gateway keeps its tasks.
 pub(crate) struct Keeper {
-    store: Store,
-    tenant: String,
+    tasks: Arc<dyn TaskStore>,
     server: String,
 }
 
@@ -43,17 +159,14 @@ impl Keeper {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (store, tenant, id) = (self.store.clone(), self.tenant.clone(), id.to_owned());
+        let (tasks, id) = (self.tasks.clone(), id.to_owned());
         let state = state.clone();
         runtime.spawn(async move {
-            let tasks = store.mcp_tasks();
             let at = Timestamp::now();
             let written = match &state {
-                State::Completed(result) => {
-                    tasks.complete(&tenant, &id, &result.to_string(), at).await
-                }
-                State::Failed(error) => tasks.fail(&tenant, &id, &error.to_string(), at).await,
-                State::Cancelled => tasks.cancel(&tenant, &id, at).await,
+                State::Completed(result) => tasks.complete(&id, &result.to_string(), at).await,
+                State::Failed(error) => tasks.fail(&id, &error.to_string(), at).await,
+                State::Cancelled => tasks.cancel(&id, at).await,
                 _ => return,
             };
             if let Err(e) = written {
@@ -75,8 +188,8 @@ pub struct ResumedTask {
     pub context: Value,
 }
 
-fn store_error(e: toolgate_store::StoreError) -> McpError {
-    McpError::TaskStore(format!("{} ({})", e, e.code()))
+fn store_error(e: TaskStoreError) -> McpError {
+    McpError::TaskStore(format!("{} ({})", e, e.code))
 }
 
 fn ttl() -> SignedDuration {
@@ -84,12 +197,11 @@ fn ttl() -> SignedDuration {
 }
 
 impl<D: Decider> Gateway<D> {
-    /// Keeps this gateway's tasks in `store`, as `tenant`'s (once; later
-    /// calls are ignored).
-    pub fn keep_tasks(&self, store: Store, tenant: &str) {
+    /// Keeps this gateway's tasks in `tasks` (once; later calls are
+    /// ignored).
+    pub fn keep_tasks(&self, tasks: Arc<dyn TaskStore>) {
         let _ = self.tasks.keeper.set(Keeper {
-            store,
-            tenant: tenant.to_owned(),
+            tasks,
             server: self.server().to_owned(),
         });
     }
@@ -117,25 +229,23 @@ impl<D: Decider> Gateway<D> {
         })
         .to_string();
         let at = Timestamp::now();
-        let task = NewMcpTask {
-            tenant: &k.tenant,
+        let task = NewTask {
             task_id: &call.task,
             server: &k.server,
             run_id: call.run_id.as_str(),
             session,
             approval_id: &call.approval,
-            call_digest: None,
             request: &request,
             at,
             expires_at: at.saturating_add(ttl()).unwrap_or(at),
         };
-        match k.store.mcp_tasks().hold(&task).await {
+        match k.tasks.hold(&task).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::error!(task = %call.task, error = %e, "could not keep a held task");
                 let why = format!(
                     "toolgate: the task could not be kept ({}); the call will not be made",
-                    e.code()
+                    e.code
                 );
                 self.tasks.fail(
                     &call.task,
@@ -153,7 +263,7 @@ impl<D: Decider> Gateway<D> {
         let Some(k) = self.tasks.keeper.get() else {
             return Ok(Vec::new());
         };
-        let tasks = k.store.mcp_tasks();
+        let tasks = &k.tasks;
         let interrupted = message::error_object(
             message::INTERNAL_ERROR,
             &format!("toolgate: {FORWARD_INTERRUPTED}; whether the call took effect is unknown"),
@@ -161,7 +271,7 @@ impl<D: Decider> Gateway<D> {
         .to_string();
         let now = Timestamp::now();
         let failed = tasks
-            .fail_interrupted(&k.tenant, &k.server, &interrupted, now)
+            .fail_interrupted(&k.server, &interrupted, now)
             .await
             .map_err(store_error)?;
         for id in &failed {
@@ -172,17 +282,10 @@ impl<D: Decider> Gateway<D> {
         }
         // Tasks past their time for as long again are read by no one.
         if let Ok(before) = now.checked_sub(ttl()) {
-            tasks
-                .purge_expired(&k.tenant, before)
-                .await
-                .map_err(store_error)?;
+            tasks.purge_expired(before).await.map_err(store_error)?;
         }
         let mut resumed = Vec::new();
-        for task in tasks
-            .list_open(&k.tenant, Some(&k.server))
-            .await
-            .map_err(store_error)?
-        {
+        for task in tasks.list_open(&k.server).await.map_err(store_error)? {
             match resumed_task(&task) {
                 Ok(r) => {
                     self.tasks.restore(&task.task_id, restored(&task)?);
@@ -197,7 +300,7 @@ impl<D: Decider> Gateway<D> {
                         &format!("toolgate: the kept task is unreadable ({why})"),
                     );
                     tasks
-                        .fail(&k.tenant, &task.task_id, &error.to_string(), now)
+                        .fail(&task.task_id, &error.to_string(), now)
                         .await
                         .map_err(store_error)?;
                 }
@@ -215,7 +318,7 @@ impl<D: Decider> Gateway<D> {
         if self.tasks.knows(task_id) {
             return;
         }
-        match k.store.mcp_tasks().get(&k.tenant, task_id).await {
+        match k.tasks.get(task_id).await {
             Ok(Some(task)) if task.server == k.server => match restored(&task) {
                 Ok(r) => self.tasks.restore(task_id, r),
                 Err(e) => tracing::error!(task = %task_id, error = %e, "a kept task is unreadable"),
@@ -231,23 +334,18 @@ impl<D: Decider> Gateway<D> {
         let Some(k) = self.tasks.keeper.get() else {
             return Ok(());
         };
-        match k
-            .store
-            .mcp_tasks()
-            .claim_forward(&k.tenant, task, Timestamp::now())
-            .await
-        {
+        match k.tasks.claim_forward(task, Timestamp::now()).await {
             Ok(true) => Ok(()),
             Ok(false) => Err("the kept task was no longer held (it ended, or expired)".into()),
             Err(e) => Err(format!(
                 "the task's forwarding could not be recorded ({})",
-                e.code()
+                e.code
             )),
         }
     }
 }
 
-fn resumed_task(task: &McpTask) -> Result<ResumedTask, String> {
+fn resumed_task(task: &KeptTask) -> Result<ResumedTask, String> {
     let request: Value = serde_json::from_str(&task.request).map_err(|e| e.to_string())?;
     let text = |name: &str| {
         request
@@ -280,7 +378,7 @@ fn resumed_task(task: &McpTask) -> Result<ResumedTask, String> {
     })
 }
 
-fn restored(task: &McpTask) -> Result<Restored, McpError> {
+fn restored(task: &KeptTask) -> Result<Restored, McpError> {
     let outcome = || -> Value {
         task.outcome
             .as_deref()
@@ -293,13 +391,13 @@ fn restored(task: &McpTask) -> Result<Restored, McpError> {
             })
     };
     let state = match task.state {
-        McpTaskState::Held => State::Waiting {
+        KeptState::Held => State::Waiting {
             approval: task.approval_id.clone(),
         },
-        McpTaskState::Forwarding => State::Forwarded,
-        McpTaskState::Completed => State::Completed(outcome()),
-        McpTaskState::Failed => State::Failed(outcome()),
-        McpTaskState::Cancelled => State::Cancelled,
+        KeptState::Forwarding => State::Forwarded,
+        KeptState::Completed => State::Completed(outcome()),
+        KeptState::Failed => State::Failed(outcome()),
+        KeptState::Cancelled => State::Cancelled,
     };
     let left = task.expires_at.duration_since(Timestamp::now());
     let deadline = Instant::now() + left.try_into().unwrap_or_default();

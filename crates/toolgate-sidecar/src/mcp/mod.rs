@@ -69,6 +69,7 @@ mod relay;
 mod resolve;
 mod resume;
 mod sessions;
+mod task_book;
 
 use headers::{header, header_mismatch, set_routing_headers};
 
@@ -129,7 +130,10 @@ impl McpUpstreams {
                 };
                 upstream
                     .gateway
-                    .keep_tasks(tasks.store.clone(), &tasks.tenant);
+                    .keep_tasks(Arc::new(task_book::StoreTasks::new(
+                        tasks.store.clone(),
+                        tasks.tenant.clone(),
+                    )));
                 let label =
                     toolgate_gate::labels::truncate(name, toolgate_gate::labels::MAX_LABEL_CHARS)
                         .to_owned();
