@@ -20,13 +20,19 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use toolgate_policy::{Decision, Id, Provenance, Reason, RunId};
-use toolgate_store::{IntentOutcome, NewIntent};
+use toolgate_store::IntentOutcome;
 
 use crate::refusals::RefusalRequest;
 use crate::workspace::{
     FileRead, FileWritten, Listing, Resolved, Stat, WorkspaceError, Workspaces,
 };
-use crate::{AuthorizeRequest, AuthorizeResponse, Gate, GateError, NO_STEP};
+use crate::{
+    AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, Gate, GateError,
+    NO_STEP,
+};
+
+/// The tool a workspace write is decided and recorded as.
+const WRITE_TOOL: &str = "workspace.write";
 
 /// Body of workspace `read`, `list` and `stat`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -313,33 +319,27 @@ async fn workspace_write_inner(
     args.insert("content".into(), content.clone().into());
     let resolved = resolve(&app, "write", target, false, &args).await?;
     let answer = govern_path(&app, "write", target, &resolved, args, None).await?;
-    // A high-risk write is recorded like any high-risk call: pending before
-    // the effect, watermarked, then closed with its outcome.
-    let intents = app.store.intents();
+    // A high-risk write is recorded like any high-risk call, through the
+    // same intent steps an agent takes: begun on its allowing decision
+    // (which marks it used and counts it), watermarked, closed with its
+    // outcome.
     let intent = if answer.verdict.intent_required {
-        let intent = intents
-            .begin(
-                NewIntent {
-                    tenant: app.tenant.clone(),
-                    run_id: target.run_id.as_str().to_owned(),
-                    step_id: target
-                        .step_id
-                        .as_ref()
-                        .map_or_else(|| NO_STEP.to_owned(), Id::to_string),
-                    tool: "workspace.write".into(),
-                    args_digest: answer.verdict.args_digest.clone(),
-                    call_digest: Some(answer.verdict.call_digest.clone()),
-                    decision_id: answer.decision_id.clone(),
-                    risk: answer.verdict.risk.as_str().to_owned(),
-                    verification_probe: None,
-                },
-                Timestamp::now(),
-            )
+        let begun = app
+            .begin_intent(BeginIntentRequest {
+                decision_id: Id::parse(answer.decision_id.clone())?,
+                run_id: target.run_id.clone(),
+                step_id: target
+                    .step_id
+                    .clone()
+                    .unwrap_or_else(|| Id::from_static(NO_STEP)),
+                tool: Id::from_static(WRITE_TOOL),
+                args_digest: Id::parse(answer.verdict.args_digest.clone())?,
+                call_digest: Some(Id::parse(answer.verdict.call_digest.clone())?),
+                verification_probe: None,
+            })
             .await?;
-        intents
-            .mark_effect_sent(&app.tenant, &intent.id, Timestamp::now())
-            .await?;
-        Some(intent.id)
+        app.effect_sent(&begun.id).await?;
+        Some(begun.id)
     } else {
         None
     };
@@ -354,8 +354,7 @@ async fn workspace_write_inner(
             Ok(_) => (IntentOutcome::Completed, None),
             Err(e) => (IntentOutcome::Error, Some(e.code().to_owned())),
         };
-        intents
-            .complete(&app.tenant, &id, outcome, detail, Timestamp::now())
+        app.complete_intent(&id, CompleteRequest { outcome, detail })
             .await?;
     }
     Ok(Governed {

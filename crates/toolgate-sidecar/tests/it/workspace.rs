@@ -485,3 +485,55 @@ async fn over_long_names_and_paths_are_invalid_paths() {
     }
     h.stop().await;
 }
+
+/// A high-risk workspace write is recorded through the gate's own intent
+/// steps, as an agent's call would be: the intent is begun on the allowing
+/// decision (which is then used: no second intent can claim it), closed
+/// `completed`, and counted in `toolgate_intents_total`. Before, the write
+/// went to the store directly and left the decision open and uncounted.
+#[tokio::test]
+async fn a_high_risk_write_goes_through_the_gate_s_intent_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = SPEC.replace(
+        "workspace.write: {sideEffect: WORKSPACE_WRITE, risk: write}",
+        "workspace.write: {sideEffect: WORKSPACE_WRITE, risk: high}",
+    );
+    assert_ne!(spec, SPEC, "the test profile makes writes high-risk");
+    let (_, url) = backends(dir.path()).remove(0);
+    let mut h = Harness::start(dir.path(), &url, Some(&bundle(&spec, 1, day(), &key()))).await;
+    let run = unique("run");
+    let (status, w) = h
+        .post(
+            "/v1/workspace/write",
+            json!({"run_id": run, "path": "deploy.sh", "content": "make deploy"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{w}");
+    let decision_id = w["decision_id"].as_str().unwrap().to_owned();
+
+    let (_, metrics) = h.get("/metrics").await;
+    for status in ["pending", "completed"] {
+        let line = format!("toolgate_intents_total{{status=\"{status}\"}} 1");
+        assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
+    }
+    let (_, open) = h
+        .get_json(&format!("/v1/intents?run_id={run}&status=pending"))
+        .await;
+    assert_eq!(open["intents"].as_array().map(Vec::len), Some(0), "{open}");
+    // The decision was used by the write's own intent.
+    let digest = toolgate_policy::args_digest(
+        json!({"path": "deploy.sh", "content": "make deploy"})
+            .as_object()
+            .unwrap(),
+    );
+    let (status, err) = h
+        .post(
+            "/v1/intents",
+            json!({"decision_id": decision_id, "run_id": run, "step_id": "-",
+                   "tool": "workspace.write", "args_digest": digest}),
+        )
+        .await;
+    assert_eq!(status, 409, "{err}");
+    assert_eq!(err["error"]["code"], "intent_exists");
+    h.stop().await;
+}
