@@ -21,7 +21,8 @@
 //!   intents, approvals, visible tools).
 //! - [`stdio`]: `toolgate mcp wrap`, which runs a stdio MCP server as a child
 //!   and speaks MCP on its own stdin/stdout.
-//! - [`kept`]: held tasks kept in the store, so a restarted sidecar
+//! - [`kept`]: held tasks kept in a [`kept::TaskStore`] (the sidecar's
+//!   database), so a restarted sidecar
 //!   resumes them and forwards each call at most once.
 //! - [`tasks`]: escalated calls held as tasks (protocol 2026-07-28's tasks
 //!   extension), so a client that declares it is not blocked on a human.
