@@ -1,7 +1,7 @@
 //! What toolgate's components agree on, in one place: the agent API's
 //! bodies and limits ([`agent_api`]), enums whose variants travel as
 //! strings ([`wire_enum!`]), the approval status, the names the
-//! webhook writes and the sidecar reads ([`names`], [`env`]), and the one
+//! webhook writes and the sidecar reads ([`names`], [`env`](mod@env)), and the one
 //! duration syntax of every flag. Free of Kubernetes, database and HTTP
 //! crates, so every crate (the policy core included) can depend on it.
 

@@ -357,7 +357,6 @@ impl Gate {
         req: &CancelRequest,
     ) -> Result<CancelResponse, GateError> {
         let run_id = run_id.clone();
-        check_reason(req)?;
         let done = self
             .store
             .runs()
@@ -384,7 +383,6 @@ impl Gate {
     }
 
     pub async fn cancel_pod(&self, req: &CancelRequest) -> Result<PodCancelResponse, GateError> {
-        check_reason(req)?;
         let scope = Scope::parse("pod", Some(&self.pod))
             .map_err(|e| GateError::InvalidRequest(e.to_string()))?;
         let done = self
@@ -407,15 +405,6 @@ impl Gate {
             approvals_cancelled: done.approvals_cancelled,
         })
     }
-}
-
-/// A reason the store would refuse is refused before anything is written.
-fn check_reason(req: &CancelRequest) -> Result<(), GateError> {
-    if let Some(reason) = &req.reason {
-        toolgate_store::check_field("reason", reason)
-            .map_err(|e| GateError::InvalidRequest(e.to_string()))?;
-    }
-    Ok(())
 }
 
 // ---- POST /v1/authorize/batch ----

@@ -4,7 +4,7 @@
 //! (absolute, `..`, empty components, NUL), then resolved beneath the root
 //! through a capability directory (`cap-std`): a symlink that points
 //! outside is an escape, and one that stays inside leads to the path the
-//! policy judges ([`walk`]), which is then opened without following any
+//! policy judges (the `walk` module), which is then opened without following any
 //! link, so a link swapped in after the decision is refused rather than
 //! followed.
 //!

@@ -381,3 +381,25 @@ async fn batches_run_in_parallel_only_when_every_call_is_read_only() {
         h.stop().await;
     }
 }
+
+/// A cancellation reason the store refuses (blank) is a typed 400 and
+/// cancels nothing: the rule lives once, in the store, for the API, the CLI
+/// and the controller alike.
+#[tokio::test]
+async fn a_blank_cancellation_reason_is_refused_and_cancels_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, url) = backends(dir.path()).remove(0);
+    let mut h = Harness::start(dir.path(), &url, Some(&bundle(SPEC, 1, day(), &key()))).await;
+    let run = unique("run");
+    let (status, err) = h
+        .post(&format!("/v1/runs/{run}/cancel"), json!({"reason": "   "}))
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{err}"
+    );
+    let allowed = h.authorize("bash", json!({"command": "ls"}), &run).await;
+    assert_eq!(allowed["verdict"], "allow", "{allowed}");
+    h.stop().await;
+}

@@ -28,8 +28,8 @@ use crate::cli_error::CliError;
 
 /// Largest hook input read from stdin.
 const MAX_INPUT_BYTES: u64 = 4 << 20;
-/// Longest single approval long-poll the sidecar accepts.
-const MAX_POLL_SECONDS: u64 = 60;
+/// The longest one long-poll of an approval may wait: the agent API's limit.
+const MAX_POLL_SECONDS: u64 = toolgate_contract::agent_api::MAX_WAIT_SECONDS;
 
 /// Arguments of `toolgate hook`.
 #[derive(Debug, Args)]
