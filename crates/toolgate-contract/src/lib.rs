@@ -11,6 +11,8 @@ mod duration;
 pub mod env;
 pub mod errors;
 pub mod names;
+#[cfg(feature = "metrics")]
+pub mod telemetry;
 mod wire;
 
 pub use approval::{ApprovalDecision, ApprovalStatus, UnknownStatus};

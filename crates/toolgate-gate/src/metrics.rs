@@ -353,53 +353,7 @@ impl Default for Metrics {
     }
 }
 
-/// Registers `toolgate_build_info{version, component}` (value 1) and, on
-/// Linux, the standard `process_*` collector (CPU seconds, resident memory,
-/// open file descriptors, start time): the series every long-running
-/// toolgate component exports alike, here for the sidecar's registry
-/// without a Kubernetes crate. The controller and the webhook register the
-/// same series through `toolgate_k8s::telemetry::register_common`.
-///
-/// # Panics
-///
-/// When `registry` already holds `toolgate_build_info`: each component
-/// registers it once, on its own registry.
-pub fn register_common(registry: &Registry, component: &str) {
-    let build_info = IntGaugeVec::new(
-        Opts::new(
-            "toolgate_build_info",
-            "The running toolgate build (value 1).",
-        ),
-        &["version", "component"],
-    )
-    .expect("static metric definition");
-    build_info
-        .with_label_values(&[env!("CARGO_PKG_VERSION"), component])
-        .set(1);
-    registry
-        .register(Box::new(build_info))
-        .expect("toolgate_build_info registered once");
-    #[cfg(target_os = "linux")]
-    let _ = registry.register(Box::new(
-        prometheus::process_collector::ProcessCollector::for_self(),
-    ));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn build_info_names_the_component_and_version() {
-        let metrics = Metrics::new();
-        register_common(metrics.registry(), "sidecar");
-        let text = metrics.render();
-        let line = format!(
-            "toolgate_build_info{{component=\"sidecar\",version=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION")
-        );
-        assert!(text.contains(&line), "{text}");
-        #[cfg(target_os = "linux")]
-        assert!(text.contains("process_resident_memory_bytes"), "{text}");
-    }
-}
+/// The series every long-running component registers (build info and the
+/// process collector), defined once in the contract; the sidecar calls it
+/// on its registry.
+pub use toolgate_contract::telemetry::register_common;
