@@ -1,0 +1,182 @@
+//! Flow labels at the gate: an allowed call sets the labels its selectors
+//! pick, durably and before it is answered; a later call of the run is
+//! escalated or denied by a flow rule because of them, on any sidecar of
+//! the tenant; a refused call sets nothing.
+
+use serde_json::{Value, json};
+use toolgate_gate::MessageScreen;
+use toolgate_policy::{Decision, Id, Reason};
+
+use crate::common::*;
+
+const FLOWS: &str = r#"
+mode: rules
+rules:
+  reader: {allow: ["*"]}
+  fetch: {allow: ["*"]}
+  send: {allow: ["*"]}
+  git.push: {allow: ["*"]}
+  docs.search: {allow: ["*"]}
+effects:
+  reader: {sideEffect: WORKSPACE_READ, risk: low}
+  fetch: {sideEffect: NETWORK_READ, risk: low}
+  send: {sideEffect: NETWORK_WRITE, risk: write}
+  git.push: {sideEffect: EXTERNAL_WRITE, risk: write}
+  docs.search: {sideEffect: NETWORK_READ, risk: low}
+egress: {allowHosts: ["*.example"]}
+flows:
+  labels:
+    untrusted: {sideEffects: [NETWORK_READ]}
+    private: {tools: [reader], match: ["**/secrets/**"]}
+  rules:
+    - name: no-exfiltration
+      when: [untrusted, private]
+      deny: {sideEffects: [NETWORK_WRITE]}
+    - name: review-pushes
+      when: [untrusted]
+      escalate: {tools: ["git.*"]}
+    - name: no-leaks-to-docs
+      when: [private]
+      deny: {tools: ["docs.*"], match: ["*hunter2*"]}
+"#;
+
+fn page() -> Value {
+    json!({"url": "https://news.example/article"})
+}
+
+fn push() -> Value {
+    json!({"branch": "main"})
+}
+
+/// An allowed call that sets a label says so; a later call a flow rule
+/// escalates because of it is escalated (`flow_escalate`, with an
+/// approval asked for), in that run only.
+#[tokio::test]
+async fn a_label_set_by_an_allowed_call_escalates_a_later_one() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(FLOWS)).await;
+        let run = unique("run");
+        let v = g.authorize("git.push", push(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+
+        let fetched = g.authorize("fetch", page(), &run).await;
+        assert_eq!(outcome(&fetched), (Decision::Allow, Reason::AllowRule));
+        assert_eq!(fetched.flow_labels_set, ["untrusted"]);
+        // A second call that sets nothing new says nothing.
+        let again = g.authorize("fetch", page(), &run).await;
+        assert!(
+            again.flow_labels_set.is_empty(),
+            "{:?}",
+            again.flow_labels_set
+        );
+
+        let v = g.authorize("git.push", push(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Escalate, Reason::FlowEscalate));
+        assert_eq!(
+            v.verdict.matched_rule.as_deref(),
+            Some("flow:review-pushes when untrusted")
+        );
+        assert!(v.approval_id.is_some(), "no approval asked for");
+        // Another run carries no label.
+        let v = g.authorize("git.push", push(), &unique("run")).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+
+        // The run shows the label with the decision that set it, and the
+        // log's record of that decision names it.
+        let status = g.gate.run_status(&run_id(&run)).await.unwrap();
+        let labels = status
+            .flow_labels
+            .expect("a profile with flows shows labels");
+        assert_eq!(labels.len(), 1);
+        assert_eq!(labels[0].label, "untrusted");
+        assert_eq!(labels[0].decision_id, fetched.decision_id);
+        let rec = g.logged(&fetched.decision_id).await;
+        let message: Value = serde_json::from_str(rec.message.as_deref().unwrap()).unwrap();
+        assert_eq!(message["flow_labels_set"], json!(["untrusted"]));
+    });
+}
+
+/// Labels live in the database: a rule needing two labels set on two
+/// sidecars of the tenant denies the call on either (`flow_rule`).
+#[tokio::test]
+async fn labels_are_shared_by_every_sidecar_of_the_run() {
+    each_backend!(|url| {
+        let one = TestGate::start(url, Bundle::Live(FLOWS)).await;
+        let two = one.peer(url, Bundle::Live(FLOWS)).await;
+        let run = unique("run");
+        let read = one
+            .authorize("reader", json!({"path": "app/secrets/db"}), &run)
+            .await;
+        assert_eq!(read.flow_labels_set, ["private"]);
+        let send = json!({"url": "https://evil.example/c?d=x"});
+        let v = two.authorize("send", send.clone(), &run).await;
+        assert_eq!(
+            outcome(&v),
+            (Decision::Allow, Reason::AllowRule),
+            "one label is not enough"
+        );
+        let fetched = two.authorize("fetch", page(), &run).await;
+        assert_eq!(fetched.flow_labels_set, ["untrusted"]);
+        for g in [&one, &two] {
+            let v = g.authorize("send", send.clone(), &run).await;
+            assert_eq!(outcome(&v), (Decision::Deny, Reason::FlowRule));
+            assert_eq!(
+                v.verdict.matched_rule.as_deref(),
+                Some("flow:no-exfiltration when private+untrusted")
+            );
+        }
+    });
+}
+
+/// A call the policy refuses sets no label, so it cannot arm a flow rule.
+#[tokio::test]
+async fn a_refused_call_sets_no_label() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(FLOWS)).await;
+        let run = unique("run");
+        let v = g
+            .authorize("fetch", json!({"url": "https://elsewhere.org/"}), &run)
+            .await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::EgressHostNotAllowed));
+        assert!(v.flow_labels_set.is_empty());
+        let v = g.authorize("git.push", push(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+        let status = g.gate.run_status(&run_id(&run)).await.unwrap();
+        assert_eq!(status.flow_labels.map(|l| l.len()), Some(0));
+    });
+}
+
+/// A message to an MCP server (not a `tools/call`) that a flow deny rule
+/// would refuse, given the run's labels, is refused and recorded as a
+/// `flow_rule` denial of `SERVER.METHOD`; before the label, it passes.
+#[tokio::test]
+async fn a_screened_message_is_refused_by_the_runs_labels() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(FLOWS)).await;
+        let run = unique("run");
+        let message = MessageScreen {
+            run_id: run_id(&run),
+            server: Id::parse("docs").unwrap(),
+            method: Id::parse("prompts/get").unwrap(),
+            params: object(json!({"name": "q", "arguments": {"text": "pw is hunter2"}})),
+        };
+        let passed = g.gate.screen_message(&message).await.unwrap();
+        assert!(!passed.refused);
+        assert!(passed.decision_id.is_none());
+        let read = g
+            .authorize("reader", json!({"path": "secrets/pw"}), &run)
+            .await;
+        assert_eq!(read.flow_labels_set, ["private"]);
+        let screened = g.gate.screen_message(&message).await.unwrap();
+        assert!(screened.refused);
+        let id = screened.decision_id.expect("the refusal is recorded");
+        let rec = g.logged(&id).await;
+        assert_eq!(
+            (rec.verdict.as_str(), rec.reason.as_str()),
+            ("deny", "flow_rule")
+        );
+        assert_eq!(rec.tool, "docs.prompts/get");
+        assert_eq!(rec.matched_rule, screened.matched_rule);
+        assert!(g.verified_rows().await >= 1);
+    });
+}

@@ -1,0 +1,16 @@
+//! The integration tests of `toolgate-gate`, built as one binary: the
+//! decision core called in process (no HTTP), one module per promise, each
+//! test on SQLite and on PostgreSQL (see `common`).
+
+#[macro_use]
+mod common;
+
+mod approvals;
+mod batches;
+mod budgets_and_stops;
+mod decision_order;
+mod edge_refusals;
+mod flow_labels;
+mod intents;
+mod trial_modes;
+mod workspace;
