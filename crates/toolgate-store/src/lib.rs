@@ -48,9 +48,10 @@ pub use approvals::{
 };
 pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decisions::{
-    ArchiveRange, ChainReport, ChainedDecision, DecisionRecord, Decisions, GENESIS_HASH,
-    LEGACY_STREAM, PARTITION_MONTHS_AHEAD, PartitionPrune, Position, StreamHead, StreamLink,
-    check_stream, genesis_hash,
+    ArchiveRange, ChainReport, ChainedDecision, DecisionFilter, DecisionPage, DecisionRecord,
+    Decisions, GENESIS_HASH, LEGACY_STREAM, LogCursor, LoggedDecision, MAX_QUERY_LIMIT,
+    PARTITION_MONTHS_AHEAD, PartitionPrune, Position, StreamHead, StreamLink, check_stream,
+    genesis_hash,
 };
 pub use fields::{MAX_FIELD_LEN, check_field};
 pub(crate) use fields::{

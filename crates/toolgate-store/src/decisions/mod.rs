@@ -44,6 +44,7 @@ mod chain;
 mod heads;
 mod lookup;
 mod partitions;
+mod query;
 mod verify;
 
 pub(crate) use append::{append_pg_in, append_sqlite_in, prepared};
@@ -51,6 +52,7 @@ pub use archive::ArchiveRange;
 pub use chain::genesis_hash;
 pub(crate) use heads::HeadCache;
 pub use partitions::{PARTITION_MONTHS_AHEAD, PartitionPrune};
+pub use query::{DecisionFilter, DecisionPage, LogCursor, LoggedDecision, MAX_QUERY_LIMIT};
 
 /// `prev_hash` of the first row of a tenant's [`LEGACY_STREAM`] chain.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";

@@ -67,7 +67,7 @@ impl Decisions<'_> {
             .await
     }
 
-    async fn verify_one(
+    pub(super) async fn verify_one(
         &self,
         tenant: String,
         stream: String,

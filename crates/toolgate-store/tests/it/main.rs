@@ -10,6 +10,7 @@ mod atomicity;
 mod bad_input;
 mod connections;
 mod decision_lookup;
+mod decision_query;
 mod decisions;
 mod flow_labels;
 mod intents;
