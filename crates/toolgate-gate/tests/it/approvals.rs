@@ -181,3 +181,30 @@ async fn an_approved_call_is_charged_when_it_passes() {
         assert_eq!(calls_used().await, 1);
     });
 }
+
+/// An approval is bound to the policy version it was asked under: after a
+/// new bundle is swapped in, the approved call is asked about afresh and
+/// the old approval stays unused.
+#[tokio::test]
+async fn an_approval_does_not_survive_a_new_policy() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(SPEC)).await;
+        let run = unique("run");
+        let asked = g.authorize("deploy", json!({"env": "prod"}), &run).await;
+        let id = asked.approval_id.unwrap();
+        resolve(&g, &id, ApprovalDecision::Approved).await;
+        g.reload(&with_budgets("{maxCallsPerRun: 100}"));
+        let v = g.authorize("deploy", json!({"env": "prod"}), &run).await;
+        assert_ne!(v.verdict.policy_version, asked.verdict.policy_version);
+        assert_eq!(outcome(&v), (Decision::Escalate, Reason::EscalateRule));
+        assert_ne!(v.approval_id.as_deref(), Some(id.as_str()));
+        assert!(
+            g.gate
+                .approval(&id, None)
+                .await
+                .unwrap()
+                .consumed_at
+                .is_none()
+        );
+    });
+}

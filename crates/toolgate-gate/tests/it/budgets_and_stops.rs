@@ -192,3 +192,23 @@ async fn a_cancelled_pod_gets_nothing_under_any_run_id() {
         }
     });
 }
+
+/// A pod's stop outlives its sidecar: the pod's next sidecar (a restart,
+/// with an empty memory) refuses a high-risk call or an escalation of any
+/// run id at once, reading the stop where it reads the run.
+#[tokio::test]
+async fn a_pod_stop_binds_the_pods_next_sidecar() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(SPEC)).await;
+        g.gate.cancel_pod(&CancelRequest::default()).await.unwrap();
+        let next = TestGate::start_as(url, Bundle::Live(SPEC), &g.tenant, "pod-a").await;
+        let run = unique("fresh");
+        let v = next.authorize("bash", json!({"command": "ls"}), &run).await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::RunCancelled));
+        let v = next.authorize("deploy", json!({"env": "x"}), &run).await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::RunCancelled));
+        assert!(next.approvals().await.is_empty());
+        let status = next.gate.run_status(&run_id(&run)).await.unwrap();
+        assert_eq!(status.cancelled_scope.as_deref(), Some("pod pod-a"));
+    });
+}

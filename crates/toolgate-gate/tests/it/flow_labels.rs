@@ -16,12 +16,14 @@ rules:
   fetch: {allow: ["*"]}
   send: {allow: ["*"]}
   git.push: {allow: ["*"]}
+  publish: {escalate: ["*"]}
   docs.search: {allow: ["*"]}
 effects:
   reader: {sideEffect: WORKSPACE_READ, risk: low}
   fetch: {sideEffect: NETWORK_READ, risk: low}
   send: {sideEffect: NETWORK_WRITE, risk: write}
   git.push: {sideEffect: EXTERNAL_WRITE, risk: write}
+  publish: {sideEffect: NETWORK_READ, risk: write}
   docs.search: {sideEffect: NETWORK_READ, risk: low}
 egress: {allowHosts: ["*.example"]}
 flows:
@@ -178,5 +180,43 @@ async fn a_screened_message_is_refused_by_the_runs_labels() {
         assert_eq!(rec.tool, "docs.prompts/get");
         assert_eq!(rec.matched_rule, screened.matched_rule);
         assert!(g.verified_rows().await >= 1);
+    });
+}
+
+/// A call a human approved is an allowed call: it sets its labels when it
+/// passes, not when it is first escalated.
+#[tokio::test]
+async fn an_approved_call_sets_its_labels_when_it_passes() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(FLOWS)).await;
+        let run = unique("run");
+        let args = json!({"url": "https://pkg.example/"});
+        let asked = g.authorize("publish", args.clone(), &run).await;
+        assert_eq!(outcome(&asked), (Decision::Escalate, Reason::EscalateRule));
+        assert!(asked.flow_labels_set.is_empty());
+        let v = g.authorize("git.push", push(), &run).await;
+        assert_eq!(
+            outcome(&v),
+            (Decision::Allow, Reason::AllowRule),
+            "no label yet"
+        );
+        let id = asked.approval_id.unwrap();
+        g.store
+            .approvals()
+            .resolve(
+                &g.tenant,
+                &id,
+                toolgate_store::ApprovalDecision::Approved,
+                "alice",
+                None,
+                jiff::Timestamp::now(),
+            )
+            .await
+            .unwrap();
+        let v = g.authorize("publish", args, &run).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::Approved));
+        assert_eq!(v.flow_labels_set, ["untrusted"]);
+        let v = g.authorize("git.push", push(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Escalate, Reason::FlowEscalate));
     });
 }

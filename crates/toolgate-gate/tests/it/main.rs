@@ -10,6 +10,7 @@ mod batches;
 mod budgets_and_stops;
 mod decision_order;
 mod edge_refusals;
+mod fail_closed;
 mod flow_labels;
 mod intents;
 mod trial_modes;

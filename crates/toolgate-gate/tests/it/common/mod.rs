@@ -58,19 +58,25 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
 }
 
-/// Signed envelope bytes for `spec_yaml`, valid from `issued_at` to
-/// `expires_at`, in a namespace of its own.
-pub fn bundle_between(spec_yaml: &str, issued_at: Timestamp, expires_at: Timestamp) -> Vec<u8> {
+/// Signed envelope bytes for `spec_yaml` as publication `sequence` of
+/// profile `coding` in `namespace`, valid from `issued_at` to `expires_at`.
+pub fn bundle(
+    spec_yaml: &str,
+    namespace: &str,
+    sequence: u64,
+    issued_at: Timestamp,
+    expires_at: Timestamp,
+) -> Vec<u8> {
     let spec = toolgate_policy::load::from_str(spec_yaml).unwrap();
     let (_, bytes) = toolgate_bundle::build(
         BundleInput {
             profile: ProfileRef {
                 name: "coding".into(),
-                namespace: Some(unique("agents")),
+                namespace: Some(namespace.to_owned()),
             },
             spec,
             grants: vec![],
-            sequence: 1,
+            sequence,
             issued_at,
             expires_at,
         },
@@ -78,6 +84,11 @@ pub fn bundle_between(spec_yaml: &str, issued_at: Timestamp, expires_at: Timesta
     )
     .unwrap();
     bytes
+}
+
+/// [`bundle`]'s first publication, in a namespace of its own.
+pub fn bundle_between(spec_yaml: &str, issued_at: Timestamp, expires_at: Timestamp) -> Vec<u8> {
+    bundle(spec_yaml, &unique("agents"), 1, issued_at, expires_at)
 }
 
 /// The database URLs every test runs against: a SQLite file in `dir`, and
@@ -111,6 +122,8 @@ pub enum Bundle<'a> {
 /// A gate as one sidecar holds it, with the store it writes to.
 pub struct TestGate {
     pub gate: Arc<Gate>,
+    /// The bundle state the gate enforces, for reloads.
+    pub policy: Arc<PolicyState>,
     pub store: Store,
     pub tenant: String,
     /// The workspace base: runs' files are under `BASE/TENANT/RUN`.
@@ -153,7 +166,7 @@ impl TestGate {
         let dir = tempfile::tempdir().unwrap();
         let workspaces = Workspaces::new(dir.path(), tenant).unwrap();
         let gate = Arc::new(Gate::new(GateParts {
-            policy,
+            policy: policy.clone(),
             store: store.clone(),
             decision_log,
             workspaces,
@@ -166,10 +179,35 @@ impl TestGate {
         }));
         Self {
             gate,
+            policy,
             store,
             tenant: tenant.to_owned(),
             workspaces: dir,
         }
+    }
+
+    /// Swaps in `spec` as the held profile's next publication, valid for a
+    /// day, as a reload would.
+    pub fn reload(&self, spec: &str) {
+        let held = self.policy.current().expect("a bundle is held");
+        let namespace = held.namespace.clone().unwrap_or_default();
+        let now = Timestamp::now();
+        let hour = SignedDuration::from_hours(1);
+        let bytes = bundle(
+            spec,
+            &namespace,
+            held.sequence + 1,
+            now - hour,
+            now + hour * 24,
+        );
+        let outcome = self.policy.load_bytes(&bytes, &trust_pem(), now);
+        assert!(
+            matches!(
+                outcome,
+                toolgate_gate::policy_state::LoadOutcome::Swapped { .. }
+            ),
+            "{outcome:?}"
+        );
     }
 
     /// Another sidecar of this gate's tenant on the same database, with a
