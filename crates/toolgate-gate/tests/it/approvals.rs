@@ -2,6 +2,8 @@
 //! approver resolves it in the store, asking again lets exactly that call
 //! through exactly once, and nothing else.
 
+use std::time::Duration;
+
 use jiff::Timestamp;
 use serde_json::json;
 use toolgate_policy::{Decision, Id, Reason};
@@ -205,6 +207,35 @@ async fn an_approval_does_not_survive_a_new_policy() {
                 .unwrap()
                 .consumed_at
                 .is_none()
+        );
+    });
+}
+
+/// Waiting on an approval returns as soon as an approver resolves it; an
+/// approval of another tenant is not found through this gate.
+#[tokio::test]
+async fn an_approval_is_waited_on_within_its_tenant() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(SPEC)).await;
+        let other = TestGate::start(url, Bundle::Live(SPEC)).await;
+        let run = unique("run");
+        let id = g
+            .authorize("deploy", json!({"env": "prod"}), &run)
+            .await
+            .approval_id
+            .unwrap();
+        let err = other.gate.approval(&id, None).await.unwrap_err();
+        assert_eq!(err.code(), "not_found");
+        let started = std::time::Instant::now();
+        let (waited, ()) =
+            tokio::join!(g.gate.approval(&id, Some(Duration::from_secs(30))), async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                resolve(&g, &id, ApprovalDecision::Approved).await;
+            });
+        assert_eq!(waited.unwrap().status, ApprovalStatus::Approved);
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the wait ran out"
         );
     });
 }

@@ -175,3 +175,31 @@ async fn another_tenants_call_is_refused_unrecorded() {
         assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
     });
 }
+
+/// The tools a listing may show are those the live profile could allow or
+/// escalate, a pinned one only with its reviewed definition; none without
+/// a live bundle.
+#[tokio::test]
+async fn only_tools_that_could_pass_are_visible() {
+    each_backend!(|url| {
+        let asked: Vec<String> = ["reader", "deploy", "fs.read", "nosuch"]
+            .map(String::from)
+            .into();
+        let mut definitions = std::collections::HashMap::new();
+        let g = TestGate::start(url, Bundle::Live(SPEC)).await;
+        let visible = g.gate.visible_tools(&asked, &definitions).unwrap();
+        assert_eq!(visible, ["reader", "deploy"]);
+        definitions.insert("fs.read".to_owned(), format!("sha256:{}", "a".repeat(64)));
+        let visible = g.gate.visible_tools(&asked, &definitions).unwrap();
+        assert_eq!(visible, ["reader", "deploy", "fs.read"]);
+        for bundle in [Bundle::None, Bundle::Expired(SPEC)] {
+            let g = TestGate::start(url, bundle).await;
+            assert!(
+                g.gate
+                    .visible_tools(&asked, &definitions)
+                    .unwrap()
+                    .is_empty()
+            );
+        }
+    });
+}
