@@ -23,6 +23,36 @@ pub const RUN_ID_HEADER: &str = "x-toolgate-run-id";
 /// sidecar caps a wait at this, and its clients never ask for more.
 pub const MAX_WAIT_SECONDS: u64 = 60;
 
+/// One call to decide: what `POST /v1/authorize` carries, as its clients
+/// (`toolgate-client`) write it. Absent options are left out of the body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(bound(deserialize = "Id: Deserialize<'de>, RunId: Deserialize<'de>"))]
+pub struct AuthorizeRequest<Id = String, RunId = String> {
+    /// Tool as the agent calls it.
+    pub tool: Id,
+    /// Optional action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Id>,
+    /// Exact arguments.
+    pub arguments: Map<String, Value>,
+    /// Run the call belongs to.
+    pub run_id: RunId,
+    /// Step within the run (`""` is none).
+    #[serde(
+        default,
+        deserialize_with = "empty_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub step_id: Option<Id>,
+    /// Must equal the sidecar's tenant when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// For MCP gateways: the digest of the tool's definition as announced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_digest: Option<Id>,
+}
+
 /// The answer to one call (`POST /v1/authorize`): the verdict, flattened,
 /// plus its identifiers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -136,6 +166,19 @@ mod tests {
         let mut extra = body;
         extra["surprise"] = json!(1);
         assert!(read(extra).is_err());
+    }
+
+    #[test]
+    fn a_call_leaves_out_what_it_does_not_name() {
+        let call: AuthorizeRequest = serde_json::from_value(json!({
+            "tool": "t", "arguments": {}, "run_id": "r", "step_id": "",
+        }))
+        .unwrap();
+        assert_eq!(call.step_id, None);
+        assert_eq!(
+            serde_json::to_value(&call).unwrap(),
+            json!({"tool": "t", "arguments": {}, "run_id": "r"})
+        );
     }
 
     #[test]
