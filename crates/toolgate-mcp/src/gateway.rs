@@ -8,10 +8,9 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
+use toolgate_client::Outcome;
 use toolgate_contract::ApprovalStatus;
-use toolgate_contract::agent_api;
-pub use toolgate_contract::agent_api::Screened;
-use toolgate_policy::{Decision, Id, Reason, RunId, Verdict};
+use toolgate_policy::Reason;
 
 use serde_json::{Map, Value};
 
@@ -21,15 +20,10 @@ use crate::edges::EdgeRefusal;
 use crate::message;
 use crate::tasks::TaskBook;
 
-/// The sidecar's answer to one call, with the policy's verdict (the
-/// contract's [`agent_api::AuthorizeResponse`]).
-pub type AuthorizeResponse = agent_api::AuthorizeResponse<Verdict>;
-/// A refusal the gateway made on its own, as the sidecar records it
-/// ([`agent_api::RefusalRequest`]).
-pub type RefusalRequest = agent_api::RefusalRequest<Id, RunId, Reason>;
-/// A message other than a `tools/call`, as the sidecar screens it
-/// ([`agent_api::MessageScreen`]).
-pub type MessageScreen = agent_api::MessageScreen<Id, RunId>;
+/// The agent API's bodies with the policy's types, as the client reads
+/// and writes them: the answer to one call, a refusal the gateway made on
+/// its own, a message other than a `tools/call` screened by flow rules.
+pub use toolgate_client::{AuthorizeResponse, MessageScreen, RefusalRequest, Screened};
 
 /// One `tools/call` as the decider is asked about it, under its policy
 /// tool name (`<server>__<tool>`).
@@ -46,14 +40,6 @@ pub struct ToolCall<'a> {
     pub step_id: &'a str,
     /// Digest of the tool definition the server announced, when it did.
     pub definition_digest: Option<&'a str>,
-}
-
-/// The `intent_id` of an answer to `POST /v1/intents`.
-pub fn intent_id(answer: &Value) -> Result<String, McpError> {
-    answer["intent_id"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| McpError::Sidecar("intent answer without intent_id".into()))
 }
 
 /// Who decides: the sidecar over HTTP ([`crate::sidecar::Sidecar`]) or,
@@ -370,42 +356,43 @@ impl<D: Decider> Gateway<D> {
             step_id: &step,
             definition_digest,
         };
-        let ask = || self.decider.authorize(call);
-        let mut answer = ask().await.map_err(unavailable)?;
-        if answer.verdict.verdict == Decision::Escalate && !wait.is_zero() {
-            let approval = answer.approval_id.clone().unwrap_or_default();
-            let status = self
-                .decider
-                .wait_for_approval(&approval, wait)
-                .await
-                .map_err(unavailable)?;
-            if !status.is_pending() {
-                answer = ask().await.map_err(unavailable)?;
-            }
-        }
+        let outcome = toolgate_client::wait_then_ask_again(
+            || self.decider.authorize(call),
+            |approval, wait| async move { self.decider.wait_for_approval(&approval, wait).await },
+            wait,
+        )
+        .await
+        .map_err(unavailable)?;
         let shown = |answer: &AuthorizeResponse| serde_json::to_value(answer).ok();
-        let (reason, decision) = (answer.verdict.reason, answer.decision_id.as_str());
-        match answer.verdict.verdict {
-            Decision::Allow => {}
-            Decision::Deny if reason == Reason::UnknownTool => return Err(Refusal::UnknownTool),
-            Decision::Escalate => {
+        let answer = match outcome {
+            Outcome::Allowed(answer) => answer,
+            Outcome::Denied(answer) if answer.verdict.reason == Reason::UnknownTool => {
+                return Err(Refusal::UnknownTool);
+            }
+            Outcome::Denied(answer) => {
+                return Err(Refusal::Policy {
+                    text: format!(
+                        "toolgate: {} (decision {})",
+                        answer.verdict.reason.as_str(),
+                        answer.decision_id
+                    ),
+                    verdict: shown(&answer),
+                });
+            }
+            Outcome::Escalated { answer, .. } => {
                 let approval = answer.approval_id.clone().unwrap_or_default();
                 return Err(Refusal::Escalated {
                     text: format!(
                         "toolgate: approval_required: approval {approval} must be approved by a \
-                         human; retry the same call afterwards (decision {decision})"
+                         human; retry the same call afterwards (decision {})",
+                        answer.decision_id
                     ),
                     verdict: shown(&answer),
                     approval,
                 });
             }
-            Decision::Deny => {
-                return Err(Refusal::Policy {
-                    text: format!("toolgate: {} (decision {decision})", reason.as_str()),
-                    verdict: shown(&answer),
-                });
-            }
-        }
+        };
+        let decision = answer.decision_id.as_str();
         if !answer.verdict.intent_required {
             return Ok(None);
         }

@@ -17,8 +17,8 @@
 //!   place for both transports: ids the gateway controls, unreadable
 //!   answers withheld, server requests decided.
 //! - [`sse`]: server-sent events read incrementally, bounded.
-//! - [`sidecar`]: the HTTP client of the sidecar's agent API (authorize,
-//!   intents, approvals, visible tools).
+//! - [`sidecar`]: the [`gateway::Decider`] of `toolgate mcp wrap`: the
+//!   sidecar's agent API through `toolgate-client`.
 //! - [`stdio`]: `toolgate mcp wrap`, which runs a stdio MCP server as a child
 //!   and speaks MCP on its own stdin/stdout.
 //! - [`kept`]: held tasks kept in a [`kept::TaskStore`] (the sidecar's

@@ -17,19 +17,17 @@
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
-use toolgate_contract::ApprovalStatus;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
+use toolgate_client::{AuthorizeRequest, Client, Outcome};
 use toolgate_policy::RunId;
 
 use crate::cli_error::CliError;
 
 /// Largest hook input read from stdin.
 const MAX_INPUT_BYTES: u64 = 4 << 20;
-/// The longest one long-poll of an approval may wait: the agent API's limit.
-const MAX_POLL_SECONDS: u64 = toolgate_contract::agent_api::MAX_WAIT_SECONDS;
 
 /// Arguments of `toolgate hook`.
 #[derive(Debug, Args)]
@@ -206,74 +204,54 @@ fn trace_headers() -> reqwest::header::HeaderMap {
     headers
 }
 
-/// Asks the sidecar, waiting for an approval up to `--approval-wait`.
+/// Asks the sidecar, waiting for an approval up to `--approval-wait`; any
+/// failure to get a verdict blocks the call.
 async fn ask(url: &str, call: &HookCall, args: &PreToolUseArgs) -> Answer {
-    let http = match reqwest::Client::builder()
-        .timeout(Duration::from_secs(args.timeout.max(1)))
-        .default_headers(trace_headers())
-        .build()
-    {
+    let blocked = |e: toolgate_client::ClientError| {
+        Answer::deny(format!("toolgate: {e}; the call is blocked"))
+    };
+    let timeout = Duration::from_secs(args.timeout.max(1));
+    let client = match Client::with_headers(url, timeout, trace_headers()) {
         Ok(c) => c,
-        Err(e) => return Answer::deny(format!("toolgate: {e}")),
+        Err(e) => return blocked(e),
     };
-    let deadline = Instant::now() + Duration::from_secs(args.approval_wait);
-    let mut body = json!({"tool": call.tool, "arguments": call.arguments, "run_id": call.run_id});
-    if let Some(step) = &call.step_id {
-        body["step_id"] = json!(step);
+    let request = AuthorizeRequest {
+        tool: call.tool.clone(),
+        action: None,
+        arguments: call.arguments.clone(),
+        run_id: call.run_id.clone(),
+        step_id: call.step_id.clone(),
+        tenant: None,
+        definition_digest: None,
+    };
+    let wait = Duration::from_secs(args.approval_wait);
+    match client.authorize_waiting(&request, wait).await {
+        Ok(outcome) => judge(&outcome),
+        Err(e) => blocked(e),
     }
-    let verdict = match post(&http, &format!("{url}/v1/authorize"), &body).await {
-        Ok(v) => v,
-        Err(reason) => return Answer::deny(reason),
-    };
-    let verdict = match (field(&verdict, "verdict"), field(&verdict, "approval_id")) {
-        ("escalate", approval) if !approval.is_empty() && args.approval_wait > 0 => {
-            match wait_for(&http, url, approval, deadline, args.timeout).await {
-                Ok(ApprovalStatus::Approved | ApprovalStatus::Denied) => {
-                    // Decided: the same call again is `approved` once, or `approval_denied`.
-                    match post(&http, &format!("{url}/v1/authorize"), &body).await {
-                        Ok(v) => v,
-                        Err(reason) => return Answer::deny(reason),
-                    }
-                }
-                Ok(_) => verdict,
-                Err(reason) => return Answer::deny(reason),
-            }
-        }
-        _ => verdict,
-    };
-    judge(&verdict)
 }
 
-/// Turns a verdict into the hook's answer.
-fn judge(verdict: &Value) -> Answer {
-    let reason = field(verdict, "reason");
-    let decision = field(verdict, "decision_id");
-    match field(verdict, "verdict") {
+/// Turns the typed outcome into the hook's answer: only `Allowed` runs.
+fn judge(outcome: &Outcome) -> Answer {
+    let answer = outcome.answer();
+    let (reason, decision) = (answer.verdict.reason.as_str(), &answer.decision_id);
+    match outcome {
         // A warn-mode profile allows and says what it would have done: the
         // notice goes with the allow, for the agent and its operator.
-        "allow" => match verdict.get("warning").and_then(Value::as_str) {
-            Some(warning) => Answer {
-                allow: true,
-                reason: format!("toolgate: allow ({reason}, decision {decision}); {warning}"),
-            },
-            None => Answer {
-                allow: true,
-                reason: format!("toolgate: allow ({reason}, decision {decision})"),
+        Outcome::Allowed(_) => Answer {
+            allow: true,
+            reason: match &answer.verdict.warning {
+                Some(warning) => {
+                    format!("toolgate: allow ({reason}, decision {decision}); {warning}")
+                }
+                None => format!("toolgate: allow ({reason}, decision {decision})"),
             },
         },
-        "deny" => {
-            let message = field(verdict, "message");
-            let detail = if message.is_empty() {
-                String::new()
-            } else {
-                format!(": {message}")
-            };
-            Answer::deny(format!(
-                "toolgate: deny ({reason}{detail}, decision {decision})"
-            ))
+        Outcome::Denied(_) => {
+            Answer::deny(format!("toolgate: deny ({reason}, decision {decision})"))
         }
-        "escalate" => {
-            let id = field(verdict, "approval_id");
+        Outcome::Escalated { .. } => {
+            let id = answer.approval_id.as_deref().unwrap_or_default();
             Answer::deny(format!(
                 "toolgate: approval_required: approval {id} must be approved by a human \
                  (in Kubernetes: `kubectl toolgate approve {object}`; for a local sidecar: \
@@ -281,78 +259,6 @@ fn judge(verdict: &Value) -> Answer {
                  <you>`); retry the same call afterwards (decision {decision})",
                 object = toolgate_k8s::names::approval_name(id),
             ))
-        }
-        other => Answer::deny(format!(
-            "toolgate: the sidecar answered an unknown verdict `{other}`; blocked"
-        )),
-    }
-}
-
-fn field<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or_default()
-}
-
-/// POSTs JSON; any failure is the reason to block.
-async fn post(http: &reqwest::Client, url: &str, body: &Value) -> Result<Value, String> {
-    let response = http.post(url).json(body).send().await.map_err(|e| {
-        format!("toolgate: the sidecar at {url} is unreachable ({e}); the call is blocked")
-    })?;
-    read(response).await
-}
-
-async fn read(response: reqwest::Response) -> Result<Value, String> {
-    let status = response.status();
-    let body: Value = response
-        .json()
-        .await
-        .map_err(|e| format!("toolgate: unreadable sidecar answer ({e}); blocked"))?;
-    if status.is_success() {
-        Ok(body)
-    } else {
-        let code = body
-            .pointer("/error/code")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown");
-        let message = body
-            .pointer("/error/message")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        Err(format!(
-            "toolgate: the sidecar refused the call ({status}, {code}: {message}); blocked"
-        ))
-    }
-}
-
-/// Long-polls the approval until it is decided or `deadline` passes;
-/// returns its last status.
-async fn wait_for(
-    http: &reqwest::Client,
-    url: &str,
-    approval: &str,
-    deadline: Instant,
-    timeout: u64,
-) -> Result<ApprovalStatus, String> {
-    let poll_client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(MAX_POLL_SECONDS + timeout.max(1)))
-        .default_headers(trace_headers())
-        .build()
-        .unwrap_or_else(|_| http.clone());
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now()).as_secs();
-        let wait = left.min(MAX_POLL_SECONDS);
-        let response = poll_client
-            .get(format!("{url}/v1/approvals/{approval}"))
-            .query(&[("wait", wait.max(1))])
-            .send()
-            .await
-            .map_err(|e| format!("toolgate: the sidecar at {url} is unreachable ({e}); blocked"))?;
-        let body = read(response).await?;
-        // A status the contract does not name blocks the call.
-        let status = ApprovalStatus::from_wire(field(&body, "status")).ok_or_else(|| {
-            format!("toolgate: the sidecar gave approval {approval} no readable status; blocked")
-        })?;
-        if !status.is_pending() || Instant::now() >= deadline || left == 0 {
-            return Ok(status);
         }
     }
 }
@@ -399,12 +305,23 @@ mod tests {
         }
     }
 
+    /// An answer as the sidecar gives it, with `extra` over an allow.
+    fn answer(extra: Value) -> toolgate_client::AuthorizeResponse {
+        let mut v = json!({
+            "decision_id": "d", "verdict": "allow", "reason": "allow_rule",
+            "policy_version": "sha256:p", "risk": "low", "intent_required": false,
+            "args_digest": "sha256:a", "call_digest": "sha256:c",
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
     fn only_a_clear_allow_lets_the_call_run() {
-        let warned = judge(
-            &json!({"verdict": "allow", "reason": "not_enforced", "decision_id": "d",
-            "warning": "not enforced (warn): would deny (deny_rule)"}),
-        );
+        let warned = judge(&Outcome::Allowed(answer(json!({"reason": "not_enforced",
+            "enforced": false, "warning": "not enforced (warn): would deny (deny_rule)"}))));
         assert!(warned.allow);
         assert!(
             warned
@@ -413,27 +330,30 @@ mod tests {
             "{}",
             warned.reason
         );
-        let allow = judge(&json!({"verdict": "allow", "reason": "allow_rule", "decision_id": "d"}));
+        let allow = judge(&Outcome::Allowed(answer(json!({}))));
         assert!(allow.allow);
         assert_eq!(
             allow.to_json()["hookSpecificOutput"]["permissionDecision"],
             "allow"
         );
-        for v in [
-            json!({"verdict": "deny", "reason": "deny_rule", "decision_id": "d"}),
-            json!({"verdict": "escalate", "reason": "escalate_rule", "approval_id": "a"}),
-            json!({"verdict": "maybe"}),
-            json!({}),
+        let escalated = |approval: &str| Outcome::Escalated {
+            answer: answer(json!({"verdict": "escalate", "reason": "escalate_rule",
+                "approval_id": approval})),
+            waited: None,
+        };
+        for outcome in [
+            Outcome::Denied(answer(json!({"verdict": "deny", "reason": "deny_rule"}))),
+            escalated("a"),
         ] {
-            let answer = judge(&v);
-            assert!(!answer.allow, "{v}");
+            let answer = judge(&outcome);
+            assert!(!answer.allow, "{outcome:?}");
             assert_eq!(
                 answer.to_json()["hookSpecificOutput"]["permissionDecision"],
                 "deny"
             );
         }
         assert!(
-            judge(&json!({"verdict": "escalate", "approval_id": "apr-9"}))
+            judge(&escalated("apr-9"))
                 .reason
                 .contains("approval_required: approval apr-9")
         );
