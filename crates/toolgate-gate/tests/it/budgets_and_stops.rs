@@ -212,3 +212,40 @@ async fn a_pod_stop_binds_the_pods_next_sidecar() {
         assert_eq!(status.cancelled_scope.as_deref(), Some("pod pod-a"));
     });
 }
+
+/// The pod's budget counts every run of the pod together (a new run id
+/// does not reset it), and another pod's calls are its own; the run's
+/// time budget runs from its first counted call.
+#[tokio::test]
+async fn pod_and_time_budgets_bind() {
+    let per_pod = with_budgets("{perPod: {maxCalls: 2}}");
+    let timed = with_budgets("{maxRunSeconds: 1}");
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(&per_pod)).await;
+        let other = g.peer(url, Bundle::Live(&per_pod)).await;
+        for i in 0..2 {
+            let v = g.authorize("reader", read(i), &unique("run")).await;
+            assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+        }
+        let v = g.authorize("reader", read(3), &unique("run")).await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::BudgetExhausted));
+        assert_eq!(
+            v.verdict.matched_rule.as_deref(),
+            Some("budget:perPod.maxCalls=2")
+        );
+        let v = other.authorize("reader", read(3), &unique("run")).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+
+        let g = TestGate::start(url, Bundle::Live(&timed)).await;
+        let run = unique("run");
+        let v = g.authorize("reader", read(0), &run).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+        tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+        let v = g.authorize("reader", read(1), &run).await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::BudgetExhausted));
+        assert_eq!(
+            v.verdict.matched_rule.as_deref(),
+            Some("budget:maxRunSeconds=1")
+        );
+    });
+}

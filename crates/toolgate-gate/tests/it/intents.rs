@@ -189,3 +189,30 @@ async fn an_approved_high_risk_call_takes_its_intent() {
         assert_eq!(err.code(), "intent_exists");
     });
 }
+
+/// Two intents begun at once for one decision: exactly one is recorded,
+/// the other is `intent_exists` (the store's unique index decides).
+#[tokio::test]
+async fn concurrent_intents_for_one_decision_record_one() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(SPEC)).await;
+        let run = unique("run");
+        let v = g.authorize("bash", json!({"command": "ls"}), &run).await;
+        let (a, b) = tokio::join!(
+            g.gate.begin_intent(intent_for(&v, &run, "bash")),
+            g.gate.begin_intent(intent_for(&v, &run, "bash")),
+        );
+        let codes: Vec<_> = [&a, &b]
+            .iter()
+            .map(|r| r.as_ref().map_or_else(|e| e.code(), |_| "ok"))
+            .collect();
+        assert!(
+            codes.contains(&"ok") && codes.contains(&"intent_exists"),
+            "{codes:?}"
+        );
+        assert_eq!(
+            g.gate.pending_intents(&run_id(&run)).await.unwrap().len(),
+            1
+        );
+    });
+}

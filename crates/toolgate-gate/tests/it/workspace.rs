@@ -156,3 +156,56 @@ async fn a_workspace_refusal_is_in_the_log() {
         assert!(g.verified_rows().await >= 2);
     });
 }
+
+/// A path through a link inside the root is decided once on both the name
+/// and where it leads: a link to a hardlined file is `hardline_path`, and
+/// the one decision records both paths.
+#[tokio::test]
+async fn a_link_is_decided_on_both_its_name_and_target() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(WORKSPACE)).await;
+        let run = unique("run");
+        g.gate
+            .workspace_write(write(&run, "a.txt", "x"))
+            .await
+            .unwrap();
+        std::fs::write(run_dir(&g, &run).join(".env"), "KEY=1").unwrap();
+        std::os::unix::fs::symlink(".env", run_dir(&g, &run).join("cfg")).unwrap();
+        let rows_before = g.log().await.len();
+        let err = g.gate.workspace_read(path(&run, "cfg")).await.unwrap_err();
+        assert_eq!(err.code(), "policy_denied");
+        let toolgate_gate::GateError::PolicyDenied { verdict, .. } = err else {
+            unreachable!()
+        };
+        assert_eq!(verdict["reason"], "hardline_path");
+        let rec = g.logged(verdict["decision_id"].as_str().unwrap()).await;
+        let both = object(serde_json::json!({"path": ["cfg", ".env"]}));
+        assert_eq!(rec.args_digest, toolgate_policy::args_digest(&both));
+        assert_eq!(g.log().await.len(), rows_before + 1, "one decision");
+    });
+}
+
+/// A path whose text climbs out of the root is denied by the policy
+/// (`path_escapes`), recorded, and never reaches the disk.
+#[tokio::test]
+async fn a_climbing_path_is_a_recorded_policy_denial() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(WORKSPACE)).await;
+        let run = unique("run");
+        let err = g
+            .gate
+            .workspace_read(path(&run, "../other/a.txt"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "policy_denied");
+        let toolgate_gate::GateError::PolicyDenied { verdict, .. } = err else {
+            unreachable!()
+        };
+        assert_eq!(verdict["reason"], "path_escapes");
+        let rec = g.logged(verdict["decision_id"].as_str().unwrap()).await;
+        assert_eq!(
+            (rec.tool.as_str(), rec.verdict.as_str()),
+            ("workspace.read", "deny")
+        );
+    });
+}
