@@ -174,6 +174,15 @@ impl Decisions<'_> {
                 "since ({since}) must be before until ({until})"
             )));
         }
+        // Row-level security keeps a tenant role to its tenant, but as a
+        // filter the planner cannot start an index at (its policy is OR'ed
+        // with the admin's): without a tenant named, the first page would
+        // read past every tenant that sorts before it. Name it.
+        let session_tenant = match filter.tenant {
+            Some(_) => None,
+            None => self.store.session_tenant().await?,
+        };
+        let tenant = filter.tenant.clone().or(session_tenant);
         let mut params = Vec::new();
         let mut conditions = Vec::new();
         let mut text = |column: &str, name: &'static str, value: &Option<String>| {
@@ -184,7 +193,7 @@ impl Decisions<'_> {
             }
             Ok::<(), StoreError>(())
         };
-        text("tenant", "tenant", &filter.tenant)?;
+        text("tenant", "tenant", &tenant)?;
         text("run_id", "run_id", &filter.run_id)?;
         text("tool", "tool", &filter.tool)?;
         let verdict = filter.verdict.map(|v| v.as_str().to_owned());
@@ -199,6 +208,21 @@ impl Decisions<'_> {
             }
         }
         if let Some(c) = after {
+            // The key's leading columns as a bound of their own as well:
+            // SQLite starts an index range at these, not at the row
+            // comparison below (PostgreSQL does either).
+            match &tenant {
+                Some(t) if *t == c.tenant => {
+                    params.push(Param::Int(c.created_at_ms));
+                    conditions.push(format!("created_at >= ${}", params.len()));
+                }
+                Some(_) => {}
+                None => {
+                    params.extend([Param::Text(c.tenant.clone()), Param::Int(c.created_at_ms)]);
+                    let n = params.len();
+                    conditions.push(format!("(tenant, created_at) >= (${}, ${n})", n - 1));
+                }
+            }
             let n = params.len();
             params.extend([
                 Param::Text(c.tenant.clone()),
@@ -206,8 +230,7 @@ impl Decisions<'_> {
                 Param::Text(c.stream.clone()),
                 Param::Int(c.seq),
             ]);
-            // A row comparison: an index on (tenant, created_at) serves it
-            // as a range start, the rest of the key is checked on the rows.
+            // Strictly after the cursor's row in the whole key.
             conditions.push(format!(
                 "(tenant, created_at, stream, seq) > (${}, ${}, ${}, ${})",
                 n + 1,

@@ -102,6 +102,11 @@ both_backends!(the_log_is_filtered_and_paged_in_order, |db| {
     sorted.sort_by_key(|(t, id)| (t.clone(), id[4..].parse::<u32>().unwrap()));
     assert_eq!((mine.len(), mine), (24, sorted), "tenant, then time");
 
+    // A cursor of another tenant: the key's order decides ("qa-" < "qb-").
+    let b_first = d.query(&of(&tb), None, 1).await.unwrap().rows[0].cursor();
+    let after_b = d.query(&of(&ta), Some(&b_first), 100).await.unwrap();
+    assert!(after_b.rows.is_empty());
+
     // Each filter, on A.
     let page = |f: DecisionFilter| async move {
         let rows = d.query(&f, None, 100).await.unwrap().rows;

@@ -1,5 +1,6 @@
 //! `toolgate audit verify`, `toolgate audit checkpoint`, `toolgate audit
-//! archive` and `toolgate migrate`: operate the database.
+//! archive` and `toolgate migrate`: operate the database (`toolgate audit
+//! log`, reading it, is `audit_log.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,10 @@ pub struct AuditArgs {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
+    /// Read the decision log: filtered, a page at a time (keyset paging
+    /// with --after), as a table or JSON lines; --verify checks the chain
+    /// of what it prints.
+    Log(super::audit_log::LogArgs),
     /// Recompute the decision hash chains (every stream) and report the
     /// first broken seq of each; with --checkpoints, also require every
     /// signed checkpoint to still be in its chain. With --archive, verify
@@ -87,6 +92,7 @@ enum AuditCommand {
 /// Runs `toolgate audit …`; exits 1 when any chain or checkpoint is broken.
 pub fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
     match args.command {
+        AuditCommand::Log(args) => super::audit_log::run(args),
         AuditCommand::Verify {
             archive: Some(dir),
             trust,

@@ -3,6 +3,7 @@
 pub mod approvals;
 pub mod archive;
 pub mod audit;
+pub mod audit_log;
 pub mod bundle;
 pub mod check;
 pub mod console;

@@ -3,6 +3,7 @@
 
 mod archive_cli;
 mod archive_measure;
+mod audit_log_cli;
 mod bundle_cli;
 mod closed_pipe;
 mod common;
