@@ -13,5 +13,6 @@ mod edge_refusals;
 mod fail_closed;
 mod flow_labels;
 mod intents;
+mod stop_watch;
 mod trial_modes;
 mod workspace;
