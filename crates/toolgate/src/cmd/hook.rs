@@ -60,6 +60,8 @@ struct PreToolUseArgs {
 #[derive(Debug, PartialEq)]
 struct Answer {
     allow: bool,
+    /// An allow carrying a warn-mode notice (also printed to stderr).
+    warned: bool,
     reason: String,
 }
 
@@ -67,6 +69,7 @@ impl Answer {
     fn deny(reason: impl Into<String>) -> Self {
         Self {
             allow: false,
+            warned: false,
             reason: reason.into(),
         }
     }
@@ -91,7 +94,7 @@ pub fn run(args: HookArgs) -> Result<ExitCode, CliError> {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{}", answer.to_json());
             if answer.allow {
-                if answer.reason.contains("not enforced (warn)") {
+                if answer.warned {
                     eprintln!("{}", answer.reason);
                 }
                 Ok(ExitCode::SUCCESS)
@@ -240,6 +243,7 @@ fn judge(outcome: &Outcome) -> Answer {
         // notice goes with the allow, for the agent and its operator.
         Outcome::Allowed(_) => Answer {
             allow: true,
+            warned: answer.verdict.warning.is_some(),
             reason: match &answer.verdict.warning {
                 Some(warning) => {
                     format!("toolgate: allow ({reason}, decision {decision}); {warning}")
@@ -322,7 +326,7 @@ mod tests {
     fn only_a_clear_allow_lets_the_call_run() {
         let warned = judge(&Outcome::Allowed(answer(json!({"reason": "not_enforced",
             "enforced": false, "warning": "not enforced (warn): would deny (deny_rule)"}))));
-        assert!(warned.allow);
+        assert!(warned.allow && warned.warned);
         assert!(
             warned
                 .reason
@@ -331,7 +335,7 @@ mod tests {
             warned.reason
         );
         let allow = judge(&Outcome::Allowed(answer(json!({}))));
-        assert!(allow.allow);
+        assert!(allow.allow && !allow.warned);
         assert_eq!(
             allow.to_json()["hookSpecificOutput"]["permissionDecision"],
             "allow"
