@@ -239,3 +239,53 @@ async fn an_approval_is_waited_on_within_its_tenant() {
         );
     });
 }
+
+/// An approval lapses with its TTL: an approved one not used in time lets
+/// nothing through, and a pending one is not waited on forever; the call
+/// is asked about afresh either way.
+#[tokio::test]
+async fn a_lapsed_approval_lets_nothing_through() {
+    let spec = SPEC.replace("ttlSeconds: 600", "ttlSeconds: 1");
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(&spec)).await;
+        let run = unique("run");
+        let approved = g
+            .authorize("deploy", json!({"env": "prod"}), &run)
+            .await
+            .approval_id
+            .unwrap();
+        resolve(&g, &approved, ApprovalDecision::Approved).await;
+        let pending = g
+            .authorize("deploy", json!({"env": "staging"}), &run)
+            .await
+            .approval_id
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        for (env, old) in [("prod", &approved), ("staging", &pending)] {
+            let v = g.authorize("deploy", json!({ "env": env }), &run).await;
+            assert_eq!(
+                outcome(&v),
+                (Decision::Escalate, Reason::EscalateRule),
+                "{env}"
+            );
+            let fresh = v.approval_id.unwrap();
+            assert_ne!(&fresh, old, "{env}");
+        }
+        let a = g.gate.approval(&approved, None).await.unwrap();
+        assert!(a.consumed_at.is_none());
+        let err = g
+            .store
+            .approvals()
+            .resolve(
+                &g.tenant,
+                &pending,
+                ApprovalDecision::Approved,
+                "alice",
+                None,
+                Timestamp::now(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "approval_expired");
+    });
+}

@@ -220,3 +220,44 @@ async fn an_approved_call_sets_its_labels_when_it_passes() {
         assert_eq!(outcome(&v), (Decision::Escalate, Reason::FlowEscalate));
     });
 }
+
+/// Under `scope: pod` every run of the pod shares the labels (a new run id
+/// does not shed them), another pod's runs do not; labels are kept for
+/// both the run and the pod, so a profile that changes its scope forgets
+/// nothing.
+#[tokio::test]
+async fn pod_scoped_labels_follow_the_pod_across_run_ids_and_reloads() {
+    let pod_flows = FLOWS.replace("flows:\n", "flows:\n  scope: pod\n");
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(&pod_flows)).await;
+        let other_pod = g.peer(url, Bundle::Live(&pod_flows)).await;
+        let fetched = g.authorize("fetch", page(), &unique("run")).await;
+        assert_eq!(fetched.flow_labels_set, ["untrusted"]);
+        let v = g.authorize("git.push", push(), &unique("run")).await;
+        assert_eq!(outcome(&v), (Decision::Escalate, Reason::FlowEscalate));
+        let v = other_pod
+            .authorize("git.push", push(), &unique("run"))
+            .await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+
+        // Run scope first, then pod scope: the pod kept the run's label.
+        let g = TestGate::start(url, Bundle::Live(FLOWS)).await;
+        let run = unique("run");
+        assert_eq!(
+            g.authorize("fetch", page(), &run).await.flow_labels_set,
+            ["untrusted"]
+        );
+        let fresh = unique("run");
+        let v = g.authorize("git.push", push(), &fresh).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+        g.reload(&pod_flows);
+        let v = g.authorize("git.push", push(), &fresh).await;
+        assert_eq!(outcome(&v), (Decision::Escalate, Reason::FlowEscalate));
+        // And back: the run kept its own, the fresh run has none.
+        g.reload(FLOWS);
+        let v = g.authorize("git.push", push(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Escalate, Reason::FlowEscalate));
+        let v = g.authorize("git.push", push(), &unique("run")).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+    });
+}
