@@ -2,10 +2,11 @@
 //! approver is shown as the why), the one that set a flow label, and a
 //! run's latest decisions.
 //!
-//! The decision log has no index on decision or run ids, so each read is
-//! bounded by `created_at` (the partition key on PostgreSQL): a decision is
-//! looked up at the instant it was made, which the approval row and the
-//! flow label row both hold, and a run's history within a window.
+//! The decision log is indexed by (tenant, created_at) and (tenant, run_id,
+//! created_at) (migration 0020), not by decision id, so each read is
+//! bounded by `created_at` (also the partition key on PostgreSQL): a
+//! decision is looked up at the instant it was made, which the approval row
+//! and the flow label row both hold, and a run's history within a window.
 
 use jiff::Timestamp;
 
