@@ -13,6 +13,7 @@ mod edge_refusals;
 mod fail_closed;
 mod flow_labels;
 mod intents;
+mod races;
 mod stop_watch;
 mod trial_modes;
 mod workspace;
