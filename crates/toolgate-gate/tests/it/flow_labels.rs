@@ -287,3 +287,37 @@ async fn a_call_its_budget_refuses_sets_no_label() {
         assert_eq!(status.flow_labels.map(|l| l.len()), Some(0));
     });
 }
+
+/// A label never loosens a verdict: a call the tiers deny stays denied
+/// (`deny_rule`) when a flow escalate rule selects it; and a flow deny
+/// rule binds before `allowAll`.
+#[tokio::test]
+async fn labels_only_tighten() {
+    let tiered = FLOWS.replace(
+        r#"git.push: {allow: ["*"]}"#,
+        r#"git.push: {deny: ["*force*"], allow: ["*"]}"#,
+    );
+    let allow_all = "mode: allowAll\neffects:\n  fetch: {sideEffect: NETWORK_READ, risk: low}\n  \
+                     send: {sideEffect: NETWORK_WRITE, risk: low}\negress: {allowHosts: [\"*\"]}\n\
+                     flows:\n  labels:\n    untrusted: {sideEffects: [NETWORK_READ]}\n  rules:\n    \
+                     - name: quiet\n      when: [untrusted]\n      deny: {tools: [send]}\n";
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(&tiered)).await;
+        let run = unique("run");
+        g.authorize("fetch", page(), &run).await;
+        let v = g
+            .authorize("git.push", json!({"branch": "--force"}), &run)
+            .await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::DenyRule));
+        let v = g.authorize("git.push", push(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Escalate, Reason::FlowEscalate));
+
+        let g = TestGate::start(url, Bundle::Live(allow_all)).await;
+        let run = unique("run");
+        let v = g.authorize("send", page(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::ModeAllowAll));
+        g.authorize("fetch", page(), &run).await;
+        let v = g.authorize("send", page(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::FlowRule));
+    });
+}
