@@ -74,6 +74,8 @@ struct Decided {
     approval_id: Option<String>,
     /// The labels the run carried when the call was decided (profiles with flows).
     flow: Option<FlowState>,
+    /// The labels this call sets if it passes (only an allowed call sets any).
+    labels_to_set: LabelSet,
     /// The labels this call set.
     flow_labels_set: Vec<String>,
 }
@@ -89,7 +91,7 @@ async fn authorize_call(
     let started = Instant::now();
     app.validate_call(req)?;
     let mut decided = decide(app, req, Timestamp::now(), provenance).await;
-    set_flow_labels(app, req, &mut decided, provenance).await;
+    decided.labels_to_set = labels_to_set(req, &decided, provenance);
     record(app, req, &mut decided).await?;
     remember(app, req, &decided);
     count(app, req, &decided, started);
@@ -101,27 +103,37 @@ async fn authorize_call(
     })
 }
 
-/// Sets the labels an allowed call sets on its run (or pod) before it is
-/// answered; a call whose labels cannot be stored is denied
+/// The labels an allowed call would add to its run (or pod): what it sets
+/// and the run does not carry yet. They are written only once the call
+/// passes its run's checks (cancellation, budgets), with its charge
+/// ([`record`]).
+fn labels_to_set(req: &AuthorizeRequest, d: &Decided, provenance: Option<Provenance>) -> LabelSet {
+    match (&d.flow, &d.enforced) {
+        (Some(state), Some(enforced)) if d.verdict.verdict == Decision::Allow => enforced
+            .policy
+            .flow_labels_set_by(&req.call(), provenance)
+            .minus(state.labels),
+        _ => LabelSet::EMPTY,
+    }
+}
+
+/// Writes the labels of a call that passes without a charge (no budgets),
+/// after its cancellation check; one that cannot store them is denied
 /// (`audit_unavailable`), as one that cannot be recorded is.
-async fn set_flow_labels(
-    app: &Gate,
-    req: &AuthorizeRequest,
-    d: &mut Decided,
-    provenance: Option<Provenance>,
-) {
+async fn store_labels(app: &Gate, d: &mut Decided) {
     let (Some(state), Some(enforced)) = (&d.flow, &d.enforced) else {
         return;
     };
-    if d.verdict.verdict != Decision::Allow {
+    if d.verdict.verdict != Decision::Allow || d.labels_to_set.is_empty() {
         return;
     }
-    // Nothing to store (the usual case) is no step of its own.
-    let set = enforced.policy.flow_labels_set_by(&req.call(), provenance);
-    if set.is_subset(state.labels) {
-        return;
-    }
-    let write = app.set_flow_labels(&enforced.policy, state, set, &d.decision_id, d.now);
+    let write = app.set_flow_labels(
+        &enforced.policy,
+        state,
+        d.labels_to_set,
+        &d.decision_id,
+        d.now,
+    );
     match traced("toolgate.flow.labels", write).await {
         Ok(names) => d.flow_labels_set = names,
         Err(err) => {
@@ -207,6 +219,7 @@ async fn decide(
         verdict,
         approval_id,
         flow,
+        labels_to_set: LabelSet::EMPTY,
         flow_labels_set: Vec::new(),
     }
 }
@@ -264,6 +277,16 @@ fn evaluate(
 
 /// The decision log's record of `verdict` for this call.
 fn record_of(req: &AuthorizeRequest, d: &Decided, verdict: &Verdict) -> DecisionRecord {
+    record_with_labels(req, d, verdict, &d.flow_labels_set)
+}
+
+/// [`record_of`], naming `labels` as the ones the call set.
+fn record_with_labels(
+    req: &AuthorizeRequest,
+    d: &Decided,
+    verdict: &Verdict,
+    labels: &[String],
+) -> DecisionRecord {
     DecisionRecord {
         decision_id: d.decision_id.clone(),
         run_id: req.run_id.as_str().to_owned(),
@@ -271,7 +294,7 @@ fn record_of(req: &AuthorizeRequest, d: &Decided, verdict: &Verdict) -> Decision
         tool: req.tool.to_string(),
         verdict: verdict.verdict.as_str().to_owned(),
         reason: verdict.reason.as_str().to_owned(),
-        message: record_message(verdict, &d.flow_labels_set),
+        message: record_message(verdict, labels),
         // Labels come from the profile; a very long glob must not make the
         // log refuse the record.
         matched_rule: verdict
@@ -305,7 +328,8 @@ async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(
             .map_err(|e| (e, "run not charged or decision not recorded; denying"))
     } else if high_risk {
         // Nothing to count without budgets, but a high-risk call still sees
-        // a cancellation made anywhere: one read by key before the append.
+        // a cancellation made anywhere: one read by key before the append,
+        // and before it labels the run.
         if d.verdict.verdict == Decision::Allow {
             refuse_if_cancelled(
                 app,
@@ -315,6 +339,7 @@ async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(
             )
             .await;
         }
+        store_labels(app, d).await;
         let decisions = app.store.decisions();
         let append = decisions.append(&app.tenant, &app.stream, record_of(req, d, &d.verdict));
         traced("toolgate.decision.append", append)
@@ -322,6 +347,7 @@ async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(
             .map(|_| ())
             .map_err(|e| (e, "high-risk decision not recorded; denying"))
     } else {
+        store_labels(app, d).await;
         Ok(())
     };
     if let Err((err, what)) = durable {
@@ -347,28 +373,71 @@ async fn charge(
 ) -> Result<(), toolgate_store::StoreError> {
     let runs = app.store.runs();
     let caller = app.caller(d.enforced.as_deref());
-    let admission = if high_risk {
-        let d = &*d;
-        runs.admit_and_record(
-            caller,
-            &app.stream,
-            &req.run_id,
-            true,
-            &d.limits,
-            d.now,
-            |a| {
+    let (admission, labelled) =
+        {
+            let d = &*d;
+            // The labels go in with the charge, and only when the call passes
+            // with the run's answer (in a trial mode an over-budget call still
+            // runs, and labels its run).
+            let names: Vec<&str> = match (&d.flow, &d.enforced) {
+                (Some(_), Some(e)) if d.verdict.verdict == Decision::Allow => {
+                    e.policy.flow_label_names(d.labels_to_set)
+                }
+                _ => Vec::new(),
+            };
+            let labels = d.flow.as_ref().filter(|_| !names.is_empty()).map(|s| {
+                toolgate_store::LabelsOnPass {
+                    scope: s.scope,
+                    subject: &s.subject,
+                    other: (s.other.0, &s.other.1),
+                    names: &names,
+                    decision_id: &d.decision_id,
+                }
+            });
+            let passes = |a: &toolgate_store::Admission| {
                 let mut answered = d.verdict.clone();
                 crate::runs::apply_admission(&mut answered, a, d.mode);
-                record_of(req, d, &answered)
-            },
-        )
-        .await?
-        .0
-    } else {
-        runs.admit(caller, &req.run_id, false, &d.limits, d.now)
-            .await?
-    };
+                answered.verdict == Decision::Allow
+            };
+            let (admission, added) = if high_risk {
+                let mut written = Vec::new();
+                let (admission, _) = runs
+                    .admit_and_record(
+                        caller,
+                        &app.stream,
+                        &req.run_id,
+                        true,
+                        &d.limits,
+                        d.now,
+                        labels
+                            .as_ref()
+                            .map(|l| (l, &passes as &(dyn Fn(&_) -> bool + Sync))),
+                        |a, added| {
+                            written = added.to_vec();
+                            let mut answered = d.verdict.clone();
+                            crate::runs::apply_admission(&mut answered, a, d.mode);
+                            record_with_labels(req, d, &answered, added)
+                        },
+                    )
+                    .await?;
+                (admission, written)
+            } else if let Some(l) = &labels {
+                runs.admit_labelled(caller, &req.run_id, false, &d.limits, d.now, l, passes)
+                    .await?
+            } else {
+                let admission = runs
+                    .admit(caller, &req.run_id, false, &d.limits, d.now)
+                    .await?;
+                (admission, Vec::new())
+            };
+            let passed = labels.is_some() && passes(&admission);
+            (admission, passed.then_some(added))
+        };
     apply_run_answer(app, &req.run_id, &admission, &mut d.verdict, d.mode);
+    if let (Some(added), Some(state), Some(enforced)) = (labelled, &d.flow, &d.enforced) {
+        app.learned_labels(&enforced.policy, state, d.labels_to_set);
+        d.flow_labels_set = added;
+    }
     Ok(())
 }
 

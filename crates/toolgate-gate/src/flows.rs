@@ -175,4 +175,12 @@ impl Gate {
         // Labels another sidecar set first are not this call's to claim.
         Ok(added)
     }
+
+    /// Remembers that `state`'s subject now carries `set` (written with a
+    /// call's charge), so later calls skip writing them again.
+    pub(crate) fn learned_labels(&self, policy: &CompiledPolicy, state: &FlowState, set: LabelSet) {
+        let names = policy.flow_label_names(set);
+        self.known_labels
+            .add((state.scope, state.subject.clone()), names.iter().copied());
+    }
 }

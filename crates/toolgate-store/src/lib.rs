@@ -58,7 +58,7 @@ pub(crate) use fields::{
     duration_ms, new_id, opt_ts_from_ms, parse_json, require, require_opt, require_run_id,
     ts_from_ms,
 };
-pub use flows::{FlowLabel, FlowLabels};
+pub use flows::{FlowLabel, FlowLabels, LabelsOnPass};
 pub use heartbeats::{Heartbeat, Heartbeats};
 pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
@@ -67,7 +67,7 @@ pub use mcp_tasks::{FORWARD_INTERRUPTED, McpTask, McpTaskState, McpTasks, NewMcp
 pub use notifications::{ApprovalEvent, Delivery, Notifications};
 pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
 pub use runs::{
-    Admission, Budget, Caller, Cancellation, PodLimits, RunLimits, RunState, Runs,
+    Admission, Budget, Caller, Cancellation, LabelsIfPassing, PodLimits, RunLimits, RunState, Runs,
     ScopeCancellation, Stopped, Stops,
 };
 pub use tenancy::TenantCredentials;

@@ -14,6 +14,14 @@ use serde::{Deserialize, Serialize};
 use toolgate_policy::RunId;
 
 use crate::decisions::{ChainedDecision, DecisionRecord};
+use crate::flows::LabelsOnPass;
+
+/// Labels to write with a charge, and whether the call passes with the
+/// run's answer (only then are they written).
+pub type LabelsIfPassing<'a> = (
+    &'a LabelsOnPass<'a>,
+    &'a (dyn Fn(&Admission) -> bool + Sync),
+);
 use crate::intents::{IntentRow, PendingIntent, ResumeClass};
 use crate::{BeginWrite, Result, Store, StoreError, on_pool, opt_ts_from_ms, require};
 
@@ -307,6 +315,40 @@ impl Runs<'_> {
         }))
     }
 
+    /// [`Runs::admit`], and when `passes` says the call goes through with
+    /// that answer, its flow labels in the same transaction: a call its
+    /// run refused (cancelled, over budget) never labels the run. Returns
+    /// the admission and the labels the call added.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn admit_labelled<'c>(
+        &self,
+        caller: impl Into<Caller<'c>>,
+        run_id: &RunId,
+        high_risk: bool,
+        limits: &RunLimits,
+        now: Timestamp,
+        labels: &LabelsOnPass<'_>,
+        passes: impl FnOnce(&Admission) -> bool,
+    ) -> Result<(Admission, Vec<String>)> {
+        let caller = caller.into();
+        caller.check()?;
+        labels.check()?;
+        let run_id = run_id.as_str();
+        self.store.check_file()?;
+        let now = now.as_millisecond();
+        Ok(on_pool!(self.store, pool => {
+            let mut tx = pool.begin_write().await?;
+            let admission = charge_in!(tx, &caller, run_id, high_risk, limits, now);
+            let added = if passes(&admission) {
+                crate::flows::write_labels_in!(tx, caller.tenant, labels, now)
+            } else {
+                Vec::new()
+            };
+            tx.commit().await?;
+            (admission, added)
+        }))
+    }
+
     /// What charging one call would answer now, without charging it: the
     /// refusal a charge would meet ([`Admission::Cancelled`] or
     /// [`Admission::Exhausted`]), or `None` when it would be counted (a run
@@ -355,6 +397,9 @@ impl Runs<'_> {
     /// [`Runs::admit`] and the decision record in one transaction: the
     /// record `decide` builds for the admission's outcome is appended to the
     /// chain of (`tenant`, `stream`), or neither the charge nor the record is kept.
+    /// With `labels`, the call's flow labels are written in the same
+    /// transaction when their predicate says the call passes with that
+    /// admission; `decide` is told which labels the call added.
     // One call on the sidecar's hot path, every argument a plain value the
     // handler has at hand; a parameter struct would only be built and
     // destructured again.
@@ -367,10 +412,14 @@ impl Runs<'_> {
         high_risk: bool,
         limits: &RunLimits,
         now: Timestamp,
-        decide: impl FnOnce(&Admission) -> DecisionRecord,
+        labels: Option<LabelsIfPassing<'_>>,
+        decide: impl FnOnce(&Admission, &[String]) -> DecisionRecord,
     ) -> Result<(Admission, ChainedDecision)> {
         let caller = caller.into();
         caller.check()?;
+        if let Some((labels, _)) = labels {
+            labels.check()?;
+        }
         let tenant = caller.tenant;
         let run_id = run_id.as_str();
         self.store.check_file()?;
@@ -385,7 +434,13 @@ impl Runs<'_> {
                 head.take();
                 let mut tx = pool.begin_write().await?;
                 let admission = charge_in!(tx, &caller, run_id, high_risk, limits, now_ms);
-                let record = crate::decisions::prepared(decide(&admission))?;
+                let added = match labels {
+                    Some((labels, passes)) if passes(&admission) => {
+                        crate::flows::write_labels_in!(tx, tenant, labels, now_ms)
+                    }
+                    _ => Vec::new(),
+                };
+                let record = crate::decisions::prepared(decide(&admission, &added))?;
                 let chained =
                     crate::decisions::append_pg_in(&mut tx, path, tenant, stream, record).await?;
                 tx.commit().await?;
@@ -395,7 +450,13 @@ impl Runs<'_> {
             crate::Backend::Sqlite(pool) => {
                 let mut tx = pool.begin_write().await?;
                 let admission = charge_in!(tx, &caller, run_id, high_risk, limits, now_ms);
-                let record = crate::decisions::prepared(decide(&admission))?;
+                let added = match labels {
+                    Some((labels, passes)) if passes(&admission) => {
+                        crate::flows::write_labels_in!(tx, tenant, labels, now_ms)
+                    }
+                    _ => Vec::new(),
+                };
+                let record = crate::decisions::prepared(decide(&admission, &added))?;
                 let mut chained =
                     crate::decisions::append_sqlite_in(&mut tx, tenant, stream, vec![record])
                         .await?;

@@ -267,7 +267,6 @@ async fn pod_scoped_labels_follow_the_pod_across_run_ids_and_reloads() {
 /// says which budget refused it (#47 item 3: labels written with the
 /// charge, after the budget and cancellation checks).
 #[tokio::test]
-#[ignore = "bug (#47 item 3; docs/policy.md still describes it): labels are written before the charge, so a budget-refused call labels the run and its record loses the budget message"]
 async fn a_call_its_budget_refuses_sets_no_label() {
     let spec = format!("{FLOWS}budgets: {{maxCallsPerRun: 1}}\n");
     each_backend!(|url| {
@@ -284,6 +283,35 @@ async fn a_call_its_budget_refuses_sets_no_label() {
         );
         assert!(v.flow_labels_set.is_empty(), "{:?}", v.flow_labels_set);
         let status = g.gate.run_status(&run_id(&run)).await.unwrap();
+        assert_eq!(status.flow_labels.map(|l| l.len()), Some(0));
+    });
+}
+
+/// A high-risk call whose run was cancelled on another sidecar is refused
+/// before it labels the run (the cancellation is read before the append,
+/// and the labels after it).
+#[tokio::test]
+async fn a_call_its_cancelled_run_refuses_sets_no_label() {
+    let spec = FLOWS.replace(
+        "fetch: {sideEffect: NETWORK_READ, risk: low}",
+        "fetch: {sideEffect: NETWORK_READ, risk: high}",
+    );
+    assert_ne!(spec, FLOWS);
+    each_backend!(|url| {
+        let one = TestGate::start(url, Bundle::Live(&spec)).await;
+        let two = one.peer(url, Bundle::Live(&spec)).await;
+        let run = unique("run");
+        two.gate
+            .cancel_run(
+                &run_id(&run),
+                &toolgate_gate::runs::CancelRequest::default(),
+            )
+            .await
+            .unwrap();
+        let v = one.authorize("fetch", page(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::RunCancelled));
+        assert!(v.flow_labels_set.is_empty(), "{:?}", v.flow_labels_set);
+        let status = one.gate.run_status(&run_id(&run)).await.unwrap();
         assert_eq!(status.flow_labels.map(|l| l.len()), Some(0));
     });
 }

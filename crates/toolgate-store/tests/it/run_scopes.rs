@@ -133,7 +133,8 @@ both_backends!(
                 true,
                 &none,
                 Timestamp::now(),
-                |_| record(1),
+                None,
+                |_, _| record(1),
             )
             .await
             .unwrap();

@@ -273,10 +273,19 @@ both_backends!(admission_and_record_commit_together, |db| {
     let runs = db.store.runs();
     let run = unique("run");
     let (admission, chained) = runs
-        .admit_and_record("acme", S, &rid(&run), true, &CALLS, Timestamp::now(), |a| {
-            assert!(a.is_admitted());
-            record(&run, "allow", "allow_rule")
-        })
+        .admit_and_record(
+            "acme",
+            S,
+            &rid(&run),
+            true,
+            &CALLS,
+            Timestamp::now(),
+            None,
+            |a, _| {
+                assert!(a.is_admitted());
+                record(&run, "allow", "allow_rule")
+            },
+        )
         .await
         .unwrap();
     assert!(admission.is_admitted());
@@ -290,7 +299,8 @@ both_backends!(admission_and_record_commit_together, |db| {
             true,
             &CALLS,
             Timestamp::now(),
-            |a| match a {
+            None,
+            |a, _| match a {
                 Admission::Exhausted { .. } => record(&run, "deny", "budget_exhausted"),
                 other => panic!("{other:?}"),
             },
@@ -308,7 +318,8 @@ both_backends!(admission_and_record_commit_together, |db| {
             false,
             &CALLS,
             Timestamp::now(),
-            |_| {
+            None,
+            |_, _| {
                 let mut r = record(&run, "allow", "allow_rule");
                 r.tool = String::new();
                 r

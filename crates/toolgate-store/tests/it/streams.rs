@@ -565,7 +565,8 @@ async fn postgres_writers_of_one_stream_recover_from_a_stale_head() {
             true,
             &limits,
             jiff::Timestamp::now(),
-            |_| record(20),
+            None,
+            |_, _| record(20),
         )
         .await
         .unwrap();

@@ -410,7 +410,8 @@ async fn a_tenants_charged_call_continues_its_streams_head() {
             true,
             &toolgate_store::RunLimits::default(),
             Timestamp::now(),
-            |_| record(40),
+            None,
+            |_, _| record(40),
         )
         .await
         .unwrap();
