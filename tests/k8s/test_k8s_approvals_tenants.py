@@ -114,6 +114,15 @@ def test_requests_come_from_the_controller_and_speak_only_at_home(kube, cluster)
     # An administrator (every RBAC right) still may not create a request.
     out = kube.create(_request("gold-0", gold, version, gold, preview="ls"), check=False)
     assert out.returncode != 0 and "request_not_from_controller" in out.stderr, out.stderr
+    # Nor a standing grant squatting a pending approval's name: an approver's
+    # `kubectl toolgate approve apr-<id>` would activate it instead.
+    squat = {"apiVersion": "toolgate.dev/v1alpha1", "kind": "Approval",
+             "metadata": {"name": "apr-gold-1", "namespace": gold},
+             "spec": {"grant": {"profile": "coding", "tool": "bash", "glob": "*", "subjects": ["*"],
+                                "expiresAt": "2099-01-01T00:00:00Z"}}}
+    out = kube.create(squat, check=False)
+    assert out.returncode != 0 and "request_not_from_controller" in out.stderr, out.stderr
+    kube.create({**squat, "metadata": {"name": "grant-bash", "namespace": gold}})
 
     # A request at home whose preview is not its row's (made as the
     # controller to get past admission, before the mirror's own copy: the

@@ -111,6 +111,11 @@ pub fn is_object_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 253 && name.split('.').all(label_chars)
 }
 
+/// The prefix of every mirrored request's name: reserved for the
+/// controller (the webhook refuses anyone else's Approval named so, which
+/// could otherwise squat a pending approval's name).
+pub const APPROVAL_NAME_PREFIX: &str = "apr-";
+
 /// Object name for database approval `id`: `apr-` + the id lowercased,
 /// every character outside `[a-z0-9-]` replaced by `-`; when that loses
 /// information, a short hash of the original id keeps names distinct.
@@ -121,9 +126,9 @@ pub fn approval_name(id: &str) -> String {
     clean.truncate(200);
     let clean = clean.trim_end_matches('-');
     if lossy {
-        format!("apr-{clean}-{}", &sha256_hex(id)[..8]).replace("--", "-")
+        format!("{APPROVAL_NAME_PREFIX}{clean}-{}", &sha256_hex(id)[..8]).replace("--", "-")
     } else {
-        format!("apr-{clean}")
+        format!("{APPROVAL_NAME_PREFIX}{clean}")
     }
 }
 

@@ -63,11 +63,12 @@ pub enum WebhookError {
         /// What failed.
         message: String,
     },
-    /// A request Approval created by someone other than the controller: only
-    /// the controller mirrors database rows, so a request object from anyone
-    /// else could only show approvers a call other than the one waiting.
+    /// A request Approval, or any Approval named with the mirror's `apr-`
+    /// prefix, created by someone other than the controller: only the
+    /// controller mirrors database rows, so such an object from anyone else
+    /// could only show approvers something other than the call waiting.
     #[error(
-        "spec.request: request Approvals are created by the controller ({controller}) only, not by {writer}"
+        "spec.request: request Approvals (and the names apr-*) are created by the controller ({controller}) only, not by {writer}"
     )]
     RequestNotFromController {
         /// Who tried.

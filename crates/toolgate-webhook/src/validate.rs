@@ -82,11 +82,14 @@ pub fn approval(request: &AdmissionRequest) -> Result<(), WebhookError> {
     Ok(validate_approval(old.as_ref(), &new, Some(&writer))?)
 }
 
-/// Refuses the CREATE of a request Approval by anyone but `controller`
-/// (the username the controller authenticates as; `None`: not configured,
+/// Refuses the CREATE of a request Approval, or of any Approval whose name
+/// takes the mirror's prefix (`apr-`), by anyone but `controller` (the
+/// username the controller authenticates as; `None`: not configured,
 /// anyone RBAC lets create). A request mirrors a database row, and only the
 /// controller reads rows: an object made by anyone else could show an
-/// approver a harmless call while naming a dangerous one's id.
+/// approver a harmless call while naming a dangerous one's id, or — a
+/// standing grant squatting `apr-<id>` — turn the approver's "approve" of
+/// one call into a standing permission.
 pub fn request_creator(
     request: &AdmissionRequest,
     controller: Option<&str>,
@@ -94,13 +97,26 @@ pub fn request_creator(
     let Some(controller) = controller else {
         return Ok(());
     };
-    let is_request = request
-        .object
-        .as_ref()
+    if request.operation != "CREATE" {
+        return Ok(());
+    }
+    let object = request.object.as_ref();
+    let is_request = object
         .and_then(|o| o.get("spec"))
         .and_then(|s| s.get("request"))
         .is_some_and(|r| !r.is_null());
-    if request.operation != "CREATE" || !is_request {
+    let metadata = object.and_then(|o| o.get("metadata"));
+    let reserved = [
+        request.name.as_deref(),
+        metadata.and_then(|m| m.get("name")).and_then(Value::as_str),
+        metadata
+            .and_then(|m| m.get("generateName"))
+            .and_then(Value::as_str),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|name| name.starts_with(toolgate_k8s::names::APPROVAL_NAME_PREFIX));
+    if !is_request && !reserved {
         return Ok(());
     }
     let writer = request

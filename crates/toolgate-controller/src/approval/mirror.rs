@@ -2,7 +2,7 @@
 //! objects follow rows resolved elsewhere, finished objects are deleted
 //! after their retention.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use kube::ResourceExt;
@@ -60,20 +60,45 @@ async fn mirror(
         .iter()
         .map(|r| (r.tenant.as_str(), r.id.as_str()))
         .collect();
-    // Every (namespace, name) an object is known at, including the ones
-    // created by this pass (the cache does not have them yet).
-    let mut present: HashSet<(String, String)> = existing
+    // What each cached (namespace, name) holds: the request of which row,
+    // or `None` for anything else (a standing grant, say).
+    let cached: HashMap<(String, String), Option<(&str, &str)>> = existing
         .iter()
-        .filter_map(|a| Some((a.namespace()?, a.name_any())))
+        .filter_map(|a| {
+            let held = a
+                .spec
+                .request
+                .as_ref()
+                .map(|r| (r.tenant.as_str(), r.approval_id.as_str()));
+            Some(((a.namespace()?, a.name_any()), held))
+        })
         .collect();
+    // The genuine copies at home, including the ones created by this pass
+    // (the cache does not have them yet).
+    let mut present: HashSet<(String, String)> = HashSet::new();
 
     let mut unmirrored = HashSet::new();
     for row in &pending {
         let home = placement.home(&row.tenant);
         let mut obj = object_for(row, home);
         let key = (home.to_owned(), obj.name_any());
-        if present.contains(&key) {
-            continue;
+        match cached.get(&key) {
+            Some(Some((tenant, id))) if *tenant == row.tenant && *id == row.id => {
+                present.insert(key);
+                continue;
+            }
+            // The name is taken by something that is not this row's
+            // request (anyone who may write grants in a tenant namespace
+            // could squat `apr-<id>` before the mirror): never answered
+            // through it, never counted as mirrored.
+            Some(_) => {
+                if ctx.first_unmirrored(&row.id) {
+                    tracing::warn!(approval = %row.id, tenant = %row.tenant, namespace = %home, name = %key.1, "the Approval name is taken by an object that is not this approval's request");
+                }
+                unmirrored.insert(row.id.clone());
+                continue;
+            }
+            None => {}
         }
         // The why is part of the immutable request: wait a little for the
         // escalating decision's record rather than create the object without.
@@ -108,9 +133,9 @@ async fn mirror(
                 ctx.apply_status(&created, &status).await?;
                 tracing::info!(approval = %row.id, tenant = %row.tenant, namespace = %home, tool = %row.tool, "mirrored pending approval");
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                present.insert(key);
-            }
+            // Made meanwhile (by a pass the cache has not caught up with,
+            // or by someone else): the next pass sees what it is.
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
             // One tenant's missing namespace or RBAC must not hold back the
             // others: the row stays pending (answerable with the CLI) and is
             // tried again next pass.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::approvals::{
-    FLOW_RULE, POLICY_VERSION, TEAM_A_PROFILE, as_object, decided, pending_row, record_version,
+    FLOW_RULE, POLICY_VERSION, TEAM_A_PROFILE, as_object, decided, grant, pending_row,
+    record_version,
 };
 use crate::common::*;
 use http::Method;
@@ -489,4 +490,36 @@ async fn undecided_requests_move_out_of_the_old_queue() {
     )
     .await
     .unwrap();
+}
+
+/// A standing grant squatting a pending approval's name at home is not
+/// its mirror: nothing is created over it, the old queue's genuine request
+/// is not deleted for it, and the approval counts as unmirrored.
+#[tokio::test]
+async fn a_squatted_name_is_not_a_mirror() {
+    let store = store().await;
+    let row = pending_row(&store, Duration::from_secs(900)).await;
+    let name = approval::approval_name(&row.id);
+    let mut squatter: Approval =
+        serde_json::from_value(grant(&name, None, "2099-01-01T00:00:00Z")).unwrap();
+    squatter.metadata.namespace = Some("team-a".into());
+    let old: Approval = serde_json::from_value(as_object(&approval::object_for(&row, NS))).unwrap();
+    let existing = [Arc::new(squatter), Arc::new(old)];
+    let (client, _server) = mock_client();
+    let ctx = context_placed(
+        client,
+        store.clone(),
+        jiff::Timestamp::now(),
+        approval::Placement::per_tenant(NS),
+    );
+    // No request reaches the API server: the mock would time out answering.
+    let report = run(approval::sync_once(&ctx, &existing, &[]), async {})
+        .await
+        .unwrap();
+    assert_eq!((report.created, report.moved), (0, 0));
+    let metrics = ctx.metrics.render();
+    assert!(
+        metrics.contains("toolgate_approvals_unmirrored 1"),
+        "{metrics}"
+    );
 }

@@ -252,15 +252,39 @@ async fn only_the_controller_creates_requests() {
     let response = review(&mut client, "/validate-approvals", &mirrored).await;
     assert_eq!(response["allowed"], true, "{response}");
 
+    // A standing grant is people's to write, under any name but the
+    // mirror's: one squatting `apr-<id>` would turn an approver's "approve
+    // apr-<id>" of one call into a standing permission.
     let mut grant = create.clone();
     let spec = grant["request"]["object"]["spec"].as_object_mut().unwrap();
     spec.remove("request");
     spec.insert(
         "grant".into(),
-        json!({"profile": "baseline", "tool": "bash", "glob": "git *",
+        json!({"profile": "baseline", "tool": "bash", "glob": "*",
                "expiresAt": "2030-01-02T00:00:00Z"}),
     );
+    assert!(
+        grant["request"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("apr-")),
+        "{grant}"
+    );
     let response = review(&mut client, "/validate-approvals", &grant).await;
-    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["reason"], "request_not_from_controller");
+    for (name, generate) in [("grant-bash", None), ("", Some("apr-"))] {
+        let mut named = grant.clone();
+        named["request"]["name"] = json!(name);
+        named["request"]["object"]["metadata"]["name"] = json!(name);
+        if let Some(prefix) = generate {
+            named["request"]["object"]["metadata"]["generateName"] = json!(prefix);
+        }
+        let response = review(&mut client, "/validate-approvals", &named).await;
+        assert_eq!(
+            response["allowed"],
+            generate.is_none(),
+            "{name:?} {generate:?}: {response}"
+        );
+    }
     server.stop().await;
 }
