@@ -77,7 +77,7 @@ impl Client {
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             http: build(timeout)?,
-            poll: build(timeout + Duration::from_secs(MAX_WAIT_SECONDS))?,
+            poll: build(timeout.saturating_add(Duration::from_secs(MAX_WAIT_SECONDS)))?,
             per_request: None,
         })
     }
@@ -141,7 +141,11 @@ impl Client {
         id: &str,
         total_wait: Duration,
     ) -> Result<ApprovalStatus, ClientError> {
-        let deadline = tokio::time::Instant::now() + total_wait;
+        // A wait too long to represent is as good as forever.
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(total_wait)
+            .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let status = self.approval(id, left).await?;

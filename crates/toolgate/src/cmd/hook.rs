@@ -90,16 +90,20 @@ impl Answer {
 pub fn run(args: HookArgs) -> Result<ExitCode, CliError> {
     match args.command {
         HookCommand::PreToolUse(args) => {
-            let answer = pre_tool_use(&args);
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{}", answer.to_json());
+            // A hook that fails any other way than exit 2 lets the tool run
+            // (runners treat other codes as non-blocking errors): a panic
+            // blocks too.
+            let answer = std::panic::catch_unwind(|| pre_tool_use(&args)).unwrap_or_else(|_| {
+                Answer::deny("toolgate hook failed unexpectedly; blocking the call")
+            });
+            let _ = writeln!(std::io::stdout().lock(), "{}", answer.to_json());
             if answer.allow {
                 if answer.warned {
-                    eprintln!("{}", answer.reason);
+                    let _ = writeln!(std::io::stderr(), "{}", answer.reason);
                 }
                 Ok(ExitCode::SUCCESS)
             } else {
-                eprintln!("{}", answer.reason);
+                let _ = writeln!(std::io::stderr(), "{}", answer.reason);
                 Ok(ExitCode::from(2))
             }
         }

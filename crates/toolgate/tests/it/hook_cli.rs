@@ -231,6 +231,15 @@ fn without_a_reachable_sidecar_the_hook_fails_closed() {
         let (code, out, _) = hook(Some(&closed), garbage, &[]);
         assert_eq!((code, decision(&out)), (2, "deny"), "{out}");
     }
+    // Limits too large to add up (they once overflowed into a panic, exit
+    // 101, which hook runners do not treat as a block) still block.
+    let huge = u64::MAX.to_string();
+    let (code, out, _) = hook(
+        Some(&closed),
+        &hook_input("git status", "s"),
+        &["--timeout", &huge, "--approval-wait", &huge],
+    );
+    assert_eq!((code, decision(&out)), (2, "deny"), "{out}");
 }
 
 #[test]
