@@ -430,11 +430,15 @@ async fn charge(
                     .await?;
                 (admission, Vec::new())
             };
-            let passed = labels.is_some() && passes(&admission);
-            (admission, passed.then_some(added))
+            (admission, labels.is_some().then_some(added))
         };
     apply_run_answer(app, &req.run_id, &admission, &mut d.verdict, d.mode);
-    if let (Some(added), Some(state), Some(enforced)) = (labelled, &d.flow, &d.enforced) {
+    // The run's answer applied is what `passes` judged in the transaction:
+    // an allow now means the labels were written.
+    let passed = d.verdict.verdict == Decision::Allow;
+    if let (Some(added), Some(state), Some(enforced), true) =
+        (labelled, &d.flow, &d.enforced, passed)
+    {
         app.learned_labels(&enforced.policy, state, d.labels_to_set);
         d.flow_labels_set = added;
     }
