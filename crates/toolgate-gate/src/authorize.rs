@@ -394,11 +394,14 @@ async fn charge(
                     decision_id: &d.decision_id,
                 }
             });
-            let passes = |a: &toolgate_store::Admission| {
+            // The verdict as the run's answer leaves it: what the record
+            // says, and whether the call passes (and labels its run).
+            let answered = |a: &toolgate_store::Admission| {
                 let mut answered = d.verdict.clone();
                 crate::runs::apply_admission(&mut answered, a, d.mode);
-                answered.verdict == Decision::Allow
+                answered
             };
+            let passes = |a: &toolgate_store::Admission| answered(a).verdict == Decision::Allow;
             let (admission, added) = if high_risk {
                 let mut written = Vec::new();
                 let (admission, _) = runs
@@ -414,9 +417,7 @@ async fn charge(
                             .map(|l| (l, &passes as &(dyn Fn(&_) -> bool + Sync))),
                         |a, added| {
                             written = added.to_vec();
-                            let mut answered = d.verdict.clone();
-                            crate::runs::apply_admission(&mut answered, a, d.mode);
-                            record_with_labels(req, d, &answered, added)
+                            record_with_labels(req, d, &answered(a), added)
                         },
                     )
                     .await?;
