@@ -18,8 +18,8 @@ use toolgate_policy::Reason;
 use crate::definition::EdgeProblem;
 use crate::edges::EdgeRefusal;
 use crate::gateway::{Decider, Gateway, Refusal};
+use crate::in_flight::Awaiting;
 use crate::message;
-use crate::relay::{Awaiting, ID_PREFIX, InFlight};
 use crate::tasks::{self, DeferredCall};
 
 /// How long one wait on the approval lasts before the task is looked at
@@ -148,24 +148,12 @@ impl<D: Decider> Gateway<D> {
         }
         let mut message = call.message;
         tasks::strip_declaration(&mut message);
-        let ours = format!("{ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
-        let original = message["id"].take();
-        message["id"] = Value::String(ours.clone());
+        let awaiting = Awaiting::Task {
+            task: call.task,
+            intent,
+        };
         self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                ours,
-                InFlight {
-                    original,
-                    awaiting: Awaiting::Task {
-                        task: call.task,
-                        intent,
-                    },
-                    run_id: call.run_id,
-                    session: None,
-                },
-            );
+            .forward(&mut message, awaiting, &call.run_id, None);
         Some(message)
     }
 

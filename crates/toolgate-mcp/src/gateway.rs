@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use crate::McpError;
 use crate::definition::Definition;
 use crate::edges::EdgeRefusal;
+use crate::in_flight::InFlight;
 use crate::message;
 use crate::tasks::TaskBook;
 
@@ -145,9 +146,8 @@ pub struct Gateway<D> {
     decider: D,
     /// What the last `tools/list` announced, by MCP tool name.
     definitions: Mutex<HashMap<String, Definition>>,
-    /// Requests forwarded under the gateway's own ids, awaiting answers
-    /// (see [`crate::relay`]).
-    pub(crate) in_flight: Mutex<HashMap<String, crate::relay::InFlight>>,
+    /// Requests forwarded under the gateway's own ids, awaiting answers.
+    pub(crate) in_flight: InFlight,
     /// Names announced in the current listing (its pages so far).
     listing: Mutex<HashSet<String>>,
     /// The server answered `server/discover` (protocol 2026-07-28).
@@ -167,7 +167,7 @@ impl<D: Decider> Gateway<D> {
             approval_wait,
             decider,
             definitions: Mutex::new(HashMap::new()),
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: InFlight::default(),
             listing: Mutex::new(HashSet::new()),
             modern_server: std::sync::atomic::AtomicBool::new(false),
             tasks: TaskBook::default(),

@@ -29,6 +29,17 @@
 //!
 //! Fails closed: a call the sidecar cannot be asked about is refused, never
 //! forwarded.
+//!
+//! Modules depend one way. [`gateway`] holds the decisions; [`relay`] (and
+//! the deferred-call path) drive them and never the reverse. The requests
+//! forwarded under the gateway's ids are one type's, `in_flight::InFlight`:
+//!
+//! ```text
+//! before: gateway ⇄ relay   (Gateway's map held relay::InFlight; relay and
+//!                            deferred each inserted into it by hand)
+//! after:  relay, deferred → gateway → in_flight
+//!         relay, deferred → in_flight (forward, take, named_by)
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -37,6 +48,7 @@ mod deferred;
 mod definition;
 pub mod edges;
 pub mod gateway;
+mod in_flight;
 pub mod kept;
 pub mod message;
 pub mod param_headers;

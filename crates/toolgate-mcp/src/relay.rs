@@ -26,6 +26,7 @@ use toolgate_policy::{Reason, RunId};
 
 use crate::edges::EdgeRefusal;
 use crate::gateway::{CallOutcome, Decider, Gateway};
+use crate::in_flight::Awaiting;
 use crate::message::{self, FromClient};
 use crate::protocol;
 use crate::tasks::{self, DeferredCall};
@@ -37,9 +38,6 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// JSON-RPC error code of an answer that asks the client to open a URL
 /// (protocol 2025-11-25's URL elicitation).
 const URL_ELICITATION_REQUIRED: i64 = -32042;
-
-/// Prefix of the ids the gateway forwards requests under.
-pub(crate) const ID_PREFIX: &str = "toolgate-";
 
 /// Where a message of the client travels.
 #[derive(Debug, Clone, Copy)]
@@ -106,37 +104,6 @@ pub enum ServerStep {
     Kept,
 }
 
-/// What a forwarded request's answer must go through.
-#[derive(Debug, Clone)]
-pub(crate) enum Awaiting {
-    /// `tools/list`: filtered by the profile; `first_page`: asked without
-    /// a cursor, so a new listing starts.
-    List { first_page: bool },
-    /// `tools/call`: closes the intent of an allowed high-risk call.
-    Call { intent: Option<String> },
-    /// `server/discover`: a result means protocol 2026-07-28.
-    Discover,
-    /// A deferred call, sent after its approval: its answer ends `task`
-    /// (and closes `intent`).
-    Task {
-        task: String,
-        intent: Option<String>,
-    },
-    /// Anything else: only its id is restored.
-    Plain,
-}
-
-/// One request forwarded under the gateway's id.
-#[derive(Debug, Clone)]
-pub(crate) struct InFlight {
-    pub(crate) original: Value,
-    pub(crate) awaiting: Awaiting,
-    /// The run and MCP session of the request, so a cancellation names
-    /// only a request of its own.
-    pub(crate) run_id: RunId,
-    pub(crate) session: Option<String>,
-}
-
 /// The part of a message read when the whole of it cannot be: to whom an
 /// unreadable answer was addressed. Other members are skipped unparsed.
 #[derive(Deserialize)]
@@ -149,10 +116,6 @@ impl<D: Decider> Gateway<D> {
     /// then gets protocol 2026-07-28 refusals).
     pub fn server_is_modern(&self) -> bool {
         self.modern_server.load(Ordering::Relaxed)
-    }
-
-    fn in_flight(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, InFlight>> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Decides one message of the client (a JSON object) on `route`.
@@ -299,21 +262,9 @@ impl<D: Decider> Gateway<D> {
                 };
             }
         };
-        // Random, so no one stream's server (or client) can guess the id of
-        // a request in flight on another.
-        let ours = format!("{ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
-        let original = message["id"].take();
-        message["id"] = Value::String(ours.clone());
-        let session = route.session.map(str::to_owned);
-        self.in_flight().insert(
-            ours.clone(),
-            InFlight {
-                original,
-                awaiting,
-                run_id: run_id.clone(),
-                session,
-            },
-        );
+        let ours = self
+            .in_flight
+            .forward(&mut message, awaiting, run_id, route.session);
         ClientStep::Forward {
             message,
             request: Some(ours),
@@ -331,17 +282,7 @@ impl<D: Decider> Gateway<D> {
         let Some(named) = message.pointer("/params/requestId") else {
             return false;
         };
-        let ours = self
-            .in_flight()
-            .iter()
-            .find(|(_, f)| {
-                &f.original == named
-                    && &f.run_id == route.run_id
-                    && f.session.as_deref() == route.session
-                    && !matches!(f.awaiting, Awaiting::Task { .. })
-            })
-            .map(|(k, _)| k.clone());
-        match ours {
+        match self.in_flight.named_by(named, route.run_id, route.session) {
             Some(ours) => {
                 message["params"]["requestId"] = Value::String(ours);
                 true
@@ -354,7 +295,7 @@ impl<D: Decider> Gateway<D> {
     /// ended, the upstream failed); returns the client's id for it, to
     /// answer with an error, or `None` when it was already answered.
     pub fn abandon(&self, ours: &str) -> Option<Value> {
-        let f = self.in_flight().remove(ours)?;
+        let f = self.in_flight.take(ours)?;
         match f.awaiting {
             Awaiting::List { .. } => self.forget_definitions(),
             Awaiting::Task { task, .. } => {
@@ -466,7 +407,7 @@ impl<D: Decider> Gateway<D> {
         let Some(ours) = id.as_str().filter(|k| expected(answers, k)) else {
             return ServerStep::Drop("an answer to no request forwarded on this stream");
         };
-        let Some(f) = self.in_flight().remove(ours) else {
+        let Some(f) = self.in_flight.take(ours) else {
             return ServerStep::Drop("an answer to no request the gateway forwarded");
         };
         if let Awaiting::Task { task, intent } = &f.awaiting {
