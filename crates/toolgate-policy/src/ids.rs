@@ -17,23 +17,20 @@
 //! of an id is either refused or equal to it, and what the database holds
 //! is always the canonical spelling.
 //!
-//! Ids made elsewhere fit the rule: UUIDs, `mcp-<uuid>`,
-//! `mcp-<server>-<uuid>` for a server named in the alphabet. An opaque key
-//! that may not fit (an MCP session id) becomes a run id through
-//! [`RunId::derived`].
+//! Ids made elsewhere fit the rule: UUIDs, and every id toolgate makes for
+//! a run the agent did not name ([`RunId::fresh`], [`RunId::derived`],
+//! [`RunId::fixed`]: one rule, in the `default_run` module).
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::error::PolicyError;
 
+mod default_run;
+
 /// Longest run id, in characters (all ASCII, so also bytes).
 pub const MAX_RUN_ID_LEN: usize = 128;
-
-/// Hex digits of the digest in a [`RunId::derived`] id (128 bits).
-const DERIVED_HEX: usize = 32;
 
 /// A run id in its canonical spelling (see the [module](self) docs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -67,27 +64,6 @@ impl RunId {
             return Err(refuse("must start and end with a letter or a digit"));
         }
         Ok(Self(id))
-    }
-
-    /// A run id for an opaque `key` that need not be a run id itself (an
-    /// MCP session id): `prefix`, `-`, and the first 32 hex digits of the
-    /// key's SHA-256. Deterministic, so one key is always one run, and
-    /// exact, so two keys are two runs. `prefix` is cut to the alphabet
-    /// (lowercased, other characters dropped); an empty one becomes `run`.
-    pub fn derived(prefix: &str, key: &str) -> Self {
-        let mut head: String = prefix
-            .to_ascii_lowercase()
-            .bytes()
-            .filter(|b| allowed(*b))
-            .map(char::from)
-            .skip_while(|c| !c.is_ascii_alphanumeric())
-            .take(MAX_RUN_ID_LEN - DERIVED_HEX - 1)
-            .collect();
-        if head.is_empty() {
-            head.push_str("run");
-        }
-        let digest = hex::encode(Sha256::digest(key.as_bytes()));
-        Self(format!("{head}-{}", &digest[..DERIVED_HEX]))
     }
 
     /// The canonical spelling.
@@ -530,18 +506,6 @@ mod tests {
             assert_eq!(err.code(), "invalid_run_id", "{bad:?}");
         }
         assert!(RunId::parse(&"a".repeat(MAX_RUN_ID_LEN + 1)).is_err());
-    }
-
-    #[test]
-    fn derived_ids_are_valid_exact_and_stable() {
-        let a = RunId::derived("mcp-session", "Abc/=+");
-        assert!(RunId::is_canonical(a.as_str()), "{a}");
-        assert!(a.as_str().starts_with("mcp-session-"));
-        assert_eq!(a, RunId::derived("mcp-session", "Abc/=+"));
-        assert_ne!(a, RunId::derived("mcp-session", "abc/=+"));
-        assert!(RunId::derived("--", "k").as_str().starts_with("run-"));
-        let long = RunId::derived(&"p".repeat(500), "k");
-        assert_eq!(long.as_str().len(), MAX_RUN_ID_LEN);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! be asked by hand: `tool_name` is the policy tool (the profile's aliases
 //! map e.g. `Bash` to `bash`), `tool_input` its arguments, `session_id` the
 //! run id (in its canonical spelling: ASCII letters lowercased; a session
-//! id outside the run-id alphabet blocks the call, `invalid_run_id`) and
-//! `tool_use_id` the step id.
+//! id outside the run-id alphabet blocks the call, `invalid_run_id`; calls
+//! without one are all the run `hook`) and `tool_use_id` the step id.
 //!
 //! Exit codes follow the hook protocol: 0 lets the call run; 2 blocks it
 //! (stderr is shown to the agent). Everything that is not a clear allow —
@@ -28,6 +28,9 @@ use crate::cli_error::CliError;
 
 /// Largest hook input read from stdin.
 const MAX_INPUT_BYTES: u64 = 4 << 20;
+
+/// The run of hook calls that carry no `session_id`.
+const SESSIONLESS_RUN: &str = "hook";
 
 /// Arguments of `toolgate hook`.
 #[derive(Debug, Args)]
@@ -181,8 +184,14 @@ impl HookCall {
             Some(Value::Object(m)) => m.clone(),
             Some(_) => return Err("tool_input must be a JSON object".into()),
         };
-        let run_id = RunId::parse(text("session_id").unwrap_or("hook"))
-            .map_err(|e| format!("{}: session_id: {e}", e.code()))?;
+        // The session is the run; without one, every such call is one run
+        // (each call is its own process, so only a fixed name groups them).
+        let run_id = match text("session_id") {
+            Some(session) => {
+                RunId::parse(session).map_err(|e| format!("{}: session_id: {e}", e.code()))?
+            }
+            None => RunId::fixed(SESSIONLESS_RUN),
+        };
         Ok(Self {
             tool: policy_tool_name(tool),
             arguments,
@@ -294,6 +303,9 @@ mod tests {
         // A session id is the run id in its one spelling; look-alikes block.
         let upper = HookCall::parse(br#"{"session_id":"S-1","tool_name":"Bash"}"#).unwrap();
         assert_eq!(upper.run_id.as_str(), "s-1");
+        // Without a session id, every call is the one run `hook`.
+        let none = HookCall::parse(br#"{"tool_name":"Bash"}"#).unwrap();
+        assert_eq!(none.run_id.as_str(), "hook");
         for session in ["s-1 ", "s-1.", "s-1/", "s\u{200b}-1"] {
             let input = json!({"session_id": session, "tool_name": "Bash"}).to_string();
             let err = HookCall::parse(input.as_bytes()).unwrap_err();

@@ -12,9 +12,11 @@ use toolgate_store::IntentOutcome;
 
 /// The run every scripted call belongs to.
 pub(super) const RUN: &str = "run-1";
-/// [`RUN`] as the sidecar's request types hold it.
+/// [`RUN`] as the sidecar's request types hold it: the scripted agent's
+/// one run, named by the program (`run-1` is already a run id, so this is
+/// [`RUN`] as written).
 fn run() -> RunId {
-    RunId::parse(RUN).unwrap_or_else(|_| RunId::derived("demo", RUN))
+    RunId::fixed(RUN)
 }
 
 /// The tenant of the demo's sidecar.
