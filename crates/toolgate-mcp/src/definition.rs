@@ -76,3 +76,54 @@ impl Definition {
             })
     }
 }
+
+#[cfg(test)]
+mod schema_fuzz {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::Definition;
+
+    fn schema() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(json!({"type": "string"})),
+            Just(json!({"type": "integer", "minimum": 0})),
+            Just(json!({"pattern": "^(a+)+$"})),
+            Just(json!({"$ref": "#/definitions/missing"})),
+            Just(json!({"$ref": "https://example.com/remote.json"})),
+            Just(json!({"format": "email"})),
+            Just(json!({"type": "nonsense"})),
+            Just(json!(true)),
+            Just(json!(7)),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::btree_map("[a-z]{1,6}", inner.clone(), 0..4).prop_map(|props| {
+                    json!({"type": "object", "properties": props, "required": ["a"]})
+                }),
+                prop::collection::vec(inner.clone(), 0..3).prop_map(|all| json!({"allOf": all})),
+                inner.prop_map(|items| json!({"type": "array", "items": items})),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("TOOLGATE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128)
+        ))]
+
+        /// A hostile server's schema compiles or is refused, and arguments
+        /// are checked against it, without a panic or a remote fetch.
+        #[test]
+        fn any_announced_schema_is_usable_or_refused(s in schema(), arg in ".{0,20}", n in any::<i64>()) {
+            let tool = json!({"name": "t", "inputSchema": s});
+            let definition = Definition::of(&tool);
+            let args = json!({"a": arg, "b": n, "c": [arg]});
+            let result = definition.check(args.as_object().unwrap());
+            if definition.validator.is_err() {
+                prop_assert!(result.is_err());
+            }
+        }
+    }
+}

@@ -1,49 +1,14 @@
 //! What the gateway refuses or rewrites on its own, around the policy's
-//! decisions: its refusals recorded in the decision log, messages other
-//! than `tools/call` screened by the run's flow rules, and the
-//! `Mcp-Param-*` headers of a call.
+//! decisions: messages other than `tools/call` screened by the run's flow
+//! rules, and the `Mcp-Param-*` headers of a call. Its refusals are recorded
+//! by [`Gateway::record_refusal`].
 
 use serde_json::{Map, Value};
-use toolgate_policy::Reason;
 
-use crate::gateway::{Decider, Gateway, MessageScreen, RefusalRequest};
+use crate::gateway::{Decider, Gateway, MessageScreen};
 
-/// A refusal of the gateway's own, on its way to the decision log.
-pub struct EdgeRefusal<'a> {
-    tool: &'a str,
-    run_id: &'a toolgate_policy::RunId,
-    reason: Reason,
-    arguments: Option<&'a Map<String, Value>>,
-    definition: Option<&'a str>,
-}
-
-impl<'a> EdgeRefusal<'a> {
-    /// A refusal of `tool` (a policy tool name) for `run_id`, with `reason`.
-    pub fn new(tool: &'a str, run_id: &'a toolgate_policy::RunId, reason: Reason) -> Self {
-        Self {
-            tool,
-            run_id,
-            reason,
-            arguments: None,
-            definition: None,
-        }
-    }
-
-    /// The refused call's arguments.
-    pub fn arguments(mut self, arguments: &'a Map<String, Value>) -> Self {
-        self.arguments = Some(arguments);
-        self
-    }
-
-    /// The definition the refused tool was announced with.
-    pub fn definition(mut self, digest: &'a str) -> Self {
-        self.definition = Some(digest);
-        self
-    }
-}
-
-/// Largest arguments (as JSON) a refusal carries to the decision log.
-const MAX_RECORDED_ARGUMENTS: usize = 64 * 1024;
+/// A refusal of the gateway's own, as [`Gateway::record_refusal`] records it.
+pub use crate::gateway::EdgeRefusal;
 
 /// Messages that pass unscreened when the sidecar cannot be asked.
 const SESSION_PLUMBING: [&str; 5] = [
@@ -155,35 +120,5 @@ impl<D: Decider> Gateway<D> {
             .filter(|m| toolgate_policy::Id::parse(m.to_string()).is_ok())
             .unwrap_or("unknown");
         crate::message::policy_tool(self.server(), method)
-    }
-
-    /// Records a refusal of the gateway's own in the decision log, as the
-    /// check `mcp:REASON`; the refusal stands whether or not it could be.
-    pub async fn record_refusal(&self, refused: EdgeRefusal<'_>) {
-        let id = |text: &str| toolgate_policy::Id::parse(text.to_owned()).ok();
-        // A name that is no id (too long, control characters) is still a
-        // refusal to record: under a name that says so.
-        let tool = id(refused.tool).or_else(|| id(&format!("{}.unnamed", self.server())));
-        let (Some(tool), Some(check)) = (tool, id(&format!("mcp:{}", refused.reason.as_str())))
-        else {
-            return;
-        };
-        // Arguments too large for the sidecar's request limit are left out,
-        // so the refusal itself is still recorded.
-        let arguments = refused.arguments.filter(|a| {
-            serde_json::to_vec(a).is_ok_and(|bytes| bytes.len() <= MAX_RECORDED_ARGUMENTS)
-        });
-        let request = RefusalRequest {
-            tool,
-            arguments: arguments.cloned(),
-            run_id: refused.run_id.clone(),
-            step_id: id(&format!("mcp:{}", self.server())),
-            reason: refused.reason,
-            check,
-            definition_digest: refused.definition.and_then(id),
-        };
-        if let Err(e) = self.decider().refused(&request).await {
-            tracing::error!(error = %e, reason = refused.reason.as_str(), "refusal not recorded");
-        }
     }
 }

@@ -5,98 +5,62 @@
 //! endpoint both drive this.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use toolgate_client::Outcome;
-use toolgate_contract::ApprovalStatus;
 use toolgate_policy::Reason;
 
 use serde_json::{Map, Value};
 
 use crate::McpError;
 use crate::definition::Definition;
-use crate::edges::EdgeRefusal;
 use crate::in_flight::InFlight;
+use crate::kept::Keeper;
 use crate::message;
 use crate::tasks::TaskBook;
 
-/// The agent API's bodies with the policy's types, as the client reads
-/// and writes them: the answer to one call, a refusal the gateway made on
-/// its own, a message other than a `tools/call` screened by flow rules.
-pub use toolgate_client::{AuthorizeResponse, MessageScreen, RefusalRequest, Screened};
+/// Who decides, and what it is asked, re-exported where callers have
+/// always found them.
+pub use crate::decider::{
+    AuthorizeResponse, Decider, MessageScreen, RefusalRequest, Screened, ToolCall,
+};
 
-/// One `tools/call` as the decider is asked about it, under its policy
-/// tool name (`<server>__<tool>`).
-#[derive(Debug, Clone, Copy)]
-pub struct ToolCall<'a> {
-    /// Policy tool name.
-    pub tool: &'a str,
-    /// The call's arguments, as the client sent them.
-    pub arguments: &'a Map<String, Value>,
-    /// Run the call belongs to, in its canonical spelling.
-    pub run_id: &'a toolgate_policy::RunId,
-    /// Step id; one per server, so a call retried after its approval is
-    /// the same invocation.
-    pub step_id: &'a str,
-    /// Digest of the tool definition the server announced, when it did.
-    pub definition_digest: Option<&'a str>,
+/// A refusal of the gateway's own, on its way to the decision log.
+pub struct EdgeRefusal<'a> {
+    tool: &'a str,
+    run_id: &'a toolgate_policy::RunId,
+    reason: Reason,
+    arguments: Option<&'a Map<String, Value>>,
+    definition: Option<&'a str>,
 }
 
-/// Who decides: the sidecar over HTTP ([`crate::sidecar::Sidecar`]) or,
-/// inside the sidecar, its own decision path.
-pub trait Decider: Send + Sync + 'static {
-    /// The gate's answer to the call, typed: the verdict with its
-    /// `decision_id` and, for an escalation, its approval.
-    fn authorize(
-        &self,
-        call: ToolCall<'_>,
-    ) -> impl Future<Output = Result<AuthorizeResponse, McpError>> + Send;
+impl<'a> EdgeRefusal<'a> {
+    /// A refusal of `tool` (a policy tool name) for `run_id`, with `reason`.
+    pub fn new(tool: &'a str, run_id: &'a toolgate_policy::RunId, reason: Reason) -> Self {
+        Self {
+            tool,
+            run_id,
+            reason,
+            arguments: None,
+            definition: None,
+        }
+    }
 
-    /// Which of `tools` may be offered, given the announced digests.
-    fn visible(
-        &self,
-        tools: &[String],
-        definitions: &HashMap<String, String>,
-    ) -> impl Future<Output = Result<Vec<String>, McpError>> + Send;
+    /// The refused call's arguments.
+    pub fn arguments(mut self, arguments: &'a Map<String, Value>) -> Self {
+        self.arguments = Some(arguments);
+        self
+    }
 
-    /// Records the intent of an allowed high-risk call and marks it
-    /// effect-sent; returns its id.
-    fn begin_intent(
-        &self,
-        decided: &AuthorizeResponse,
-        call: ToolCall<'_>,
-    ) -> impl Future<Output = Result<String, McpError>> + Send;
-
-    /// Closes an intent `completed` or `error`.
-    fn complete_intent(
-        &self,
-        id: &str,
-        failed: bool,
-        detail: Option<&str>,
-    ) -> impl Future<Output = Result<(), McpError>> + Send;
-
-    /// Waits up to `wait` for an approval; returns its status.
-    fn wait_for_approval(
-        &self,
-        id: &str,
-        wait: Duration,
-    ) -> impl Future<Output = Result<ApprovalStatus, McpError>> + Send;
-
-    /// Records a refusal the gateway made on its own as a denial in the
-    /// decision log (`POST /v1/refusals`, the gate's `refuse`).
-    fn refused(
-        &self,
-        refusal: &RefusalRequest,
-    ) -> impl Future<Output = Result<(), McpError>> + Send;
-
-    /// Screens a message other than a `tools/call` by the run's flow rules
-    /// (`POST /v1/messages/screen`, the gate's `screen_message`).
-    fn screen(
-        &self,
-        message: &MessageScreen,
-    ) -> impl Future<Output = Result<Screened, McpError>> + Send;
+    /// The definition the refused tool was announced with.
+    pub fn definition(mut self, digest: &'a str) -> Self {
+        self.definition = Some(digest);
+        self
+    }
 }
+
+/// Largest arguments (as JSON) a refusal carries to the decision log.
+const MAX_RECORDED_ARGUMENTS: usize = 64 * 1024;
 
 /// What to do with one `tools/call`.
 #[derive(Debug, Clone, PartialEq)]
@@ -154,6 +118,8 @@ pub struct Gateway<D> {
     pub(crate) modern_server: std::sync::atomic::AtomicBool,
     /// Escalated calls held for clients of the tasks extension.
     pub(crate) tasks: TaskBook,
+    /// Where those tasks are kept across restarts, once set.
+    pub(crate) kept: OnceLock<Keeper>,
     /// Pagination cursors the server returned (see [`crate::protocol`]).
     pub(crate) cursors: crate::protocol::CursorBook,
 }
@@ -171,6 +137,7 @@ impl<D: Decider> Gateway<D> {
             listing: Mutex::new(HashSet::new()),
             modern_server: std::sync::atomic::AtomicBool::new(false),
             tasks: TaskBook::default(),
+            kept: OnceLock::new(),
             cursors: crate::protocol::CursorBook::default(),
         }
     }
@@ -183,6 +150,36 @@ impl<D: Decider> Gateway<D> {
     /// The decider.
     pub fn decider(&self) -> &D {
         &self.decider
+    }
+
+    /// Records a refusal of the gateway's own in the decision log, as the
+    /// check `mcp:REASON`; the refusal stands whether or not it could be.
+    pub async fn record_refusal(&self, refused: EdgeRefusal<'_>) {
+        let id = |text: &str| toolgate_policy::Id::parse(text.to_owned()).ok();
+        // A name that is no id (too long, control characters) is still a
+        // refusal to record: under a name that says so.
+        let tool = id(refused.tool).or_else(|| id(&format!("{}.unnamed", self.server())));
+        let (Some(tool), Some(check)) = (tool, id(&format!("mcp:{}", refused.reason.as_str())))
+        else {
+            return;
+        };
+        // Arguments too large for the sidecar's request limit are left out,
+        // so the refusal itself is still recorded.
+        let arguments = refused.arguments.filter(|a| {
+            serde_json::to_vec(a).is_ok_and(|bytes| bytes.len() <= MAX_RECORDED_ARGUMENTS)
+        });
+        let request = RefusalRequest {
+            tool,
+            arguments: arguments.cloned(),
+            run_id: refused.run_id.clone(),
+            step_id: id(&format!("mcp:{}", self.server())),
+            reason: refused.reason,
+            check,
+            definition_digest: refused.definition.and_then(id),
+        };
+        if let Err(e) = self.decider().refused(&request).await {
+            tracing::error!(error = %e, reason = refused.reason.as_str(), "refusal not recorded");
+        }
     }
 
     pub(crate) fn definition(&self, name: &str) -> Option<Definition> {
@@ -501,57 +498,6 @@ impl<D: Decider> Gateway<D> {
             .await
         {
             tracing::error!(%intent, error = %e, "could not complete the intent");
-        }
-    }
-}
-
-#[cfg(test)]
-mod schema_fuzz {
-    use proptest::prelude::*;
-    use serde_json::{Value, json};
-
-    use super::Definition;
-
-    fn schema() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(json!({"type": "string"})),
-            Just(json!({"type": "integer", "minimum": 0})),
-            Just(json!({"pattern": "^(a+)+$"})),
-            Just(json!({"$ref": "#/definitions/missing"})),
-            Just(json!({"$ref": "https://example.com/remote.json"})),
-            Just(json!({"format": "email"})),
-            Just(json!({"type": "nonsense"})),
-            Just(json!(true)),
-            Just(json!(7)),
-            ".{0,12}".prop_map(Value::String),
-        ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
-            prop_oneof![
-                prop::collection::btree_map("[a-z]{1,6}", inner.clone(), 0..4).prop_map(|props| {
-                    json!({"type": "object", "properties": props, "required": ["a"]})
-                }),
-                prop::collection::vec(inner.clone(), 0..3).prop_map(|all| json!({"allOf": all})),
-                inner.prop_map(|items| json!({"type": "array", "items": items})),
-            ]
-        })
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(
-            std::env::var("TOOLGATE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128)
-        ))]
-
-        /// A hostile server's schema compiles or is refused, and arguments
-        /// are checked against it, without a panic or a remote fetch.
-        #[test]
-        fn any_announced_schema_is_usable_or_refused(s in schema(), arg in ".{0,20}", n in any::<i64>()) {
-            let tool = json!({"name": "t", "inputSchema": s});
-            let definition = Definition::of(&tool);
-            let args = json!({"a": arg, "b": n, "c": [arg]});
-            let result = definition.check(args.as_object().unwrap());
-            if definition.validator.is_err() {
-                prop_assert!(result.is_err());
-            }
         }
     }
 }

@@ -3,11 +3,12 @@
 //! by the pod's sidecar before the server sees it.
 //!
 //! - [`gateway`]: the decisions, independent of the transport, behind a
-//!   [`gateway::Decider`] (the sidecar over HTTP, or the sidecar itself).
+//!   [`gateway::Decider`] (the sidecar over HTTP, or the sidecar itself),
+//!   and the record of the gateway's own refusals.
 //! - [`message`]: the pure part — naming (`SERVER.TOOL` is the policy
 //!   tool), filtering a `tools/list` result, the JSON-RPC shapes of a refusal.
-//! - [`edges`]: what the gateway refuses or rewrites on its own (its
-//!   refusals recorded, messages screened by flow rules).
+//! - [`edges`]: what the gateway refuses or rewrites on its own (messages
+//!   screened by flow rules, `Mcp-Param-*` headers).
 //! - [`param_headers`]: `Mcp-Param-*` headers checked against the body and
 //!   made anew from what is forwarded.
 //! - [`protocol`]: what of a client's message may reach a server at all:
@@ -22,33 +23,40 @@
 //! - [`stdio`]: `toolgate mcp wrap`, which runs a stdio MCP server as a child
 //!   and speaks MCP on its own stdin/stdout.
 //! - [`kept`]: held tasks kept in a [`kept::TaskStore`] (the sidecar's
-//!   database), so a restarted sidecar
-//!   resumes them and forwards each call at most once.
+//!   database), so a restarted sidecar resumes them and forwards each call
+//!   at most once (`keeping`: the gateway's side of that).
 //! - [`tasks`]: escalated calls held as tasks (protocol 2026-07-28's tasks
 //!   extension), so a client that declares it is not blocked on a human.
 //!
 //! Fails closed: a call the sidecar cannot be asked about is refused, never
 //! forwarded.
 //!
-//! Modules depend one way. [`gateway`] holds the decisions; [`relay`] (and
-//! the deferred-call path) drive them and never the reverse. The requests
-//! forwarded under the gateway's ids are one type's, `in_flight::InFlight`:
+//! Modules depend one way (rustdoc links aside): [`gateway`] holds the
+//! decisions and the state they need; the modules that drive it add their
+//! methods to [`gateway::Gateway`] from above and are never called from it.
+//! The requests forwarded under the gateway's ids are one type's,
+//! `in_flight::InFlight`; the tasks' store is told of ends through a hook.
 //!
 //! ```text
-//! before: gateway ⇄ relay   (Gateway's map held relay::InFlight; relay and
-//!                            deferred each inserted into it by hand)
-//! after:  relay, deferred → gateway → in_flight
-//!         relay, deferred → in_flight (forward, take, named_by)
+//! before: gateway ⇄ relay    Gateway's map held relay::InFlight; relay and
+//!                            deferred each inserted into it by hand
+//!         gateway ⇄ edges    gateway recorded refusals through edges
+//!         gateway → tasks → kept → gateway
+//! after:  stdio → relay → deferred → keeping, edges → gateway
+//!         gateway → decider, in_flight, tasks, kept, definition, protocol
+//!         kept → tasks → message          (no arrow back up)
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod caller_trace;
+mod decider;
 mod deferred;
 mod definition;
 pub mod edges;
 pub mod gateway;
 mod in_flight;
+mod keeping;
 pub mod kept;
 pub mod message;
 pub mod param_headers;
