@@ -2,7 +2,9 @@
 the CLI's refusal of an unknown status lists the contract's names, and the
 client's APPROVAL_STATUSES must be exactly those (it once lacked
 `cancelled`). It knows every error code of the agent API: the table in
-docs/sidecar.md, which a Rust test keeps equal to `toolgate_contract::errors`."""
+docs/sidecar.md, which a Rust test keeps equal to `toolgate_contract::errors`;
+and its limits and names are the contract's (the agent-api-limits table,
+kept equal to `toolgate_contract::agent_api` the same way)."""
 import json
 import pathlib
 import re
@@ -50,3 +52,18 @@ def test_the_client_knows_every_error_code_of_the_contract():
     from toolgate import errors
     stale = set(errors._BY_CODE) - set(codes) - _REASONS
     assert not stale, f"codes the client knows that the sidecar no longer sends: {stale}"
+
+
+def _contract_limits():
+    text = (ROOT / "docs" / "sidecar.md").read_text()
+    table = text.split("<!-- agent-api-limits:begin -->", 1)[1].split("<!-- agent-api-limits:end -->", 1)[0]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `([a-z_:A-Z]+)` \| `([^`]+)` \|", table, re.M)}
+
+
+def test_the_client_s_limits_and_names_are_the_contract_s():
+    from toolgate import _ops
+    limits = _contract_limits()
+    assert int(limits["agent_api::MAX_WAIT_SECONDS"]) == _ops.MAX_WAIT_SECONDS
+    # Header names are case-insensitive; the contract spells it lowercase.
+    assert limits["agent_api::RUN_ID_HEADER"] == toolgate.RUN_ID_HEADER.lower()
+    assert limits["env::URL"] == toolgate.URL_ENV

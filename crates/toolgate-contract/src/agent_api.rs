@@ -23,6 +23,34 @@ pub const RUN_ID_HEADER: &str = "x-toolgate-run-id";
 /// sidecar caps a wait at this, and its clients never ask for more.
 pub const MAX_WAIT_SECONDS: u64 = 60;
 
+/// The docs table of the agent API's limits and names (Markdown), as
+/// `docs/sidecar.md` holds it between its `agent-api-limits` markers:
+/// what every client must agree on with the sidecar, one constant a row.
+pub fn limits_markdown_table() -> String {
+    let rows = [
+        (
+            "agent_api::MAX_WAIT_SECONDS",
+            MAX_WAIT_SECONDS.to_string(),
+            "Longest `?wait=` of an approval long-poll, in seconds: the sidecar caps a wait at this and clients ask for no more.",
+        ),
+        (
+            "agent_api::RUN_ID_HEADER",
+            RUN_ID_HEADER.to_owned(),
+            "Header naming the run of a request to the MCP gateway (`/mcp/NAME`); header names are case-insensitive.",
+        ),
+        (
+            "env::URL",
+            crate::env::URL.to_owned(),
+            "Environment variable holding the sidecar's URL in every app container; clients read it by default.",
+        ),
+    ];
+    let mut out = String::from("| constant | value | meaning |\n|---|---|---|\n");
+    for (name, value, meaning) in rows {
+        out.push_str(&format!("| `{name}` | `{value}` | {meaning} |\n"));
+    }
+    out
+}
+
 /// One call to decide: what `POST /v1/authorize` carries, as its clients
 /// (`toolgate-client`) write it. Absent options are left out of the body.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -194,6 +222,17 @@ mod tests {
             back,
             json!({"decision_id": "d1", "verdict": "allow", "reason": "allow_rule"})
         );
+    }
+
+    /// `docs/sidecar.md` holds exactly [`limits_markdown_table`] between
+    /// its `agent-api-limits` markers (the Python client's test reads it);
+    /// `TOOLGATE_BLESS=1` writes it there.
+    #[test]
+    fn the_docs_limits_table_is_the_contract_s() {
+        let table = limits_markdown_table();
+        let row = format!("| `agent_api::MAX_WAIT_SECONDS` | `{MAX_WAIT_SECONDS}` |");
+        assert!(table.contains(&row), "{table}");
+        crate::doc_tables::assert_generated("agent-api-limits", &table);
     }
 
     #[test]

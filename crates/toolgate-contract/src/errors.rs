@@ -118,29 +118,10 @@ mod tests {
 
 #[cfg(test)]
 mod docs {
-    use super::*;
-
-    const BEGIN: &str = "<!-- error-codes:begin -->\n";
-    const END: &str = "<!-- error-codes:end -->";
-
-    /// `docs/sidecar.md` holds exactly [`markdown_table`] between its
-    /// markers; `TOOLGATE_BLESS=1` writes it there.
+    /// `docs/sidecar.md` holds exactly [`super::markdown_table`] between
+    /// its `error-codes` markers; `TOOLGATE_BLESS=1` writes it there.
     #[test]
     fn the_docs_table_is_the_contract_s() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sidecar.md");
-        let text = std::fs::read_to_string(path).unwrap();
-        let start = text.find(BEGIN).expect("begin marker") + BEGIN.len();
-        let end = text.find(END).expect("end marker");
-        let table = markdown_table();
-        if std::env::var_os("TOOLGATE_BLESS").is_some() {
-            let blessed = format!("{}{table}{}", &text[..start], &text[end..]);
-            std::fs::write(path, blessed).unwrap();
-            return;
-        }
-        assert_eq!(
-            &text[start..end],
-            table,
-            "docs/sidecar.md's error table is stale: run TOOLGATE_BLESS=1 cargo test -p toolgate-contract"
-        );
+        crate::doc_tables::assert_generated("error-codes", &super::markdown_table());
     }
 }

@@ -7,6 +7,8 @@
 
 pub mod agent_api;
 mod approval;
+#[cfg(test)]
+mod doc_tables;
 mod duration;
 pub mod env;
 pub mod errors;

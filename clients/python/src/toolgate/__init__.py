@@ -7,7 +7,7 @@ are about to do before they do it.
     client.guard("bash", {"command": "git status"}, lambda: run("git status"))
 """
 
-from .client import DEFAULT_TIMEOUT, URL_ENV, AsyncClient, Client
+from .client import DEFAULT_TIMEOUT, RUN_ID_HEADER, URL_ENV, AsyncClient, Client
 from .errors import (
     ApprovalRequired,
     Conflict,
@@ -46,6 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "APPROVAL_STATUSES",
     "DEFAULT_TIMEOUT",
+    "RUN_ID_HEADER",
     "URL_ENV",
     "Admission",
     "Approval",

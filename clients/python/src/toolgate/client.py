@@ -37,6 +37,9 @@ T = TypeVar("T")
 
 #: Environment variable the admission webhook sets in agent containers.
 URL_ENV = "TOOLGATE_URL"
+#: Header naming the run on the sidecar's MCP gateway (``$TOOLGATE_URL/mcp/NAME``):
+#: an MCP client that sends it with ``client.run_id`` joins this client's run.
+RUN_ID_HEADER = "X-Toolgate-Run-Id"
 DEFAULT_TIMEOUT = 10.0
 
 logger = logging.getLogger("toolgate")
@@ -353,4 +356,4 @@ class AsyncClient(_Base):
         return await self._drive(_ops.stat(self.run_id, path, step_id))
 
 
-__all__ = ["AsyncClient", "Client", "ToolgateError", "URL_ENV"]
+__all__ = ["AsyncClient", "Client", "RUN_ID_HEADER", "ToolgateError", "URL_ENV"]
