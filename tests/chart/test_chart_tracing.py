@@ -3,9 +3,10 @@ sidecar tracing flag anywhere); with an endpoint, the controller and the
 webhook export themselves and the webhook is told what to set on sidecars."""
 import pytest
 
-# The chart loader, fixtures and helpers of test_chart (which checks that
-# the chart tools are installed, and fails under CI=true when they are not).
-from test_chart import ROOT, chart, clap_flags, container, flag, helm, render  # noqa: F401
+# The chart helpers (importing them checks that the chart tools are
+# installed, and fails under CI=true when they are not); the `chart`
+# fixture is in conftest.py.
+from chart_helpers import ROOT, clap_flags, container, flag, helm, render  # noqa: F401
 
 
 def env(c) -> dict:

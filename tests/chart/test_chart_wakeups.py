@@ -6,10 +6,11 @@ import re
 
 import pytest
 
-# The chart loader, fixtures and helpers of test_chart (which checks that
-# the chart tools are installed, and fails under CI=true when they are not).
-from test_chart import (KUBE_VERSION, NAMESPACE, RELEASE, ROOT, chart, clap_flags, flag, helm,  # noqa: F401
-                        kubernetes_validate, only, render)
+# The chart helpers (importing them checks that the chart tools are
+# installed, and fails under CI=true when they are not); the `chart`
+# fixture is in conftest.py.
+from chart_helpers import (KUBE_VERSION, NAMESPACE, RELEASE, ROOT, clap_flags, flag, helm,  # noqa: F401
+                           kubernetes_validate, only, render)
 
 
 def webhook_args(objects):
