@@ -58,9 +58,7 @@ pub struct WrapConfig {
 
 /// A run id for a wrapper started without one: `mcp-` and a UUIDv7.
 pub fn generated_run_id() -> toolgate_policy::RunId {
-    let uuid = uuid::Uuid::now_v7().to_string();
-    toolgate_policy::RunId::parse(&format!("mcp-{uuid}"))
-        .unwrap_or_else(|_| toolgate_policy::RunId::derived("mcp", &uuid))
+    toolgate_policy::RunId::fresh("mcp", uuid::Uuid::now_v7())
 }
 
 struct Relay {
