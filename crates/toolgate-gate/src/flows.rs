@@ -10,14 +10,13 @@
 //! commit, on whichever sidecar, and so sees the label.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 use toolgate_policy::{CompiledPolicy, FlowScope, LabelSet, Provenance, RunId};
 
 use crate::AuthorizeRequest;
-
-use crate::Gate;
+use crate::shared::Shared;
 
 /// Most runs and pods whose labels one sidecar remembers; past it the
 /// memory starts again (it only saves reads).
@@ -67,13 +66,40 @@ pub(crate) struct FlowState {
     pub(crate) labels: LabelSet,
 }
 
-impl Gate {
-    /// What carries a call's labels under `policy`: its run, or this pod.
-    pub(crate) fn flow_subject(&self, scope: FlowScope, run_id: &RunId) -> String {
-        match scope {
-            FlowScope::Run => run_id.as_str().to_owned(),
-            FlowScope::Pod => self.pod.clone(),
+/// What carries a run's flow labels under a profile whose flows have
+/// `scope`: the run itself, or the pod it runs in (`None` when the pod is
+/// not known). The one rule the gate and `toolgate runs status` both read.
+pub fn flow_subject<'a>(
+    scope: FlowScope,
+    run_id: &'a RunId,
+    pod: Option<&'a str>,
+) -> Option<&'a str> {
+    match scope {
+        FlowScope::Run => Some(run_id.as_str()),
+        FlowScope::Pod => pod,
+    }
+}
+
+/// The flow labels of this sidecar's runs and pod: read from the store,
+/// written for the calls that set them, and what it already knows of them.
+pub(crate) struct Flows {
+    shared: Arc<Shared>,
+    known: KnownLabels,
+}
+
+impl Flows {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            known: KnownLabels::default(),
         }
+    }
+
+    /// What carries a call's labels under `scope`: its run, or this pod.
+    fn subject(&self, scope: FlowScope, run_id: &RunId) -> String {
+        flow_subject(scope, run_id, Some(&self.shared.pod))
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// The labels `run_id` (or this pod) carries under `policy`; `None`
@@ -90,22 +116,22 @@ impl Gate {
         let Some(scope) = policy.flow_scope() else {
             return Ok(None);
         };
-        let subject = self.flow_subject(scope, run_id);
+        let subject = self.subject(scope, run_id);
         let other_scope = match scope {
             FlowScope::Run => FlowScope::Pod,
             FlowScope::Pod => FlowScope::Run,
         };
-        let other = (other_scope, self.flow_subject(other_scope, run_id));
+        let other = (other_scope, self.subject(other_scope, run_id));
         let key = (scope, subject.clone());
-        let mut labels = self.known_labels.labels(&key, policy);
+        let mut labels = self.known.labels(&key, policy);
         if decides && !policy.flow_watched().is_subset(labels) {
             let stored = self
+                .shared
                 .store
                 .flow_labels()
-                .of(&self.tenant, scope, &subject)
+                .of(&self.shared.tenant, scope, &subject)
                 .await?;
-            self.known_labels
-                .add(key, stored.iter().map(|l| l.label.as_str()));
+            self.known.add(key, stored.iter().map(|l| l.label.as_str()));
             labels = labels.union(policy.flow_labels(stored.iter().map(|l| l.label.as_str())));
         }
         Ok(Some(FlowState {
@@ -145,10 +171,11 @@ impl Gate {
             return Ok(Vec::new());
         }
         let added = self
+            .shared
             .store
             .flow_labels()
             .add(
-                &self.tenant,
+                &self.shared.tenant,
                 state.scope,
                 &state.subject,
                 &names,
@@ -156,15 +183,16 @@ impl Gate {
                 now,
             )
             .await?;
-        self.known_labels
+        self.known
             .add((state.scope, state.subject.clone()), names.iter().copied());
         // The other scope's copy (see `FlowState::other`): not read for
         // this profile's decisions, so only what this call adds is sent.
         let (other_scope, other_subject) = &state.other;
-        self.store
+        self.shared
+            .store
             .flow_labels()
             .add(
-                &self.tenant,
+                &self.shared.tenant,
                 *other_scope,
                 other_subject,
                 &names,
@@ -180,7 +208,7 @@ impl Gate {
     /// call's charge), so later calls skip writing them again.
     pub(crate) fn learned_labels(&self, policy: &CompiledPolicy, state: &FlowState, set: LabelSet) {
         let names = policy.flow_label_names(set);
-        self.known_labels
+        self.known
             .add((state.scope, state.subject.clone()), names.iter().copied());
     }
 }

@@ -1,5 +1,5 @@
 //! Every workspace operation is the tool call `workspace.<op>` with arguments
-//! `{"path": …}` (write adds `"content"`), decided by [`Gate::authorize`] exactly as
+//! `{"path": …}` (write adds `"content"`), decided by the one decision path exactly as
 //! `/v1/authorize` would decide it and recorded in the decision log. A
 //! profile that declares no `workspace.*` tool denies them (`unknown_tool`);
 //! a hardline path rule denies them in every mode. A high-risk write records
@@ -17,18 +17,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use toolgate_policy::{Decision, Id, Provenance, Reason, RunId};
 use toolgate_store::IntentOutcome;
 
-use crate::refusals::RefusalRequest;
+use crate::decisions::Decisions;
+use crate::intents::Intents;
+use crate::shared::Shared;
 use crate::workspace::{
     FileRead, FileWritten, Listing, Resolved, Stat, WorkspaceError, Workspaces,
 };
 use crate::{
-    AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, Gate, GateError,
-    NO_STEP,
+    AuthorizeRequest, AuthorizeResponse, BeginIntentRequest, CompleteRequest, GateError, NO_STEP,
+    RefusalRequest,
 };
 
 /// The tool a workspace write is decided and recorded as.
@@ -80,20 +81,47 @@ const WORKSPACE_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// How long one workspace operation may take.
 const WORKSPACE_IO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The workspace operations of this sidecar: its workspaces, the slots
+/// their I/O runs in, and the decisions and intents each operation goes
+/// through.
+pub(crate) struct GovernedWorkspaces {
+    shared: Arc<Shared>,
+    decisions: Arc<Decisions>,
+    intents: Arc<Intents>,
+    /// Workspace roots.
+    workspaces: Arc<Workspaces>,
+    /// Bounds concurrent workspace I/O (see [`WORKSPACE_SLOTS`]).
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl GovernedWorkspaces {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        decisions: Arc<Decisions>,
+        intents: Arc<Intents>,
+        workspaces: Workspaces,
+    ) -> Self {
+        Self {
+            shared,
+            decisions,
+            intents,
+            workspaces: Arc::new(workspaces),
+            slots: Arc::new(tokio::sync::Semaphore::new(WORKSPACE_SLOTS)),
+        }
+    }
+}
+
 /// Runs file I/O on the blocking pool, holding one of [`WORKSPACE_SLOTS`].
 /// A timed-out operation keeps its slot until its thread returns, so even
 /// operations that never return cannot exceed the bound.
 async fn workspace_io<T: Send + 'static>(
-    app: &Gate,
+    app: &GovernedWorkspaces,
     f: impl FnOnce() -> Result<T, GateError> + Send + 'static,
 ) -> Result<T, GateError> {
-    let permit = tokio::time::timeout(
-        WORKSPACE_QUEUE_WAIT,
-        app.workspace_slots.clone().acquire_owned(),
-    )
-    .await
-    .map_err(|_| GateError::WorkspaceBusy("every workspace I/O slot is busy".into()))?
-    .map_err(|_| GateError::WorkspaceBusy("workspace I/O is shut down".into()))?;
+    let permit = tokio::time::timeout(WORKSPACE_QUEUE_WAIT, app.slots.clone().acquire_owned())
+        .await
+        .map_err(|_| GateError::WorkspaceBusy("every workspace I/O slot is busy".into()))?
+        .map_err(|_| GateError::WorkspaceBusy("workspace I/O is shut down".into()))?;
     let task = tokio::task::spawn_blocking(move || {
         let _slot = permit;
         f()
@@ -112,7 +140,7 @@ async fn workspace_io<T: Send + 'static>(
 /// the file read when the sidecar knows it; anything but an allow is a 403
 /// carrying the verdict.
 async fn govern_read(
-    app: &Gate,
+    app: &GovernedWorkspaces,
     op: &str,
     run_id: &RunId,
     step_id: Option<Id>,
@@ -120,6 +148,7 @@ async fn govern_read(
     provenance: Option<Provenance>,
 ) -> Result<AuthorizeResponse, GateError> {
     let answer = app
+        .decisions
         .authorize_read(
             &AuthorizeRequest {
                 tool: Id::parse(format!("workspace.{op}"))?,
@@ -159,7 +188,7 @@ async fn govern_read(
 /// the stricter answer stands, and labels are set by either), so one
 /// operation is one decision and one charge.
 async fn govern_path(
-    app: &Gate,
+    app: &GovernedWorkspaces,
     op: &'static str,
     req: &PathRequest,
     resolved: &Resolved,
@@ -179,45 +208,24 @@ async fn govern_path(
 /// as `hardline_path`, as it would be anywhere), and otherwise refused by
 /// the workspace: never recorded as an allow.
 async fn resolve(
-    app: &Arc<Gate>,
+    app: &GovernedWorkspaces,
     op: &'static str,
     req: &PathRequest,
     allow_root: bool,
     arguments: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<Resolved, GateError> {
-    let state = app.clone();
+    let state = app.workspaces.clone();
     let (run_id, path) = (req.run_id.clone(), req.path.clone());
-    let resolved = workspace_io(app, move || {
-        Ok(state.workspaces.resolve(&run_id, &path, allow_root)?)
-    })
-    .await;
+    let resolved = workspace_io(app, move || Ok(state.resolve(&run_id, &path, allow_root)?)).await;
     if let Err(GateError::Workspace(WorkspaceError::InvalidPath(_))) = &resolved
-        && policy_denies(app, op, arguments)
+        && app
+            .decisions
+            .denies_anywhere(&format!("workspace.{op}"), arguments)
     {
         let step = req.step_id.clone();
         govern_read(app, op, &req.run_id, step, arguments.clone(), None).await?;
     }
     resolved
-}
-
-/// Whether the live policy denies `workspace.<op>` on `arguments` whatever
-/// the run (a pure evaluation: nothing is recorded).
-fn policy_denies(
-    app: &Gate,
-    op: &str,
-    arguments: &serde_json::Map<String, serde_json::Value>,
-) -> bool {
-    let now = Timestamp::now();
-    let tool = format!("workspace.{op}");
-    app.policy.live(now).is_some_and(|e| {
-        let call = toolgate_policy::Call {
-            tool: &tool,
-            action: None,
-            arguments,
-        };
-        let context = toolgate_policy::Context::at(now);
-        e.policy.evaluate(&call, &context).verdict == Decision::Deny
-    })
 }
 
 /// Counts a refused workspace request in
@@ -226,13 +234,14 @@ fn policy_denies(
 /// as a `workspace_refused` denial of `workspace.<op>`, the check naming
 /// its code, before it is answered.
 async fn counted_refusal<T>(
-    app: &Gate,
+    app: &GovernedWorkspaces,
     op: &str,
     req: &PathRequest,
     result: Result<T, GateError>,
 ) -> Result<T, GateError> {
     if let Err(e) = &result {
-        app.metrics
+        app.shared
+            .metrics
             .workspace_refusals
             .with_label_values(&[e.code()])
             .inc();
@@ -246,7 +255,7 @@ async fn counted_refusal<T>(
                 check: Id::parse(format!("workspace:{}", refused.code()))?,
                 definition_digest: None,
             };
-            app.record_refusal(&refusal).await;
+            app.decisions.record_refusal(&refusal).await;
         }
     }
     result
@@ -258,11 +267,11 @@ fn path_arguments(path: &str) -> serde_json::Map<String, serde_json::Value> {
     args
 }
 
-impl Gate {
+impl GovernedWorkspaces {
     /// `workspace.write`, decided and recorded; a high-risk write records
     /// its intent around the write itself.
     pub async fn workspace_write(
-        self: &Arc<Self>,
+        &self,
         req: WriteRequest,
     ) -> Result<Governed<FileWritten>, GateError> {
         let target = PathRequest {
@@ -270,7 +279,7 @@ impl Gate {
             path: req.path.clone(),
             step_id: req.step_id.clone(),
         };
-        let written = workspace_write_inner(self.clone(), &target, req.content).await;
+        let written = workspace_write_inner(self, &target, req.content).await;
         counted_refusal(self, "write", &target, written).await
     }
 
@@ -278,53 +287,45 @@ impl Gate {
     /// selectors name a provenance the file is read first, inside the run's workspace (nothing
     /// leaves the sidecar), so the decision and the labels it sets see the
     /// file's provenance; its content is answered only when allowed.
-    pub async fn workspace_read(
-        self: &Arc<Self>,
-        req: PathRequest,
-    ) -> Result<Governed<FileRead>, GateError> {
+    pub async fn workspace_read(&self, req: PathRequest) -> Result<Governed<FileRead>, GateError> {
         let flows = self
-            .policy
+            .decisions
             .current()
             .is_some_and(|e| e.policy.flows_use_provenance());
         if !flows {
-            return governed_path(self.clone(), req, "read", Workspaces::read).await;
+            return governed_path(self, req, "read", Workspaces::read).await;
         }
-        let read = read_then_govern(self.clone(), &req).await;
+        let read = read_then_govern(self, &req).await;
         counted_refusal(self, "read", &req, read).await
     }
 
     /// `workspace.list`, decided and recorded.
-    pub async fn workspace_list(
-        self: &Arc<Self>,
-        req: PathRequest,
-    ) -> Result<Governed<Listing>, GateError> {
-        governed_path(self.clone(), req, "list", Workspaces::list).await
+    pub async fn workspace_list(&self, req: PathRequest) -> Result<Governed<Listing>, GateError> {
+        governed_path(self, req, "list", Workspaces::list).await
     }
 
     /// `workspace.stat`, decided and recorded.
-    pub async fn workspace_stat(
-        self: &Arc<Self>,
-        req: PathRequest,
-    ) -> Result<Governed<Stat>, GateError> {
-        governed_path(self.clone(), req, "stat", Workspaces::stat).await
+    pub async fn workspace_stat(&self, req: PathRequest) -> Result<Governed<Stat>, GateError> {
+        governed_path(self, req, "stat", Workspaces::stat).await
     }
 }
 
 async fn workspace_write_inner(
-    app: Arc<Gate>,
+    app: &GovernedWorkspaces,
     target: &PathRequest,
     content: String,
 ) -> Result<Governed<FileWritten>, GateError> {
     let mut args = path_arguments(&target.path);
     args.insert("content".into(), content.clone().into());
-    let resolved = resolve(&app, "write", target, false, &args).await?;
-    let answer = govern_path(&app, "write", target, &resolved, args, None).await?;
+    let resolved = resolve(app, "write", target, false, &args).await?;
+    let answer = govern_path(app, "write", target, &resolved, args, None).await?;
     // A high-risk write is recorded like any high-risk call, through the
     // same intent steps an agent takes: begun on its allowing decision
     // (which marks it used and counts it), watermarked, closed with its
     // outcome.
     let intent = if answer.verdict.intent_required {
         let begun = app
+            .intents
             .begin_intent(BeginIntentRequest {
                 decision_id: Id::parse(answer.decision_id.clone())?,
                 run_id: target.run_id.clone(),
@@ -338,23 +339,21 @@ async fn workspace_write_inner(
                 verification_probe: None,
             })
             .await?;
-        app.effect_sent(&begun.id).await?;
+        app.intents.effect_sent(&begun.id).await?;
         Some(begun.id)
     } else {
         None
     };
-    let state = app.clone();
+    let state = app.workspaces.clone();
     let run_id = target.run_id.clone();
-    let written = workspace_io(&app, move || {
-        Ok(state.workspaces.write(&run_id, &resolved, &content)?)
-    })
-    .await;
+    let written = workspace_io(app, move || Ok(state.write(&run_id, &resolved, &content)?)).await;
     if let Some(id) = intent {
         let (outcome, detail) = match &written {
             Ok(_) => (IntentOutcome::Completed, None),
             Err(e) => (IntentOutcome::Error, Some(e.code().to_owned())),
         };
-        app.complete_intent(&id, CompleteRequest { outcome, detail })
+        app.intents
+            .complete_intent(&id, CompleteRequest { outcome, detail })
             .await?;
     }
     Ok(Governed {
@@ -367,15 +366,15 @@ async fn workspace_write_inner(
 /// is resolved and the file read first (inside the sidecar), then the path
 /// is decided as named and, through a link, as resolved.
 async fn read_then_govern(
-    app: Arc<Gate>,
+    app: &GovernedWorkspaces,
     req: &PathRequest,
 ) -> Result<Governed<FileRead>, GateError> {
-    let resolved = resolve(&app, "read", req, false, &path_arguments(&req.path)).await?;
-    let (state, run_id, target) = (app.clone(), req.run_id.clone(), resolved.clone());
-    let read = workspace_io(&app, move || Ok(state.workspaces.read(&run_id, &target)?)).await;
+    let resolved = resolve(app, "read", req, false, &path_arguments(&req.path)).await?;
+    let (state, run_id, target) = (app.workspaces.clone(), req.run_id.clone(), resolved.clone());
+    let read = workspace_io(app, move || Ok(state.read(&run_id, &target)?)).await;
     let provenance = read.as_ref().ok().map(|r| r.provenance);
     let answer = govern_path(
-        &app,
+        app,
         "read",
         req,
         &resolved,
@@ -393,25 +392,22 @@ async fn read_then_govern(
 /// twice) and, when allowed, runs `op` on the resolved path; refusals are
 /// counted and the workspace's own recorded.
 async fn governed_path<T: Send + 'static>(
-    app: Arc<Gate>,
+    app: &GovernedWorkspaces,
     req: PathRequest,
     op: &'static str,
     run: fn(&Workspaces, &RunId, &Resolved) -> Result<T, WorkspaceError>,
 ) -> Result<Governed<T>, GateError> {
     let outcome = async {
         let args = path_arguments(&req.path);
-        let resolved = resolve(&app, op, &req, op != "read", &args).await?;
-        let answer = govern_path(&app, op, &req, &resolved, args, None).await?;
-        let (state, run_id) = (app.clone(), req.run_id.clone());
-        let result = workspace_io(&app, move || {
-            Ok(run(&state.workspaces, &run_id, &resolved)?)
-        })
-        .await?;
+        let resolved = resolve(app, op, &req, op != "read", &args).await?;
+        let answer = govern_path(app, op, &req, &resolved, args, None).await?;
+        let (state, run_id) = (app.workspaces.clone(), req.run_id.clone());
+        let result = workspace_io(app, move || Ok(run(&state, &run_id, &resolved)?)).await?;
         Ok(Governed {
             decision_id: answer.decision_id,
             result,
         })
     }
     .await;
-    counted_refusal(&app, op, &req, outcome).await
+    counted_refusal(app, op, &req, outcome).await
 }

@@ -3,14 +3,18 @@
 //! a run's open intents for resume. Every store call is scoped to this
 //! sidecar's tenant, so another tenant's intent is simply not found.
 
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use toolgate_policy::{Id, RunId};
 use toolgate_store::{Intent, IntentOutcome, NewIntent, PendingIntent};
 
-use crate::allowed::{REMEMBER_FOR, Remembered};
+use crate::allowed::{AllowedCall, AllowedDecisions, REMEMBER_FOR, Remembered};
+use crate::shared::Shared;
 use crate::trace::intent_step;
-use crate::{Gate, GateError, json_with};
+use crate::{GateError, json_with};
 
 /// An intent to begin: what `POST /v1/intents` carries.
 #[derive(Debug, Serialize, Deserialize)]
@@ -45,7 +49,31 @@ pub struct CompleteRequest {
     pub detail: Option<String>,
 }
 
-impl Gate {
+/// The intents of this sidecar's calls: the allowed decisions awaiting
+/// one, and the store's intent rows.
+pub(crate) struct Intents {
+    shared: Arc<Shared>,
+    /// Allowed high-risk decisions awaiting their intent.
+    allowed: Mutex<AllowedDecisions>,
+}
+
+impl Intents {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            allowed: Mutex::new(AllowedDecisions::default()),
+        }
+    }
+
+    /// Remembers that `decision_id` allowed `call`, so that its intent can
+    /// be checked against exactly that call.
+    pub(crate) fn remember(&self, decision_id: String, call: AllowedCall) {
+        self.allowed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(decision_id, call, Instant::now());
+    }
+
     /// Records the pending intent of the call decision `req.decision_id`
     /// allowed: exactly that call, once.
     pub async fn begin_intent(&self, req: BeginIntentRequest) -> Result<Intent, GateError> {
@@ -88,11 +116,12 @@ impl Gate {
             (call.risk, call.call_digest.clone())
         };
         let intent = self
+            .shared
             .store
             .intents()
             .begin(
                 NewIntent {
-                    tenant: self.tenant.clone(),
+                    tenant: self.shared.tenant.clone(),
                     run_id: req.run_id.into_string(),
                     step_id: req.step_id.into(),
                     tool: req.tool.into(),
@@ -109,16 +138,20 @@ impl Gate {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .mark_used(&req.decision_id);
-        self.metrics.intents.with_label_values(&["pending"]).inc();
+        self.shared
+            .metrics
+            .intents
+            .with_label_values(&["pending"])
+            .inc();
         Ok(intent)
     }
 
     /// Watermarks intent `id`: its effect is about to be sent.
     pub async fn effect_sent(&self, id: &str) -> Result<Intent, GateError> {
-        let intents = self.store.intents();
+        let intents = self.shared.store.intents();
         let sent = async {
             Ok(intents
-                .mark_effect_sent(&self.tenant, id, Timestamp::now())
+                .mark_effect_sent(&self.shared.tenant, id, Timestamp::now())
                 .await?)
         };
         intent_step("effect_sent", Some(id), sent).await
@@ -130,14 +163,21 @@ impl Gate {
         id: &str,
         req: CompleteRequest,
     ) -> Result<Intent, GateError> {
-        let intents = self.store.intents();
+        let intents = self.shared.store.intents();
         let close = async {
             Ok(intents
-                .complete(&self.tenant, id, req.outcome, req.detail, Timestamp::now())
+                .complete(
+                    &self.shared.tenant,
+                    id,
+                    req.outcome,
+                    req.detail,
+                    Timestamp::now(),
+                )
                 .await?)
         };
         let intent = intent_step("complete", Some(id), close).await?;
-        self.metrics
+        self.shared
+            .metrics
             .intents
             .with_label_values(&[intent.status.as_str()])
             .inc();
@@ -147,9 +187,10 @@ impl Gate {
     /// The run's open intents, each with its resume class.
     pub async fn pending_intents(&self, run_id: &RunId) -> Result<Vec<PendingIntent>, GateError> {
         Ok(self
+            .shared
             .store
             .intents()
-            .pending(&self.tenant, run_id.as_str())
+            .pending(&self.shared.tenant, run_id.as_str())
             .await?)
     }
 }

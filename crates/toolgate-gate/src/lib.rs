@@ -8,11 +8,10 @@
 //! and the store.
 
 mod allowed;
-mod authorize;
 pub mod decision_log;
+mod decisions;
 pub mod egress;
 mod error;
-mod escalation;
 mod flows;
 mod governed;
 pub mod intents;
@@ -20,36 +19,47 @@ pub mod labels;
 pub mod metrics;
 mod parts;
 pub mod policy_state;
-mod refusals;
 pub mod runs;
+mod shared;
 pub mod stops;
 mod trace;
 pub mod workspace;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use toolgate_contract::agent_api::RecordedRefusal;
 use toolgate_policy::{Id, RunId, Verdict};
-use toolgate_store::Store;
 use tracing::Instrument;
 
-use allowed::AllowedDecisions;
 pub use decision_log::DecisionLog;
+pub use decisions::{MessageScreen, RefusalRequest};
 pub use egress::{EgressGuard, EgressRefusal};
 pub use error::GateError;
+pub use flows::flow_subject;
 pub use governed::{Governed, PathRequest, WORKSPACE_SLOTS, WriteRequest};
 pub use intents::{BeginIntentRequest, CompleteRequest};
 pub use metrics::Metrics;
 pub use parts::GateParts;
 pub use policy_state::{BundleFiles, Enforced, LoadFailure, PolicyState};
-pub use refusals::{MessageScreen, RefusalRequest};
 pub use runs::CancelledRuns;
-pub use toolgate_contract::agent_api::{MAX_WAIT_SECONDS, RecordedRefusal, Screened};
+pub use toolgate_contract::agent_api::{MAX_WAIT_SECONDS, Screened};
 pub use trace::with_sampling;
 pub use workspace::Workspaces;
+
+use decisions::Decisions;
+use governed::GovernedWorkspaces;
+use intents::Intents;
+use runs::{
+    BatchRequest, BatchResponse, CancelRequest, CancelResponse, PodCancelResponse, RunBook,
+    RunStatus,
+};
+use shared::Shared;
+use toolgate_store::{Intent, PendingIntent};
+use workspace::{FileRead, FileWritten, Listing, Stat};
 
 /// Step id recorded for calls made outside any step.
 pub const NO_STEP: &str = "-";
@@ -58,108 +68,140 @@ pub const NO_POLICY: &str = "none";
 /// How many fresh approvals one (run, step, call) may go through.
 pub(crate) const MAX_APPROVAL_ROUNDS: u32 = 32;
 
-/// The sidecar's decision core: the held policy, the shared database, the
-/// decision log, workspaces, metrics, and who this sidecar is. Built once
-/// at start-up; every adapter holds it behind an `Arc`.
+/// The sidecar's decision core, composed of what each part owns: the
+/// decision path (policy, decision log, flow labels), the run book
+/// (stopped runs, budgets), the intents awaiting their calls, and the
+/// governed workspaces; each reads the store, the metrics and who this
+/// sidecar is from one `Shared`. Built once at start-up; every adapter
+/// holds it behind an `Arc` and reaches the parts only through it.
 pub struct Gate {
-    /// The enforced policy.
-    pub(crate) policy: Arc<PolicyState>,
-    /// The shared database.
-    pub(crate) store: Store,
-    /// Background writer for low-risk decisions.
-    pub(crate) decision_log: DecisionLog,
-    /// Workspace roots.
-    pub(crate) workspaces: Workspaces,
-    /// Metrics.
-    pub(crate) metrics: Metrics,
-    /// Tenant this sidecar serves.
-    pub(crate) tenant: String,
-    /// This sidecar instance's decision stream (`{pod}/{uuidv7}`).
-    pub(crate) stream: String,
-    /// Who this sidecar is (for `requested_by`).
-    pub(crate) identity: String,
-    /// The pod this sidecar serves: what a pod-scoped cancellation and a
-    /// per-pod budget are keyed by.
-    pub(crate) pod: String,
-    /// Allowed high-risk decisions awaiting their intent.
-    pub(crate) allowed: Mutex<AllowedDecisions>,
-    /// Bounds concurrent workspace I/O (see [`WORKSPACE_SLOTS`]).
-    pub(crate) workspace_slots: Arc<tokio::sync::Semaphore>,
-    /// Runs and scopes of this tenant known to be cancelled.
-    pub(crate) cancelled: Arc<CancelledRuns>,
-    /// Whether a call's span carries its arguments (off unless the
-    /// sidecar opts in: arguments may hold what a trace store must not).
-    pub(crate) trace_arguments: bool,
-    /// Flow labels this sidecar knows its runs and pod carry.
-    pub(crate) known_labels: flows::KnownLabels,
+    shared: Arc<Shared>,
+    decisions: Arc<Decisions>,
+    runs: Arc<RunBook>,
+    intents: Arc<Intents>,
+    workspaces: GovernedWorkspaces,
 }
 
 impl Gate {
     /// The gate of one sidecar.
     pub fn new(parts: GateParts) -> Self {
-        Self {
-            policy: parts.policy,
+        let shared = Arc::new(Shared {
             store: parts.store,
-            decision_log: parts.decision_log,
-            workspaces: parts.workspaces,
             metrics: parts.metrics,
             tenant: parts.tenant,
             stream: parts.stream,
             identity: parts.identity,
             pod: parts.pod,
-            allowed: Mutex::new(AllowedDecisions::default()),
-            workspace_slots: Arc::new(tokio::sync::Semaphore::new(WORKSPACE_SLOTS)),
-            cancelled: Arc::new(CancelledRuns::default()),
             trace_arguments: parts.trace_arguments,
-            known_labels: flows::KnownLabels::default(),
+        });
+        let runs = Arc::new(RunBook::new(shared.clone()));
+        let intents = Arc::new(Intents::new(shared.clone()));
+        let decisions = Arc::new(Decisions::new(
+            shared.clone(),
+            parts.policy,
+            parts.decision_log,
+            runs.clone(),
+            intents.clone(),
+        ));
+        let workspaces = GovernedWorkspaces::new(
+            shared.clone(),
+            decisions.clone(),
+            intents.clone(),
+            parts.workspaces,
+        );
+        Self {
+            shared,
+            decisions,
+            runs,
+            intents,
+            workspaces,
         }
     }
+
+    // ---- Who this gate is, and what it holds ----
 
     /// The judge of the sidecar's own connections (MCP upstreams), on the
     /// bundle this gate enforces.
     pub fn egress(&self) -> EgressGuard {
-        EgressGuard::new(self.policy.clone())
+        EgressGuard::new(self.decisions.policy().clone())
     }
 
     /// The bundle held (live or expired), for reporting; decisions go
     /// through the gate's methods.
     pub fn enforced(&self) -> Option<Arc<Enforced>> {
-        self.policy.current()
+        self.decisions.current()
     }
 
     /// The last bundle load that was rejected (the held one stays).
     pub fn last_rejected_bundle(&self) -> Option<policy_state::LoadFailure> {
-        self.policy.last_failure()
+        self.decisions.policy().last_failure()
     }
 
     /// Whether the database answers.
     pub async fn database_reachable(&self) -> bool {
-        self.store.ping().await.is_ok()
+        self.shared.store.ping().await.is_ok()
     }
 
     /// The gate's metrics in the Prometheus text format.
     pub fn render_metrics(&self) -> String {
-        self.metrics.render()
+        self.shared.metrics.render()
     }
 
     /// The tenant this gate decides for.
     pub fn tenant(&self) -> &str {
-        &self.tenant
+        &self.shared.tenant
     }
 
     /// This sidecar's decision stream (`{pod}/{uuidv7}`).
     pub fn stream(&self) -> &str {
-        &self.stream
+        &self.shared.stream
     }
 
     /// This sidecar as the store charges and stops it: tenant, pod, and the
     /// profile of the bundle it enforces (none without one).
     pub fn caller<'a>(&'a self, enforced: Option<&'a Enforced>) -> toolgate_store::Caller<'a> {
-        toolgate_store::Caller::new(
-            &self.tenant,
-            &self.pod,
-            enforced.map(|e| e.profile.as_str()),
-        )
+        self.shared.caller(enforced)
+    }
+
+    // ---- Decisions ----
+
+    /// Authorizes one call: decides it under the held bundle, records it
+    /// (durably before answering for a high-risk tool), remembers an allow
+    /// for its intent, and counts it.
+    pub async fn authorize(&self, req: &AuthorizeRequest) -> Result<AuthorizeResponse, GateError> {
+        self.decisions.authorize(req).await
+    }
+
+    /// The one field of a call not checked when it was read (ids are
+    /// [`toolgate_policy::Id`]s and the run a [`RunId`]): its tenant.
+    pub fn validate_call(&self, req: &AuthorizeRequest) -> Result<(), GateError> {
+        self.decisions.validate_call(req)
+    }
+
+    /// Decides each call of a batch as [`Gate::authorize`] would (each is
+    /// recorded and charged) and says whether they may all run at once.
+    pub async fn authorize_batch(&self, req: BatchRequest) -> Result<BatchResponse, GateError> {
+        self.decisions.authorize_batch(req).await
+    }
+
+    /// Records `refusal`, made at an edge, as a denial, durably, and counts
+    /// it; the caller then answers the refusal (it stands whether or not it
+    /// could be recorded: refusing is never the unsafe side).
+    pub async fn refuse(&self, refusal: &RefusalRequest) -> Result<RecordedRefusal, GateError> {
+        self.decisions.refuse(refusal).await
+    }
+
+    /// [`Gate::refuse`] where the refusal is answered anyway: a log that
+    /// cannot take the record is reported, and the refusal stands.
+    pub async fn record_refusal(&self, refusal: &RefusalRequest) {
+        self.decisions.record_refusal(refusal).await
+    }
+
+    /// Screens a message a run sends an MCP server other than a
+    /// `tools/call`: refused, and recorded as a `flow_rule` denial, when
+    /// the run's flow rules deny it.
+    pub async fn screen_message(&self, message: &MessageScreen) -> Result<Screened, GateError> {
+        self.decisions.screen_message(message).await
     }
 
     /// Which of the named tools the held profile declares and could allow
@@ -170,19 +212,7 @@ impl Gate {
         tools: &[String],
         definitions: &HashMap<String, String>,
     ) -> Result<Vec<String>, GateError> {
-        Ok(match self.policy.live(Timestamp::now()) {
-            Some(e) => tools
-                .iter()
-                .filter(|t| e.policy.may_permit(t))
-                .filter(|t| {
-                    e.policy.pinned_definition(t).is_none_or(|pinned| {
-                        definitions.get(*t).map(String::as_str) == Some(pinned)
-                    })
-                })
-                .cloned()
-                .collect(),
-            _ => Vec::new(),
-        })
+        Ok(self.decisions.visible_tools(tools, definitions))
     }
 
     /// The approval `id` of this tenant, after waiting up to `wait` (at most
@@ -192,13 +222,14 @@ impl Gate {
         id: &str,
         wait: Option<Duration>,
     ) -> Result<toolgate_store::Approval, GateError> {
-        let approvals = self.store.approvals();
+        let approvals = self.shared.store.approvals();
+        let tenant = &self.shared.tenant;
         Ok(match wait.filter(|w| !w.is_zero()) {
             Some(wait) => {
                 let wait = wait.min(Duration::from_secs(MAX_WAIT_SECONDS));
                 let span = trace::approval_wait(id, wait.as_millis());
                 let answer = approvals
-                    .wait(&self.tenant, id, wait)
+                    .wait(tenant, id, wait)
                     .instrument(span.clone())
                     .await;
                 match &answer {
@@ -212,8 +243,103 @@ impl Gate {
                 }
                 answer?
             }
-            None => approvals.get(&self.tenant, id, Timestamp::now()).await?,
+            None => approvals.get(tenant, id, Timestamp::now()).await?,
         })
+    }
+
+    // ---- Runs and stops ----
+
+    /// The run's cancellation (its own or a scope's), budgets and open
+    /// intents: what an agent checks between steps.
+    pub async fn run_status(&self, run_id: &RunId) -> Result<RunStatus, GateError> {
+        let enforced = self.decisions.current();
+        self.runs.status(run_id, enforced.as_deref()).await
+    }
+
+    /// Cancels the run durably (idempotent): every later call of it is
+    /// refused, by every sidecar.
+    pub async fn cancel_run(
+        &self,
+        run_id: &RunId,
+        req: &CancelRequest,
+    ) -> Result<CancelResponse, GateError> {
+        self.runs.cancel_run(run_id, req).await
+    }
+
+    /// Stops every run of this pod, whatever run id it uses.
+    pub async fn cancel_pod(&self, req: &CancelRequest) -> Result<PodCancelResponse, GateError> {
+        self.runs.cancel_pod(req).await
+    }
+
+    /// One read of the stops made elsewhere ([`stops::watch_cancellations`]),
+    /// counted by what set it off.
+    pub(crate) async fn learn_stops(
+        &self,
+        trigger: &str,
+        since: Timestamp,
+    ) -> Result<(), toolgate_store::StoreError> {
+        let policy = self.decisions.policy();
+        policy
+            .metrics()
+            .stop_reads
+            .with_label_values(&[trigger])
+            .inc();
+        let enforced = policy.current();
+        self.runs.learn_stops(enforced.as_deref(), since).await
+    }
+
+    // ---- Intents ----
+
+    /// Records the pending intent of the call decision `req.decision_id`
+    /// allowed: exactly that call, once.
+    pub async fn begin_intent(&self, req: BeginIntentRequest) -> Result<Intent, GateError> {
+        self.intents.begin_intent(req).await
+    }
+
+    /// Watermarks intent `id`: its effect is about to be sent.
+    pub async fn effect_sent(&self, id: &str) -> Result<Intent, GateError> {
+        self.intents.effect_sent(id).await
+    }
+
+    /// Closes intent `id` with its outcome.
+    pub async fn complete_intent(
+        &self,
+        id: &str,
+        req: CompleteRequest,
+    ) -> Result<Intent, GateError> {
+        self.intents.complete_intent(id, req).await
+    }
+
+    /// The run's open intents, each with its resume class.
+    pub async fn pending_intents(&self, run_id: &RunId) -> Result<Vec<PendingIntent>, GateError> {
+        self.intents.pending_intents(run_id).await
+    }
+
+    // ---- Workspaces ----
+
+    /// `workspace.write`, decided and recorded; a high-risk write records
+    /// its intent around the write itself.
+    pub async fn workspace_write(
+        &self,
+        req: WriteRequest,
+    ) -> Result<Governed<FileWritten>, GateError> {
+        self.workspaces.workspace_write(req).await
+    }
+
+    /// `workspace.read`, decided and recorded (on the file's provenance,
+    /// under a profile whose flows name one).
+    pub async fn workspace_read(&self, req: PathRequest) -> Result<Governed<FileRead>, GateError> {
+        self.workspaces.workspace_read(req).await
+    }
+
+    /// `workspace.list`, decided and recorded.
+    pub async fn workspace_list(&self, req: PathRequest) -> Result<Governed<Listing>, GateError> {
+        self.workspaces.workspace_list(req).await
+    }
+
+    /// `workspace.stat`, decided and recorded.
+    pub async fn workspace_stat(&self, req: PathRequest) -> Result<Governed<Stat>, GateError> {
+        self.workspaces.workspace_stat(req).await
     }
 }
 

@@ -70,28 +70,9 @@ pub async fn watch_cancellations(
     let mut since = Timestamp::now() - CANCEL_LOOKBACK;
     let mut trigger = "start";
     loop {
-        gate.policy
-            .metrics()
-            .stop_reads
-            .with_label_values(&[trigger])
-            .inc();
         let polled_at = Timestamp::now();
-        let enforced = gate.policy.current();
-        match gate
-            .store
-            .runs()
-            .stops(gate.caller(enforced.as_deref()), since)
-            .await
-        {
-            Ok(stops) => {
-                for (run, _) in stops.runs {
-                    gate.cancelled.insert(&run);
-                }
-                if let Some(stop) = stops.scope {
-                    gate.cancelled.insert_scope(stop.scope);
-                }
-                since = polled_at - CANCEL_OVERLAP;
-            }
+        match gate.learn_stops(trigger, since).await {
+            Ok(()) => since = polled_at - CANCEL_OVERLAP,
             Err(e) => tracing::warn!(error = %e, "could not read stops"),
         }
         let wait = if signal.hearing() {

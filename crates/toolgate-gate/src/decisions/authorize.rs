@@ -1,6 +1,6 @@
 //! Every call is decided, recorded and remembered exactly once, here:
 //! `/v1/authorize`, the workspace operations, batches and the MCP gateway
-//! all come through [`Gate::authorize`], so none of them can be more
+//! all come through [`Decisions::authorize`], so none of them can be more
 //! permissive than another.
 
 use std::sync::Arc;
@@ -8,20 +8,22 @@ use std::time::Instant;
 
 use jiff::Timestamp;
 use toolgate_policy::{
-    Call, Context, Decision, Enforcement, Id, LabelSet, Provenance, Reason, Risk, RunId, Verdict,
+    Call, Context, Decision, Enforcement, Id, LabelSet, Provenance, Reason, Risk, Verdict,
 };
 use toolgate_store::{DecisionRecord, RunLimits};
 use tracing::Instrument;
 
+use super::Decisions;
+use super::escalation::escalate;
 use crate::Enforced;
 use crate::allowed::AllowedCall;
-use crate::escalation::{escalate, refuse_if_cancelled, refuse_if_unpayable};
 use crate::flows::FlowState;
 use crate::labels::{MAX_LABEL_CHARS, decision_labels, truncate};
+use crate::runs::deny_audit;
 use crate::trace::{self, traced};
-use crate::{AuthorizeRequest, AuthorizeResponse, Gate, GateError, NO_POLICY, NO_STEP};
+use crate::{AuthorizeRequest, AuthorizeResponse, GateError, NO_POLICY, NO_STEP};
 
-impl Gate {
+impl Decisions {
     /// Authorizes one call: decides it under the held bundle, records it
     /// (durably before answering for a high-risk tool), remembers an allow
     /// for its intent, and counts it.
@@ -29,14 +31,14 @@ impl Gate {
         self.authorize_read(req, None).await
     }
 
-    /// [`Gate::authorize`] for a workspace read whose file has
+    /// [`Decisions::authorize`] for a workspace read whose file has
     /// `provenance` (known to the sidecar only, never taken from the agent).
     pub(crate) async fn authorize_read(
         &self,
         req: &AuthorizeRequest,
         provenance: Option<Provenance>,
     ) -> Result<AuthorizeResponse, GateError> {
-        let span = trace::tool_call(req, &self.tenant, self.trace_arguments);
+        let span = trace::tool_call(req, &self.shared.tenant, self.shared.trace_arguments);
         let answer = authorize_call(self, req, provenance)
             .instrument(span.clone())
             .await;
@@ -45,10 +47,10 @@ impl Gate {
     }
 
     /// The one field of a call not checked when it was read (ids are
-    /// [`toolgate_policy::Id`]s and the run a [`RunId`]): its tenant.
+    /// [`toolgate_policy::Id`]s and the run a [`RunId`](toolgate_policy::RunId)): its tenant.
     pub fn validate_call(&self, req: &AuthorizeRequest) -> Result<(), GateError> {
         if let Some(t) = &req.tenant
-            && *t != self.tenant
+            && *t != self.shared.tenant
         {
             return Err(GateError::InvalidRequest(format!(
                 "tenant `{}` is not served by this sidecar",
@@ -84,7 +86,7 @@ struct Decided {
 /// (durably before answering for a high-risk tool), [`remember`] an allow
 /// for its intent, and count it.
 async fn authorize_call(
-    app: &Gate,
+    app: &Decisions,
     req: &AuthorizeRequest,
     provenance: Option<Provenance>,
 ) -> Result<AuthorizeResponse, GateError> {
@@ -120,14 +122,14 @@ fn labels_to_set(req: &AuthorizeRequest, d: &Decided, provenance: Option<Provena
 /// Writes the labels of a call that passes without a charge (no budgets),
 /// after its cancellation check; one that cannot store them is denied
 /// (`audit_unavailable`), as one that cannot be recorded is.
-async fn store_labels(app: &Gate, d: &mut Decided) {
+async fn store_labels(app: &Decisions, d: &mut Decided) {
     let (Some(state), Some(enforced)) = (&d.flow, &d.enforced) else {
         return;
     };
     if d.verdict.verdict != Decision::Allow || d.labels_to_set.is_empty() {
         return;
     }
-    let write = app.set_flow_labels(
+    let write = app.flows.set_flow_labels(
         &enforced.policy,
         state,
         d.labels_to_set,
@@ -147,7 +149,7 @@ async fn store_labels(app: &Gate, d: &mut Decided) {
 /// Decides the call at `now`: [`evaluate`] it, then resolve an escalation
 /// through its approval.
 async fn decide(
-    app: &Gate,
+    app: &Decisions,
     req: &AuthorizeRequest,
     now: Timestamp,
     provenance: Option<Provenance>,
@@ -163,7 +165,7 @@ async fn decide(
     let (flow, flow_unknown) = match enforced.as_deref().filter(|e| e.is_live(now)) {
         Some(e) => match traced(
             "toolgate.flow.read",
-            app.call_flow_state(&e.policy, req, provenance),
+            app.flows.call_flow_state(&e.policy, req, provenance),
         )
         .await
         {
@@ -193,13 +195,23 @@ async fn decide(
         // or one whose budget could not pay for the call: a human is never
         // asked about a call that would be refused anyway. An approved call
         // is charged once, when it passes (in `record`).
-        let caller = app.caller(enforced.as_deref());
-        refuse_if_unpayable(app, caller, &req.run_id, &limits, mode, &mut verdict, now).await;
+        let enforced = enforced.as_deref();
+        app.runs
+            .refuse_if_unpayable(enforced, &req.run_id, &limits, mode, &mut verdict, now)
+            .await;
     }
     if verdict.verdict == Decision::Escalate {
         // An escalation only comes from a live bundle.
         if let Some(e) = &enforced {
-            let request = escalate(app, e, req, &step_id, &decision_id, &mut verdict, now);
+            let request = escalate(
+                &app.shared,
+                e,
+                req,
+                &step_id,
+                &decision_id,
+                &mut verdict,
+                now,
+            );
             match traced("toolgate.approval.request", request).await {
                 Ok(id) => approval_id = id,
                 Err(err) => {
@@ -228,7 +240,7 @@ async fn decide(
 /// refused when the tool's pinned definition differs or the run is known
 /// to be cancelled.
 fn evaluate(
-    app: &Gate,
+    app: &Decisions,
     req: &AuthorizeRequest,
     enforced: Option<&Enforced>,
     now: Timestamp,
@@ -245,7 +257,7 @@ fn evaluate(
             &call,
             &Context {
                 now,
-                subject: Some(&app.tenant),
+                subject: Some(&app.shared.tenant),
                 labels,
                 provenance,
             },
@@ -267,8 +279,8 @@ fn evaluate(
     // every mode.
     if verdict.verdict != Decision::Deny
         && app
-            .cancelled
-            .holds(&req.run_id, &app.pod, enforced.map(|e| e.profile.as_str()))
+            .runs
+            .known_stopped(&req.run_id, enforced.map(|e| e.profile.as_str()))
     {
         crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
     }
@@ -315,7 +327,7 @@ fn record_with_labels(
 /// any other through the background log. A decision that cannot be
 /// recorded, or a run that cannot be charged, turns into a denial
 /// (`audit_unavailable`).
-async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(), GateError> {
+async fn record(app: &Decisions, req: &AuthorizeRequest, d: &mut Decided) -> Result<(), GateError> {
     if let Err(e) = record_of(req, d, &d.verdict).validate() {
         // Every agent field was checked above, so this is a sidecar bug;
         // refuse rather than answer with a decision the log cannot hold.
@@ -331,17 +343,14 @@ async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(
         // a cancellation made anywhere: one read by key before the append,
         // and before it labels the run.
         if d.verdict.verdict == Decision::Allow {
-            refuse_if_cancelled(
-                app,
-                app.caller(d.enforced.as_deref()),
-                &req.run_id,
-                &mut d.verdict,
-            )
-            .await;
+            app.runs
+                .refuse_if_cancelled(d.enforced.as_deref(), &req.run_id, &mut d.verdict)
+                .await;
         }
         store_labels(app, d).await;
-        let decisions = app.store.decisions();
-        let append = decisions.append(&app.tenant, &app.stream, record_of(req, d, &d.verdict));
+        let decisions = app.shared.store.decisions();
+        let record = record_of(req, d, &d.verdict);
+        let append = decisions.append(&app.shared.tenant, &app.shared.stream, record);
         traced("toolgate.decision.append", append)
             .await
             .map(|_| ())
@@ -356,8 +365,8 @@ async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(
         d.approval_id = None;
     }
     if !high_risk {
-        app.decision_log
-            .enqueue(&app.tenant, record_of(req, d, &d.verdict));
+        app.log
+            .enqueue(&app.shared.tenant, record_of(req, d, &d.verdict));
     }
     Ok(())
 }
@@ -366,13 +375,13 @@ async fn record(app: &Gate, req: &AuthorizeRequest, d: &mut Decided) -> Result<(
 /// of the run sees it, and applies the answer; a high-risk call in the
 /// transaction that records its decision.
 async fn charge(
-    app: &Gate,
+    app: &Decisions,
     req: &AuthorizeRequest,
     d: &mut Decided,
     high_risk: bool,
 ) -> Result<(), toolgate_store::StoreError> {
-    let runs = app.store.runs();
-    let caller = app.caller(d.enforced.as_deref());
+    let runs = app.shared.store.runs();
+    let caller = app.shared.caller(d.enforced.as_deref());
     let (admission, labelled) =
         {
             let d = &*d;
@@ -407,7 +416,7 @@ async fn charge(
                 let (admission, _) = runs
                     .admit_and_record(
                         caller,
-                        &app.stream,
+                        &app.shared.stream,
                         &req.run_id,
                         true,
                         &d.limits,
@@ -433,69 +442,48 @@ async fn charge(
             };
             (admission, labels.is_some().then_some(added))
         };
-    apply_run_answer(app, &req.run_id, &admission, &mut d.verdict, d.mode);
+    app.runs
+        .apply_answer(&req.run_id, &admission, &mut d.verdict, d.mode);
     // The run's answer applied is what `passes` judged in the transaction:
     // an allow now means the labels were written.
     let passed = d.verdict.verdict == Decision::Allow;
     if let (Some(added), Some(state), Some(enforced), true) =
         (labelled, &d.flow, &d.enforced, passed)
     {
-        app.learned_labels(&enforced.policy, state, d.labels_to_set);
+        app.flows
+            .learned_labels(&enforced.policy, state, d.labels_to_set);
         d.flow_labels_set = added;
     }
     Ok(())
-}
-
-/// Applies the run's answer to `verdict`, remembering the run as cancelled
-/// when the run itself was: a stopped scope is learned by the poll (the run
-/// id alone says nothing about it).
-pub(crate) fn apply_run_answer(
-    app: &Gate,
-    run_id: &RunId,
-    admission: &toolgate_store::Admission,
-    verdict: &mut Verdict,
-    mode: Enforcement,
-) {
-    if matches!(
-        admission,
-        toolgate_store::Admission::Cancelled { scoped: false, .. }
-    ) {
-        app.cancelled.insert(run_id.as_str());
-    }
-    crate::runs::apply_admission(verdict, admission, mode);
 }
 
 /// Remembers an allowed decision, so that its intent can be checked
 /// against exactly the call it allowed.
 /// Only a decision that needs an intent is remembered for one: the map then
 /// grows with high-risk traffic, not with every allowed read.
-fn remember(app: &Gate, req: &AuthorizeRequest, d: &Decided) {
+fn remember(app: &Decisions, req: &AuthorizeRequest, d: &Decided) {
     if d.verdict.verdict != Decision::Allow || !d.verdict.intent_required {
         return;
     }
-    app.allowed
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(
-            d.decision_id.clone(),
-            AllowedCall {
-                run_id: req.run_id.clone(),
-                tool: req.tool.to_string(),
-                canonical_tool: d
-                    .enforced
-                    .as_ref()
-                    .map(|e| e.policy.canonical_tool(&req.tool).to_owned())
-                    .unwrap_or_else(|| req.tool.to_string()),
-                args_digest: d.verdict.args_digest.clone(),
-                call_digest: d.verdict.call_digest.clone(),
-                risk: d.verdict.risk,
-            },
-            Instant::now(),
-        );
+    app.intents.remember(
+        d.decision_id.clone(),
+        AllowedCall {
+            run_id: req.run_id.clone(),
+            tool: req.tool.to_string(),
+            canonical_tool: d
+                .enforced
+                .as_ref()
+                .map(|e| e.policy.canonical_tool(&req.tool).to_owned())
+                .unwrap_or_else(|| req.tool.to_string()),
+            args_digest: d.verdict.args_digest.clone(),
+            call_digest: d.verdict.call_digest.clone(),
+            risk: d.verdict.risk,
+        },
+    );
 }
 
 /// Counts the decision and its latency.
-fn count(app: &Gate, req: &AuthorizeRequest, d: &Decided, started: Instant) {
+fn count(app: &Decisions, req: &AuthorizeRequest, d: &Decided, started: Instant) {
     let verdict = &d.verdict;
     let (tool_label, profile_label) = decision_labels(d.enforced.as_deref(), &req.tool);
     // A decision that only reports is counted by what enforcement would
@@ -504,7 +492,8 @@ fn count(app: &Gate, req: &AuthorizeRequest, d: &Decided, started: Instant) {
         (Some(v), Some(r)) if !verdict.enforced => (v, r),
         _ => (verdict.verdict, verdict.reason),
     };
-    app.metrics
+    app.shared
+        .metrics
         .decisions
         .with_label_values(&[
             counted_verdict.as_str(),
@@ -514,7 +503,8 @@ fn count(app: &Gate, req: &AuthorizeRequest, d: &Decided, started: Instant) {
             if verdict.enforced { "true" } else { "false" },
         ])
         .inc();
-    app.metrics
+    app.shared
+        .metrics
         .decision_duration
         .with_label_values(&[verdict.risk.as_str()])
         .observe(started.elapsed().as_secs_f64());
@@ -525,7 +515,8 @@ fn count(app: &Gate, req: &AuthorizeRequest, d: &Decided, started: Instant) {
             verdict.would_rule.as_deref()
         };
         if let Some(rule) = rule.and_then(toolgate_policy::flows::rule_name) {
-            app.metrics
+            app.shared
+                .metrics
                 .flow_refusals
                 .with_label_values(&[
                     truncate(rule, MAX_LABEL_CHARS),
@@ -553,10 +544,6 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
         would_rule: None,
         warning: None,
     }
-}
-
-pub(crate) fn deny_audit(verdict: &mut Verdict) {
-    crate::runs::refuse(verdict, Reason::AuditUnavailable, None);
 }
 
 /// The decision log's `message` for a verdict: what enforcement would have

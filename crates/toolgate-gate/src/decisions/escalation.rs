@@ -1,80 +1,21 @@
 //! Escalations: a call is asked about only when it could pass (its run is
-//! not stopped and its budget could pay for it), and an approved, unused
-//! approval for exactly this call lets it through once.
+//! not stopped and its budget could pay for it: the run book's answer),
+//! and an approved, unused approval for exactly this call lets it through
+//! once.
 
 use std::time::Duration;
 
 use jiff::Timestamp;
-use toolgate_policy::{Enforcement, Id, Reason, Risk, RunId, Verdict};
-use toolgate_store::{ApprovalStatus, ApprovedCall, Caller, NewApproval, RunLimits};
+use toolgate_policy::{Id, Reason, Verdict};
+use toolgate_store::{ApprovalStatus, ApprovedCall, NewApproval};
 
-use crate::Enforced;
-use crate::authorize::{apply_run_answer, deny_audit};
-use crate::{AuthorizeRequest, Gate, GateError, MAX_APPROVAL_ROUNDS};
-
-/// Reads the run's cancellation from the database (a cancellation made
-/// anywhere) and refuses `verdict` when there is one; an unreadable run
-/// state denies `audit_unavailable`.
-pub(crate) async fn refuse_if_cancelled(
-    app: &Gate,
-    caller: Caller<'_>,
-    run_id: &RunId,
-    verdict: &mut Verdict,
-) {
-    match app.store.runs().cancelled_at(caller, run_id).await {
-        Ok(None) => {}
-        // The run itself is remembered as cancelled; a stopped scope is
-        // learned by the poll (the run id alone says nothing about it).
-        Ok(Some(stopped)) => {
-            if !stopped.scoped {
-                app.cancelled.insert(run_id.as_str());
-            }
-            crate::runs::refuse(verdict, Reason::RunCancelled, None);
-        }
-        Err(err) => {
-            tracing::error!(error = %err, "run state unreadable; denying");
-            deny_audit(verdict);
-        }
-    }
-}
-
-/// Refuses an escalation its run could not pay for: cancelled, or (under
-/// budgets) a budget the call would need is used up, read without
-/// charging. Without budgets only the cancellation is read.
-// Each argument is a plain value the caller has at hand.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn refuse_if_unpayable(
-    app: &Gate,
-    caller: Caller<'_>,
-    run_id: &RunId,
-    limits: &RunLimits,
-    mode: Enforcement,
-    verdict: &mut Verdict,
-    now: Timestamp,
-) {
-    if *limits == RunLimits::default() {
-        return refuse_if_cancelled(app, caller, run_id, verdict).await;
-    }
-    let high_risk = verdict.risk == Risk::High;
-    match app
-        .store
-        .runs()
-        .would_refuse(caller, run_id, high_risk, limits, now)
-        .await
-    {
-        Ok(None) => {}
-        Ok(Some(refusal)) => apply_run_answer(app, run_id, &refusal, verdict, mode),
-        Err(err) => {
-            tracing::error!(error = %err, "run state unreadable; denying");
-            deny_audit(verdict);
-        }
-    }
-}
+use crate::shared::Shared;
+use crate::{AuthorizeRequest, Enforced, GateError, MAX_APPROVAL_ROUNDS};
 
 /// Finds or creates the approval for an escalated call. An approved,
 /// unused approval for exactly this call turns the verdict into `approved`.
 pub(crate) async fn escalate(
-    app: &Gate,
+    app: &Shared,
     enforced: &Enforced,
     req: &AuthorizeRequest,
     step_id: &str,

@@ -5,7 +5,7 @@
 //! the check that refused, appended to the hash-chained decision log before
 //! the refusal is answered, and counted. Messages to an MCP server other
 //! than a `tools/call` are screened by the run's flow rules here too
-//! ([`Gate::screen_message`]).
+//! ([`Decisions::screen_message`]).
 
 use jiff::Timestamp;
 use serde_json::{Map, Value};
@@ -13,8 +13,9 @@ use toolgate_contract::agent_api::{self, RecordedRefusal, Screened};
 use toolgate_policy::{Decision, Id, Reason, Risk, RunId};
 use toolgate_store::DecisionRecord;
 
+use super::Decisions;
 use crate::labels::{MAX_LABEL_CHARS, decision_labels, truncate};
-use crate::{Gate, GateError, NO_POLICY, NO_STEP};
+use crate::{GateError, NO_POLICY, NO_STEP};
 
 /// One refusal made at an edge: what `POST /v1/refusals` carries (the
 /// gateway of `toolgate mcp wrap` reports its refusals there). Its shape
@@ -36,7 +37,7 @@ struct Denial<'a> {
     definition_digest: Option<&'a Id>,
 }
 
-impl Gate {
+impl Decisions {
     /// Records `refusal` as a denial, durably, and counts it; the caller
     /// then answers the refusal (it stands whether or not it could be
     /// recorded: refusing is never the unsafe side).
@@ -62,7 +63,7 @@ impl Gate {
         Ok(RecordedRefusal { decision_id })
     }
 
-    /// [`Gate::refuse`] where the refusal is answered anyway: a log that
+    /// [`Decisions::refuse`] where the refusal is answered anyway: a log that
     /// cannot take the record is reported, and the refusal stands.
     pub async fn record_refusal(&self, refusal: &RefusalRequest) {
         if let Err(err) = self.refuse(refusal).await {
@@ -90,6 +91,7 @@ impl Gate {
             return Ok(passes);
         }
         let state = self
+            .flows
             .flow_state(policy, &message.run_id, true)
             .await?
             .map_or(toolgate_policy::LabelSet::EMPTY, |s| s.labels);
@@ -153,7 +155,8 @@ impl Gate {
             .validate()
             .map_err(|e| GateError::InvalidRequest(e.to_string()))?;
         let (tool_label, profile_label) = decision_labels(enforced.as_deref(), denial.tool);
-        self.metrics
+        self.shared
+            .metrics
             .decisions
             .with_label_values(&[
                 Decision::Deny.as_str(),
@@ -163,9 +166,10 @@ impl Gate {
                 "true",
             ])
             .inc();
-        self.store
+        self.shared
+            .store
             .decisions()
-            .append(&self.tenant, &self.stream, record)
+            .append(&self.shared.tenant, &self.shared.stream, record)
             .await?;
         Ok(decision_id)
     }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use toolgate_policy::{FlowScope, RunId, Stop};
+use toolgate_policy::{RunId, Stop};
 
 use crate::cli_error::CliError;
 
@@ -118,58 +118,19 @@ pub fn run(args: RunsArgs) -> Result<ExitCode, CliError> {
                     .as_deref()
                     .map(crate::cmd::check::load_profile)
                     .transpose()?;
-                let limits = policy
-                    .as_ref()
-                    .map(toolgate_gate::runs::limits)
-                    .unwrap_or_default();
                 let store = database.connect().await?;
-                let runs = store.runs();
-                let state = runs.state(&tenant, &run_id).await?;
-                let name = policy.as_ref().map(|p| p.name().to_owned());
-                // The stops that hold the run: with a pod, as its sidecar
-                // sees them; without one, the namespace's and the profile's.
-                let scoped = match &pod {
-                    Some(pod) => {
-                        runs.scope_cancellation(toolgate_store::Caller::new(
-                            &tenant,
-                            pod,
-                            name.as_deref(),
-                        ))
-                        .await?
-                    }
-                    None => runs
-                        .scope_cancellations(&tenant)
-                        .await?
-                        .into_iter()
-                        .find(|stop| stop.scope.covers(None, name.as_deref())),
-                };
-                let pod_usage = match &pod {
-                    Some(pod) => Some(runs.pod_usage(&tenant, pod).await?),
-                    None => None,
-                };
-                // Flow labels as the profile carries them: the run's, or
-                // with `scope: pod` the pod's (which needs --pod).
-                let flow_subject = match policy.as_ref().and_then(|p| p.flow_scope()) {
-                    Some(scope @ FlowScope::Run) => Some((scope, run_id.as_str().to_owned())),
-                    Some(scope @ FlowScope::Pod) => pod.clone().map(|pod| (scope, pod)),
-                    None => None,
-                };
-                let flow_labels = match flow_subject {
-                    Some((scope, subject)) => {
-                        Some(store.flow_labels().of(&tenant, scope, &subject).await?)
-                    }
-                    None => None,
-                };
-                let mut status = toolgate_gate::runs::RunStatus::of(
-                    run_id,
-                    state,
-                    scoped,
-                    pod_usage,
-                    &limits,
-                    jiff::Timestamp::now(),
-                );
-                status.flow_labels = flow_labels;
-                print_json(&status);
+                // With a pod, as its sidecar sees the run (the stops that
+                // hold the pod, its budgets, pod-scoped labels); without
+                // one, the namespace's and the profile's stops.
+                let reading = toolgate_gate::runs::read_run(
+                    &store,
+                    &tenant,
+                    &run_id,
+                    pod.as_deref(),
+                    policy.as_ref(),
+                )
+                .await?;
+                print_json(&reading.status);
                 Ok(ExitCode::SUCCESS)
             }
         }
