@@ -249,3 +249,46 @@ async fn pod_and_time_budgets_bind() {
         );
     });
 }
+
+/// `runs::read_run`, what `toolgate runs status` prints, reads the stops
+/// and budgets as the pod's sidecar does when given the pod, and without
+/// one sees no pod stop and no pod budgets; the run's own cancellation is
+/// reported even while a wider stop is the one shown.
+#[tokio::test]
+async fn a_run_is_read_as_its_pod_sees_it_only_with_the_pod() {
+    let spec = with_budgets("{perPod: {maxCalls: 5}}");
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(&spec)).await;
+        let run = unique("run");
+        g.authorize("reader", read(0), &run).await;
+        g.gate.cancel_pod(&CancelRequest::default()).await.unwrap();
+        let enforced = g.gate.enforced().expect("a bundle is held");
+        let read_run = async |pod| {
+            let policy = Some(&enforced.policy);
+            toolgate_gate::runs::read_run(&g.store, &g.tenant, &run_id(&run), pod, policy)
+                .await
+                .unwrap()
+        };
+        let seen = read_run(Some("pod-a")).await;
+        assert_eq!(seen.status.cancelled_scope.as_deref(), Some("pod pod-a"));
+        assert_eq!(
+            seen.scope.map(|s| s.to_string()).as_deref(),
+            Some("pod pod-a")
+        );
+        assert!(seen.status.cancel_requested && !seen.run_cancelled);
+        let pod_calls = seen.status.budgets.pod_calls.expect("the pod's budget");
+        assert_eq!((pod_calls.used, pod_calls.left), (1, Some(4)));
+        let alone = read_run(None).await;
+        assert!(!alone.status.cancel_requested && alone.scope.is_none());
+        assert!(alone.status.budgets.pod_calls.is_none());
+        assert_eq!(alone.status.budgets.calls.used, 1);
+
+        g.gate
+            .cancel_run(&run_id(&run), &CancelRequest::default())
+            .await
+            .unwrap();
+        let seen = read_run(Some("pod-a")).await;
+        assert!(seen.run_cancelled && seen.scope.is_some());
+        assert!(read_run(None).await.run_cancelled);
+    });
+}

@@ -349,3 +349,43 @@ async fn labels_only_tighten() {
         assert_eq!(outcome(&v), (Decision::Deny, Reason::FlowRule));
     });
 }
+
+/// The labels a run's status shows follow the one flow-subject rule, read
+/// with or without a sidecar: the run's under `scope: run`; under `scope:
+/// pod` the pod's, so only when the pod is named (`toolgate runs status`
+/// without `--pod` shows none).
+#[tokio::test]
+async fn a_runs_status_shows_the_labels_of_its_flow_subject() {
+    let pod_flows = FLOWS.replace("flows:\n", "flows:\n  scope: pod\n");
+    each_backend!(|url| {
+        for (spec, pod_scoped) in [(FLOWS, false), (pod_flows.as_str(), true)] {
+            let g = TestGate::start(url, Bundle::Live(spec)).await;
+            let (run, fresh) = (unique("run"), unique("fresh"));
+            g.authorize("fetch", page(), &run).await;
+            let enforced = g.gate.enforced().expect("a bundle is held");
+            let labels = async |run: &str, pod| {
+                let policy = Some(&enforced.policy);
+                let reading =
+                    toolgate_gate::runs::read_run(&g.store, &g.tenant, &run_id(run), pod, policy)
+                        .await
+                        .unwrap();
+                let names = reading.status.flow_labels;
+                names.map(|l| l.into_iter().map(|l| l.label).collect::<Vec<_>>())
+            };
+            let set = Some(vec!["untrusted".to_owned()]);
+            assert_eq!(labels(&run, Some("pod-a")).await, set);
+            let status = g.gate.run_status(&run_id(&run)).await.unwrap();
+            let shown = status
+                .flow_labels
+                .map(|l| l.into_iter().map(|l| l.label).collect());
+            assert_eq!(shown, set);
+            let (fresh_seen, alone) = if pod_scoped {
+                (set.clone(), None)
+            } else {
+                (Some(Vec::new()), set.clone())
+            };
+            assert_eq!(labels(&fresh, Some("pod-a")).await, fresh_seen, "{spec}");
+            assert_eq!(labels(&run, None).await, alone, "{spec}");
+        }
+    });
+}
