@@ -270,7 +270,7 @@ fn path_arguments(path: &str) -> serde_json::Map<String, serde_json::Value> {
 impl GovernedWorkspaces {
     /// `workspace.write`, decided and recorded; a high-risk write records
     /// its intent around the write itself.
-    pub async fn workspace_write(
+    pub(crate) async fn write(
         &self,
         req: WriteRequest,
     ) -> Result<Governed<FileWritten>, GateError> {
@@ -287,7 +287,7 @@ impl GovernedWorkspaces {
     /// selectors name a provenance the file is read first, inside the run's workspace (nothing
     /// leaves the sidecar), so the decision and the labels it sets see the
     /// file's provenance; its content is answered only when allowed.
-    pub async fn workspace_read(&self, req: PathRequest) -> Result<Governed<FileRead>, GateError> {
+    pub(crate) async fn read(&self, req: PathRequest) -> Result<Governed<FileRead>, GateError> {
         let flows = self
             .decisions
             .current()
@@ -300,12 +300,12 @@ impl GovernedWorkspaces {
     }
 
     /// `workspace.list`, decided and recorded.
-    pub async fn workspace_list(&self, req: PathRequest) -> Result<Governed<Listing>, GateError> {
+    pub(crate) async fn list(&self, req: PathRequest) -> Result<Governed<Listing>, GateError> {
         governed_path(self, req, "list", Workspaces::list).await
     }
 
     /// `workspace.stat`, decided and recorded.
-    pub async fn workspace_stat(&self, req: PathRequest) -> Result<Governed<Stat>, GateError> {
+    pub(crate) async fn stat(&self, req: PathRequest) -> Result<Governed<Stat>, GateError> {
         governed_path(self, req, "stat", Workspaces::stat).await
     }
 }

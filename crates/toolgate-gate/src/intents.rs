@@ -76,7 +76,7 @@ impl Intents {
 
     /// Records the pending intent of the call decision `req.decision_id`
     /// allowed: exactly that call, once.
-    pub async fn begin_intent(&self, req: BeginIntentRequest) -> Result<Intent, GateError> {
+    pub(crate) async fn begin_intent(&self, req: BeginIntentRequest) -> Result<Intent, GateError> {
         intent_step("begin", None, self.begin(req)).await
     }
 
@@ -147,7 +147,7 @@ impl Intents {
     }
 
     /// Watermarks intent `id`: its effect is about to be sent.
-    pub async fn effect_sent(&self, id: &str) -> Result<Intent, GateError> {
+    pub(crate) async fn effect_sent(&self, id: &str) -> Result<Intent, GateError> {
         let intents = self.shared.store.intents();
         let sent = async {
             Ok(intents
@@ -158,7 +158,7 @@ impl Intents {
     }
 
     /// Closes intent `id` with its outcome.
-    pub async fn complete_intent(
+    pub(crate) async fn complete_intent(
         &self,
         id: &str,
         req: CompleteRequest,
@@ -185,7 +185,10 @@ impl Intents {
     }
 
     /// The run's open intents, each with its resume class.
-    pub async fn pending_intents(&self, run_id: &RunId) -> Result<Vec<PendingIntent>, GateError> {
+    pub(crate) async fn pending_intents(
+        &self,
+        run_id: &RunId,
+    ) -> Result<Vec<PendingIntent>, GateError> {
         Ok(self
             .shared
             .store

@@ -323,23 +323,23 @@ impl Gate {
         &self,
         req: WriteRequest,
     ) -> Result<Governed<FileWritten>, GateError> {
-        self.workspaces.workspace_write(req).await
+        self.workspaces.write(req).await
     }
 
     /// `workspace.read`, decided and recorded (on the file's provenance,
     /// under a profile whose flows name one).
     pub async fn workspace_read(&self, req: PathRequest) -> Result<Governed<FileRead>, GateError> {
-        self.workspaces.workspace_read(req).await
+        self.workspaces.read(req).await
     }
 
     /// `workspace.list`, decided and recorded.
     pub async fn workspace_list(&self, req: PathRequest) -> Result<Governed<Listing>, GateError> {
-        self.workspaces.workspace_list(req).await
+        self.workspaces.list(req).await
     }
 
     /// `workspace.stat`, decided and recorded.
     pub async fn workspace_stat(&self, req: PathRequest) -> Result<Governed<Stat>, GateError> {
-        self.workspaces.workspace_stat(req).await
+        self.workspaces.stat(req).await
     }
 }
 

@@ -27,7 +27,10 @@ impl Decisions {
     /// Authorizes one call: decides it under the held bundle, records it
     /// (durably before answering for a high-risk tool), remembers an allow
     /// for its intent, and counts it.
-    pub async fn authorize(&self, req: &AuthorizeRequest) -> Result<AuthorizeResponse, GateError> {
+    pub(crate) async fn authorize(
+        &self,
+        req: &AuthorizeRequest,
+    ) -> Result<AuthorizeResponse, GateError> {
         self.authorize_read(req, None).await
     }
 
@@ -48,7 +51,7 @@ impl Decisions {
 
     /// The one field of a call not checked when it was read (ids are
     /// [`toolgate_policy::Id`]s and the run a [`RunId`](toolgate_policy::RunId)): its tenant.
-    pub fn validate_call(&self, req: &AuthorizeRequest) -> Result<(), GateError> {
+    pub(crate) fn validate_call(&self, req: &AuthorizeRequest) -> Result<(), GateError> {
         if let Some(t) = &req.tenant
             && *t != self.shared.tenant
         {

@@ -96,7 +96,10 @@ pub(crate) fn sequential_reason(
 impl Decisions {
     /// Decides each call of a batch as [`Decisions::authorize`] would (each is
     /// recorded and charged) and says whether they may all run at once.
-    pub async fn authorize_batch(&self, req: BatchRequest) -> Result<BatchResponse, GateError> {
+    pub(crate) async fn authorize_batch(
+        &self,
+        req: BatchRequest,
+    ) -> Result<BatchResponse, GateError> {
         if req.calls.is_empty() || req.calls.len() > MAX_BATCH_CALLS {
             return Err(GateError::InvalidRequest(format!(
                 "a batch holds 1-{MAX_BATCH_CALLS} calls"

@@ -41,7 +41,10 @@ impl Decisions {
     /// Records `refusal` as a denial, durably, and counts it; the caller
     /// then answers the refusal (it stands whether or not it could be
     /// recorded: refusing is never the unsafe side).
-    pub async fn refuse(&self, refusal: &RefusalRequest) -> Result<RecordedRefusal, GateError> {
+    pub(crate) async fn refuse(
+        &self,
+        refusal: &RefusalRequest,
+    ) -> Result<RecordedRefusal, GateError> {
         if !Reason::EDGE.contains(&refusal.reason) {
             return Err(GateError::InvalidRequest(format!(
                 "`{}` is not a reason an edge refuses with",
@@ -65,7 +68,7 @@ impl Decisions {
 
     /// [`Decisions::refuse`] where the refusal is answered anyway: a log that
     /// cannot take the record is reported, and the refusal stands.
-    pub async fn record_refusal(&self, refusal: &RefusalRequest) {
+    pub(crate) async fn record_refusal(&self, refusal: &RefusalRequest) {
         if let Err(err) = self.refuse(refusal).await {
             tracing::error!(error = %err, reason = refusal.reason.as_str(), "refusal not recorded");
         }
@@ -77,7 +80,10 @@ impl Decisions {
     /// the labels the run carries, would deny a call of one of the server's
     /// tools carrying the message's text. Without a live bundle, or a flow
     /// rule about the server, nothing is read and nothing refused here.
-    pub async fn screen_message(&self, message: &MessageScreen) -> Result<Screened, GateError> {
+    pub(crate) async fn screen_message(
+        &self,
+        message: &MessageScreen,
+    ) -> Result<Screened, GateError> {
         let passes = Screened {
             refused: false,
             decision_id: None,
