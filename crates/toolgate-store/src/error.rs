@@ -153,8 +153,11 @@ impl From<sqlx::Error> for StoreError {
                 StoreError::Conflict(db.message().to_owned())
             }
             // Opening a decision stream with a reserved name or an unknown
-            // previous stream (0006).
-            sqlx::Error::Database(db) if db.code().as_deref() == Some("TG005") => {
+            // previous stream (0006); an approval time the store could not
+            // read back (0021).
+            sqlx::Error::Database(db)
+                if matches!(db.code().as_deref(), Some("TG005" | "TG007")) =>
+            {
                 StoreError::InvalidInput(db.message().to_owned())
             }
             _ => StoreError::Database(e),

@@ -47,8 +47,8 @@ use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
 
 pub use approvals::{
-    Approval, ApprovalDecision, ApprovalStatus, Approvals, ApprovedCall, MAX_PREVIEW_CHARS,
-    NewApproval, RunEvent,
+    Approval, ApprovalDecision, ApprovalListing, ApprovalStatus, Approvals, ApprovedCall,
+    MAX_PREVIEW_CHARS, NewApproval, RunEvent, UnreadableApproval,
 };
 pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decisions::{

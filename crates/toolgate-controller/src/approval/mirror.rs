@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use toolgate_store::ApprovalStatus as DbStatus;
+use toolgate_store::{ApprovalStatus as DbStatus, StoreError};
 
 use super::{
     WAIT_FOR_RECORD, escalation_of, object_for, overdue_pending, past_retention, request_status,
@@ -55,7 +55,26 @@ async fn mirror(
         expired: approvals.expire(now).await?,
         ..Default::default()
     };
-    let pending = approvals.list_all(Some(DbStatus::Pending), now).await?;
+    // Tenants write their own rows: one that does not read back holds back
+    // only itself, not every tenant's mirror.
+    let listing = approvals
+        .list_all_readable(Some(DbStatus::Pending), now)
+        .await?;
+    let pending = listing.approvals;
+    let mut unmirrored = HashSet::new();
+    let mut unreadable: HashSet<(String, String)> = HashSet::new();
+    for bad in &listing.unreadable {
+        let tenant = bad.tenant.as_deref().unwrap_or("?");
+        let id = bad.id.as_deref().unwrap_or("?");
+        let key = format!("unreadable {tenant}/{id}");
+        if ctx.first_unmirrored(&key) {
+            tracing::warn!(approval = %id, tenant = %tenant, error = %bad.error, "a pending approval row does not read back from the database: not mirrored");
+        }
+        unmirrored.insert(key);
+        if let (Some(tenant), Some(id)) = (&bad.tenant, &bad.id) {
+            unreadable.insert((tenant.clone(), id.clone()));
+        }
+    }
     let pending_ids: HashSet<(&str, &str)> = pending
         .iter()
         .map(|r| (r.tenant.as_str(), r.id.as_str()))
@@ -77,7 +96,6 @@ async fn mirror(
     // (the cache does not have them yet).
     let mut present: HashSet<(String, String)> = HashSet::new();
 
-    let mut unmirrored = HashSet::new();
     for row in &pending {
         let home = placement.home(&row.tenant);
         let mut obj = object_for(row, home);
@@ -102,7 +120,20 @@ async fn mirror(
         }
         // The why is part of the immutable request: wait a little for the
         // escalating decision's record rather than create the object without.
-        let why = escalation_of(&ctx.store, row).await?;
+        let why = match escalation_of(&ctx.store, row).await {
+            Ok(why) => why,
+            // The records read for the why (decisions, flow labels) are the
+            // tenant's too: one that does not read back holds back this
+            // approval only. Any other failure stops the pass, as before.
+            Err(ControllerError::Store(e @ StoreError::Corrupt(_))) => {
+                if ctx.first_unmirrored(&row.id) {
+                    tracing::warn!(approval = %row.id, tenant = %row.tenant, error = %e, "could not read why the approval was asked: not mirrored");
+                }
+                unmirrored.insert(row.id.clone());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let young = row
             .created_at
             .checked_add(WAIT_FOR_RECORD)
@@ -205,7 +236,10 @@ async fn mirror(
         if !matches!(phase, None | Some(Phase::Pending)) {
             continue;
         }
-        if pending_ids.contains(&(req.tenant.as_str(), req.approval_id.as_str())) {
+        // A row that does not read back is still there: its object waits.
+        if pending_ids.contains(&(req.tenant.as_str(), req.approval_id.as_str()))
+            || unreadable.contains(&(req.tenant.clone(), req.approval_id.clone()))
+        {
             continue;
         }
         let mut status = resolve_request(ctx, obj, req).await?;

@@ -523,3 +523,121 @@ async fn a_squatted_name_is_not_a_mirror() {
         "{metrics}"
     );
 }
+
+/// Review finding: one tenant's pending row that does not read back (here a
+/// created_at no timestamp holds, as a tenant's own role could write before
+/// migration 0021) used to fail the whole list, so no tenant's approvals
+/// were mirrored. Now it is counted as unmirrored, its earlier object is
+/// left alone, and the other tenants' rows are mirrored.
+#[tokio::test]
+async fn one_tenants_unreadable_row_does_not_stall_the_mirror() {
+    let store = store().await;
+    let row = pending_row(&store, Duration::from_secs(900)).await;
+    let name = approval::approval_name(&row.id);
+    sqlx::raw_sql(&format!(
+        "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, args_digest, \
+         policy_version, decision_id, requested_by, created_at, expires_at) \
+         VALUES ('poison', 'team-z', 'inv-z', 'run-1', 't', 'd', 'p', 'd', 'me', {m}, {m})",
+        m = i64::MAX
+    ))
+    .execute(store.as_sqlite().unwrap())
+    .await
+    .unwrap();
+    // Mirrored while the row still read back: it must not be resolved
+    // (nor fail the pass) now that it does not.
+    let mut was = row.clone();
+    was.id = "poison".into();
+    was.tenant = "team-z".into();
+    let earlier: Approval =
+        serde_json::from_value(as_object(&approval::object_for(&was, NS))).unwrap();
+
+    let (client, mut server) = mock_client();
+    let ctx = context(client, store.clone(), jiff::Timestamp::now());
+    let n2 = name.clone();
+    let report = run(
+        approval::sync_once(&ctx, &[Arc::new(earlier)], &[]),
+        async move {
+            let create = server.expect(Method::POST, APPROVALS).await;
+            assert_eq!(create.body["metadata"]["name"], n2.as_str());
+            assert_eq!(create.body["spec"]["request"]["tenant"], "team-a");
+            let mut obj = create.body.clone();
+            obj["metadata"]["uid"] = json!("uid-apr");
+            create.respond(201, obj);
+            expect_applied_status(&mut server, &format!("{APPROVALS}/{n2}/status"), "Approval")
+                .await
+                .echo_status(approval_json(&n2));
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.created, report.updated), (1, 0));
+    let metrics = ctx.metrics.render();
+    assert!(
+        metrics.contains("toolgate_approvals_unmirrored 1"),
+        "{metrics}"
+    );
+}
+
+/// The why of an approval is read from records its tenant writes too: a
+/// flow label whose time does not read back (allowed by the flow label
+/// check before migration 0021) holds back that tenant's approval only.
+#[tokio::test]
+async fn a_why_that_does_not_read_back_holds_back_only_its_approval() {
+    let store = store().await;
+    let _held = pending_row(&store, Duration::from_secs(900)).await;
+    sqlx::raw_sql(
+        "INSERT INTO flow_labels (tenant, scope, subject, label, decision_id, set_at) \
+         VALUES ('team-a', 'run', 'run-1', 'late', 'dec-x', 253402300799999)",
+    )
+    .execute(store.as_sqlite().unwrap())
+    .await
+    .unwrap();
+    // Another tenant's approval, old enough to be mirrored without its why.
+    let now = jiff::Timestamp::now();
+    let other = store
+        .approvals()
+        .request(
+            toolgate_store::NewApproval {
+                approval_id: Some("01J0OTHER".into()),
+                invocation_id: "inv-b".into(),
+                tenant: "team-b".into(),
+                run_id: "run-b".into(),
+                tool: "bash".into(),
+                args_digest: "sha256:abc".into(),
+                call_digest: None,
+                policy_version: POLICY_VERSION.into(),
+                decision_id: "dec-b".into(),
+                requested_by: "sidecar/agent-b".into(),
+                ttl: Duration::from_secs(900),
+                action: None,
+                preview: None,
+            },
+            now - SignedDuration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let name = approval::approval_name(&other.id);
+
+    let (client, mut server) = mock_client();
+    let ctx = context(client, store.clone(), now);
+    let n2 = name.clone();
+    let report = run(approval::sync_once(&ctx, &[], &[]), async move {
+        let create = server.expect(Method::POST, APPROVALS).await;
+        assert_eq!(create.body["metadata"]["name"], n2.as_str());
+        assert_eq!(create.body["spec"]["request"]["tenant"], "team-b");
+        let mut obj = create.body.clone();
+        obj["metadata"]["uid"] = json!("uid-other");
+        create.respond(201, obj);
+        expect_applied_status(&mut server, &format!("{APPROVALS}/{n2}/status"), "Approval")
+            .await
+            .echo_status(approval_json(&n2));
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.created, 1);
+    let metrics = ctx.metrics.render();
+    assert!(
+        metrics.contains("toolgate_approvals_unmirrored 1"),
+        "{metrics}"
+    );
+}

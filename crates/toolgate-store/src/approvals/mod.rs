@@ -12,8 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Result, Store, StoreError, opt_ts_from_ms, ts_from_ms};
 
+mod list;
 mod ops;
 mod wait;
+
+pub use list::{ApprovalListing, UnreadableApproval};
 
 /// How often [`Approvals::wait`] re-reads the row: the SQLite poll interval,
 /// and on PostgreSQL a safety net in case a notification is missed.

@@ -158,56 +158,6 @@ impl Approvals<'_> {
         }))
     }
 
-    /// Lists `tenant`'s approvals, oldest first, optionally only those whose
-    /// effective status at `now` is `status`.
-    pub async fn list(
-        &self,
-        tenant: &str,
-        status: Option<ApprovalStatus>,
-        now: Timestamp,
-    ) -> Result<Vec<Approval>> {
-        require("tenant", tenant)?;
-        self.list_where(Some(tenant), status, now).await
-    }
-
-    /// Lists every tenant's approvals, for the controller's mirror into
-    /// Approval resources. Not for tenant-facing APIs.
-    pub async fn list_all(
-        &self,
-        status: Option<ApprovalStatus>,
-        now: Timestamp,
-    ) -> Result<Vec<Approval>> {
-        self.list_where(None, status, now).await
-    }
-
-    async fn list_where(
-        &self,
-        tenant: Option<&str>,
-        status: Option<ApprovalStatus>,
-        now: Timestamp,
-    ) -> Result<Vec<Approval>> {
-        let now = now.as_millisecond();
-        // The effective status applies lazy expiry, so a filter on `expired`
-        // also finds pending rows whose time is up and `pending` excludes them.
-        let effective = "(CASE WHEN status = 'pending' AND expires_at <= $3 \
-            THEN 'expired' ELSE status END)";
-        let sql = match tenant {
-            Some(_) => format!(
-                "SELECT {COLUMNS} FROM approvals WHERE tenant = $1 \
-                 AND ($2 IS NULL OR {effective} = $2) ORDER BY created_at, id"
-            ),
-            None => format!(
-                "SELECT {COLUMNS} FROM approvals WHERE ($1 IS NULL OR tenant = $1) \
-                 AND ($2 IS NULL OR {effective} = $2) ORDER BY created_at, id"
-            ),
-        };
-        let status = status.map(ApprovalStatus::as_str);
-        let rows: Vec<ApprovalRow> = on_pool!(self.store, pool => {
-            sqlx::query_as(&sql).bind(tenant).bind(status).bind(now).fetch_all(pool).await?
-        });
-        rows.into_iter().map(|r| r.into_approval(now)).collect()
-    }
-
     /// Resolves a pending approval. Resolving again with the same decision
     /// returns the row unchanged; the opposite decision is `conflict`; a
     /// pending approval past its expiry is `approval_expired` (and is marked

@@ -28,3 +28,4 @@ mod tenant_confinement;
 mod tenant_isolation;
 mod tenant_provisioning;
 mod tenant_streams;
+mod unreadable_approvals;
