@@ -286,12 +286,9 @@ impl Decider for InProcess {
     }
 }
 
-/// `mcp-<server>-<uuid v7>`: a server name is 1-64 of `A-Za-z0-9_-`, so
-/// this is a run id (the digest form only if that ever changes).
+/// `mcp-<server>-<uuid v7>`, by the one default-run rule.
 fn default_run(server: &str) -> toolgate_policy::RunId {
-    let uuid = uuid::Uuid::now_v7();
-    toolgate_policy::RunId::parse(&format!("mcp-{server}-{uuid}"))
-        .unwrap_or_else(|_| toolgate_policy::RunId::derived("mcp", &format!("{server}/{uuid}")))
+    toolgate_policy::RunId::fresh(&format!("mcp-{server}"), uuid::Uuid::now_v7())
 }
 
 /// The run of a request: `X-Toolgate-Run-Id` (present but not a run id,
