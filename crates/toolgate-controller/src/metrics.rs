@@ -39,7 +39,8 @@ pub struct Metrics {
     /// `toolgate_approvals_overdue`: Approvals still Pending past their `expiresAt`.
     pub approvals_overdue: IntGauge,
     /// `toolgate_approvals_unmirrored`: pending approvals with no Approval
-    /// object because creating it failed (no such namespace, no RBAC).
+    /// object because creating it failed (no such namespace, no RBAC) or
+    /// their row does not read back (a value a tenant wrote out of range).
     pub approvals_unmirrored: IntGauge,
     /// `toolgate_profile_valid{profile_namespace,profile}`: 1 when the spec compiles.
     pub profile_valid: IntGaugeVec,
@@ -133,7 +134,7 @@ impl Metrics {
         .expect("valid metric");
         let approvals_unmirrored = IntGauge::new(
             "toolgate_approvals_unmirrored",
-            "Pending approvals whose Approval object could not be created in their namespace.",
+            "Pending approvals with no Approval object: it could not be created in their namespace, or their row does not read back.",
         )
         .expect("valid metric");
         let profile_labels = &["profile_namespace", "profile"];
