@@ -10,6 +10,7 @@
 //! `AuthorizeResponse`, `RefusalRequest`, `MessageScreen`); the defaults
 //! (plain strings, a JSON object) read any body of the right shape.
 
+use jiff::Timestamp;
 use serde::de::IntoDeserializer;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
@@ -162,6 +163,139 @@ pub struct Screened {
     pub matched_rule: Option<String>,
 }
 
+/// An intent as the intent endpoints answer it: the stored row, flattened,
+/// plus its id as `intent_id`, the name `POST /v1/intents` answers with
+/// (the row's own `id` stays one release for older clients).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntentView<Intent = Map<String, Value>> {
+    /// The row (`toolgate-store`'s `Intent` in the sidecar).
+    #[serde(flatten)]
+    pub intent: Intent,
+    /// The intent's id.
+    pub intent_id: String,
+}
+
+/// An open intent, as `GET /v1/intents` lists it and a run's status shows
+/// it: the intent plus how the resume flow may treat it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenIntent<Intent = Map<String, Value>, Resume = String> {
+    /// The intent, with its `intent_id`.
+    #[serde(flatten)]
+    pub intent: IntentView<Intent>,
+    /// `safe_to_retry` or `uncertain`.
+    pub resume: Resume,
+}
+
+/// Answer of `GET /v1/intents?run_id=...&status=pending`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenIntents<Intent = Map<String, Value>, Resume = String> {
+    /// The run's open intents.
+    pub intents: Vec<OpenIntent<Intent, Resume>>,
+}
+
+/// An approval as `GET /v1/approvals/{id}` answers it: the stored row,
+/// flattened, plus its id as `approval_id` (the name `/v1/authorize`
+/// answers with).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalView<Approval = Map<String, Value>> {
+    /// The row (`toolgate-store`'s `Approval` in the sidecar).
+    #[serde(flatten)]
+    pub approval: Approval,
+    /// The approval's id.
+    pub approval_id: String,
+}
+
+/// Answer of `GET /v1/runs/{run_id}` (and `toolgate runs status`): what an
+/// agent checks between steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStatus<RunId = String, Open = OpenIntent, Label = Map<String, Value>> {
+    /// The run, in its canonical spelling.
+    pub run_id: RunId,
+    /// True once anyone cancelled the run: stop, and make no more calls.
+    pub cancel_requested: bool,
+    /// When, and why.
+    pub cancel_requested_at: Option<Timestamp>,
+    /// The reason given.
+    pub cancel_reason: Option<String>,
+    /// Who stopped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<String>,
+    /// When a wider stop holds the run: `pod NAME`, `profile NAME` or
+    /// `namespace` (its time and reason are then the ones above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_scope: Option<String>,
+    /// Calls, high-risk calls and seconds, each used / limit / left.
+    pub budgets: RunBudgets,
+    /// Intents of the run still open, as `GET /v1/intents` lists them.
+    pub open_intents: Vec<Open>,
+    /// Flow labels the run carries (its pod's, for a profile whose flows
+    /// have `scope: pod`), oldest first, each with the decision that set
+    /// it; absent for a profile without flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_labels: Option<Vec<Label>>,
+}
+
+/// The budgets of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunBudgets {
+    /// `maxCallsPerRun`.
+    pub calls: BudgetUse,
+    /// `maxHighRiskCallsPerRun`.
+    pub high_risk_calls: BudgetUse,
+    /// `maxRunSeconds`, from the run's first counted call.
+    pub run_seconds: BudgetUse,
+    /// `perPod.maxCalls`: every call of this pod, over all its runs
+    /// (absent when no pod asked: `toolgate runs status` without `--pod`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_calls: Option<BudgetUse>,
+    /// `perPod.maxHighRiskCalls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_high_risk_calls: Option<BudgetUse>,
+}
+
+/// One budget as the agent sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetUse {
+    /// Used so far.
+    pub used: u64,
+    /// The profile's limit; `null` when none is set.
+    pub limit: Option<u64>,
+    /// What remains; `null` when unlimited.
+    pub left: Option<u64>,
+}
+
+impl BudgetUse {
+    /// `used` of `limit`, with what is left (none past the limit).
+    pub fn new(used: u64, limit: Option<u64>) -> Self {
+        Self {
+            used,
+            limit,
+            left: limit.map(|l| l.saturating_sub(used)),
+        }
+    }
+}
+
+/// Every refusal's body: `{"error": {"code", "message"}}`, plus the
+/// decision for a governed operation the policy refused (`policy_denied`,
+/// `approval_required`), as `/v1/authorize` would have answered it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody<Verdict = Map<String, Value>> {
+    /// The code (one of [`crate::errors::ALL`]) and what went wrong.
+    pub error: ErrorDetail,
+    /// The refusing decision, when the policy refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<AuthorizeResponse<Verdict>>,
+}
+
+/// The `error` member of an [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// The stable code clients match on.
+    pub code: String,
+    /// For people.
+    pub message: String,
+}
+
 /// An optional identifier where `""` (and `null`, and absence) mean none:
 /// the agent API's `step_id`. Anything else must read as a `T`.
 pub fn empty_as_none<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
@@ -221,6 +355,153 @@ mod tests {
         assert_eq!(
             back,
             json!({"decision_id": "d1", "verdict": "allow", "reason": "allow_rule"})
+        );
+    }
+
+    fn object(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    /// An intent is its row plus `intent_id`; an open one adds `resume`;
+    /// both read back into the row and the added members.
+    #[test]
+    fn intent_views_add_their_members_to_the_row() {
+        let row = object(json!({"id": "i1", "status": "pending"}));
+        let view = IntentView {
+            intent: row.clone(),
+            intent_id: "i1".into(),
+        };
+        let open = OpenIntent {
+            intent: view.clone(),
+            resume: "uncertain".to_owned(),
+        };
+        let expected =
+            json!({"id": "i1", "status": "pending", "intent_id": "i1", "resume": "uncertain"});
+        assert_eq!(serde_json::to_value(&open).unwrap(), expected);
+        let listed = OpenIntents {
+            intents: vec![open],
+        };
+        let listed_json = serde_json::to_value(&listed).unwrap();
+        assert_eq!(listed_json, json!({"intents": [expected]}));
+        let back: OpenIntents = serde_json::from_value(listed_json).unwrap();
+        assert_eq!(back.intents[0].intent.intent, row);
+        assert_eq!(back.intents[0].resume, "uncertain");
+        assert_eq!(
+            serde_json::to_value(&view).unwrap(),
+            json!({"id": "i1", "status": "pending", "intent_id": "i1"})
+        );
+    }
+
+    #[test]
+    fn an_approval_is_its_row_plus_approval_id() {
+        let view = ApprovalView {
+            approval: object(json!({"id": "a1", "status": "pending"})),
+            approval_id: "a1".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&view).unwrap(),
+            json!({"id": "a1", "status": "pending", "approval_id": "a1"})
+        );
+    }
+
+    #[test]
+    fn budget_use_reports_what_is_left() {
+        assert_eq!(
+            BudgetUse::new(3, Some(5)),
+            BudgetUse {
+                used: 3,
+                limit: Some(5),
+                left: Some(2)
+            }
+        );
+        assert_eq!(BudgetUse::new(7, Some(5)).left, Some(0));
+        assert_eq!(BudgetUse::new(7, None).left, None);
+    }
+
+    /// A run's status leaves out who and which scope stopped it, its pod
+    /// budgets and its labels when it has none; everything else is always
+    /// there, `null` when unset.
+    #[test]
+    fn a_run_status_has_its_members() {
+        let budget = BudgetUse::new(1, None);
+        let mut status: RunStatus = RunStatus {
+            run_id: "r1".into(),
+            cancel_requested: false,
+            cancel_requested_at: None,
+            cancel_reason: None,
+            cancelled_by: None,
+            cancelled_scope: None,
+            budgets: RunBudgets {
+                calls: budget,
+                high_risk_calls: budget,
+                run_seconds: budget,
+                pod_calls: None,
+                pod_high_risk_calls: None,
+            },
+            open_intents: Vec::new(),
+            flow_labels: None,
+        };
+        let used = json!({"used": 1, "limit": null, "left": null});
+        let three = json!({"calls": used, "high_risk_calls": used, "run_seconds": used});
+        assert_eq!(
+            serde_json::to_value(&status).unwrap(),
+            json!({
+                "run_id": "r1", "cancel_requested": false, "cancel_requested_at": null,
+                "cancel_reason": null, "budgets": three, "open_intents": [],
+            })
+        );
+        let at: Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
+        status.cancel_requested = true;
+        status.cancel_requested_at = Some(at);
+        status.cancel_reason = Some("why".into());
+        status.cancelled_by = Some("me".into());
+        status.cancelled_scope = Some("namespace".into());
+        status.budgets.pod_calls = Some(budget);
+        status.budgets.pod_high_risk_calls = Some(budget);
+        status.flow_labels = Some(vec![object(json!({"label": "l"}))]);
+        let mut five = three;
+        five["pod_calls"] = used.clone();
+        five["pod_high_risk_calls"] = used;
+        let full = json!({
+            "run_id": "r1", "cancel_requested": true,
+            "cancel_requested_at": "2026-01-02T03:04:05Z", "cancel_reason": "why",
+            "cancelled_by": "me", "cancelled_scope": "namespace", "budgets": five,
+            "open_intents": [], "flow_labels": [{"label": "l"}],
+        });
+        assert_eq!(serde_json::to_value(&status).unwrap(), full);
+        assert_eq!(serde_json::from_value::<RunStatus>(full).unwrap(), status);
+    }
+
+    /// The error envelope carries a verdict only when the policy refused.
+    #[test]
+    fn an_error_body_carries_the_refusing_verdict() {
+        let error = ErrorDetail {
+            code: "not_found".into(),
+            message: "no such run".into(),
+        };
+        let plain: ErrorBody = ErrorBody {
+            error: error.clone(),
+            verdict: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap(),
+            json!({"error": {"code": "not_found", "message": "no such run"}})
+        );
+        let refused: ErrorBody = ErrorBody {
+            error,
+            verdict: Some(AuthorizeResponse {
+                decision_id: "d1".into(),
+                verdict: object(json!({"verdict": "deny"})),
+                approval_id: None,
+                flow_labels_set: Vec::new(),
+            }),
+        };
+        assert_eq!(
+            serde_json::to_value(&refused).unwrap(),
+            json!({
+                "error": {"code": "not_found", "message": "no such run"},
+                "verdict": {"decision_id": "d1", "verdict": "deny"},
+            })
         );
     }
 
