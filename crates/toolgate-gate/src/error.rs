@@ -34,8 +34,8 @@ pub enum GateError {
         code: &'static str,
         /// What was refused, and why.
         message: String,
-        /// The decision, as `/v1/authorize` would answer it.
-        verdict: Box<serde_json::Value>,
+        /// The refusing decision (the sidecar shows it in the error body).
+        verdict: Box<crate::AuthorizeResponse>,
     },
     /// Every workspace I/O slot is taken.
     #[error("{0}")]

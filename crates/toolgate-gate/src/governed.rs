@@ -178,7 +178,7 @@ async fn govern_read(
     Err(GateError::PolicyDenied {
         code,
         message,
-        verdict: Box::new(serde_json::to_value(&answer).unwrap_or_default()),
+        verdict: Box::new(answer),
     })
 }
 

@@ -9,12 +9,12 @@ use std::time::Instant;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use toolgate_policy::{Id, RunId};
-use toolgate_store::{Intent, IntentOutcome, NewIntent, PendingIntent};
+use toolgate_store::{Intent, IntentOutcome, NewIntent, PendingIntent, ResumeClass};
 
+use crate::GateError;
 use crate::allowed::{AllowedCall, AllowedDecisions, REMEMBER_FOR, Remembered};
 use crate::shared::Shared;
 use crate::trace::intent_step;
-use crate::{GateError, json_with};
 
 /// An intent to begin: what `POST /v1/intents` carries.
 #[derive(Debug, Serialize, Deserialize)]
@@ -198,13 +198,106 @@ impl Intents {
     }
 }
 
-/// An intent row as the API shows it: its id as `intent_id`, as
-/// `POST /v1/intents` answers (`id` stays one release for older clients).
-pub fn intent_json(intent: &Intent) -> serde_json::Value {
-    json_with(intent, "intent_id", intent.id.clone().into())
+/// An intent as the intent endpoints answer it: the row plus `intent_id`
+/// (the contract's shape over the store's row).
+pub type IntentView = toolgate_contract::agent_api::IntentView<Intent>;
+
+/// An open intent as `GET /v1/intents` lists it and a run's status shows
+/// it: the row, `intent_id` and its `resume` class.
+pub type OpenIntent = toolgate_contract::agent_api::OpenIntent<Intent, ResumeClass>;
+
+/// Answer of `GET /v1/intents`.
+pub type OpenIntents = toolgate_contract::agent_api::OpenIntents<Intent, ResumeClass>;
+
+/// `intent` as the API shows it: its id as `intent_id`, as `POST
+/// /v1/intents` answers (`id` stays one release for older clients).
+pub fn intent_view(intent: Intent) -> IntentView {
+    let intent_id = intent.id.clone();
+    IntentView { intent, intent_id }
 }
 
 /// An open intent as the API shows it: the row plus its `resume` class.
-pub fn pending_json(p: &PendingIntent) -> serde_json::Value {
-    json_with(&intent_json(&p.intent), "resume", p.class.as_str().into())
+pub fn open_intent(p: PendingIntent) -> OpenIntent {
+    OpenIntent {
+        intent: intent_view(p.intent),
+        resume: p.class,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A completed intent, every optional member set.
+    pub(crate) fn intent() -> Intent {
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        Intent {
+            id: "i1".into(),
+            tenant: "t".into(),
+            run_id: "r1".into(),
+            step_id: "s1".into(),
+            tool: "payments.refund".into(),
+            args_digest: "sha256:a".into(),
+            call_digest: Some("sha256:c".into()),
+            decision_id: "d1".into(),
+            risk: "high".into(),
+            verification_probe: Some(json!({"kind": "http"})),
+            status: toolgate_store::IntentStatus::Completed,
+            detail: Some("done".into()),
+            created_at: at("2026-01-02T03:04:05Z"),
+            effect_sent_at: Some(at("2026-01-02T03:04:06Z")),
+            completed_at: Some(at("2026-01-02T03:04:07Z")),
+        }
+    }
+
+    /// [`intent`] as the intent endpoints have always answered it.
+    pub(crate) fn intent_json() -> serde_json::Value {
+        json!({
+            "id": "i1", "intent_id": "i1", "tenant": "t", "run_id": "r1",
+            "step_id": "s1", "tool": "payments.refund", "args_digest": "sha256:a",
+            "call_digest": "sha256:c", "decision_id": "d1", "risk": "high",
+            "verification_probe": {"kind": "http"}, "status": "completed",
+            "detail": "done", "created_at": "2026-01-02T03:04:05Z",
+            "effect_sent_at": "2026-01-02T03:04:06Z",
+            "completed_at": "2026-01-02T03:04:07Z",
+        })
+    }
+
+    #[test]
+    fn an_intent_is_shown_with_its_intent_id() {
+        let view = serde_json::to_value(intent_view(intent())).unwrap();
+        assert_eq!(view, intent_json());
+    }
+
+    /// Unset members are `null`, not left out.
+    #[test]
+    fn an_open_intent_adds_its_resume_class() {
+        let mut row = intent();
+        (row.call_digest, row.verification_probe, row.detail) = (None, None, None);
+        (row.effect_sent_at, row.completed_at) = (None, None);
+        row.status = toolgate_store::IntentStatus::Pending;
+        let open = open_intent(PendingIntent {
+            intent: row,
+            class: ResumeClass::Uncertain,
+        });
+        let listed = OpenIntents {
+            intents: vec![open],
+        };
+        let mut expected = intent_json();
+        for member in [
+            "call_digest",
+            "verification_probe",
+            "detail",
+            "effect_sent_at",
+            "completed_at",
+        ] {
+            expected[member] = serde_json::Value::Null;
+        }
+        expected["status"] = "pending".into();
+        expected["resume"] = "uncertain".into();
+        let got = serde_json::to_value(&listed).unwrap();
+        assert_eq!(got, json!({"intents": [expected]}));
+    }
 }

@@ -391,12 +391,62 @@ pub fn run_id(text: &str) -> Result<RunId, GateError> {
     Ok(RunId::parse(text)?)
 }
 
-/// `value` as a JSON object with one more member: how a record is shown
-/// with its id under the name clients use (`intent_id`, `approval_id`).
-pub fn json_with(value: &impl Serialize, key: &str, extra: serde_json::Value) -> serde_json::Value {
-    let mut v = serde_json::to_value(value).unwrap_or_default();
-    if let Some(obj) = v.as_object_mut() {
-        obj.insert(key.into(), extra);
+/// An approval as `GET /v1/approvals/{id}` answers it: the row plus
+/// `approval_id` (the contract's shape over the store's row).
+pub type ApprovalView = toolgate_contract::agent_api::ApprovalView<toolgate_store::Approval>;
+
+/// `approval` as the API shows it, its id also as `approval_id`.
+pub fn approval_view(approval: toolgate_store::Approval) -> ApprovalView {
+    let approval_id = approval.id.clone();
+    ApprovalView {
+        approval,
+        approval_id,
     }
-    v
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// An approval is shown as it always was: its row plus `approval_id`.
+    #[test]
+    fn an_approval_is_shown_with_its_approval_id() {
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        let approval = toolgate_store::Approval {
+            id: "a1".into(),
+            tenant: "t".into(),
+            invocation_id: "inv".into(),
+            run_id: "r1".into(),
+            tool: "payments.refund".into(),
+            args_digest: "sha256:a".into(),
+            call_digest: Some("sha256:c".into()),
+            policy_version: "sha256:p".into(),
+            decision_id: "d1".into(),
+            requested_by: "pod".into(),
+            status: toolgate_store::ApprovalStatus::Approved,
+            created_at: at("2026-01-02T03:04:05Z"),
+            expires_at: at("2026-01-02T04:04:05Z"),
+            resolved_by: Some("alice".into()),
+            reason: Some("ok".into()),
+            resolved_at: Some(at("2026-01-02T03:05:05Z")),
+            consumed_at: None,
+            action: None,
+            preview: Some("refund 5".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(approval_view(approval)).unwrap(),
+            json!({
+                "id": "a1", "approval_id": "a1", "tenant": "t", "invocation_id": "inv",
+                "run_id": "r1", "tool": "payments.refund", "args_digest": "sha256:a",
+                "call_digest": "sha256:c", "policy_version": "sha256:p",
+                "decision_id": "d1", "requested_by": "pod", "status": "approved",
+                "created_at": "2026-01-02T03:04:05Z", "expires_at": "2026-01-02T04:04:05Z",
+                "resolved_by": "alice", "reason": "ok",
+                "resolved_at": "2026-01-02T03:05:05Z", "consumed_at": null,
+                "action": null, "preview": "refund 5",
+            })
+        );
+    }
 }

@@ -4,7 +4,11 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use toolgate_contract::agent_api::ErrorDetail;
 use toolgate_gate::GateError;
+
+/// The body of every refusal (the contract's envelope, with the gate's verdict).
+type ErrorBody = toolgate_contract::agent_api::ErrorBody<toolgate_policy::Verdict>;
 
 /// A request the sidecar refuses or cannot serve.
 #[derive(Debug, thiserror::Error)]
@@ -86,12 +90,16 @@ impl From<toolgate_store::StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body =
-            serde_json::json!({"error": {"code": self.code(), "message": self.to_string()}});
-        if let Self::Gate(GateError::PolicyDenied { verdict, .. }) = &self {
-            body["verdict"] = (**verdict).clone();
-        }
-        (self.status(), axum::Json(body)).into_response()
+        let error = ErrorDetail {
+            code: self.code().to_owned(),
+            message: self.to_string(),
+        };
+        let status = self.status();
+        let verdict = match self {
+            Self::Gate(GateError::PolicyDenied { verdict, .. }) => Some(*verdict),
+            _ => None,
+        };
+        (status, axum::Json(ErrorBody { error, verdict })).into_response()
     }
 }
 
@@ -100,8 +108,70 @@ mod tests {
     use std::io::ErrorKind;
 
     use toolgate_gate::workspace::WorkspaceError;
+    use toolgate_policy::{Decision, Reason, Risk, Verdict};
 
     use super::*;
+
+    /// A decision refusing a workspace write.
+    fn refusing(verdict: Decision, reason: Reason) -> Box<toolgate_gate::AuthorizeResponse> {
+        Box::new(toolgate_gate::AuthorizeResponse {
+            decision_id: "d1".into(),
+            verdict: Verdict {
+                verdict,
+                reason,
+                matched_rule: Some("rule".into()),
+                policy_version: "sha256:p".into(),
+                risk: Risk::Write,
+                intent_required: false,
+                args_digest: "sha256:a".into(),
+                call_digest: "sha256:c".into(),
+                enforced: true,
+                would_verdict: None,
+                would_reason: None,
+                would_rule: None,
+                warning: None,
+            },
+            approval_id: (verdict == Decision::Escalate).then(|| "a1".into()),
+            flow_labels_set: Vec::new(),
+        })
+    }
+
+    async fn body_of(e: ApiError) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(e.into_response().into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// A policy refusal's body is the error plus the decision as
+    /// `/v1/authorize` answers it; any other refusal's is the error alone.
+    #[tokio::test]
+    async fn a_policy_refusal_carries_its_verdict() {
+        let denied = ApiError::Gate(GateError::PolicyDenied {
+            code: toolgate_contract::errors::APPROVAL_REQUIRED,
+            message: "workspace.write: escalate (escalate_rule)".into(),
+            verdict: refusing(Decision::Escalate, Reason::EscalateRule),
+        });
+        assert_eq!(
+            body_of(denied).await,
+            serde_json::json!({
+                "error": {
+                    "code": "approval_required",
+                    "message": "workspace.write: escalate (escalate_rule)",
+                },
+                "verdict": {
+                    "decision_id": "d1", "verdict": "escalate", "reason": "escalate_rule",
+                    "matched_rule": "rule", "policy_version": "sha256:p", "risk": "write",
+                    "intent_required": false, "args_digest": "sha256:a",
+                    "call_digest": "sha256:c", "enforced": true, "approval_id": "a1",
+                },
+            })
+        );
+        assert_eq!(
+            body_of(ApiError::NoRoute).await,
+            serde_json::json!({"error": {"code": "no_route", "message": "no such endpoint"}})
+        );
+    }
 
     /// Every refusal the sidecar can answer with, one per variant.
     fn every_refusal() -> Vec<ApiError> {
@@ -134,12 +204,12 @@ mod tests {
             GateError::PolicyDenied {
                 code: toolgate_contract::errors::POLICY_DENIED,
                 message: s(),
-                verdict: Box::default(),
+                verdict: refusing(Decision::Deny, Reason::DenyRule),
             },
             GateError::PolicyDenied {
                 code: toolgate_contract::errors::APPROVAL_REQUIRED,
                 message: s(),
-                verdict: Box::default(),
+                verdict: refusing(Decision::Escalate, Reason::EscalateRule),
             },
             GateError::WorkspaceBusy(s()),
             GateError::WorkspaceTimeout(s()),

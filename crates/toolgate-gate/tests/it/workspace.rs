@@ -109,9 +109,8 @@ async fn refused_operations_touch_nothing() {
             let toolgate_gate::GateError::PolicyDenied { verdict, .. } = err else {
                 panic!("{file}: not a policy refusal");
             };
-            assert_eq!(verdict["reason"], reason, "{file}");
-            let id = verdict["decision_id"].as_str().unwrap();
-            assert_eq!(g.logged(id).await.reason, reason);
+            assert_eq!(verdict.verdict.reason.as_str(), reason, "{file}");
+            assert_eq!(g.logged(&verdict.decision_id).await.reason, reason);
             assert!(!run_dir(&g, &run).join(file).exists(), "{file} written");
         }
         assert_eq!(g.approvals().await.len(), 1);
@@ -177,8 +176,8 @@ async fn a_link_is_decided_on_both_its_name_and_target() {
         let toolgate_gate::GateError::PolicyDenied { verdict, .. } = err else {
             unreachable!()
         };
-        assert_eq!(verdict["reason"], "hardline_path");
-        let rec = g.logged(verdict["decision_id"].as_str().unwrap()).await;
+        assert_eq!(verdict.verdict.reason.as_str(), "hardline_path");
+        let rec = g.logged(&verdict.decision_id).await;
         let both = object(serde_json::json!({"path": ["cfg", ".env"]}));
         assert_eq!(rec.args_digest, toolgate_policy::args_digest(&both));
         assert_eq!(g.log().await.len(), rows_before + 1, "one decision");
@@ -201,8 +200,8 @@ async fn a_climbing_path_is_a_recorded_policy_denial() {
         let toolgate_gate::GateError::PolicyDenied { verdict, .. } = err else {
             unreachable!()
         };
-        assert_eq!(verdict["reason"], "path_escapes");
-        let rec = g.logged(verdict["decision_id"].as_str().unwrap()).await;
+        assert_eq!(verdict.verdict.reason.as_str(), "path_escapes");
+        let rec = g.logged(&verdict.decision_id).await;
         assert_eq!(
             (rec.tool.as_str(), rec.verdict.as_str()),
             ("workspace.read", "deny")

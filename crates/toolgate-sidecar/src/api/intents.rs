@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use toolgate_gate::intents::{intent_json, pending_json};
+use toolgate_gate::intents::{IntentView, OpenIntents, intent_view, open_intent};
 use toolgate_gate::{BeginIntentRequest, CompleteRequest};
 
 use super::{AppState, StrictJson, parse_body};
@@ -33,21 +33,19 @@ pub(crate) async fn effect_sent(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<IntentView>, ApiError> {
     if !body.is_empty() {
         let _: EffectSentRequest = parse_body(&body)?;
     }
-    Ok(Json(intent_json(&app.gate.effect_sent(&id).await?)))
+    Ok(Json(intent_view(app.gate.effect_sent(&id).await?)))
 }
 
 pub(crate) async fn complete_intent(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
     StrictJson(req): StrictJson<CompleteRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(intent_json(
-        &app.gate.complete_intent(&id, req).await?,
-    )))
+) -> Result<Json<IntentView>, ApiError> {
+    Ok(Json(intent_view(app.gate.complete_intent(&id, req).await?)))
 }
 
 /// Query of `GET /v1/intents`.
@@ -64,7 +62,7 @@ pub struct ListIntentsQuery {
 pub(super) async fn list_intents(
     State(app): State<Arc<AppState>>,
     query: Result<Query<ListIntentsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<OpenIntents>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::invalid_request(e.body_text()))?;
     let run_id = toolgate_gate::run_id(&q.run_id)?;
     if let Some(s) = q.status.as_deref().filter(|s| *s != "pending") {
@@ -73,6 +71,7 @@ pub(super) async fn list_intents(
         )));
     }
     let pending = app.gate.pending_intents(&run_id).await?;
-    let intents: Vec<_> = pending.iter().map(pending_json).collect();
-    Ok(Json(serde_json::json!({"intents": intents})))
+    Ok(Json(OpenIntents {
+        intents: pending.into_iter().map(open_intent).collect(),
+    }))
 }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use toolgate_gate::runs::{
     BatchRequest, BatchResponse, CancelRequest, CancelResponse, PodCancelResponse, RunStatus,
 };
-use toolgate_gate::{AuthorizeRequest, AuthorizeResponse, Gate, json_with};
+use toolgate_gate::{ApprovalView, AuthorizeRequest, AuthorizeResponse, Gate, approval_view};
 
 use crate::error::ApiError;
 use crate::mcp::McpUpstreams;
@@ -221,17 +221,13 @@ async fn get_approval(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
     query: Result<Query<ApprovalQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ApprovalView>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::invalid_request(e.body_text()))?;
     let approval = app
         .gate
         .approval(&id, q.wait.map(Duration::from_secs))
         .await?;
-    Ok(Json(json_with(
-        &approval,
-        "approval_id",
-        approval.id.clone().into(),
-    )))
+    Ok(Json(approval_view(approval)))
 }
 
 // ---- operations ----
