@@ -11,22 +11,6 @@ use toolgate_store::{ApprovalDecision, ApprovalStatus};
 
 use crate::common::*;
 
-/// Resolves approval `id` of `g`'s tenant as an approver would.
-async fn resolve(g: &TestGate, id: &str, decision: ApprovalDecision) {
-    g.store
-        .approvals()
-        .resolve(
-            &g.tenant,
-            id,
-            decision,
-            "alice",
-            Some("looked fine"),
-            Timestamp::now(),
-        )
-        .await
-        .expect("resolve the approval");
-}
-
 /// An escalated call creates one pending approval bound to the call (its
 /// run, tool, digests and decision); asking again before anyone answers
 /// finds the same approval rather than a second one.
@@ -70,7 +54,7 @@ async fn an_approval_lets_exactly_one_call_through() {
         let run = unique("run");
         let asked = g.authorize("deploy", json!({"env": "prod"}), &run).await;
         let id = asked.approval_id.unwrap();
-        resolve(&g, &id, ApprovalDecision::Approved).await;
+        g.resolve(&id, ApprovalDecision::Approved).await;
         assert_eq!(
             g.gate.approval(&id, None).await.unwrap().status,
             ApprovalStatus::Approved
@@ -105,7 +89,7 @@ async fn an_approval_allows_no_other_call() {
         let run = unique("run");
         let asked = g.authorize("deploy", json!({"env": "prod"}), &run).await;
         let id = asked.approval_id.unwrap();
-        resolve(&g, &id, ApprovalDecision::Approved).await;
+        g.resolve(&id, ApprovalDecision::Approved).await;
 
         let mut others = vec![
             call("deploy", json!({"env": "staging"}), &run),
@@ -151,7 +135,7 @@ async fn a_denied_approval_denies_the_call() {
             .await
             .approval_id
             .unwrap();
-        resolve(&g, &id, ApprovalDecision::Denied).await;
+        g.resolve(&id, ApprovalDecision::Denied).await;
         let v = g.authorize("deploy", json!({"env": "prod"}), &run).await;
         assert_eq!(outcome(&v), (Decision::Deny, Reason::ApprovalDenied));
         assert_eq!(v.verdict.matched_rule, Some(format!("approval:{id}")));
@@ -177,10 +161,36 @@ async fn an_approved_call_is_charged_when_it_passes() {
             .unwrap();
         let _ = g.authorize("deploy", json!({"env": "prod"}), &run).await;
         assert_eq!(calls_used().await, 0);
-        resolve(&g, &id, ApprovalDecision::Approved).await;
+        g.resolve(&id, ApprovalDecision::Approved).await;
         let v = g.authorize("deploy", json!({"env": "prod"}), &run).await;
         assert_eq!(outcome(&v), (Decision::Allow, Reason::Approved));
         assert_eq!(calls_used().await, 1);
+    });
+}
+
+/// An approved call the run's budget can no longer pay for is refused
+/// `budget_exhausted`; its approval stays approved and unused.
+#[tokio::test]
+async fn an_approved_call_the_budget_refuses_keeps_its_approval() {
+    let spec = with_budgets("{maxCallsPerRun: 1}");
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(&spec)).await;
+        let run = unique("run");
+        let id = g
+            .authorize("deploy", json!({"env": "prod"}), &run)
+            .await
+            .approval_id
+            .unwrap();
+        g.resolve(&id, ApprovalDecision::Approved).await;
+        let v = g.authorize("reader", json!({"path": "a"}), &run).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+        let v = g.authorize("deploy", json!({"env": "prod"}), &run).await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::BudgetExhausted));
+        let a = g.gate.approval(&id, None).await.unwrap();
+        assert_eq!(a.status, ApprovalStatus::Approved);
+        assert!(a.consumed_at.is_none(), "a refused call uses no approval");
+        let status = g.gate.run_status(&run_id(&run)).await.unwrap();
+        assert_eq!(status.budgets.calls.used, 1);
     });
 }
 
@@ -194,7 +204,7 @@ async fn an_approval_does_not_survive_a_new_policy() {
         let run = unique("run");
         let asked = g.authorize("deploy", json!({"env": "prod"}), &run).await;
         let id = asked.approval_id.unwrap();
-        resolve(&g, &id, ApprovalDecision::Approved).await;
+        g.resolve(&id, ApprovalDecision::Approved).await;
         g.reload(&with_budgets("{maxCallsPerRun: 100}"));
         let v = g.authorize("deploy", json!({"env": "prod"}), &run).await;
         assert_ne!(v.verdict.policy_version, asked.verdict.policy_version);
@@ -230,7 +240,7 @@ async fn an_approval_is_waited_on_within_its_tenant() {
         let (waited, ()) =
             tokio::join!(g.gate.approval(&id, Some(Duration::from_secs(30))), async {
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                resolve(&g, &id, ApprovalDecision::Approved).await;
+                g.resolve(&id, ApprovalDecision::Approved).await;
             });
         assert_eq!(waited.unwrap().status, ApprovalStatus::Approved);
         assert!(
@@ -254,7 +264,7 @@ async fn a_lapsed_approval_lets_nothing_through() {
             .await
             .approval_id
             .unwrap();
-        resolve(&g, &approved, ApprovalDecision::Approved).await;
+        g.resolve(&approved, ApprovalDecision::Approved).await;
         let pending = g
             .authorize("deploy", json!({"env": "staging"}), &run)
             .await

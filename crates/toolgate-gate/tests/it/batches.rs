@@ -67,6 +67,63 @@ async fn a_batch_is_parallel_only_when_every_call_may_be() {
     });
 }
 
+/// A batch names the first call that keeps it sequential: an allowed
+/// effectful call (`batch_not_read_only`), a budget used up mid-batch
+/// (`batch_budget`: the later call is refused, never a subset run at
+/// once), a denied call (`batch_denied`).
+#[tokio::test]
+async fn a_batch_names_why_it_is_sequential() {
+    let spec = with_budgets("{maxCallsPerRun: 3}");
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(&spec)).await;
+        let read = || batch_call("reader", json!({"path": "a"}));
+        let batch = |run: &str, calls| BatchRequest {
+            run_id: run_id(run),
+            tenant: None,
+            calls,
+        };
+        let run = unique("run");
+        let bash = batch_call("bash", json!({"command": "ls"}));
+        let answer = g
+            .gate
+            .authorize_batch(batch(&run, vec![read(), bash]))
+            .await;
+        let answer = answer.unwrap();
+        assert!(!answer.parallel);
+        assert_eq!(
+            (answer.reason.as_str(), answer.call_index),
+            ("batch_not_read_only", Some(1))
+        );
+        assert!(answer.verdicts[1].verdict.intent_required);
+        let answer = g
+            .gate
+            .authorize_batch(batch(&run, vec![read(), read()]))
+            .await;
+        let answer = answer.unwrap();
+        assert_eq!(
+            (answer.parallel, answer.reason.as_str(), answer.call_index),
+            (false, "batch_budget", Some(1))
+        );
+        assert_eq!(
+            outcome(&answer.verdicts[1]),
+            (Decision::Deny, Reason::BudgetExhausted)
+        );
+        let unknown = batch_call("browser", json!({}));
+        let answer = g
+            .gate
+            .authorize_batch(batch(&unique("run"), vec![read(), unknown]));
+        let answer = answer.await.unwrap();
+        assert_eq!(
+            (answer.parallel, answer.reason.as_str()),
+            (false, "batch_denied")
+        );
+        assert_eq!(
+            outcome(&answer.verdicts[1]),
+            (Decision::Deny, Reason::UnknownTool)
+        );
+    });
+}
+
 /// An empty batch, or one naming another tenant, is refused before any
 /// call is decided: nothing is recorded.
 #[tokio::test]

@@ -100,6 +100,30 @@ async fn budgets_are_shared_and_counted_by_risk() {
     });
 }
 
+/// A spent high-risk budget refuses a high-risk call the tiers escalate
+/// (no human is asked), while a write-risk escalation is still put to one.
+#[tokio::test]
+async fn a_spent_high_risk_budget_refuses_high_risk_escalations_only() {
+    let spec = with_budgets("{maxHighRiskCallsPerRun: 1}");
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(&spec)).await;
+        let run = unique("run");
+        let v = g.authorize("bash", json!({"command": "ls"}), &run).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+        let v = g.authorize("bash", json!({"command": "make"}), &run).await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::BudgetExhausted));
+        assert_eq!(
+            v.verdict.matched_rule.as_deref(),
+            Some("budget:maxHighRiskCallsPerRun=1")
+        );
+        assert!(v.approval_id.is_none());
+        assert!(g.approvals().await.is_empty());
+        let v = g.authorize("deploy", json!({"env": "prod"}), &run).await;
+        assert_eq!(outcome(&v), (Decision::Escalate, Reason::EscalateRule));
+        assert_eq!(g.approvals().await.len(), 1);
+    });
+}
+
 /// A run cancelled through the gate is refused `run_cancelled` at once,
 /// whatever the call (allowed, escalated); its pending approvals are
 /// cancelled; other runs go on.
@@ -233,6 +257,12 @@ async fn pod_and_time_budgets_bind() {
             v.verdict.matched_rule.as_deref(),
             Some("budget:perPod.maxCalls=2")
         );
+        // An escalation the pod could not pay for asks no one.
+        let v = g
+            .authorize("deploy", json!({"env": "x"}), &unique("run"))
+            .await;
+        assert_eq!(outcome(&v), (Decision::Deny, Reason::BudgetExhausted));
+        assert!(g.approvals().await.is_empty());
         let v = other.authorize("reader", read(3), &unique("run")).await;
         assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
 

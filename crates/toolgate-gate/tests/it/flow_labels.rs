@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 use toolgate_gate::MessageScreen;
 use toolgate_policy::{Decision, Id, Reason};
+use toolgate_store::ApprovalDecision;
 
 use crate::common::*;
 
@@ -201,23 +202,34 @@ async fn an_approved_call_sets_its_labels_when_it_passes() {
             "no label yet"
         );
         let id = asked.approval_id.unwrap();
-        g.store
-            .approvals()
-            .resolve(
-                &g.tenant,
-                &id,
-                toolgate_store::ApprovalDecision::Approved,
-                "alice",
-                None,
-                jiff::Timestamp::now(),
-            )
-            .await
-            .unwrap();
+        g.resolve(&id, ApprovalDecision::Approved).await;
         let v = g.authorize("publish", args, &run).await;
         assert_eq!(outcome(&v), (Decision::Allow, Reason::Approved));
         assert_eq!(v.flow_labels_set, ["untrusted"]);
         let v = g.authorize("git.push", push(), &run).await;
         assert_eq!(outcome(&v), (Decision::Escalate, Reason::FlowEscalate));
+    });
+}
+
+/// A flow escalation is an ordinary approval bound to the exact call:
+/// once approved the call passes once (`approved`), and asking again is a
+/// flow escalation again, under a new approval.
+#[tokio::test]
+async fn a_flow_escalation_is_approved_like_any_other() {
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(FLOWS)).await;
+        let run = unique("run");
+        g.authorize("fetch", page(), &run).await;
+        let asked = g.authorize("git.push", push(), &run).await;
+        assert_eq!(outcome(&asked), (Decision::Escalate, Reason::FlowEscalate));
+        let id = asked.approval_id.expect("an approval is asked for");
+        g.resolve(&id, ApprovalDecision::Approved).await;
+        let v = g.authorize("git.push", push(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::Approved));
+        assert_eq!(v.verdict.matched_rule, Some(format!("approval:{id}")));
+        let v = g.authorize("git.push", push(), &run).await;
+        assert_eq!(outcome(&v), (Decision::Escalate, Reason::FlowEscalate));
+        assert_ne!(v.approval_id.as_deref(), Some(id.as_str()));
     });
 }
 

@@ -162,18 +162,8 @@ async fn an_approved_high_risk_call_takes_its_intent() {
             "an escalation needs no intent yet"
         );
         let id = asked.approval_id.unwrap();
-        g.store
-            .approvals()
-            .resolve(
-                &g.tenant,
-                &id,
-                toolgate_store::ApprovalDecision::Approved,
-                "alice",
-                None,
-                jiff::Timestamp::now(),
-            )
-            .await
-            .unwrap();
+        g.resolve(&id, toolgate_store::ApprovalDecision::Approved)
+            .await;
         let v = g.authorize("bash", push, &run).await;
         assert_eq!(outcome(&v), (Decision::Allow, Reason::Approved));
         assert!(v.verdict.intent_required);

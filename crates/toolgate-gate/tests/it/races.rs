@@ -44,18 +44,7 @@ async fn one_approval_is_used_by_one_racing_call() {
             .await
             .approval_id
             .unwrap();
-        g.store
-            .approvals()
-            .resolve(
-                &g.tenant,
-                &id,
-                ApprovalDecision::Approved,
-                "alice",
-                None,
-                jiff::Timestamp::now(),
-            )
-            .await
-            .unwrap();
+        g.resolve(&id, ApprovalDecision::Approved).await;
         let answers = at_once(&gates, "deploy", json!({"env": "prod"}), &run).await;
         let passed: Vec<_> = answers
             .iter()

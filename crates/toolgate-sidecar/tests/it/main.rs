@@ -5,7 +5,6 @@
 mod common;
 
 mod attacks;
-mod escalations;
 mod flows;
 mod fuzz;
 mod http;

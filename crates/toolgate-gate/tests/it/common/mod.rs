@@ -19,7 +19,7 @@ use toolgate_gate::{
     Workspaces,
 };
 use toolgate_policy::{Decision, Id, Reason, RunId};
-use toolgate_store::{Approval, ChainedDecision, DecisionRecord, Store};
+use toolgate_store::{Approval, ApprovalDecision, ChainedDecision, DecisionRecord, Store};
 
 /// The policy most tests enforce: bash commands tiered (`mkfs` allowed by
 /// a rule but hardline), a low-risk reader, `deploy` that escalates
@@ -260,6 +260,22 @@ impl TestGate {
             .unwrap();
         assert!(report.ok, "chain broken: {report:?}");
         report.rows
+    }
+
+    /// Resolves approval `id` of this gate's tenant as an approver would.
+    pub async fn resolve(&self, id: &str, decision: ApprovalDecision) {
+        self.store
+            .approvals()
+            .resolve(
+                &self.tenant,
+                id,
+                decision,
+                "alice",
+                Some("looked fine"),
+                Timestamp::now(),
+            )
+            .await
+            .expect("resolve the approval");
     }
 
     /// Every approval of this gate's tenant.
