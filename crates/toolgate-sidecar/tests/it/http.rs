@@ -339,8 +339,13 @@ async fn hot_swap_under_load_never_mixes_policies() {
     });
 }
 
+/// An approval over HTTP: the escalation names it, `GET
+/// /v1/approvals/{id}` shows it pending, a long poll wakes when a human
+/// approves elsewhere, the approved call is an `approved` allow naming it,
+/// and an unknown id is a typed 404. (That it is bound to one call, used
+/// once, and a denial denies: the gate's `approvals` tests.)
 #[tokio::test]
-async fn escalation_approval_is_used_once_for_that_exact_call() {
+async fn an_approval_is_asked_waited_on_and_used_over_http() {
     each_backend!(|h| {
         let run = unique("run");
         let args = json!({"target": "prod"});
@@ -350,14 +355,9 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
             (Some("escalate"), Some("escalate_rule"))
         );
         let approval_id = first["approval_id"].as_str().unwrap().to_owned();
-        // Asking again before anyone answers is the same approval.
-        let again = h.authorize("deploy", args.clone(), &run).await;
-        assert_eq!(again["approval_id"], approval_id.as_str());
-
         let (status, pending) = h.get_json(&format!("/v1/approvals/{approval_id}")).await;
         assert_eq!((status, pending["status"].as_str()), (200, Some("pending")));
 
-        // A long-poll wakes when a human approves from elsewhere.
         let waiter = {
             let (client, url) = (
                 h.client.clone(),
@@ -376,18 +376,7 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
         let started = std::time::Instant::now();
-        h.store
-            .approvals()
-            .resolve(
-                &h.tenant,
-                &approval_id,
-                ApprovalDecision::Approved,
-                "alice",
-                Some("looks fine"),
-                jiff::Timestamp::now(),
-            )
-            .await
-            .unwrap();
+        h.resolve(&approval_id, ApprovalDecision::Approved).await;
         let resolved = waiter.await.unwrap();
         assert_eq!(resolved["status"], "approved");
         assert!(
@@ -395,54 +384,73 @@ async fn escalation_approval_is_used_once_for_that_exact_call() {
             "the wait woke on resolution"
         );
 
-        // Other arguments do not ride on the approval.
-        let other = h
-            .authorize("deploy", json!({"target": "staging"}), &run)
-            .await;
-        assert_eq!(other["verdict"], "escalate");
-        assert_ne!(other["approval_id"], approval_id.as_str());
-        // The exact call is allowed once...
-        let ok = h.authorize("deploy", args.clone(), &run).await;
+        let ok = h.authorize("deploy", args, &run).await;
         assert_eq!(
             (ok["verdict"].as_str(), ok["reason"].as_str()),
             (Some("allow"), Some("approved"))
         );
         assert_eq!(ok["matched_rule"], format!("approval:{approval_id}"));
-        // ...and a second use escalates again with a fresh approval.
-        let second = h.authorize("deploy", args.clone(), &run).await;
-        assert_eq!(second["verdict"], "escalate");
-        let fresh = second["approval_id"].as_str().unwrap().to_owned();
-        assert_ne!(fresh, approval_id);
 
-        // A denied approval denies the call.
-        h.store
-            .approvals()
-            .resolve(
-                &h.tenant,
-                &fresh,
-                ApprovalDecision::Denied,
-                "bob",
-                None,
-                jiff::Timestamp::now(),
-            )
-            .await
-            .unwrap();
-        let denied = h.authorize("deploy", args.clone(), &run).await;
+        let (status, err) = h.get_json("/v1/approvals/nope").await;
         assert_eq!(
-            (denied["verdict"].as_str(), denied["reason"].as_str()),
-            (Some("deny"), Some("approval_denied"))
-        );
-
-        // Unknown approvals and other tenants' approvals are not found.
-        assert_eq!(
-            h.get_json("/v1/approvals/nope").await.1["error"]["code"],
-            "not_found"
+            (status, err["error"]["code"].as_str()),
+            (404, Some("not_found"))
         );
     });
 }
 
+/// The intent refusals' HTTP codes: another call's digest is a 403
+/// `intent_digest_mismatch`, a decision that did not allow a 403
+/// `decision_not_allowed`, a second intent for a decision a 409. (Which
+/// decisions take an intent: the gate's `intents` tests.)
 #[tokio::test]
-async fn intents_bind_to_the_allowing_decision() {
+async fn intent_refusals_are_typed() {
+    each_backend!(|h| {
+        let run = unique("run");
+        let allow = h
+            .authorize("bash", json!({"command": "git status"}), &run)
+            .await;
+        let intent = |v: &Value, digest: &Value| {
+            json!({"decision_id": v["decision_id"], "run_id": run, "step_id": "s1",
+                   "tool": "bash", "args_digest": digest})
+        };
+        let other_digest =
+            toolgate_policy::args_digest(json!({"command": "rm -rf /"}).as_object().unwrap());
+        let (status, err) = h
+            .post("/v1/intents", intent(&allow, &json!(other_digest)))
+            .await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (403, Some("intent_digest_mismatch")),
+            "{err}"
+        );
+        let deny = h
+            .authorize("bash", json!({"command": "rm -rf /"}), &run)
+            .await;
+        let (status, err) = h
+            .post("/v1/intents", intent(&deny, &deny["args_digest"]))
+            .await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (403, Some("decision_not_allowed"))
+        );
+        let (status, begun) = h
+            .post("/v1/intents", intent(&allow, &allow["args_digest"]))
+            .await;
+        assert_eq!((status, begun["status"].as_str()), (201, Some("pending")));
+        let (status, err) = h
+            .post("/v1/intents", intent(&allow, &allow["args_digest"]))
+            .await;
+        assert_eq!(status, 409, "{err}");
+    });
+}
+
+/// An intent's life over HTTP: begun (201, with its probe), listed as
+/// `safe_to_retry`, `effect-sent` makes it `uncertain`, `complete` ends it
+/// (the same outcome again is a 200, another a 409 `conflict`); another
+/// tenant's intent is a 404 and untouched; bad input is a typed error.
+#[tokio::test]
+async fn intents_are_begun_sent_and_completed_over_http() {
     each_backend!(|h| {
         let run = unique("run");
         let allow = h
@@ -450,49 +458,9 @@ async fn intents_bind_to_the_allowing_decision() {
             .await;
         let decision_id = allow["decision_id"].as_str().unwrap();
         let digest = allow["args_digest"].as_str().unwrap();
-
-        // Swapped arguments are refused.
-        let other_digest =
-            toolgate_policy::args_digest(json!({"command": "rm -rf /"}).as_object().unwrap());
-        let (status, err) = h.post("/v1/intents", json!({"decision_id": decision_id, "run_id": run, "step_id": "s1", "tool": "bash", "args_digest": other_digest})).await;
-        assert_eq!(
-            (status, err["error"]["code"].as_str()),
-            (403, Some("intent_digest_mismatch")),
-            "{err}"
-        );
-        // A denied decision cannot carry an intent.
-        let deny = h
-            .authorize("bash", json!({"command": "rm -rf /"}), &run)
-            .await;
-        let (status, err) = h.post("/v1/intents", json!({"decision_id": deny["decision_id"], "run_id": run, "step_id": "s1", "tool": "bash", "args_digest": deny["args_digest"]})).await;
-        assert_eq!(
-            (status, err["error"]["code"].as_str()),
-            (403, Some("decision_not_allowed"))
-        );
-        // Nor can a low-risk allow: only decisions that need an intent are
-        // remembered, so the sidecar's memory grows with high-risk traffic.
-        let low = h
-            .authorize("reader", json!({"path": "src/lib.rs"}), &run)
-            .await;
-        assert_eq!(
-            (low["verdict"].as_str(), low["intent_required"].as_bool()),
-            (Some("allow"), Some(false)),
-            "{low}"
-        );
-        let (status, err) = h.post("/v1/intents", json!({"decision_id": low["decision_id"], "run_id": run, "step_id": "s1", "tool": "reader", "args_digest": low["args_digest"]})).await;
-        assert_eq!(
-            (status, err["error"]["code"].as_str()),
-            (403, Some("decision_not_allowed"))
-        );
-
         let (status, begun) = h.post("/v1/intents", json!({"decision_id": decision_id, "run_id": run, "step_id": "s1", "tool": "bash", "args_digest": digest, "verification_probe": {"kind": "git", "ref": "HEAD"}})).await;
         assert_eq!(status, 201, "{begun}");
-        assert_eq!(begun["status"], "pending");
         let intent_id = begun["intent_id"].as_str().unwrap().to_owned();
-        // One intent per decision.
-        let (status, _) = h.post("/v1/intents", json!({"decision_id": decision_id, "run_id": run, "step_id": "s1", "tool": "bash", "args_digest": digest})).await;
-        assert_eq!(status, 409);
-
         let (_, listed) = h
             .get_json(&format!("/v1/intents?run_id={run}&status=pending"))
             .await;

@@ -21,31 +21,24 @@ fn cancelled() -> (String, String) {
     ("deny".into(), "run_cancelled".into())
 }
 
+/// `POST /v1/pod/cancel` answers the scope it stopped; every way in then
+/// refuses a fresh run id (`/v1/authorize`, the batch, the workspace API)
+/// and the run's state names the stop; stopping twice keeps the first
+/// stop's time; a bad body is a 400. (That a pod stop binds every run id
+/// and outlives the sidecar: the gate's `budgets_and_stops` tests.)
 #[tokio::test]
 async fn a_new_run_id_does_not_step_around_a_pod_stop() {
     each_backend!(SPEC, |h| {
-        // A run stop alone: the agent picks a new run id and goes on.
-        let run = unique("run");
-        let (status, _) = h.post(&format!("/v1/runs/{run}/cancel"), json!({})).await;
-        assert_eq!(status, 200);
-        assert_eq!(
-            in_new_run(&h, "reader", json!({"path": "a"})).await.0,
-            "allow"
-        );
-
         let (status, done) = h
             .post("/v1/pod/cancel", json!({"reason": "agent gone wrong"}))
             .await;
         assert_eq!(status, 200, "{done}");
         assert_eq!(done["scope"], "pod local", "{done}");
         assert_eq!(done["newly_cancelled"], true, "{done}");
-        for (tool, args) in [
-            ("reader", json!({"path": "a"})),
-            ("bash", json!({"command": "ls"})),
-            ("deploy", json!({"env": "prod"})),
-        ] {
-            assert_eq!(in_new_run(&h, tool, args).await, cancelled(), "{tool}");
-        }
+        assert_eq!(
+            in_new_run(&h, "reader", json!({"path": "a"})).await,
+            cancelled()
+        );
         let fresh = unique("run");
         let (_, batch) = h
             .post(
@@ -58,17 +51,13 @@ async fn a_new_run_id_does_not_step_around_a_pod_stop() {
             .post("/v1/workspace/read", json!({"run_id": fresh, "path": "a"}))
             .await;
         assert_eq!(read["verdict"]["reason"], "run_cancelled", "{read}");
-        let (_, state) = h.get_json(&format!("/v1/runs/{fresh}")).await;
+        let state = h.run_state(&fresh).await;
         assert_eq!(state["cancel_requested"], true, "{state}");
         assert_eq!(state["cancelled_scope"], "pod local", "{state}");
         assert_eq!(state["cancel_reason"], "agent gone wrong", "{state}");
-        // No human is asked about a call of a stopped pod.
-        let approvals = h.approvals().await;
-        assert!(approvals.is_empty(), "{approvals:?}");
         let (_, again) = h.post("/v1/pod/cancel", json!({})).await;
         assert_eq!(again["newly_cancelled"], false, "{again}");
         assert_eq!(again["cancel_requested_at"], done["cancel_requested_at"]);
-        // The body is checked like every other.
         let (status, err) = h
             .post("/v1/pod/cancel", json!({"scope": "namespace"}))
             .await;
@@ -136,6 +125,9 @@ async fn a_scope_cancelled_elsewhere_reaches_the_sidecar() {
     });
 }
 
+/// The pod's budget as `GET /v1/runs/{run}` shows it: `pod_calls` as
+/// used/limit/left, a fresh run's own count at zero. (That it binds across
+/// run ids and refuses unpaid escalations: the gate's `budgets_and_stops`.)
 #[tokio::test]
 async fn a_pod_budget_holds_across_run_ids() {
     let spec = format!("{SPEC}budgets: {{perPod: {{maxCalls: 3}}}}\n");
@@ -150,12 +142,7 @@ async fn a_pod_budget_holds_across_run_ids() {
         let v = h.authorize("reader", json!({"path": "a"}), &fresh).await;
         assert_eq!(v["reason"], "budget_exhausted", "{v}");
         assert_eq!(v["matched_rule"], "budget:perPod.maxCalls=3", "{v}");
-        // An escalation the pod could not pay for is refused, not asked.
-        let (_, reason) = in_new_run(&h, "deploy", json!({"env": "prod"})).await;
-        assert_eq!(reason, "budget_exhausted");
-        let approvals = h.approvals().await;
-        assert!(approvals.is_empty(), "{approvals:?}");
-        let (_, state) = h.get_json(&format!("/v1/runs/{fresh}")).await;
+        let state = h.run_state(&fresh).await;
         assert_eq!(
             state["budgets"]["pod_calls"],
             json!({"used": 3, "limit": 3, "left": 0}),

@@ -246,12 +246,12 @@ impl Harness {
         body
     }
 
-    /// Waits until the served policy version satisfies `pred`.
     /// The sidecar's policy: the bundle it enforces, its last reload failure.
     pub fn policy(&self) -> &toolgate_gate::PolicyState {
         self.sidecar.as_ref().unwrap().policy()
     }
 
+    /// Waits until the served policy version satisfies `pred`.
     pub async fn wait_for_version(&self, pred: impl Fn(Option<&str>) -> bool) {
         for _ in 0..200 {
             let current = self.policy().current();
@@ -263,8 +263,6 @@ impl Harness {
         panic!("policy version never reached the expected state");
     }
 
-    /// Every decision of this harness's tenant, stream by stream (each
-    /// sidecar instance writes its own stream).
     /// Every approval of this sidecar's tenant, as the store holds them.
     pub async fn approvals(&self) -> Vec<toolgate_store::Approval> {
         self.store
@@ -274,6 +272,24 @@ impl Harness {
             .unwrap()
     }
 
+    /// Resolves approval `id` of this sidecar's tenant as an approver would.
+    pub async fn resolve(&self, id: &str, decision: toolgate_store::ApprovalDecision) {
+        self.store
+            .approvals()
+            .resolve(&self.tenant, id, decision, "alice", None, Timestamp::now())
+            .await
+            .expect("resolve the approval");
+    }
+
+    /// `GET /v1/runs/{run}`: the run's state, asserted to be a 200.
+    pub async fn run_state(&self, run: &str) -> Value {
+        let (status, state) = self.get_json(&format!("/v1/runs/{run}")).await;
+        assert_eq!(status, 200, "{state}");
+        state
+    }
+
+    /// Every decision of this harness's tenant, stream by stream (each
+    /// sidecar instance writes its own stream).
     pub async fn tenant_log(&self) -> Vec<toolgate_store::ChainedDecision> {
         let mut out = Vec::new();
         for stream in self.store.decisions().streams(&self.tenant).await.unwrap() {
