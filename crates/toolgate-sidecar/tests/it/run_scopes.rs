@@ -47,9 +47,7 @@ async fn a_new_run_id_does_not_step_around_a_pod_stop() {
             )
             .await;
         assert_eq!(batch["verdicts"][0]["reason"], "run_cancelled", "{batch}");
-        let (_, read) = h
-            .post("/v1/workspace/read", json!({"run_id": fresh, "path": "a"}))
-            .await;
+        let (_, read) = h.workspace("read", &fresh, "a").await;
         assert_eq!(read["verdict"]["reason"], "run_cancelled", "{read}");
         let state = h.run_state(&fresh).await;
         assert_eq!(state["cancel_requested"], true, "{state}");

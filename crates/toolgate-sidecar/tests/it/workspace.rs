@@ -33,12 +33,7 @@ async fn write_read_list_stat_with_provenance() {
         "written under <base>/<tenant>/<run>"
     );
 
-    let (_, r) = h
-        .post(
-            "/v1/workspace/read",
-            json!({"run_id": run, "path": "src/main.rs"}),
-        )
-        .await;
+    let (_, r) = h.workspace("read", &run, "src/main.rs").await;
     assert_eq!(
         (r["content"].as_str(), r["provenance"].as_str()),
         (Some("fn main() {}"), Some("INTERNAL_TOOL"))
@@ -46,12 +41,7 @@ async fn write_read_list_stat_with_provenance() {
 
     // Something else put a file there: untrusted.
     std::fs::write(run_root(&h, &run).join("notes.txt"), "hello").unwrap();
-    let (_, r) = h
-        .post(
-            "/v1/workspace/read",
-            json!({"run_id": run, "path": "notes.txt"}),
-        )
-        .await;
+    let (_, r) = h.workspace("read", &run, "notes.txt").await;
     assert_eq!(r["provenance"], "EXTERNAL_UNTRUSTED");
     // A file we wrote and someone then changed is untrusted too.
     std::fs::write(
@@ -59,17 +49,10 @@ async fn write_read_list_stat_with_provenance() {
         "fn main() { evil() }",
     )
     .unwrap();
-    let (_, r) = h
-        .post(
-            "/v1/workspace/read",
-            json!({"run_id": run, "path": "src/main.rs"}),
-        )
-        .await;
+    let (_, r) = h.workspace("read", &run, "src/main.rs").await;
     assert_eq!(r["provenance"], "EXTERNAL_UNTRUSTED");
 
-    let (status, l) = h
-        .post("/v1/workspace/list", json!({"run_id": run, "path": ""}))
-        .await;
+    let (status, l) = h.workspace("list", &run, "").await;
     assert_eq!(status, 200, "{l}");
     let names: Vec<&str> = l["entries"]
         .as_array()
@@ -80,12 +63,7 @@ async fn write_read_list_stat_with_provenance() {
     assert_eq!(names, ["notes.txt", "src"]);
     assert_eq!(l["entries"][1]["kind"], "dir");
 
-    let (_, s) = h
-        .post(
-            "/v1/workspace/stat",
-            json!({"run_id": run, "path": "notes.txt"}),
-        )
-        .await;
+    let (_, s) = h.workspace("stat", &run, "notes.txt").await;
     assert_eq!(
         (s["kind"].as_str(), s["size"].as_u64()),
         (Some("file"), Some(5))
@@ -93,12 +71,7 @@ async fn write_read_list_stat_with_provenance() {
 
     // Runs are isolated from each other.
     let other = unique("run");
-    let (status, e) = h
-        .post(
-            "/v1/workspace/read",
-            json!({"run_id": other, "path": "notes.txt"}),
-        )
-        .await;
+    let (status, e) = h.workspace("read", &other, "notes.txt").await;
     assert_eq!(
         (status, e["error"]["code"].as_str()),
         (404, Some("workspace_not_found"))
@@ -183,19 +156,9 @@ async fn escapes_are_refused_without_leaking_host_paths() {
     assert!(!std::path::Path::new("/etc/evil").exists());
 
     // Links that stay inside work.
-    let (status, r) = h
-        .post(
-            "/v1/workspace/read",
-            json!({"run_id": run, "path": "good-link"}),
-        )
-        .await;
+    let (status, r) = h.workspace("read", &run, "good-link").await;
     assert_eq!((status, r["content"].as_str()), (200, Some("ok")), "{r}");
-    let (status, r) = h
-        .post(
-            "/v1/workspace/read",
-            json!({"run_id": run, "path": "sub/up/inside.txt"}),
-        )
-        .await;
+    let (status, r) = h.workspace("read", &run, "sub/up/inside.txt").await;
     assert_eq!((status, r["content"].as_str()), (200, Some("ok")), "{r}");
 
     // Bad run ids cannot name other directories: refused as run ids (the
@@ -206,9 +169,7 @@ async fn escapes_are_refused_without_leaking_host_paths() {
         ("", "invalid_run_id"),
         (".hidden", "invalid_run_id"),
     ] {
-        let (status, err) = h
-            .post("/v1/workspace/list", json!({"run_id": bad, "path": ""}))
-            .await;
+        let (status, err) = h.workspace("list", bad, "").await;
         assert_eq!(
             (status, err["error"]["code"].as_str()),
             (400, Some(code)),
@@ -370,12 +331,7 @@ async fn hard_links_out_of_the_workspace_are_refused() {
     let outside = dir.path().join("host-secret.txt");
     std::fs::write(&outside, "secret").unwrap();
     std::fs::hard_link(&outside, root.join("linked.txt")).unwrap();
-    let (status, err) = h
-        .post(
-            "/v1/workspace/read",
-            json!({"run_id": run, "path": "linked.txt"}),
-        )
-        .await;
+    let (status, err) = h.workspace("read", &run, "linked.txt").await;
     assert_eq!(
         (status, err["error"]["code"].as_str()),
         (403, Some("workspace_hardlink")),
@@ -424,26 +380,14 @@ async fn provenance_is_content_not_length_and_mtime() {
         std::fs::metadata(&file).unwrap().modified().unwrap(),
         modified
     );
-    let (_, r) = h
-        .post(
-            "/v1/workspace/read",
-            json!({"run_id": run, "path": "plan.md"}),
-        )
-        .await;
+    let (_, r) = h.workspace("read", &run, "plan.md").await;
     assert_eq!(
         (r["content"].as_str(), r["provenance"].as_str()),
         (Some("evil plan"), Some("EXTERNAL_UNTRUSTED"))
     );
-    let (_, s) = h
-        .post(
-            "/v1/workspace/stat",
-            json!({"run_id": run, "path": "plan.md"}),
-        )
-        .await;
+    let (_, s) = h.workspace("stat", &run, "plan.md").await;
     assert_eq!(s["provenance"], "EXTERNAL_UNTRUSTED", "{s}");
-    let (_, l) = h
-        .post("/v1/workspace/list", json!({"run_id": run, "path": ""}))
-        .await;
+    let (_, l) = h.workspace("list", &run, "").await;
     assert_eq!(l["entries"][0]["provenance"], "EXTERNAL_UNTRUSTED", "{l}");
     // Written again through the handle, it is ours again.
     h.post(
@@ -451,12 +395,7 @@ async fn provenance_is_content_not_length_and_mtime() {
         json!({"run_id": run, "path": "plan.md", "content": "safe plan"}),
     )
     .await;
-    let (_, s) = h
-        .post(
-            "/v1/workspace/stat",
-            json!({"run_id": run, "path": "plan.md"}),
-        )
-        .await;
+    let (_, s) = h.workspace("stat", &run, "plan.md").await;
     assert_eq!(s["provenance"], "INTERNAL_TOOL", "{s}");
     h.stop().await;
 }

@@ -220,6 +220,12 @@ impl Harness {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// `POST /v1/workspace/{op}` (`read`, `list`, `stat`) of `path` in `run`.
+    pub async fn workspace(&self, op: &str, run: &str, path: &str) -> (u16, Value) {
+        let body = serde_json::json!({"run_id": run, "path": path});
+        self.post(&format!("/v1/workspace/{op}"), body).await
+    }
+
     pub async fn get(&self, path: &str) -> (u16, String) {
         let resp = self
             .client
