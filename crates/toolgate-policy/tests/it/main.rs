@@ -2,6 +2,7 @@
 //! evaluation through the public API, flow rules, normalized paths, one
 //! reading of arguments and URLs, run ids, and the fuzz properties.
 
+mod analyze;
 mod evaluate;
 mod flows;
 mod fuzz;

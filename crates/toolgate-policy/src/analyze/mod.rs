@@ -1,0 +1,14 @@
+//! Static analysis of profiles (issue #48 part 5): rules that can never
+//! decide, and how two profiles differ, computed exactly over the glob
+//! languages ([`glob_lang`]) rather than by sampling calls.
+
+mod compare;
+mod findings;
+pub mod glob_lang;
+mod model;
+#[cfg(test)]
+mod tests;
+
+pub use compare::{Comparison, Relation, ToolComparison, Witness, compare};
+pub use findings::{Analysis, Finding, Severity, analyze};
+pub use model::Tier;
