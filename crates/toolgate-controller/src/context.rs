@@ -92,6 +92,8 @@ pub struct Context {
     provisioned_namespaces: Mutex<HashSet<String>>,
     /// Pending approvals whose object could not be created (warned once).
     unmirrored: Mutex<HashSet<String>>,
+    /// Rows of other passes that did not read back (warned and counted once).
+    unreadable: Mutex<HashSet<String>>,
 }
 
 impl Context {
@@ -121,6 +123,7 @@ impl Context {
             trusted_namespaces: Mutex::new(HashSet::new()),
             provisioned_namespaces: Mutex::new(HashSet::new()),
             unmirrored: Mutex::new(HashSet::new()),
+            unreadable: Mutex::new(HashSet::new()),
         }
     }
 
@@ -158,6 +161,25 @@ impl Context {
             .lock()
             .expect("provisioned namespaces lock")
             .contains(namespace)
+    }
+
+    /// Whether the row `key` of `pass` (one of
+    /// [`crate::metrics::UNREADABLE_PASSES`]) is found unreadable for the
+    /// first time; if so it is counted in `toolgate_unreadable_rows_total`
+    /// and the caller logs it.
+    pub(crate) fn first_unreadable(&self, pass: &str, key: &str) -> bool {
+        let first = self
+            .unreadable
+            .lock()
+            .expect("unreadable lock")
+            .insert(format!("{pass} {key}"));
+        if first {
+            self.metrics
+                .unreadable_rows
+                .with_label_values(&[pass])
+                .inc();
+        }
+        first
     }
 
     /// Whether approval `id` failed to mirror for the first time (so the

@@ -75,7 +75,15 @@ pub struct Metrics {
     /// `toolgate_notifications_oldest_undelivered_seconds`: age of the
     /// oldest event a channel has not accepted yet (0: none waiting).
     pub notifications_oldest_undelivered: IntGauge,
+    /// `toolgate_unreadable_rows_total{pass}`: rows a pass over every
+    /// tenant's records skipped because they do not read back (a value a
+    /// tenant wrote out of range), each counted once; `fleet` (sidecar
+    /// heartbeats) or `archive` (decision streams).
+    pub unreadable_rows: IntCounterVec,
 }
+
+/// `pass` label values of [`Metrics::unreadable_rows`].
+pub const UNREADABLE_PASSES: [&str; 2] = ["fleet", "archive"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -216,6 +224,17 @@ impl Metrics {
             "Age of the oldest approval event a channel has not accepted yet (0: none waiting).",
         )
         .expect("valid metric");
+        let unreadable_rows = IntCounterVec::new(
+            Opts::new(
+                "toolgate_unreadable_rows_total",
+                "Rows skipped because they do not read back (each counted once), by pass.",
+            ),
+            &["pass"],
+        )
+        .expect("valid metric");
+        for pass in UNREADABLE_PASSES {
+            unreadable_rows.with_label_values(&[pass]);
+        }
         for format in toolgate_policy::NotifyFormat::ALL {
             notifications_delivered.with_label_values(&[format.as_str()]);
             notification_failures.with_label_values(&[format.as_str()]);
@@ -224,6 +243,7 @@ impl Metrics {
             Box::new(notifications_delivered.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(notification_failures.clone()),
             Box::new(notifications_oldest_undelivered.clone()),
+            Box::new(unreadable_rows.clone()),
             Box::new(profile_valid.clone()),
             Box::new(approvals_overdue.clone()),
             Box::new(approvals_unmirrored.clone()),
@@ -277,6 +297,7 @@ impl Metrics {
             notifications_delivered,
             notification_failures,
             notifications_oldest_undelivered,
+            unreadable_rows,
         }
     }
 

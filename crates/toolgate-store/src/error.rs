@@ -153,8 +153,8 @@ impl From<sqlx::Error> for StoreError {
                 StoreError::Conflict(db.message().to_owned())
             }
             // Opening a decision stream with a reserved name or an unknown
-            // previous stream (0006); an approval time the store could not
-            // read back (0021).
+            // previous stream (0006); an approval, heartbeat or decision
+            // time the store could not read back (0021, 0022).
             sqlx::Error::Database(db)
                 if matches!(db.code().as_deref(), Some("TG005" | "TG007")) =>
             {

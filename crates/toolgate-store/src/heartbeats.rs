@@ -3,6 +3,7 @@
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use sqlx::{FromRow, Row};
 
 use crate::{Result, Store, StoreError, on_pool, require, ts_from_ms};
 
@@ -23,7 +24,7 @@ pub struct Heartbeat {
     pub last_seen: Timestamp,
 }
 
-#[derive(sqlx::FromRow)]
+#[derive(FromRow)]
 struct HeartbeatRow {
     pod_name: String,
     pod_namespace: String,
@@ -31,6 +32,40 @@ struct HeartbeatRow {
     policy_version: String,
     sequence: i64,
     last_seen: i64,
+}
+
+impl HeartbeatRow {
+    fn into_heartbeat(self) -> Result<Heartbeat> {
+        Ok(Heartbeat {
+            last_seen: ts_from_ms(self.last_seen)?,
+            pod_name: self.pod_name,
+            pod_namespace: self.pod_namespace,
+            profile: self.profile,
+            policy_version: self.policy_version,
+            sequence: self.sequence,
+        })
+    }
+}
+
+/// A stored heartbeat that could not be read back.
+#[derive(Debug)]
+pub struct UnreadableHeartbeat {
+    /// The pod's namespace, if that column itself reads back.
+    pub pod_namespace: Option<String>,
+    /// The pod's name, if that column itself reads back.
+    pub pod_name: Option<String>,
+    /// Why the row did not read (`stored_data_corrupt` for a time out of
+    /// range, `database_error` for a value of the wrong type).
+    pub error: StoreError,
+}
+
+/// What [`Heartbeats::list_profile_heartbeats`] found.
+#[derive(Debug, Default)]
+pub struct HeartbeatListing {
+    /// The heartbeats that read back, by pod name.
+    pub heartbeats: Vec<Heartbeat>,
+    /// The rows that did not, in the same order.
+    pub unreadable: Vec<UnreadableHeartbeat>,
 }
 
 /// Upserts a heartbeat, `$1` namespace through `$6` last seen.
@@ -118,17 +153,50 @@ impl Heartbeats<'_> {
         let rows: Vec<HeartbeatRow> = on_pool!(self.store, pool => {
             sqlx::query_as(sql).bind(profile).fetch_all(pool).await?
         });
-        rows.into_iter()
-            .map(|r| {
-                Ok(Heartbeat {
-                    last_seen: ts_from_ms(r.last_seen)?,
-                    pod_name: r.pod_name,
-                    pod_namespace: r.pod_namespace,
-                    profile: r.profile,
-                    policy_version: r.policy_version,
-                    sequence: r.sequence,
+        rows.into_iter().map(HeartbeatRow::into_heartbeat).collect()
+    }
+
+    /// The heartbeats of the pods in `namespace` on `profile` (a profile's
+    /// own fleet), decoded row by row: a row that does not read back (a
+    /// tenant role writes its pods' heartbeats itself) is named, not a
+    /// failure, so it holds back nothing but itself. Only `namespace`'s
+    /// rows are read, so another tenant's never reach this profile.
+    pub async fn list_profile_heartbeats(
+        &self,
+        namespace: &str,
+        profile: &str,
+    ) -> Result<HeartbeatListing> {
+        require("namespace", namespace)?;
+        require("profile", profile)?;
+        let sql = "SELECT pod_name, pod_namespace, profile, policy_version, sequence, last_seen \
+            FROM sidecar_heartbeats WHERE pod_namespace = $1 AND profile = $2 ORDER BY pod_name";
+        let mut listing = HeartbeatListing::default();
+        // Fetched undecoded: decoding in the fetch fails every row for one.
+        let rows: Vec<std::result::Result<Heartbeat, UnreadableHeartbeat>> = on_pool!(self.store, pool => {
+            sqlx::query(sql)
+                .bind(namespace)
+                .bind(profile)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|row| {
+                    HeartbeatRow::from_row(row)
+                        .map_err(StoreError::from)
+                        .and_then(HeartbeatRow::into_heartbeat)
+                        .map_err(|error| UnreadableHeartbeat {
+                            pod_namespace: row.try_get("pod_namespace").ok(),
+                            pod_name: row.try_get("pod_name").ok(),
+                            error,
+                        })
                 })
-            })
-            .collect()
+                .collect()
+        });
+        for row in rows {
+            match row {
+                Ok(hb) => listing.heartbeats.push(hb),
+                Err(bad) => listing.unreadable.push(bad),
+            }
+        }
+        Ok(listing)
     }
 }

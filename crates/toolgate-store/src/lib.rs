@@ -64,7 +64,7 @@ pub(crate) use fields::{
     ts_from_ms,
 };
 pub use flows::{FlowLabel, FlowLabels, LabelsOnPass};
-pub use heartbeats::{Heartbeat, Heartbeats};
+pub use heartbeats::{Heartbeat, HeartbeatListing, Heartbeats, UnreadableHeartbeat};
 pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
 };

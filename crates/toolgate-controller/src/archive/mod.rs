@@ -122,20 +122,35 @@ pub struct Archived {
     pub problem: Option<String>,
 }
 
+/// A stream an archive run skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkippedStream {
+    /// Tenant.
+    pub tenant: String,
+    /// Stream.
+    pub stream: String,
+    /// What is wrong with its rows.
+    pub problem: String,
+}
+
 /// What one archive run did.
 #[derive(Debug, Default)]
 pub struct ArchiveRun {
-    /// Every stream archived and pruned (false: a broken chain stopped the
-    /// run before anything was signed or deleted, or a stream's rows could
-    /// not be pruned).
+    /// Every stream archived and pruned (false: a stream's chain is broken
+    /// or does not read back, so it was skipped with nothing of it signed
+    /// or deleted, or a stream's rows could not be pruned).
     pub ok: bool,
     /// The manifest written (file name in the archive directory), if any.
     pub manifest: Option<String>,
     /// The streams archived, and those of an earlier run pruned now.
     pub segments: Vec<Archived>,
-    /// What stopped the run before it wrote anything, or what went wrong
-    /// removing the archived rows of past months.
+    /// The streams skipped, or what went wrong removing the archived rows
+    /// of past months.
     pub problem: Option<String>,
+    /// The streams skipped because their chain is broken or one of their
+    /// rows does not read back (tenants write their own rows): each holds
+    /// back only itself, every other stream is archived.
+    pub skipped: Vec<SkippedStream>,
     /// Past months of the PostgreSQL decision table dropped whole (and
     /// archived rows deleted from the others) once the streams were pruned.
     pub partitions: PartitionPrune,
@@ -274,23 +289,34 @@ pub async fn write_archive(
     }
     std::fs::create_dir_all(out).map_err(file_error(out))?;
     // 1. Every segment written, its chain checked as it is read, fsynced.
+    // A stream whose chain is broken is skipped, nothing of it signed or
+    // deleted; the others are independent chains, and each tenant writes
+    // its own, so one tenant's must not hold back every tenant's archive.
     let mut segments = Vec::with_capacity(ranges.len());
+    let mut skipped = Vec::new();
     for range in &ranges {
         match write_segment(store, out, range).await? {
             Ok(segment) => segments.push(segment),
-            Err(problem) => {
-                // Nothing is signed or deleted when any chain is broken.
-                let problem = format!(
-                    "tenant {:?} stream {:?}: {problem}; nothing was pruned",
-                    range.tenant, range.stream
-                );
-                return Ok(ArchiveRun {
-                    ok: false,
-                    problem: Some(problem),
-                    ..Default::default()
-                });
-            }
+            Err(problem) => skipped.push(SkippedStream {
+                tenant: range.tenant.clone(),
+                stream: range.stream.clone(),
+                problem,
+            }),
         }
+    }
+    let skip_problem = skipped_problem(&skipped);
+    if segments.is_empty() {
+        return Ok(with_partitions(
+            store,
+            ArchiveRun {
+                ok: false,
+                segments: archived,
+                problem: skip_problem,
+                skipped,
+                ..Default::default()
+            },
+        )
+        .await);
     }
     // 2. A signed checkpoint of each segment's last row, stored.
     let at = Timestamp::now();
@@ -360,13 +386,28 @@ pub async fn write_archive(
     Ok(with_partitions(
         store,
         ArchiveRun {
-            ok,
+            ok: ok && skipped.is_empty(),
             manifest: Some(name),
             segments: archived,
+            problem: skip_problem,
+            skipped,
             ..Default::default()
         },
     )
     .await)
+}
+
+/// One line naming the skipped streams (the first few), if any.
+fn skipped_problem(skipped: &[SkippedStream]) -> Option<String> {
+    let first = skipped.first()?;
+    let more = match skipped.len() - 1 {
+        0 => String::new(),
+        n => format!(" (and {n} more stream(s))"),
+    };
+    Some(format!(
+        "tenant {:?} stream {:?}: {}; that stream was not archived{more}",
+        first.tenant, first.stream, first.problem
+    ))
 }
 
 /// `run` after the archived rows of past months are removed
@@ -379,7 +420,11 @@ async fn with_partitions(store: &Store, mut run: ArchiveRun) -> ArchiveRun {
         Ok(partitions) => run.partitions = partitions,
         Err(e) => {
             run.ok = false;
-            run.problem = Some(format!("archived rows of past months not removed yet: {e}"));
+            let removal = format!("archived rows of past months not removed yet: {e}");
+            run.problem = Some(match run.problem.take() {
+                Some(skipped) => format!("{skipped}; {removal}"),
+                None => removal,
+            });
         }
     }
     run
@@ -501,10 +546,22 @@ async fn write_segment(
     let mut prev = range.prev_hash.clone();
     let mut problem = None;
     'pages: while expected <= range.last_seq {
-        let page = store
+        let page = match store
             .decisions()
             .list(&range.tenant, &range.stream, expected - 1, PAGE)
-            .await?;
+            .await
+        {
+            Ok(page) => page,
+            // A row its tenant wrote that does not read back (a time out of
+            // range): this stream's problem, not the run's.
+            Err(e @ toolgate_store::StoreError::Corrupt(_)) => {
+                problem = Some(format!(
+                    "a row from seq {expected} on does not read back: {e}"
+                ));
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if page.is_empty() {
             problem = Some(format!("seq {expected} is missing"));
             break;

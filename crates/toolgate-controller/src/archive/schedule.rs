@@ -67,6 +67,12 @@ async fn record_pass(ctx: &Context, schedule: &ArchiveSchedule) {
     let dir = schedule.dir.display();
     match archive_once(ctx, schedule).await {
         Ok(run) => {
+            for bad in &run.skipped {
+                let key = format!("{}/{}", bad.tenant, bad.stream);
+                if ctx.first_unreadable("archive", &key) {
+                    tracing::warn!(tenant = %bad.tenant, stream = %bad.stream, problem = %bad.problem, "a decision stream is broken or does not read back: not archived, every other stream is");
+                }
+            }
             let pruned = run.pruned();
             ctx.metrics.archive_rows.inc_by(pruned);
             let streams = run.segments.len();

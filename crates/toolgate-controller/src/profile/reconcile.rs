@@ -391,11 +391,22 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
         }
     };
 
-    let heartbeats = crate::fleet::of_profile(
-        ctx.store.heartbeats().list_heartbeats(Some(&name)).await?,
-        &ns,
-        &name,
-    );
+    // Only this namespace's pods, each row read on its own: a heartbeat a
+    // tenant wrote that does not read back leaves this fleet short of one
+    // pod rather than failing the reconcile (and, read across namespaces,
+    // every profile of the same name).
+    let listing = ctx
+        .store
+        .heartbeats()
+        .list_profile_heartbeats(&ns, &name)
+        .await?;
+    for bad in &listing.unreadable {
+        let pod = bad.pod_name.as_deref().unwrap_or("?");
+        if ctx.first_unreadable("fleet", &format!("{ns}/{pod}")) {
+            tracing::warn!(pod = %pod, error = %bad.error, "a sidecar heartbeat does not read back from the database: not counted in the fleet");
+        }
+    }
+    let heartbeats = crate::fleet::of_profile(listing.heartbeats, &ns, &name);
     let window = ctx.settings.fleet_window;
     let fleet = crate::fleet::count(&heartbeats, Some(&current.version), now, window);
     let stale_pods = crate::fleet::stale_pods(&heartbeats, Some(&current.version), now, window);

@@ -179,3 +179,96 @@ async fn a_failed_pass_is_retried_and_never_stops_the_loop() {
         .unwrap();
     store.close().await;
 }
+
+/// A decision row of `tenant`'s stream `pod-z/1` at `seq`, written around
+/// the store (as a tenant's own role can insert its rows), with `hash` and
+/// `created_at` as given.
+async fn plant(store: &Store, tenant: &str, seq: i64, prev: &str, hash: &str, at: i64) {
+    sqlx::query(
+        "INSERT INTO decisions (tenant, stream, seq, decision_id, run_id, step_id, tool, \
+         verdict, reason, policy_version, risk, args_digest, created_at, prev_hash, hash) \
+         VALUES ($1, 'pod-z/1', $2, 'd', 'r', 's', 't', 'allow', 'x', 'p', 'low', 'a', $3, $4, $5)",
+    )
+    .bind(tenant)
+    .bind(seq)
+    .bind(at)
+    .bind(prev)
+    .bind(hash)
+    .execute(store.as_sqlite().unwrap())
+    .await
+    .unwrap();
+}
+
+/// Review finding: each tenant writes its own decision rows, and one
+/// stream whose chain is broken (a hash the database does not recompute)
+/// or whose row does not read back (a time out of range, as a tenant's own
+/// role could write before migration 0022) stopped the archive of every
+/// tenant's log, every pass. Now such a stream is skipped, nothing of it
+/// signed or deleted, and every other stream is archived; the pass logs
+/// and counts each skipped stream once.
+#[tokio::test]
+async fn one_tenants_broken_stream_holds_back_only_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", tmp.path().join("tg.db").display());
+    let store = Store::connect(&url).await.unwrap();
+    store
+        .decisions()
+        .append_batch(NS, "pod-a/1", old(0, 3))
+        .await
+        .unwrap();
+    let recent = now().as_millisecond();
+    let long_ago = (now() - SignedDuration::from_hours(48)).as_millisecond();
+    for (tenant, at, hash) in [("team-y", long_ago, "bogus"), ("team-z", i64::MIN, "h1")] {
+        let genesis = toolgate_store::genesis_hash(tenant, "pod-z/1", None).unwrap();
+        plant(&store, tenant, 1, &genesis, hash, at).await;
+        plant(&store, tenant, 2, hash, "h2", recent).await;
+    }
+    let ctx = context(mock_client().0, store.clone(), now());
+    let schedule = ArchiveSchedule {
+        after: SignedDuration::from_hours(24),
+        dir: tmp.path().join("archive"),
+        interval: Duration::from_millis(50),
+    };
+
+    let run = archive_once(&ctx, &schedule).await.unwrap();
+    assert!(!run.ok, "{run:?}");
+    assert_eq!((run.rows(), run.pruned()), (2, 2), "{run:?}");
+    assert_eq!(live(&store, "pod-a/1").await, [3]);
+    let skipped: Vec<&str> = run.skipped.iter().map(|s| s.tenant.as_str()).collect();
+    assert_eq!(skipped, ["team-y", "team-z"], "{run:?}");
+    assert!(
+        run.skipped[1].problem.contains("does not read back"),
+        "{run:?}"
+    );
+    assert!(run.problem.unwrap().contains("team-y"));
+    // Nothing of the skipped streams was signed or deleted.
+    let checkpoints = store.checkpoints().list(None, None).await.unwrap();
+    assert!(
+        checkpoints.iter().all(|c| c.tenant == NS),
+        "{checkpoints:?}"
+    );
+    for tenant in ["team-y", "team-z"] {
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM decisions WHERE tenant = $1")
+            .bind(tenant)
+            .fetch_one(store.as_sqlite().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(rows, 2, "{tenant}");
+    }
+
+    // The scheduled loop logs and counts each skipped stream once.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(run_archives(Arc::clone(&ctx), schedule, stop_rx));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
+    let metrics = ctx.metrics.render();
+    assert!(
+        metrics.contains("toolgate_unreadable_rows_total{pass=\"archive\"} 2"),
+        "{metrics}"
+    );
+    store.close().await;
+}

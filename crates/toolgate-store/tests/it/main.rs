@@ -29,3 +29,4 @@ mod tenant_isolation;
 mod tenant_provisioning;
 mod tenant_streams;
 mod unreadable_approvals;
+mod unreadable_tenant_rows;
