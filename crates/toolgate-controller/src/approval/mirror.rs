@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use toolgate_store::{ApprovalStatus as DbStatus, StoreError};
+use toolgate_store::ApprovalStatus as DbStatus;
 
 use super::{
     WAIT_FOR_RECORD, escalation_of, object_for, overdue_pending, past_retention, request_status,
@@ -125,7 +125,7 @@ async fn mirror(
             // The records read for the why (decisions, flow labels) are the
             // tenant's too: one that does not read back holds back this
             // approval only. Any other failure stops the pass, as before.
-            Err(ControllerError::Store(e @ StoreError::Corrupt(_))) => {
+            Err(ControllerError::Store(e)) if e.is_unreadable_row() => {
                 if ctx.first_unmirrored(&row.id) {
                     tracing::warn!(approval = %row.id, tenant = %row.tenant, error = %e, "could not read why the approval was asked: not mirrored");
                 }
@@ -178,10 +178,6 @@ async fn mirror(
             }
         }
     }
-    ctx.keep_unmirrored(&unmirrored);
-    ctx.metrics
-        .approvals_unmirrored
-        .set(i64::try_from(unmirrored.len()).unwrap_or(i64::MAX));
 
     // Undecided requests in the old queue move home, once their copy is
     // there. The delete is conditional on the object as read: a decision
@@ -242,7 +238,23 @@ async fn mirror(
         {
             continue;
         }
-        let mut status = resolve_request(ctx, obj, req).await?;
+        let mut status = match resolve_request(ctx, obj, req).await {
+            Ok(status) => status,
+            // The row left `pending` with a value that does not read back
+            // (a tenant's own role could write one before migration 0021),
+            // or a tenant's object names such a row: that object stays as
+            // it is, the rest of the pass goes on. A database that cannot
+            // be reached still fails the pass, to be retried.
+            Err(ControllerError::Store(e)) if e.is_unreadable_row() => {
+                let key = format!("unreadable {}/{}", req.tenant, req.approval_id);
+                if ctx.first_unmirrored(&key) {
+                    tracing::warn!(approval = %req.approval_id, tenant = %req.tenant, namespace = %obj_ns, name = %obj.name_any(), error = %e, "the approval row of an object does not read back from the database: the object is left as it is");
+                }
+                unmirrored.insert(key);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let previous = obj.status.as_ref().and_then(|s| s.finished_at.as_deref());
         stamp_finished(&mut status, previous, now);
         if obj.status.as_ref() != Some(&status) {
@@ -250,6 +262,11 @@ async fn mirror(
             report.updated += 1;
         }
     }
+
+    ctx.keep_unmirrored(&unmirrored);
+    ctx.metrics
+        .approvals_unmirrored
+        .set(i64::try_from(unmirrored.len()).unwrap_or(i64::MAX));
 
     // Finished objects past their retention; the database rows stay.
     for obj in existing {

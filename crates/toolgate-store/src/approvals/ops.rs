@@ -151,6 +151,19 @@ impl Approvals<'_> {
             .into_approval(now.as_millisecond())
     }
 
+    /// The tenant owning approval `id` (ids are unique across tenants), for
+    /// operators answering an approval by id alone. Reads only the tenant
+    /// column, so no row whose times do not read back (this one or any
+    /// other tenant's) stops the look-up. Not for tenant-facing APIs.
+    pub async fn tenant_of(&self, id: &str) -> Result<String> {
+        require("id", id)?;
+        let sql = "SELECT tenant FROM approvals WHERE id = $1";
+        let tenant: Option<String> = on_pool!(self.store, pool => {
+            sqlx::query_scalar(sql).bind(id).fetch_optional(pool).await?
+        });
+        tenant.ok_or_else(|| StoreError::not_found("approval", id))
+    }
+
     async fn fetch(&self, tenant: &str, id: &str) -> Result<Option<ApprovalRow>> {
         let sql = format!("SELECT {COLUMNS} FROM approvals WHERE tenant = $1 AND id = $2");
         Ok(on_pool!(self.store, pool => {

@@ -101,6 +101,39 @@ both_backends!(a_row_that_does_not_read_back_holds_back_only_itself, |db| {
     assert_eq!(own.len(), 1);
 });
 
+// Operators answer an approval by id alone: finding its tenant reads no
+// other row, so a planted one hides no other (and is itself still found).
+// Review finding: `toolgate approvals approve` without `--tenant` listed
+// every row first.
+both_backends!(a_bad_row_hides_no_tenant_from_a_look_up_by_id, |db| {
+    let now = Timestamp::now();
+    let good = db
+        .store
+        .approvals()
+        .request(
+            new_approval("team-b", "inv-lookup", Duration::from_secs(600)),
+            now,
+        )
+        .await
+        .unwrap();
+    let bad = planted("team-a", "bad-lookup", &FAR.to_string(), &FAR.to_string());
+    let pg = format!(
+        "ALTER TABLE approvals DISABLE TRIGGER approvals_times_readable; {bad}; \
+         ALTER TABLE approvals ENABLE TRIGGER approvals_times_readable"
+    );
+    db.raw(&pg, &bad).await;
+
+    let a = db.store.approvals();
+    assert_eq!(a.tenant_of(&good.id).await.unwrap(), "team-b");
+    assert_eq!(a.tenant_of("bad-lookup").await.unwrap(), "team-a");
+    let missing = a.tenant_of("nope").await.unwrap_err();
+    assert_eq!(missing.code(), "not_found");
+    assert!(!missing.is_unreadable_row());
+    // Reading the planted row itself fails, and says it is the row's fault.
+    let unread = a.get("team-a", "bad-lookup", now).await.unwrap_err();
+    assert!(unread.is_unreadable_row(), "{unread}");
+});
+
 /// As tenant A's own role: no time the store cannot read is written any
 /// more, and a row A planted before migration 0021 hides none of B's
 /// approvals from the list the controller mirrors.
