@@ -1,10 +1,11 @@
 //! `toolgate approvals`: answer escalations from the command line.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use jiff::Timestamp;
-use toolgate_store::{ApprovalDecision, ApprovalStatus};
+use toolgate_store::{ApprovalDecision, ApprovalStatus, StoreError};
 
 use crate::cli_error::CliError;
 
@@ -64,12 +65,29 @@ pub fn run(args: ApprovalsArgs) -> Result<ExitCode, CliError> {
                 let status = status
                     .map(|s| s.parse::<ApprovalStatus>())
                     .transpose()
-                    .map_err(|e| {
-                        toolgate_store::StoreError::InvalidInput(format!("--status: {e}"))
-                    })?;
+                    .map_err(|e| StoreError::InvalidInput(format!("--status: {e}")))?;
                 let list = match tenant {
                     Some(t) => store.approvals().list(&t, status, Timestamp::now()).await?,
-                    None => store.approvals().list_all(status, Timestamp::now()).await?,
+                    // Every tenant's rows: one a tenant wrote that does not
+                    // read back is named on stderr, not allowed to hide the
+                    // rest. The listing itself worked, so this succeeds.
+                    None => {
+                        let listing = store
+                            .approvals()
+                            .list_all_readable(status, Timestamp::now())
+                            .await?;
+                        for bad in &listing.unreadable {
+                            let id = bad.id.as_deref().unwrap_or("?");
+                            let tenant = bad.tenant.as_deref().unwrap_or("?");
+                            let _ = writeln!(
+                                std::io::stderr(),
+                                "warning: approval {id} of tenant {tenant} not listed: \
+                                 its row does not read back ({})",
+                                bad.error
+                            );
+                        }
+                        listing.approvals
+                    }
                 };
                 outln!(
                     "{}",
@@ -87,14 +105,15 @@ async fn resolve(r: Resolve, decision: ApprovalDecision) -> Result<ExitCode, Cli
     let store = r.database.connect().await?;
     let tenant = match r.tenant {
         Some(t) => t,
-        None => store
-            .approvals()
-            .list_all(None, Timestamp::now())
-            .await?
-            .into_iter()
-            .find(|a| a.id == r.id)
-            .map(|a| a.tenant)
-            .ok_or_else(|| CliError::Usage(format!("no approval with id {}", r.id)))?,
+        // Looked up by id alone: no other row is read, so none that does
+        // not read back can block answering this one.
+        None => match store.approvals().tenant_of(&r.id).await {
+            Ok(tenant) => tenant,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(CliError::Usage(format!("no approval with id {}", r.id)));
+            }
+            Err(e) => return Err(e.into()),
+        },
     };
     let approval = store
         .approvals()

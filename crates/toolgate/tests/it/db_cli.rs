@@ -159,6 +159,93 @@ async fn approvals_and_audit_from_the_command_line() {
     assert_eq!(report["chains"][0]["first_broken_seq"], 3);
 }
 
+/// Review finding: one row a tenant wrote that does not read back (here a
+/// created_at no timestamp holds) made `approvals list` fail and, as the
+/// tenant of an id was found by listing every row, every `approve`/`deny`
+/// without `--tenant`. Now the list shows the rest and names the bad row on
+/// stderr (exit 0), and an approval is found by its id alone.
+#[tokio::test]
+async fn approvals_list_and_answer_past_a_row_that_does_not_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+    let store = Store::connect(&url).await.unwrap();
+    let good = store
+        .approvals()
+        .request(
+            NewApproval {
+                approval_id: None,
+                invocation_id: "inv-b".into(),
+                tenant: "team-b".into(),
+                run_id: "r".into(),
+                tool: "deploy".into(),
+                args_digest: "sha256:ab".into(),
+                call_digest: None,
+                policy_version: "p@000000000000+h00000000".into(),
+                decision_id: "d0".into(),
+                requested_by: "sidecar:agents/pod-1".into(),
+                ttl: Duration::from_secs(600),
+                action: None,
+                preview: None,
+            },
+            jiff::Timestamp::now(),
+        )
+        .await
+        .unwrap();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, args_digest, \
+         policy_version, decision_id, requested_by, created_at, expires_at) \
+         VALUES ('poison', 'team-a', 'inv-z', 'r', 't', 'd', 'p', 'd', 'me', {m}, {m})",
+        m = i64::MAX
+    ))
+    .execute(store.as_sqlite().unwrap())
+    .await
+    .unwrap();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["approvals", "list", "--database", &url])
+        .output()
+        .expect("run toolgate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<_> = list.as_array().unwrap().iter().map(|a| &a["id"]).collect();
+    assert_eq!(ids, [good.id.as_str()]);
+    assert!(
+        stderr.contains("warning: approval poison of tenant team-a not listed"),
+        "{stderr}"
+    );
+
+    let (code, resolved) = toolgate(&[
+        "approvals",
+        "approve",
+        &good.id,
+        "--database",
+        &url,
+        "--by",
+        "alice",
+    ]);
+    assert_eq!(code, Some(0), "{resolved}");
+    assert_eq!(
+        (resolved["status"].as_str(), resolved["tenant"].as_str()),
+        (Some("approved"), Some("team-b"))
+    );
+    // An id no row has is still a usage error.
+    let (code, err) = toolgate(&[
+        "approvals",
+        "deny",
+        "nope",
+        "--database",
+        &url,
+        "--by",
+        "bob",
+    ]);
+    assert_eq!(
+        (code, err["error"]["code"].as_str()),
+        (Some(2), Some("usage")),
+        "{err}"
+    );
+}
+
 /// A database URL per engine for the checkpoint test: a SQLite file, and a
 /// fresh schema of `TOOLGATE_TEST_DATABASE_URL` when set (required in CI).
 async fn engines(dir: &std::path::Path) -> Vec<(String, Option<String>)> {
