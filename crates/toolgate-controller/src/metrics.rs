@@ -38,9 +38,11 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// `toolgate_approvals_overdue`: Approvals still Pending past their `expiresAt`.
     pub approvals_overdue: IntGauge,
-    /// `toolgate_approvals_unmirrored`: pending approvals with no Approval
-    /// object because creating it failed (no such namespace, no RBAC) or
-    /// their row does not read back (a value a tenant wrote out of range).
+    /// `toolgate_approvals_unmirrored`: approvals the mirror could not
+    /// follow: pending ones with no Approval object because creating it
+    /// failed (no such namespace, no RBAC), and those whose row does not
+    /// read back (a value a tenant wrote out of range), with no object or
+    /// with an earlier one left as it was.
     pub approvals_unmirrored: IntGauge,
     /// `toolgate_profile_valid{profile_namespace,profile}`: 1 when the spec compiles.
     pub profile_valid: IntGaugeVec,
@@ -142,7 +144,7 @@ impl Metrics {
         .expect("valid metric");
         let approvals_unmirrored = IntGauge::new(
             "toolgate_approvals_unmirrored",
-            "Pending approvals with no Approval object: it could not be created in their namespace, or their row does not read back.",
+            "Approvals not mirrored: pending with no Approval object (it could not be created in their namespace), or their row does not read back.",
         )
         .expect("valid metric");
         let profile_labels = &["profile_namespace", "profile"];
