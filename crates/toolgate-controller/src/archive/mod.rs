@@ -470,8 +470,9 @@ async fn write_segment(
         {
             Ok(page) => page,
             // A row its tenant wrote that does not read back (a time out of
-            // range): this stream's problem, not the run's.
-            Err(e @ toolgate_store::StoreError::Corrupt(_)) => {
+            // range, on SQLite a value of the wrong type): this stream's
+            // problem, not the run's.
+            Err(e) if e.is_unreadable_row() => {
                 problem = Some(format!(
                     "a row from seq {expected} on does not read back: {e}"
                 ));
