@@ -8,9 +8,10 @@ use jiff::Timestamp;
 use toolgate_policy::{Enforcement, Reason, Risk, RunId, Scope, Verdict};
 use toolgate_store::{Admission, RunLimits, StoreError};
 
+use super::status::{StopFound, read_run_noting};
 use super::{
     CancelRequest, CancelResponse, CancelledRuns, PodCancelResponse, RunStatus, apply_admission,
-    deny_audit, read_run, refuse,
+    deny_audit, refuse,
 };
 use crate::shared::Shared;
 use crate::{Enforced, GateError};
@@ -120,21 +121,19 @@ impl RunBook {
         run_id: &RunId,
         enforced: Option<&Enforced>,
     ) -> Result<RunStatus, GateError> {
-        let reading = read_run(
+        let status = read_run_noting(
             &self.shared.store,
             &self.shared.tenant,
             run_id,
             Some(&self.shared.pod),
             enforced.map(|e| &e.policy),
+            |found| match found {
+                StopFound::Run => self.cancelled.insert(run_id.as_str()),
+                StopFound::Scope(scope) => self.cancelled.insert_scope(scope.clone()),
+            },
         )
         .await?;
-        if reading.run_cancelled {
-            self.cancelled.insert(run_id.as_str());
-        }
-        if let Some(scope) = reading.scope {
-            self.cancelled.insert_scope(scope);
-        }
-        Ok(reading.status)
+        Ok(status)
     }
 
     /// Cancels the run durably (idempotent): every later call of it is

@@ -41,8 +41,43 @@ pub async fn read_run(
     pod: Option<&str>,
     policy: Option<&CompiledPolicy>,
 ) -> Result<RunReading, StoreError> {
+    let mut run_cancelled = false;
+    let mut scope = None;
+    let status = read_run_noting(store, tenant, run_id, pod, policy, |found| match found {
+        StopFound::Run => run_cancelled = true,
+        StopFound::Scope(stop) => scope = Some(stop.clone()),
+    })
+    .await?;
+    Ok(RunReading {
+        status,
+        run_cancelled,
+        scope,
+    })
+}
+
+/// A stop [`read_run_noting`] found holding the run.
+pub(crate) enum StopFound<'a> {
+    /// The run itself is cancelled.
+    Run,
+    /// A wider stop holds it.
+    Scope(&'a Scope),
+}
+
+/// [`read_run`], telling `found` of each stop as soon as it is read, so a
+/// sidecar remembers it even when a later read (pod usage, labels) fails.
+pub(crate) async fn read_run_noting(
+    store: &Store,
+    tenant: &str,
+    run_id: &RunId,
+    pod: Option<&str>,
+    policy: Option<&CompiledPolicy>,
+    mut found: impl FnMut(StopFound<'_>),
+) -> Result<RunStatus, StoreError> {
     let runs = store.runs();
     let state = runs.state(tenant, run_id).await?;
+    if state.cancel_requested_at.is_some() {
+        found(StopFound::Run);
+    }
     let profile = policy.map(CompiledPolicy::name);
     let scoped = match pod {
         Some(pod) => {
@@ -55,6 +90,9 @@ pub async fn read_run(
             .into_iter()
             .find(|stop| stop.scope.covers(None, profile)),
     };
+    if let Some(stop) = &scoped {
+        found(StopFound::Scope(&stop.scope));
+    }
     let pod_usage = match pod {
         Some(pod) => Some(runs.pod_usage(tenant, pod).await?),
         None => None,
@@ -67,8 +105,6 @@ pub async fn read_run(
         None => None,
     };
     let limits = policy.map(super::limits).unwrap_or_default();
-    let run_cancelled = state.cancel_requested_at.is_some();
-    let scope = scoped.as_ref().map(|stop| stop.scope.clone());
     let mut status = status_of(
         run_id.clone(),
         state,
@@ -78,11 +114,7 @@ pub async fn read_run(
         Timestamp::now(),
     );
     status.flow_labels = flow_labels;
-    Ok(RunReading {
-        status,
-        run_cancelled,
-        scope,
-    })
+    Ok(status)
 }
 
 /// A run as the store holds it, with the limits that apply, in the one
