@@ -181,17 +181,18 @@ impl<D: Decider> Gateway<D> {
         definition.check(&call.arguments)
     }
 
-    /// Ends the task of a deferred call with the server's answer, and
-    /// closes its intent: `error` unless the task completed.
+    /// Closes the intent of a deferred call from the server's answer
+    /// (`error` unless the task completes), then ends its task: a client
+    /// that sees the task ended finds the call's record closed too.
     pub(crate) async fn settle_task(&self, task: &str, intent: Option<&str>, answer: &Value) {
-        let failed = self.tasks.settle(task, answer);
         if let Some(intent) = intent {
-            let closing = match failed {
+            let closing = match tasks::failure_of(answer) {
                 Some(error) => json!({ "error": error }),
                 None => answer.clone(),
             };
             self.finish_call(intent, &closing).await;
         }
+        self.tasks.settle(task, answer);
     }
 }
 

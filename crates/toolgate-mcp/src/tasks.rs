@@ -31,7 +31,7 @@ use toolgate_policy::RunId;
 
 mod book;
 
-pub(crate) use book::{Restored, State, TaskBook};
+pub(crate) use book::{Restored, State, TaskBook, failure_of};
 
 /// The extension's identifier, in capabilities and request `_meta`.
 pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";

@@ -289,16 +289,9 @@ impl TaskBook {
         }
     }
 
-    /// Ends task `id` with the server's answer (a result or an error);
-    /// returns the error it failed with, if it did.
-    pub(crate) fn settle(&self, id: &str, answer: &Value) -> Option<Value> {
-        let state = answer_state(answer);
-        let failed = match &state {
-            State::Failed(e) => Some(e.clone()),
-            _ => None,
-        };
-        self.end(id, state);
-        failed
+    /// Ends task `id` with the server's answer (a result or an error).
+    pub(crate) fn settle(&self, id: &str, answer: &Value) {
+        self.end(id, answer_state(answer));
     }
 
     /// Ends task `id` as failed with `error` (a JSON-RPC error object).
@@ -419,6 +412,14 @@ impl TaskBook {
 /// plain result completes it: there is no client to take a request for
 /// input, or to follow a task of the server's own, and a request to open a
 /// URL was never decided.
+/// The error a task ends with for the server's `answer`, if it fails.
+pub(crate) fn failure_of(answer: &Value) -> Option<Value> {
+    match answer_state(answer) {
+        State::Failed(error) => Some(error),
+        _ => None,
+    }
+}
+
 pub(super) fn answer_state(answer: &Value) -> State {
     let unusable = |why: &str| State::Failed(message::error_object(message::INTERNAL_ERROR, why));
     match (answer.get("result"), answer.get("error")) {
