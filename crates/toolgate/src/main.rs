@@ -51,6 +51,8 @@ enum Command {
     Keygen(cmd::keygen::KeygenArgs),
     /// Run policy test cases against a profile (like `opa test`).
     Test(cmd::test::TestArgs),
+    /// Find dead and loosening rules in a profile, or compare two profiles.
+    Analyze(cmd::analyze::AnalyzeArgs),
     /// The whole flow on the embedded default: policy table, then a live
     /// sidecar on a temporary SQLite database driven by a scripted agent.
     Demo(cmd::demo::DemoArgs),
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(args) => cmd::check::run(args),
         Command::Test(args) => cmd::test::run(args),
+        Command::Analyze(args) => cmd::analyze::run(args),
         Command::Bundle(command) => cmd::bundle::run(command),
         Command::Keygen(args) => cmd::keygen::run(args),
         Command::Demo(args) => cmd::demo::run(args),

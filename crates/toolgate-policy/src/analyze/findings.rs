@@ -242,7 +242,9 @@ fn tool_findings(tool: &str, model: &ToolModel, out: &mut Vec<Finding>) {
                     ));
                     continue;
                 }
-                (Some(_), Some(c)) => {
+                // A catch-all escalate after the allow list is the usual
+                // "everything else asks": nothing to report.
+                (Some(_), Some(c)) if !classes.iter().all(|c| c.accepts[i]) => {
                     let message = format!(
                         "some calls it matches are allowed by an allow rule first, e.g. `{}`",
                         c.witness
@@ -294,6 +296,12 @@ fn tool_findings(tool: &str, model: &ToolModel, out: &mut Vec<Finding>) {
         let universal = classes.iter().all(|c| c.accepts[i]);
         if universal && later && match_all.is_none() {
             match_all = Some(i);
+            // Only globs of the same key count as "others": `*` rules
+            // after a tool's own match-all are expected.
+            let key = |j: usize| entries[j].field.rsplit_once('.').map(|(k, _)| k.to_owned());
+            if !rules[k + 1..].iter().any(|&j| key(j) == key(i)) {
+                continue;
+            }
             let message = "matches every string, so no glob after it (in this tier or a later \
                            one) ever decides"
                 .to_owned();

@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 /// Most DFA states one exploration may build before it gives up: a glob
 /// set this tangled is reported as too complex, never answered wrongly.
-pub const MAX_STATES: usize = 50_000;
+pub const MAX_STATES: usize = 200_000;
 
 /// One piece of a glob before the alphabet is known.
 #[derive(Debug, Clone)]
@@ -160,9 +160,11 @@ impl Alphabet {
     }
 }
 
+/// Representatives witnesses are spelled with, most readable first.
+const PREFERRED: &str = "xyzabcdefghijklmnopqrstuvw0123456789XYZABCDEFGHIJKLMNOPQRSTUVW_-.";
+
 /// A readable character of `[lo, hi)`, if it holds any.
 fn representative(lo: u32, hi: u32) -> Option<char> {
-    const PREFERRED: &str = "xyzabcdefghijklmnopqrstuvw0123456789XYZABCDEFGHIJKLMNOPQRSTUVW_-.";
     PREFERRED
         .chars()
         .find(|&c| (lo..hi).contains(&(c as u32)))
@@ -198,95 +200,93 @@ pub fn explore_unions(unions: &[Vec<&str>]) -> Option<Vec<Class>> {
         .collect();
     let all: Vec<&Piece> = parsed.iter().flatten().flatten().collect();
     let alphabet = Alphabet::new(&all);
-    // Sequences (alternatives of an entry), their entry, and state offsets.
-    let mut seqs: Vec<(usize, Vec<Atom>)> = Vec::new();
-    for (g, alternatives) in parsed.iter().enumerate() {
+    // One NFA state per position of each sequence (alternative of an entry).
+    let mut entry_of: Vec<usize> = Vec::new();
+    let mut step_of: Vec<Step> = Vec::new();
+    let mut sets: Vec<Vec<bool>> = Vec::new();
+    let mut starts: Vec<u32> = Vec::new();
+    for (entry, alternatives) in parsed.iter().enumerate() {
         for seq in alternatives {
-            seqs.push((g, seq.iter().map(|p| alphabet.symbols(p)).collect()));
+            starts.push(step_of.len() as u32);
+            for piece in seq {
+                entry_of.push(entry);
+                step_of.push(match alphabet.symbols(piece) {
+                    Atom::Star => Step::Star,
+                    Atom::Set(bits) => {
+                        sets.push(bits);
+                        Step::Set(sets.len() - 1)
+                    }
+                });
+            }
+            // The end of a sequence ending in a star matches every
+            // extension: it loops, and the entry's other states no longer
+            // matter (they are dropped), which keeps `*x*` globs cheap.
+            entry_of.push(entry);
+            step_of.push(Step::End {
+                universal: matches!(seq.last(), Some(Piece::Star)),
+            });
         }
     }
-    let mut offsets = Vec::with_capacity(seqs.len());
-    // universal[id]: the accepting end of a sequence ending in a star. In
-    // it, the entry matches every extension, so its other states no longer
-    // matter; it loops on every symbol (standing for the star before it).
-    let mut universal = Vec::new();
-    let mut total = 0u32;
-    for (_, atoms) in &seqs {
-        offsets.push(total);
-        total += atoms.len() as u32 + 1;
-        let ends_in_star = matches!(atoms.last(), Some(Atom::Star));
-        universal.extend((0..=atoms.len()).map(|p| p == atoms.len() && ends_in_star));
-    }
-    let locate = |id: u32| -> (usize, usize) {
-        let s = offsets.partition_point(|&o| o <= id) - 1;
-        (s, (id - offsets[s]) as usize)
-    };
-    let close = |set: &mut Vec<u32>| {
+    let (sets, reps) = compress(sets, &alphabet.reps);
+    let close = |set: &mut Vec<u32>, settled: &mut Vec<Option<u32>>| {
         let mut k = 0;
         while k < set.len() {
-            let (s, pos) = locate(set[k]);
-            if matches!(seqs[s].1.get(pos), Some(Atom::Star)) {
+            if step_of[set[k] as usize] == Step::Star {
                 set.push(set[k] + 1);
             }
             k += 1;
         }
         set.sort_unstable();
         set.dedup();
-        // Keeps one universal state per entry and drops the entry's others:
-        // exact, and it keeps `*x*`-style globs from multiplying states.
-        let mut settled: Vec<Option<u32>> = vec![None; unions.len()];
+        settled.iter_mut().for_each(|s| *s = None);
+        let mut any = false;
         for &id in set.iter() {
-            let entry = seqs[locate(id).0].0;
-            if universal[id as usize] && settled[entry].is_none() {
-                settled[entry] = Some(id);
+            if step_of[id as usize] == (Step::End { universal: true }) {
+                settled[entry_of[id as usize]].get_or_insert(id);
+                any = true;
             }
         }
-        set.retain(|&id| match settled[seqs[locate(id).0].0] {
-            Some(keep) => id == keep,
-            None => true,
-        });
+        if any {
+            set.retain(|&id| settled[entry_of[id as usize]].is_none_or(|keep| keep == id));
+        }
     };
     let accepts = |set: &[u32]| -> Vec<bool> {
         let mut out = vec![false; unions.len()];
         for &id in set {
-            let (s, pos) = locate(id);
-            if pos == seqs[s].1.len() {
-                out[seqs[s].0] = true;
+            if matches!(step_of[id as usize], Step::End { .. }) {
+                out[entry_of[id as usize]] = true;
             }
         }
         out
     };
 
-    let mut start: Vec<u32> = offsets.clone();
-    close(&mut start);
+    let mut settled = vec![None; unions.len()];
+    let mut start = starts;
+    close(&mut start, &mut settled);
     let mut index: HashMap<Vec<u32>, usize> = HashMap::from([(start.clone(), 0)]);
     let mut parent: Vec<Option<(usize, usize)>> = vec![None];
     let mut queue = VecDeque::from([(start, 0usize)]);
     let mut seen_classes = HashSet::new();
     let mut classes = Vec::new();
+    let mut next = Vec::new();
     while let Some((set, id)) = queue.pop_front() {
         let acc = accepts(&set);
         if seen_classes.insert(acc.clone()) {
             classes.push(Class {
                 accepts: acc,
-                witness: spell(&parent, &alphabet.reps, id),
+                witness: spell(&parent, &reps, id),
             });
         }
-        if set.is_empty() {
-            continue;
-        }
-        for sym in 0..alphabet.reps.len() {
-            let mut next = Vec::new();
+        for (sym, _) in reps.iter().enumerate() {
+            next.clear();
             for &state in &set {
-                let (s, pos) = locate(state);
-                match seqs[s].1.get(pos) {
-                    Some(Atom::Star) => next.push(state),
-                    Some(Atom::Set(bits)) if bits[sym] => next.push(state + 1),
-                    None if universal[state as usize] => next.push(state),
+                match step_of[state as usize] {
+                    Step::Star | Step::End { universal: true } => next.push(state),
+                    Step::Set(i) if sets[i][sym] => next.push(state + 1),
                     _ => {}
                 }
             }
-            close(&mut next);
+            close(&mut next, &mut settled);
             if index.contains_key(&next) {
                 continue;
             }
@@ -296,10 +296,45 @@ pub fn explore_unions(unions: &[Vec<&str>]) -> Option<Vec<Class>> {
             let next_id = parent.len();
             parent.push(Some((id, sym)));
             index.insert(next.clone(), next_id);
-            queue.push_back((next, next_id));
+            queue.push_back((next.clone(), next_id));
         }
     }
     Some(classes)
+}
+
+/// What a state does on a symbol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Star,
+    Set(usize),
+    End { universal: bool },
+}
+
+/// Merges symbols no set tells apart (most gaps between the characters
+/// the globs name), keeping the most readable representative of each.
+fn compress(sets: Vec<Vec<bool>>, reps: &[char]) -> (Vec<Vec<bool>>, Vec<char>) {
+    let rank = |c: char| PREFERRED.find(c).unwrap_or(usize::MAX);
+    let mut groups: HashMap<Vec<bool>, usize> = HashMap::new();
+    let mut keep: Vec<usize> = Vec::new();
+    for (sym, &rep) in reps.iter().enumerate() {
+        let signature: Vec<bool> = sets.iter().map(|bits| bits[sym]).collect();
+        match groups.get(&signature) {
+            Some(&k) => {
+                if rank(rep) < rank(reps[keep[k]]) {
+                    keep[k] = sym;
+                }
+            }
+            None => {
+                groups.insert(signature, keep.len());
+                keep.push(sym);
+            }
+        }
+    }
+    let sets = sets
+        .into_iter()
+        .map(|bits| keep.iter().map(|&s| bits[s]).collect())
+        .collect();
+    (sets, keep.iter().map(|&s| reps[s]).collect())
 }
 
 /// The string the walk took to reach state `id`.

@@ -77,6 +77,16 @@ fn each_code_is_reported_exactly_where_it_applies() {
             &[("match_all_first", "spec.rules.bash.deny[0]")],
         ),
         (
+            // A catch-all escalate after the allow list is the usual shape.
+            "rules: {bash: {allow: ['ls'], escalate: ['*']}, fetch: {allow: ['*']}}",
+            &[],
+        ),
+        (
+            // `*` rules after a tool's own match-all are not "others".
+            "rules: {bash: {deny: ['*']}, fetch: {allow: ['*']}, '*': {deny: ['*x*']}}",
+            &[],
+        ),
+        (
             "rules: {bash: {deny: ['[z-a]'], allow: ['ls']}, fetch: {allow: ['*']}}",
             &[("glob_matches_nothing", "spec.rules.bash.deny[0]")],
         ),

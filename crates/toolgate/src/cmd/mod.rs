@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod analyze;
 pub mod approvals;
 pub mod archive;
 pub mod audit;

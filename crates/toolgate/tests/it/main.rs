@@ -1,6 +1,7 @@
 //! The integration tests of the `toolgate` binary and its dashboards, built
 //! as one binary: one module per command or area (helpers in `common`).
 
+mod analyze_cli;
 mod archive_cli;
 mod archive_measure;
 mod audit_log_cli;
