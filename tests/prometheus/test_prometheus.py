@@ -58,7 +58,7 @@ spec:
 # Families only the controller exports: no controller runs here, so queries
 # made only of these may come back empty.
 CONTROLLER_ONLY = re.compile(
-    r'^toolgate_(reconcile_\w+|approvals\w*|controller_leader|profile_\w+|checkpoint_\w+|notifications?_\w+)$')
+    r'^toolgate_(reconcile_\w+|approvals\w*|controller_leader|profile_\w+|checkpoint_\w+|notifications?_\w+|unreadable_rows_total)$')
 
 # Alerts this traffic must cause (pending or firing).
 EXPECTED_ALERTS = {
