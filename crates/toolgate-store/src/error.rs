@@ -101,6 +101,17 @@ impl StoreError {
         }
     }
 
+    /// Whether this error says a stored row does not read back (a value out
+    /// of range, or on SQLite one of the wrong type): the fault of that row,
+    /// not of the database, so a pass over every tenant's rows can skip it.
+    pub fn is_unreadable_row(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Corrupt(_)
+                | StoreError::Database(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_))
+        )
+    }
+
     pub(crate) fn not_found(kind: &'static str, id: &str) -> Self {
         StoreError::NotFound {
             kind,

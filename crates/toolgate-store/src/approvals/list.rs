@@ -37,21 +37,6 @@ pub struct ApprovalListing {
 
 type Read = std::result::Result<Approval, UnreadableApproval>;
 
-// Beside the listing that names such rows, rather than in `error.rs`: the
-// errors an `UnreadableApproval` carries are the ones this recognises.
-impl StoreError {
-    /// Whether this error says a stored row does not read back (a value out
-    /// of range, or on SQLite one of the wrong type): the fault of that row,
-    /// not of the database, so a pass over every tenant's rows can skip it.
-    pub fn is_unreadable_row(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Corrupt(_)
-                | StoreError::Database(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_))
-        )
-    }
-}
-
 impl Approvals<'_> {
     /// Lists `tenant`'s approvals, oldest first, optionally only those whose
     /// effective status at `now` is `status`.
