@@ -408,10 +408,6 @@ impl TaskBook {
     }
 }
 
-/// What the server's answer to a deferred call makes of its task. Only a
-/// plain result completes it: there is no client to take a request for
-/// input, or to follow a task of the server's own, and a request to open a
-/// URL was never decided.
 /// The error a task ends with for the server's `answer`, if it fails.
 pub(crate) fn failure_of(answer: &Value) -> Option<Value> {
     match answer_state(answer) {
@@ -420,6 +416,10 @@ pub(crate) fn failure_of(answer: &Value) -> Option<Value> {
     }
 }
 
+/// What the server's answer to a deferred call makes of its task. Only a
+/// plain result completes it: there is no client to take a request for
+/// input, or to follow a task of the server's own, and a request to open a
+/// URL was never decided.
 pub(super) fn answer_state(answer: &Value) -> State {
     let unusable = |why: &str| State::Failed(message::error_object(message::INTERNAL_ERROR, why));
     match (answer.get("result"), answer.get("error")) {

@@ -76,14 +76,17 @@ pub fn run(args: ApprovalsArgs) -> Result<ExitCode, CliError> {
                             .approvals()
                             .list_all_readable(status, Timestamp::now())
                             .await?;
+                        // Tenant-written text, escaped: a stored control
+                        // sequence must not reach the operator's terminal.
                         for bad in &listing.unreadable {
-                            let id = bad.id.as_deref().unwrap_or("?");
-                            let tenant = bad.tenant.as_deref().unwrap_or("?");
+                            let id = bad.id.as_deref().unwrap_or("?").escape_debug();
+                            let tenant = bad.tenant.as_deref().unwrap_or("?").escape_debug();
+                            let why = bad.error.to_string();
                             let _ = writeln!(
                                 std::io::stderr(),
                                 "warning: approval {id} of tenant {tenant} not listed: \
                                  its row does not read back ({})",
-                                bad.error
+                                why.escape_debug()
                             );
                         }
                         listing.approvals

@@ -194,7 +194,8 @@ async fn approvals_list_and_answer_past_a_row_that_does_not_read_back() {
     sqlx::raw_sql(&format!(
         "INSERT INTO approvals (id, tenant, invocation_id, run_id, tool, args_digest, \
          policy_version, decision_id, requested_by, created_at, expires_at) \
-         VALUES ('poison', 'team-a', 'inv-z', 'r', 't', 'd', 'p', 'd', 'me', {m}, {m})",
+         VALUES ('poison', 'team-a', 'inv-z', 'r', 't', 'd', 'p', 'd', 'me', {m}, {m}), \
+         ('red' || char(27) || '[31m', 'team-a', 'inv-y', 'r', 't', 'd', 'p', 'd', 'me', {m}, {m})",
         m = i64::MAX
     ))
     .execute(store.as_sqlite().unwrap())
@@ -212,6 +213,12 @@ async fn approvals_list_and_answer_past_a_row_that_does_not_read_back() {
     assert_eq!(ids, [good.id.as_str()]);
     assert!(
         stderr.contains("warning: approval poison of tenant team-a not listed"),
+        "{stderr}"
+    );
+    // A control sequence a tenant stored reaches the terminal escaped.
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+    assert!(
+        stderr.contains("approval red\\u{1b}[31m of tenant"),
         "{stderr}"
     );
 
