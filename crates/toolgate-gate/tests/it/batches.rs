@@ -124,6 +124,49 @@ async fn a_batch_names_why_it_is_sequential() {
     });
 }
 
+/// A batch decides an escalation as `authorize` does: one its run's spent
+/// high-risk budget could not pay for is refused `budget_exhausted` and
+/// asks no one (no approval row), while a write-risk escalation of the
+/// same batch is still put to a human.
+#[tokio::test]
+async fn a_batch_escalation_the_budget_cannot_pay_for_asks_no_one() {
+    let spec = with_budgets("{maxHighRiskCallsPerRun: 1}");
+    each_backend!(|url| {
+        let g = TestGate::start(url, Bundle::Live(&spec)).await;
+        let run = unique("run");
+        let v = g.authorize("bash", json!({"command": "ls"}), &run).await;
+        assert_eq!(outcome(&v), (Decision::Allow, Reason::AllowRule));
+        // `make` escalates, and bash is high risk: the run cannot pay.
+        let req = BatchRequest {
+            run_id: run_id(&run),
+            tenant: None,
+            calls: vec![
+                batch_call("bash", json!({"command": "make"})),
+                batch_call("deploy", json!({"env": "prod"})),
+            ],
+        };
+        let answer = g.gate.authorize_batch(req).await.unwrap();
+        assert_eq!(
+            (answer.parallel, answer.reason.as_str(), answer.call_index),
+            (false, "batch_budget", Some(0))
+        );
+        let refused = &answer.verdicts[0];
+        assert_eq!(outcome(refused), (Decision::Deny, Reason::BudgetExhausted));
+        assert_eq!(
+            refused.verdict.matched_rule.as_deref(),
+            Some("budget:maxHighRiskCallsPerRun=1")
+        );
+        assert!(refused.approval_id.is_none());
+        let asked = &answer.verdicts[1];
+        assert_eq!(outcome(asked), (Decision::Escalate, Reason::EscalateRule));
+        // The only approval is the write-risk call's: bash asked no one.
+        let approvals = g.approvals().await;
+        assert_eq!(approvals.len(), 1, "{approvals:?}");
+        assert_eq!(Some(&approvals[0].id), asked.approval_id.as_ref());
+        assert_eq!(approvals[0].tool, "deploy");
+    });
+}
+
 /// An empty batch, or one naming another tenant, is refused before any
 /// call is decided: nothing is recorded.
 #[tokio::test]

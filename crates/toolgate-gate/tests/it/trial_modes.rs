@@ -3,6 +3,7 @@
 //! answered, while hardline rules, unknown tools, a changed definition, a
 //! cancelled run and the fail-closed reasons bind in every mode.
 
+use jiff::Timestamp;
 use serde_json::{Value, json};
 use toolgate_gate::runs::CancelRequest;
 use toolgate_policy::{Decision, Reason};
@@ -99,5 +100,63 @@ async fn what_binds_in_every_mode_binds() {
             .authorize("reader", json!({"path": "a"}), &unique("run"))
             .await;
         assert_eq!(outcome(&v), (Decision::Deny, Reason::BundleExpired));
+    });
+}
+
+/// A run cancelled outside this sidecar (through the store, as the CLI or
+/// another sidecar does) is refused `run_cancelled`, enforced, when a
+/// trial mode would have let a denied high-risk call through: the
+/// cancellation is read from the database and no trial mode softens it.
+#[tokio::test]
+async fn a_run_cancelled_elsewhere_binds_in_trial_modes() {
+    each_backend!(|url| {
+        for mode in ["warn", "dryRun"] {
+            let spec = format!("{SPEC}enforcement: {mode}\n");
+            let g = TestGate::start(url, Bundle::Live(&spec)).await;
+            let rm = || json!({"command": "rm -rf /"});
+            // Not cancelled, the denied call is only reported.
+            let v = g.authorize("bash", rm(), &unique("run")).await;
+            assert_eq!(outcome(&v), (Decision::Allow, Reason::NotEnforced));
+            assert_eq!(v.verdict.would_reason, Some(Reason::DenyRule));
+            let run = unique("run");
+            g.store
+                .runs()
+                .cancel(
+                    &g.tenant,
+                    &run_id(&run),
+                    None,
+                    "user:alice",
+                    Timestamp::now(),
+                )
+                .await
+                .unwrap();
+            let v = g.authorize("bash", rm(), &run).await;
+            assert_eq!(
+                outcome(&v),
+                (Decision::Deny, Reason::RunCancelled),
+                "{mode}"
+            );
+            assert!(v.verdict.enforced, "{mode}");
+            assert_eq!(
+                (v.verdict.would_verdict, v.verdict.would_reason),
+                (None, None),
+                "{mode}"
+            );
+            assert!(v.verdict.warning.is_none(), "{mode}");
+            let rec = g.logged(&v.decision_id).await;
+            assert_eq!(
+                (rec.verdict.as_str(), rec.reason.as_str(), rec.message),
+                ("deny", "run_cancelled", None),
+                "{mode}"
+            );
+            // Seen once, the run is remembered: a low-risk call is refused too.
+            let v = g.authorize("reader", json!({"path": "a"}), &run).await;
+            assert_eq!(
+                outcome(&v),
+                (Decision::Deny, Reason::RunCancelled),
+                "{mode}"
+            );
+            assert!(v.verdict.enforced, "{mode}");
+        }
     });
 }
