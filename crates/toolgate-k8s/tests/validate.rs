@@ -5,7 +5,10 @@
 use serde_json::{Value, json};
 use toolgate_k8s::crd::{ApprovalRequest, ApprovalSpec, Decision, StandingGrant};
 use toolgate_k8s::validate::approval_fields;
-use toolgate_k8s::{ApprovalFields, K8sError, Requester, validate_approval, validate_profile};
+use toolgate_k8s::{
+    ApprovalFields, K8sError, Requester, validate_approval, validate_profile,
+    validate_profile_warnings,
+};
 
 /// Fields from a JSON spec, as the webhook reads them.
 fn fields(spec: Value) -> ApprovalFields {
@@ -330,4 +333,139 @@ fn validate_profile_table() {
         let got = validate_profile("p", &spec).map(|_| "ok");
         assert_eq!(got.unwrap_or_else(|e| e.code()), code, "{case}");
     }
+}
+
+/// A bash profile with `rules` and one PROCESS_EXEC tool.
+fn bash_rules(rules: serde_json::Value) -> toolgate_policy::PolicySpec {
+    serde_json::from_value(json!({"mode": "rules", "rules": rules,
+        "effects": {"bash": {"sideEffect": "PROCESS_EXEC", "risk": "high"}}}))
+    .unwrap()
+}
+
+#[test]
+fn an_escalate_glob_under_the_allow_tier_is_refused() {
+    // `git push origin*` is allowed by `git *` before the escalate tier.
+    let spec = bash_rules(json!({"bash": {"allow": ["ls", "git *"],
+                                          "escalate": ["git push origin*"]}}));
+    let err = validate_profile("p", &spec).unwrap_err();
+    assert_eq!(err.code(), "shadowed_escalate");
+    assert_eq!(err.field(), Some("spec.rules.bash.escalate[0]"));
+    let message = err.to_string();
+    for part in [
+        "escalate glob `git push origin*` of tool `bash`",
+        "`git *` (spec.rules.bash.allow[1])",
+        "remove or narrow that allow glob, or move the pattern to deny",
+    ] {
+        assert!(message.contains(part), "{part} in {message}");
+    }
+    assert!(!message.contains("spec.rules.bash.allow[0]"), "{message}");
+
+    // The `*` tool's allow rules run before the tool's escalate rules too.
+    let spec = bash_rules(json!({"bash": {"escalate": ["make *"]}, "*": {"allow": ["*"]}}));
+    assert_eq!(
+        validate_profile("p", &spec).unwrap_err().code(),
+        "shadowed_escalate"
+    );
+
+    // Not refused: partly allowed, or wholly denied before the allow tier.
+    for rules in [
+        json!({"bash": {"allow": ["git status*"], "escalate": ["git *"]}}),
+        json!({"bash": {"deny": ["git push*"], "allow": ["git *"], "escalate": ["git push -f*"]}}),
+    ] {
+        let (_, warnings) = validate_profile_warnings("p", &bash_rules(rules.clone())).unwrap();
+        assert!(warnings.is_empty(), "{rules}: {warnings:?}");
+    }
+}
+
+#[test]
+fn a_catch_all_escalate_is_refused_only_when_every_tool_shadows_it() {
+    let spec = |escalate: serde_json::Value| -> toolgate_policy::PolicySpec {
+        serde_json::from_value(json!({"mode": "rules",
+            "rules": {"bash": {"allow": ["git *"]}, "reader": {"allow": ["*"]},
+                      "*": {"escalate": escalate}},
+            "effects": {"bash": {"sideEffect": "PROCESS_EXEC", "risk": "high"},
+                        "reader": {"sideEffect": "WORKSPACE_READ", "risk": "low"}}}))
+        .unwrap()
+    };
+    // `reader` allows everything, but `*` still asks for the rest of bash.
+    validate_profile("p", &spec(json!(["*"]))).unwrap();
+    // Every tool allows `git push*` first: nobody is ever asked.
+    let err = validate_profile("p", &spec(json!(["git push*"]))).unwrap_err();
+    assert_eq!(err.code(), "shadowed_escalate");
+    assert_eq!(err.field(), Some("spec.rules.*.escalate[0]"));
+    assert!(
+        err.to_string()
+            .contains("`git *` (spec.rules.bash.allow[0])"),
+        "{err}"
+    );
+}
+
+#[test]
+fn duplicate_globs_and_intricate_globs_are_warnings() {
+    let spec = bash_rules(json!({"bash": {"allow": ["ls *", "ls *"], "escalate": ["make"]}}));
+    let (_, warnings) = validate_profile_warnings("p", &spec).unwrap();
+    let codes: Vec<_> = warnings
+        .iter()
+        .map(|f| (f.code, f.field.as_str()))
+        .collect();
+    assert_eq!(codes, [("duplicate_glob", "spec.rules.bash.allow[1]")]);
+
+    // Past the state budget the glob is not judged, never refused.
+    let policy = validate_profile(
+        "p",
+        &bash_rules(json!({"bash": {
+        "allow": ["*a?????????*"], "escalate": ["*a?????????b*"]}})),
+    )
+    .unwrap();
+    let warnings = toolgate_policy::analyze::admission_check(&policy).unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].code, "analysis_incomplete");
+    assert_eq!(warnings[0].field, "spec.rules.bash.escalate[0]");
+    // With room, the same glob is judged (and is shadowed).
+    let err = toolgate_policy::analyze::admission_check_within(&policy, 200_000).unwrap_err();
+    assert_eq!(err.code(), "shadowed_escalate");
+}
+
+/// Every example profile is admitted; prints how long each takes (run
+/// with `--nocapture`; no timed assertion).
+#[test]
+fn example_profiles_pass_admission() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/profiles");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let manifest = toolgate_policy::load::parse_manifest(&text).unwrap();
+        let started = std::time::Instant::now();
+        let result = validate_profile_warnings(&manifest.metadata.name, &manifest.spec);
+        let elapsed = started.elapsed();
+        let (_, warnings) = result.unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        println!(
+            "admission {}: {elapsed:?}, {} warning(s)",
+            file.display(),
+            warnings.len()
+        );
+        for w in &warnings {
+            println!("  {}: {} [{}]", w.field, w.message, w.code);
+        }
+    }
+}
+
+/// Many intricate escalate globs: each question stops at its budget and
+/// the profile's total runs out, so all are warnings (elapsed printed).
+#[test]
+fn intricate_profiles_stay_bounded() {
+    let allow: Vec<String> = (0..40).map(|i| format!("*{i}?????????*")).collect();
+    let escalate: Vec<String> = (0..40).map(|i| format!("*{i}?????????x*")).collect();
+    let spec = bash_rules(json!({"bash": {"allow": allow, "escalate": escalate}}));
+    let started = std::time::Instant::now();
+    let (_, warnings) = validate_profile_warnings("p", &spec).unwrap();
+    println!("40 intricate escalate globs: {:?}", started.elapsed());
+    assert_eq!(warnings.len(), 40, "{warnings:?}");
+    assert!(warnings.iter().all(|w| w.code == "analysis_incomplete"));
 }
