@@ -30,5 +30,4 @@ pub use escalation::{MAX_ESCALATION_HISTORY, MAX_ESCALATION_LABELS};
 pub use generate::{crd_files, crdgen, write_crds};
 pub use validate::{
     ApprovalFields, Approver, Requester, approver_allowed, validate_approval, validate_profile,
-    validate_profile_warnings,
 };

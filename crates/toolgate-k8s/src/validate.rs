@@ -8,7 +8,6 @@
 //! installed.
 
 use serde_json::Value;
-use toolgate_policy::analyze::Finding;
 use toolgate_policy::{CompiledPolicy, PolicyError, PolicySpec};
 
 use crate::crd::{ApprovalSpec, Decision};
@@ -16,26 +15,10 @@ use crate::error::K8sError;
 
 /// Checks a PolicyProfile spec the way the controller and the sidecar will
 /// load it: it must compile on its own (standing grants are judged
-/// separately, one by one, so a bad grant never takes the profile down),
-/// and no escalate glob may be wholly shadowed by the allow tier
-/// ([`PolicyError::ShadowedEscalate`]: those calls would be allowed without
-/// the human the author asked for). Returns the compiled policy so the
-/// caller need not compile it again.
+/// separately, one by one, so a bad grant never takes the profile down).
+/// Returns the compiled policy so the caller need not compile it again.
 pub fn validate_profile(name: &str, spec: &PolicySpec) -> Result<CompiledPolicy, PolicyError> {
-    validate_profile_warnings(name, spec).map(|(policy, _)| policy)
-}
-
-/// [`validate_profile`], also returning the cheap analysis warnings
-/// (`duplicate_glob`, `analysis_incomplete`; see
-/// [`admission_check`](toolgate_policy::analyze::admission_check)) the
-/// webhook shows as admission warnings.
-pub fn validate_profile_warnings(
-    name: &str,
-    spec: &PolicySpec,
-) -> Result<(CompiledPolicy, Vec<Finding>), PolicyError> {
-    let policy = CompiledPolicy::compile(name, spec, &[])?;
-    let warnings = toolgate_policy::analyze::admission_check(&policy)?;
-    Ok((policy, warnings))
+    CompiledPolicy::compile(name, spec, &[])
 }
 
 /// The fields of an Approval spec the rules read.

@@ -172,8 +172,9 @@ fn decide(hook: Hook, request: &AdmissionRequest, config: &InjectConfig) -> Admi
         Hook::ValidatePods => {
             validate::pod(request).map(|()| AdmissionResponse::allow(&request.uid))
         }
-        Hook::ValidatePolicyProfiles => validate::policy_profile(request)
-            .map(|warnings| AdmissionResponse::allow(&request.uid).with_warnings(warnings)),
+        Hook::ValidatePolicyProfiles => {
+            validate::policy_profile(request).map(|()| AdmissionResponse::allow(&request.uid))
+        }
         Hook::ValidateApprovals => {
             validate::approval(request).map(|()| AdmissionResponse::allow(&request.uid))
         }

@@ -1,27 +1,23 @@
 //! Validation of toolgate's custom resources at admission time.
 //!
 //! A PolicyProfile is admitted only if its `spec` loads strictly and
-//! compiles, exactly as the controller and sidecar will load it, and no
-//! escalate glob is shadowed by an allow glob; the denial names the field
-//! and the rule, and the cheap analysis warnings come back as admission
-//! warnings. An Approval must carry exactly one of
+//! compiles, exactly as the controller and sidecar will load it; the denial
+//! names the field and the rule. An Approval must carry exactly one of
 //! `spec.request` / `spec.grant`, a decision from the closed set, and once
 //! decided it is final. A pod update may not touch the injected sidecar
 //! ([`pod`], checks in [`guard`](crate::guard)).
 
 use serde_json::Value;
-use toolgate_k8s::{K8sError, Requester, validate_approval, validate_profile_warnings};
+use toolgate_k8s::{K8sError, Requester, validate_approval, validate_profile};
 use toolgate_policy::PolicySpec;
 
 use crate::WebhookError;
 use crate::review::AdmissionRequest;
 
-/// Checks a PolicyProfile create or update, returning the admission
-/// warnings (cheap analysis findings, as `field: message [code]`). DELETE
-/// and CONNECT pass.
-pub fn policy_profile(request: &AdmissionRequest) -> Result<Vec<String>, WebhookError> {
+/// Checks a PolicyProfile create or update. DELETE and CONNECT pass.
+pub fn policy_profile(request: &AdmissionRequest) -> Result<(), WebhookError> {
     let Some(object) = reviewed_object(request)? else {
-        return Ok(Vec::new());
+        return Ok(());
     };
     let metadata = object.get("metadata");
     let name = metadata
@@ -46,11 +42,8 @@ pub fn policy_profile(request: &AdmissionRequest) -> Result<Vec<String>, Webhook
             message: "a PolicyProfile needs a spec".into(),
         })?;
     let spec: PolicySpec = toolgate_policy::load::from_value(spec, "spec")?;
-    let (_, findings) = validate_profile_warnings(name, &spec)?;
-    Ok(findings
-        .iter()
-        .map(|f| format!("{}: {} [{}]", f.field, f.message, f.code))
-        .collect())
+    validate_profile(name, &spec)?;
+    Ok(())
 }
 
 /// Checks an Approval create or update with

@@ -194,19 +194,6 @@ pub fn explore(globs: &[&str]) -> Option<Vec<Class>> {
 /// [`explore`] where each entry is the union of its globs (an empty union
 /// matches nothing).
 pub fn explore_unions(unions: &[Vec<&str>]) -> Option<Vec<Class>> {
-    explore_unions_within(unions, MAX_STATES)
-}
-
-/// [`explore_unions`] giving up past `max_states` DFA states, for callers
-/// with a time budget (admission).
-pub fn explore_unions_within(unions: &[Vec<&str>], max_states: usize) -> Option<Vec<Class>> {
-    explore_unions_budget(unions, &mut { max_states })
-}
-
-/// [`explore_unions_within`] drawing on a shared `budget` of DFA states:
-/// the states built are taken from it (all of it when the walk gives up).
-pub fn explore_unions_budget(unions: &[Vec<&str>], budget: &mut usize) -> Option<Vec<Class>> {
-    let max_states = *budget;
     let parsed: Vec<Vec<Vec<Piece>>> = unions
         .iter()
         .map(|u| u.iter().flat_map(|g| parse(g)).collect())
@@ -303,8 +290,7 @@ pub fn explore_unions_budget(unions: &[Vec<&str>], budget: &mut usize) -> Option
             if index.contains_key(&next) {
                 continue;
             }
-            if index.len() >= max_states {
-                *budget = 0;
+            if index.len() >= MAX_STATES {
                 return None;
             }
             let next_id = parent.len();
@@ -313,7 +299,6 @@ pub fn explore_unions_budget(unions: &[Vec<&str>], budget: &mut usize) -> Option
             queue.push_back((next.clone(), next_id));
         }
     }
-    *budget -= index.len().min(*budget);
     Some(classes)
 }
 

@@ -2,7 +2,6 @@
 //! decide, and how two profiles differ, computed exactly over the glob
 //! languages ([`glob_lang`]) rather than by sampling calls.
 
-mod admission;
 mod compare;
 mod findings;
 pub mod glob_lang;
@@ -10,7 +9,6 @@ mod model;
 #[cfg(test)]
 mod tests;
 
-pub use admission::{ADMISSION_MAX_STATES, admission_check, admission_check_within};
 pub use compare::{Comparison, Relation, ToolComparison, Witness, compare};
 pub use findings::{Analysis, Finding, Severity, analyze};
 pub use model::Tier;
