@@ -16,11 +16,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from e2e_support import ROOT, wait_for
+
 HERE = pathlib.Path(__file__).resolve().parent
 
 
@@ -39,21 +39,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
-
-
-def wait_for(what, fn, timeout=30.0, interval=0.25):
-    """Polls `fn` until it returns a truthy value; fails with `what` on timeout."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as e:  # noqa: BLE001 - report the last error on timeout
-            last = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope='session')

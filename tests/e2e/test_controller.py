@@ -20,7 +20,7 @@ import subprocess
 import time
 import urllib.request
 
-from conftest import ROOT, wait_for
+from e2e_support import ROOT, wait_for
 
 NS = 'agents'
 PROFILE = ROOT / 'examples' / 'profiles' / 'safe-coding.yaml'
