@@ -1,0 +1,3 @@
+module toolgate.dev/client
+
+go 1.22
