@@ -165,14 +165,19 @@ func (c *Client) Approval(ctx context.Context, approvalID string, wait time.Dura
 // WaitForApproval long-polls (at most MaxWaitSeconds a request) until the
 // approval is resolved or timeout passed: approved, denied, expired,
 // cancelled, or pending when the time ran out.
+//
+// The wait ends a second before ctx's deadline, so that a caller's
+// deadline reads as an unanswered approval, not as a sidecar that is down.
 func (c *Client) WaitForApproval(ctx context.Context, approvalID string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(max(0, timeout))
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-time.Second).Before(deadline) {
+		deadline = dl.Add(-time.Second)
+	}
 	for {
 		remaining := time.Until(deadline)
-		wait := remaining
-		if remaining < time.Second {
-			wait = 0 // under the 1 s granularity of ?wait=: one plain read
-		}
+		// Whole seconds (the granularity of ?wait=), never past the deadline;
+		// under one second, one plain read.
+		wait := remaining.Truncate(time.Second)
 		a, err := c.Approval(ctx, approvalID, wait)
 		if err != nil {
 			return "", err

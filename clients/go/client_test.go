@@ -293,6 +293,22 @@ func TestGuardDeniedApprovalNeverRuns(t *testing.T) {
 	}
 }
 
+func TestGuardWaitEndsWithTheCallersDeadline(t *testing.T) {
+	c := newClient(t, toolgate.WithApprovalTimeout(time.Minute))
+	ctx, cancel := context.WithTimeout(bg(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	ran := false
+	err := c.Guard(ctx, "publish", map[string]any{"package": "nobody-answers"}, func(context.Context) error { ran = true; return nil })
+	e := asError(t, err, toolgate.CodeApprovalRequired, 0)
+	if ran || e.ApprovalStatus != "pending" || time.Since(start) > 3*time.Second {
+		t.Fatalf("ran %v after %v: %+v", ran, time.Since(start), e)
+	}
+	if err := c.Guard(bg(), "lookup", nil, nil); !toolgate.IsCode(err, toolgate.CodeInvalidRequest) {
+		t.Fatalf("nil fn: %v", err)
+	}
+}
+
 func TestWaitForApprovalLongPolls(t *testing.T) {
 	c := newClient(t)
 	v := authorize(t, c, "publish", map[string]any{"package": "wait"})

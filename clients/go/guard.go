@@ -21,6 +21,9 @@ func (c *Client) Guard(ctx context.Context, tool string, args map[string]any, fn
 // A high-risk call gets an intent, durable and marked effect-sent before
 // fn runs, then closed completed, or error when fn fails or panics.
 func (c *Client) GuardRequest(ctx context.Context, req AuthorizeRequest, fn func(context.Context) error) error {
+	if fn == nil {
+		return &Error{Code: CodeInvalidRequest, Message: "Guard needs the function to run"}
+	}
 	adm, err := c.Admit(ctx, req)
 	if err != nil {
 		return err
