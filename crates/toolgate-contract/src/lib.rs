@@ -12,6 +12,7 @@ mod doc_tables;
 mod duration;
 pub mod env;
 pub mod errors;
+pub mod hooks;
 pub mod names;
 #[cfg(feature = "metrics")]
 pub mod telemetry;

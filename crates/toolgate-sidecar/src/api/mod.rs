@@ -22,6 +22,7 @@ use crate::error::ApiError;
 use crate::mcp::McpUpstreams;
 
 mod body;
+mod hooks;
 mod intents;
 mod workspace;
 
@@ -62,6 +63,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/authorize", post(authorize))
         .route("/v1/authorize/batch", post(authorize_batch))
+        .route("/v1/hooks/{format}", post(hooks::hook))
         .route("/v1/refusals", post(record_refusal))
         .route("/v1/messages/screen", post(screen_message))
         .route("/v1/runs/{run_id}", get(run_status))

@@ -7,6 +7,7 @@ mod common;
 mod attacks;
 mod flows;
 mod fuzz;
+mod hooks;
 mod http;
 mod ids;
 mod mcp_messages;
