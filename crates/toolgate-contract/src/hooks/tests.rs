@@ -290,7 +290,9 @@ fn answers_are_rendered_as_each_runner_honours_them() {
             .map(str::to_owned)
     };
     let claude = ["hookSpecificOutput", "permissionDecision"];
-    let table: Vec<(Format, Verdict, &[&str], Option<&str>, u8)> = vec![
+    // (format, verdict, where the decision is, the decision, exit code)
+    type Row<'a> = (Format, Verdict, &'a [&'a str], Option<&'a str>, u8);
+    let table: Vec<Row> = vec![
         (
             Format::ClaudeCode,
             Verdict::Allow,

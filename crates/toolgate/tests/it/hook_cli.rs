@@ -1,6 +1,7 @@
 //! `toolgate hook pre-tool-use` against a real sidecar process: Claude-Code
-//! hook JSON in, a hook decision out, and exit 2 for everything that is not
-//! a clear allow — including a sidecar that cannot be reached.
+//! hook JSON in, a hook decision out: exit 0 for an allow and for an
+//! escalation (Claude Code's `ask`, naming the approval), exit 2 for
+//! everything else — including a sidecar that cannot be reached.
 
 use std::io::Write;
 use std::path::Path;
@@ -73,7 +74,12 @@ fn start_sidecar(dir: &Path, database: &str, port: u16) -> SidecarProcess {
     start_sidecar_with(dir, database, port, PROFILE)
 }
 
-fn start_sidecar_with(dir: &Path, database: &str, port: u16, profile: &str) -> SidecarProcess {
+pub(crate) fn start_sidecar_with(
+    dir: &Path,
+    database: &str,
+    port: u16,
+    profile: &str,
+) -> SidecarProcess {
     let keys = dir.join("keys");
     assert!(
         toolgate(&["keygen", "--out", keys.to_str().unwrap()])
@@ -128,7 +134,7 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     Some(response)
 }
 
-fn approve(database: &str, approval: &str) {
+pub(crate) fn approve(database: &str, approval: &str) {
     let out = toolgate(&[
         "approvals",
         "approve",
@@ -148,7 +154,7 @@ fn approve(database: &str, approval: &str) {
 }
 
 /// The approval id named in a blocked escalation's reason.
-fn approval_id(reason: &str) -> String {
+pub(crate) fn approval_id(reason: &str) -> String {
     let rest = reason
         .split("approval_required: approval ")
         .nth(1)
@@ -178,11 +184,11 @@ fn the_hook_blocks_all_but_a_clear_allow() {
     assert_eq!(code, 2);
     assert!(stderr.contains("shell_control"), "{stderr}");
 
-    // Escalated: blocked, naming the approval; once approved, the same call
-    // passes (once).
+    // Escalated: Claude Code asks its user, naming the approval; once
+    // approved, the same call passes (once).
     let input = hook_input("make deploy", "s2");
     let (code, out, stderr) = hook(Some(&url), &input, &[]);
-    assert_eq!((code, decision(&out)), (2, "deny"), "{out}");
+    assert_eq!((code, decision(&out)), (0, "ask"), "{out}");
     let id = approval_id(&stderr);
     approve(&database, &id);
     let (code, out, _) = hook(Some(&url), &input, &[]);
@@ -196,8 +202,8 @@ fn the_hook_blocks_all_but_a_clear_allow() {
 
     // With --approval-wait the hook waits for the human.
     let input = hook_input("make release", "s3");
-    let (code, _, stderr) = hook(Some(&url), &input, &[]);
-    assert_eq!(code, 2);
+    let (code, out, stderr) = hook(Some(&url), &input, &[]);
+    assert_eq!((code, decision(&out)), (0, "ask"), "{out}");
     let id = approval_id(&stderr);
     let approver = {
         let database = database.clone();
@@ -387,14 +393,18 @@ fn the_claude_code_profile_decides_each_claude_code_tool() {
         let tool = input["tool_name"].as_str().unwrap().to_owned();
         tools.insert(tool.clone());
         let (code, out, stderr) = hook(Some(&url), &serde_json::to_vec(&input).unwrap(), &[]);
-        let expect = case["expect"].as_str().unwrap();
+        // An escalation is Claude Code's `ask`, naming the approval.
+        let expect = match (case["expect"].as_str().unwrap(), case["reason"].as_str()) {
+            ("deny", Some("approval_required")) => "ask",
+            (expect, _) => expect,
+        };
         assert_eq!(
             decision(&out),
             expect,
             "{tool} {}: {out} {stderr}",
             case["input"]["tool_input"]
         );
-        assert_eq!(code, if expect == "allow" { 0 } else { 2 }, "{tool}");
+        assert_eq!(code, if expect == "deny" { 2 } else { 0 }, "{tool}");
         if let Some(reason) = case["reason"].as_str() {
             assert!(
                 stderr.contains(reason),

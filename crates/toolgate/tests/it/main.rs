@@ -11,6 +11,7 @@ mod common;
 mod dashboard;
 mod db_cli;
 mod hook_cli;
+mod hook_formats;
 mod policy_cli;
 mod sidecar_process;
 mod tenant_cli;
