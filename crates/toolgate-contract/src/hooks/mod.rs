@@ -299,7 +299,11 @@ impl Format {
             Self::Cursor => cursor::read(body)?,
             Self::Copilot => copilot::read(body)?,
         };
-        let mut rendered = self.render(claude_code::event_of_output(body), &answer);
+        let event = match self {
+            Self::ClaudeCode => claude_code::event_of_output(body),
+            _ => Event::PreToolUse,
+        };
+        let mut rendered = self.render(event, &answer);
         // Relay the body as the sidecar wrote it; only the exit code and
         // stderr come from reading it.
         rendered.body = body.clone();
