@@ -3,12 +3,18 @@
 //! counted (`toolgate_decision_log_dropped_total`), never silently lost.
 //! High-risk decisions do not come through here: they are written before the
 //! sidecar answers.
+//!
+//! Recorded inputs (`spec.audit.recordInputs`) of every decision do: each
+//! batch's inputs are written after its decisions, and the writer prunes
+//! its tenants' expired inputs once an hour. An input that cannot be
+//! written is logged and lost; replay then reports its decision as having
+//! no input, and nothing of the decision itself is lost.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use toolgate_store::{DecisionRecord, Store};
+use toolgate_store::{DecisionInput, DecisionRecord, Store};
 
 use crate::metrics::Metrics;
 
@@ -16,13 +22,24 @@ use crate::metrics::Metrics;
 const MAX_BATCH: usize = 256;
 /// Attempts per batch before its records are counted as dropped.
 const ATTEMPTS: u32 = 5;
+/// How often expired inputs are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// What the writer is handed. Decisions are nearly every entry, so they
+/// stay unboxed: boxing would cost an allocation per call to save queue
+/// space only on inputs.
+#[allow(clippy::large_enum_variant)]
+enum Entry {
+    Decision(DecisionRecord),
+    Input(DecisionInput),
+}
 
 /// Sending half: cheap to clone, never blocks. Every record goes to this
 /// sidecar's own stream (see the sidecar's configuration), so the writer never
 /// waits for another sidecar's appends.
 #[derive(Clone)]
 pub struct DecisionLog {
-    tx: mpsc::Sender<(String, DecisionRecord)>,
+    tx: mpsc::Sender<(String, Entry)>,
     metrics: Metrics,
 }
 
@@ -42,9 +59,25 @@ impl DecisionLog {
 
     /// Queues a record; drops and counts it when the queue is full.
     pub fn enqueue(&self, tenant: &str, record: DecisionRecord) {
-        if self.tx.try_send((tenant.to_owned(), record)).is_err() {
+        if self
+            .tx
+            .try_send((tenant.to_owned(), Entry::Decision(record)))
+            .is_err()
+        {
             self.metrics.decision_log_dropped.inc();
             tracing::error!("decision log queue full: record dropped");
+        }
+    }
+
+    /// Queues a decided call's recorded input; drops it (logged) when the
+    /// queue is full.
+    pub fn enqueue_input(&self, tenant: &str, input: DecisionInput) {
+        if self
+            .tx
+            .try_send((tenant.to_owned(), Entry::Input(input)))
+            .is_err()
+        {
+            tracing::warn!("decision log queue full: recorded input dropped");
         }
     }
 }
@@ -53,16 +86,72 @@ async fn write_loop(
     store: Store,
     stream: String,
     metrics: Metrics,
-    mut rx: mpsc::Receiver<(String, DecisionRecord)>,
+    mut rx: mpsc::Receiver<(String, Entry)>,
 ) {
     let mut buffer = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut buffer, MAX_BATCH).await > 0 {
-        let mut by_tenant: BTreeMap<String, Vec<DecisionRecord>> = BTreeMap::new();
-        for (tenant, record) in buffer.drain(..) {
-            by_tenant.entry(tenant).or_default().push(record);
+    let mut recording = BTreeSet::new();
+    let mut prune = tokio::time::interval(PRUNE_EVERY);
+    prune.tick().await;
+    loop {
+        tokio::select! {
+            got = rx.recv_many(&mut buffer, MAX_BATCH) => {
+                if got == 0 {
+                    break;
+                }
+            }
+            _ = prune.tick() => {
+                prune_inputs(&store, &recording).await;
+                continue;
+            }
         }
-        for (tenant, records) in by_tenant {
-            write_batch(&store, &metrics, &tenant, &stream, records).await;
+        let mut by_tenant: BTreeMap<String, (Vec<DecisionRecord>, Vec<DecisionInput>)> =
+            BTreeMap::new();
+        for (tenant, entry) in buffer.drain(..) {
+            let (records, inputs) = by_tenant.entry(tenant).or_default();
+            match entry {
+                Entry::Decision(record) => records.push(record),
+                Entry::Input(input) => inputs.push(input),
+            }
+        }
+        for (tenant, (records, inputs)) in by_tenant {
+            if !records.is_empty() {
+                write_batch(&store, &metrics, &tenant, &stream, records).await;
+            }
+            if !inputs.is_empty() {
+                write_inputs(&store, &tenant, &inputs).await;
+                recording.insert(tenant);
+            }
+        }
+    }
+}
+
+/// Writes one tenant's inputs, once more on a failure that may pass.
+async fn write_inputs(store: &Store, tenant: &str, inputs: &[DecisionInput]) {
+    for attempt in 1..=2 {
+        match store.decision_inputs().put_batch(tenant, inputs).await {
+            Ok(()) => return,
+            Err(e) if retriable(&e) && attempt < 2 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, count = inputs.len(), "recorded inputs not written");
+                return;
+            }
+        }
+    }
+}
+
+/// Deletes the expired inputs of the tenants this writer recorded for.
+async fn prune_inputs(store: &Store, tenants: &BTreeSet<String>) {
+    for tenant in tenants {
+        match store
+            .decision_inputs()
+            .prune_expired(tenant, jiff::Timestamp::now())
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(tenant, pruned = n, "expired recorded inputs pruned"),
+            Err(e) => tracing::warn!(error = %e, tenant, "pruning recorded inputs failed"),
         }
     }
 }

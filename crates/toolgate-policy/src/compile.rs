@@ -230,6 +230,7 @@ impl CompiledPolicy {
             }
         }
 
+        crate::audit::input_recording(spec.audit.as_ref())?;
         let hardline = spec.hardline.clone().unwrap_or_default();
         for (i, glob) in hardline.paths.iter().enumerate() {
             check_path_glob(&format!("spec.hardline.paths[{i}]"), glob)?;

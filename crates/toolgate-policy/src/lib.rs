@@ -28,6 +28,7 @@
 
 pub mod analyze;
 pub mod args;
+pub mod audit;
 mod cidr_table;
 mod compile;
 pub mod digest;

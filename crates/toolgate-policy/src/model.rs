@@ -81,6 +81,10 @@ pub struct PolicySpec {
     /// escalate calls of a run carrying them (docs/policy.md, "Flow rules").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flows: Option<crate::flows::Flows>,
+    /// What the decision log keeps of each call besides its digests
+    /// (`recordInputs`, `inputRetention`), for `toolgate replay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<crate::audit::AuditSettings>,
 }
 
 crate::wire_enum! {

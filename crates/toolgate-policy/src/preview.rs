@@ -51,6 +51,18 @@ static AUTH: LazyLock<Regex> = LazyLock::new(|| {
 /// The approver's view of `text`: secrets masked, then cut to
 /// [`PREVIEW_MAX_CHARS`] characters.
 pub fn preview(text: &str) -> String {
+    let masked = mask_secrets(text);
+    if masked.chars().count() <= PREVIEW_MAX_CHARS {
+        return masked;
+    }
+    let mut cut: String = masked.chars().take(PREVIEW_MAX_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// `text` with the well-known secret shapes replaced by [`MASK`], uncut
+/// (what `spec.audit.recordInputs: masked` keeps of each string).
+pub fn mask_secrets(text: &str) -> String {
     let masked = WHOLE.replace_all(text, MASK);
     let masked = AUTH.replace_all(&masked, |c: &regex::Captures<'_>| {
         match (c.name("keep"), c.name("scheme")) {
@@ -62,13 +74,19 @@ pub fn preview(text: &str) -> String {
     let masked = NAMED.replace_all(&masked, |c: &regex::Captures<'_>| {
         format!("{}{}{}{MASK}", &c["name"], &c["sep"], &c["quote"])
     });
-    if masked.chars().count() <= PREVIEW_MAX_CHARS {
-        return masked.into_owned();
-    }
-    let mut cut: String = masked.chars().take(PREVIEW_MAX_CHARS - 1).collect();
-    cut.push('…');
-    cut
+    masked.into_owned()
 }
+
+/// Whether an argument's name says its value is a secret (`password`,
+/// `api_key`, `token`, ...): the whole value is masked, whatever it holds.
+pub fn is_secret_name(name: &str) -> bool {
+    SECRET_NAME.is_match(name)
+}
+
+static SECRET_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credential|authorization|cookie")
+        .expect("secret name pattern compiles")
+});
 
 #[cfg(test)]
 mod tests {

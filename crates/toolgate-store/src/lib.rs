@@ -23,6 +23,7 @@
 
 mod approvals;
 mod checkpoints;
+mod decision_inputs;
 mod decisions;
 mod error;
 mod fields;
@@ -35,6 +36,7 @@ mod open;
 mod options;
 mod pg;
 mod profiles;
+pub mod replay;
 mod runs;
 mod schema;
 pub mod tenancy;
@@ -51,6 +53,10 @@ pub use approvals::{
     MAX_PREVIEW_CHARS, NewApproval, RunEvent, UnreadableApproval,
 };
 pub use checkpoints::{Checkpoint, Checkpoints};
+pub use decision_inputs::{
+    DecisionInput, DecisionInputs, InputCheck, InputStanding, MAX_INPUT_BYTES, MAX_LOOKUP,
+    standing as input_standing,
+};
 pub use decisions::{
     ArchiveRange, ChainReport, ChainedDecision, DecisionFilter, DecisionPage, DecisionRecord,
     Decisions, GENESIS_HASH, LEGACY_STREAM, LogCursor, LoggedDecision, MAX_QUERY_LIMIT,
@@ -223,6 +229,11 @@ impl Store {
     /// MCP tasks the gateway holds, kept across sidecar restarts.
     pub fn mcp_tasks(&self) -> McpTasks<'_> {
         McpTasks { store: self }
+    }
+
+    /// Recorded inputs of decided calls (`spec.audit.recordInputs`).
+    pub fn decision_inputs(&self) -> DecisionInputs<'_> {
+        DecisionInputs { store: self }
     }
 
     pub(crate) fn is_postgres(&self) -> bool {

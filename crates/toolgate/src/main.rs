@@ -53,6 +53,9 @@ enum Command {
     Test(cmd::test::TestArgs),
     /// Find dead and loosening rules in a profile, or compare two profiles.
     Analyze(cmd::analyze::AnalyzeArgs),
+    /// Decide the decision log's recorded calls again under a candidate
+    /// profile and report what would change (exit 3 when something does).
+    Replay(cmd::replay::ReplayArgs),
     /// The whole flow on the embedded default: policy table, then a live
     /// sidecar on a temporary SQLite database driven by a scripted agent.
     Demo(cmd::demo::DemoArgs),
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
         Command::Check(args) => cmd::check::run(args),
         Command::Test(args) => cmd::test::run(args),
         Command::Analyze(args) => cmd::analyze::run(args),
+        Command::Replay(args) => cmd::replay::run(args),
         Command::Bundle(command) => cmd::bundle::run(command),
         Command::Keygen(args) => cmd::keygen::run(args),
         Command::Demo(args) => cmd::demo::run(args),

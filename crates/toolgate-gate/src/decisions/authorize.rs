@@ -98,6 +98,7 @@ async fn authorize_call(
     let mut decided = decide(app, req, Timestamp::now(), provenance).await;
     decided.labels_to_set = labels_to_set(req, &decided, provenance);
     record(app, req, &mut decided).await?;
+    record_input(app, req, &decided, provenance);
     remember(app, req, &decided);
     count(app, req, &decided, started);
     Ok(AuthorizeResponse {
@@ -372,6 +373,43 @@ async fn record(app: &Decisions, req: &AuthorizeRequest, d: &mut Decided) -> Res
             .enqueue(&app.shared.tenant, record_of(req, d, &d.verdict));
     }
     Ok(())
+}
+
+/// Keeps the call itself beside its decision when the profile asks
+/// (`spec.audit.recordInputs`), masked or not, for `toolgate replay`.
+fn record_input(
+    app: &Decisions,
+    req: &AuthorizeRequest,
+    d: &Decided,
+    provenance: Option<Provenance>,
+) {
+    let Some(recording) = d.enforced.as_ref().and_then(|e| e.policy.input_recording()) else {
+        return;
+    };
+    let arguments = if recording.masked {
+        toolgate_policy::audit::mask_arguments(&req.arguments)
+    } else {
+        req.arguments.clone()
+    };
+    let call = toolgate_policy::audit::RecordedCall {
+        tool: req.tool.to_string(),
+        action: req.action.as_ref().map(ToString::to_string),
+        arguments,
+        provenance,
+    }
+    .to_canonical();
+    if call.len() > toolgate_store::MAX_INPUT_BYTES {
+        tracing::warn!(decision = %d.decision_id, bytes = call.len(), "input too large to record");
+        return;
+    }
+    let input = toolgate_store::DecisionInput {
+        decision_id: d.decision_id.clone(),
+        call,
+        masked: recording.masked,
+        recorded_at: d.now,
+        expires_at: d.now.checked_add(recording.retention).unwrap_or(d.now),
+    };
+    app.log.enqueue_input(&app.shared.tenant, input);
 }
 
 /// Charges the run (and sees whether it was cancelled) where every sidecar

@@ -167,6 +167,20 @@ async fn verify(
         "records": records,
         "chains": reports,
     });
+    // Recorded inputs are vouched for by their decisions: each must name
+    // the decision's tool and hash to its args_digest.
+    let tenants: std::collections::BTreeSet<&str> =
+        reports.iter().map(|r| r.tenant.as_str()).collect();
+    let mut inputs = Vec::new();
+    for t in tenants {
+        let check = store.decision_inputs().verify(t).await?;
+        if check.rows > 0 {
+            ok &= check.ok();
+            inputs.push(check);
+        }
+    }
+    body["ok"] = ok.into();
+    body["inputs"] = serde_json::to_value(&inputs).unwrap_or_default();
     if let Some(trust) = trust {
         let (checked, failures) =
             check_checkpoints(&store, tenant.as_deref(), stream.as_deref(), &trust).await?;

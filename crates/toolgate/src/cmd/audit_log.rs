@@ -164,7 +164,7 @@ fn names<'a>(all: impl Iterator<Item = &'a str>) -> String {
 
 /// An RFC 3339 instant, or a duration (the one syntax of toolgate's
 /// flags) meaning that long before `now`.
-fn instant(flag: &str, text: Option<&str>, now: Timestamp) -> Result<Option<Timestamp>, CliError> {
+pub(crate) fn instant(flag: &str, text: Option<&str>, now: Timestamp) -> Result<Option<Timestamp>, CliError> {
     let Some(text) = text else {
         return Ok(None);
     };

@@ -13,6 +13,7 @@ pub mod demo;
 pub mod hook;
 pub mod keygen;
 pub mod mcp;
+pub mod replay;
 pub mod runs;
 pub mod sidecar;
 pub mod tenant;

@@ -59,7 +59,7 @@ fn record(i: usize, t0: jiff::Timestamp) -> DecisionRecord {
 
 /// A database URL per engine: a SQLite file, and a fresh schema of
 /// `TOOLGATE_TEST_DATABASE_URL` (with that schema's name) when set.
-async fn engines(dir: &std::path::Path) -> Vec<(String, Option<String>)> {
+pub(crate) async fn engines(dir: &std::path::Path) -> Vec<(String, Option<String>)> {
     let mut out = vec![(
         format!("sqlite://{}?mode=rwc", dir.join("log.db").display()),
         None,

@@ -13,6 +13,7 @@ mod db_cli;
 mod hook_cli;
 mod hook_formats;
 mod policy_cli;
+mod replay_cli;
 mod sidecar_process;
 mod tenant_cli;
 mod wakeups_relay;
