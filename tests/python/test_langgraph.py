@@ -1,12 +1,20 @@
 """toolgate.integrations.langgraph with the real langgraph 1.2.24: a compiled
 StateGraph whose ToolNode LangGraph itself runs on an AIMessage carrying
 tool_calls (no model)."""
+import os
+
 import pytest
 
 import toolgate
 from toolgate.integrations.langgraph import governed_tool_node, tool_call_wrappers
 
-pytest.importorskip('langgraph.prebuilt', reason='pip install langgraph==1.2.24 (tests/requirements.txt)')
+try:
+    import langgraph.prebuilt  # noqa: F401
+except ImportError:
+    # CI installs tests/requirements.txt: there a missing package fails.
+    if os.environ.get('CI') == 'true':
+        raise
+    pytest.skip('pip install langgraph==1.2.24 (tests/requirements.txt)', allow_module_level=True)
 from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402

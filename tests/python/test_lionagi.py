@@ -1,5 +1,6 @@
 """toolgate.integrations.lionagi.govern with the real lionagi 0.36.0: tools
 invoked through the Branch's action machinery (`branch.act`), no model."""
+import os
 import socket
 
 import pytest
@@ -7,7 +8,13 @@ import pytest
 import toolgate
 from toolgate.integrations.lionagi import govern
 
-lionagi = pytest.importorskip('lionagi', reason='pip install lionagi==0.36.0 (tests/requirements.txt)')
+try:
+    import lionagi
+except ImportError:
+    # CI installs tests/requirements.txt: there a missing package fails.
+    if os.environ.get('CI') == 'true':
+        raise
+    pytest.skip('pip install lionagi==0.36.0 (tests/requirements.txt)', allow_module_level=True)
 
 pytestmark = pytest.mark.asyncio
 

@@ -1,6 +1,7 @@
 """toolgate.integrations.openai_agents with the real openai-agents 0.24.0:
 the SDK's own Runner executes the tool calls that its scripted test model
 (agents.testing.ScriptedModel, no provider, no network) asks for."""
+import os
 import socket
 
 import pytest
@@ -8,7 +9,13 @@ import pytest
 import toolgate
 from toolgate.integrations.openai_agents import govern_tool, govern_tools
 
-agents = pytest.importorskip('agents', reason='pip install openai-agents==0.24.0 (tests/requirements.txt)')
+try:
+    import agents
+except ImportError:
+    # CI installs tests/requirements.txt: there a missing package fails.
+    if os.environ.get('CI') == 'true':
+        raise
+    pytest.skip('pip install openai-agents==0.24.0 (tests/requirements.txt)', allow_module_level=True)
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
 pytestmark = pytest.mark.asyncio

@@ -203,7 +203,7 @@ def test_the_hook_joins_the_trace_its_environment_names(traced, jaeger):
                                                      'TRACEPARENT': f"00-{trace_id}-{parent}-01"})
     assert json.loads(out.stdout)['hookSpecificOutput']['permissionDecision'] == 'allow', out
     spans = trace_of(jaeger, trace_id, lambda spans: any(s['name'] == 'execute_tool Bash' for s in spans))
-    server = named(spans, 'POST /v1/authorize')[0]
+    server = named(spans, 'POST /v1/hooks/{format}')[0]
     assert server['parent'] == parent, 'the hook\'s request continues the trace it was handed'
     assert named(spans, 'execute_tool Bash')[0]['parent'] == server['id']
 
