@@ -1,0 +1,38 @@
+// Compiled (not run) by `npm test`: the adapters accept the frameworks' real
+// tool and client types and hand back the same types.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { tool as agentsTool, type FunctionTool } from "@openai/agents";
+import { tool as aiTool, type Tool } from "ai";
+import { z } from "zod";
+import { Toolgate, type Verdict } from "@toolgate/client";
+import { governTool, governTools } from "@toolgate/client/ai";
+import { governClient } from "@toolgate/client/mcp";
+import { governTool as governAgentsTool } from "@toolgate/client/openai-agents";
+
+const tg = new Toolgate({ url: "http://127.0.0.1:1" });
+
+const weather = aiTool({
+  description: "Weather",
+  inputSchema: z.object({ city: z.string() }),
+  execute: async ({ city }) => `sunny in ${city}`,
+});
+const governedWeather: typeof weather = governTool(tg, "weather", weather);
+const tools: { weather: Tool } = governTools(tg, { weather });
+
+const bash = agentsTool({
+  name: "bash",
+  description: "Run",
+  parameters: z.object({ command: z.string() }),
+  execute: async ({ command }) => command,
+});
+const governedBash: FunctionTool<unknown, any, unknown> = governAgentsTool(tg, bash);
+
+const mcp: Client = governClient(tg, new Client({ name: "x", version: "1" }), { server: "notes" });
+
+async function verdictFields(): Promise<string> {
+  const v: Verdict = await tg.authorize({ tool: "lookup", arguments: { q: 1 }, runId: "r", stepId: "s" });
+  const r: string = await tg.guard("lookup", {}, async () => "x", { approvalTimeoutMs: 1000 });
+  return `${v.decisionId} ${v.approvalId ?? ""} ${v.verdict satisfies "allow" | "deny" | "escalate"} ${r}`;
+}
+
+export { governedWeather, tools, governedBash, mcp, verdictFields };
