@@ -148,9 +148,9 @@ function errorFromResponse(status: number, payload: unknown): ToolgateError {
     } catch {
       verdict = undefined;
     }
-    return code === ErrorCode.POLICY_DENIED
-      ? new Denied(verdict, message, { status, body: payload })
-      : new ApprovalRequired(verdict, message, { status, body: payload });
+    if (code === ErrorCode.APPROVAL_REQUIRED) return new ApprovalRequired(verdict, message, { status, body: payload });
+    const Cls = verdict?.reason === "run_cancelled" ? RunCancelled : Denied;
+    return new Cls(verdict, message, { status, body: payload });
   }
   const Cls = errorClass(code);
   return new Cls(message, { code, status, body: payload });
@@ -295,6 +295,9 @@ export class Toolgate {
         trace: o.trace,
       }),
     );
+    if (batch.verdicts.length !== calls.length) {
+      throw new ProtocolError(`${batch.verdicts.length} verdicts for ${calls.length} calls (Batch)`);
+    }
     batch.verdicts.forEach((v, i) => this.surfaceWarning(calls[i]?.tool ?? "?", v));
     return batch;
   }
@@ -355,7 +358,8 @@ export class Toolgate {
 
   private closeFailed(intentId: string, err: unknown): void {
     if (!(err instanceof ToolgateError)) throw err;
-    (this.options.onCloseFailure ?? ((id, e) => console.warn(`toolgate: could not close intent ${id} (it stays effect-sent, \`uncertain\` on resume): ${String(e)}`)))(intentId, err);
+    if (this.options.onCloseFailure) return this.options.onCloseFailure(intentId, err);
+    console.warn(`toolgate: could not close intent ${intentId} (it stays effect-sent, \`uncertain\` on resume): ${err.message}`);
   }
 
   private surfaceWarning(tool: string, verdict: Verdict): void {

@@ -65,7 +65,8 @@ export class Denied extends ToolgateError {
   constructor(verdict: Verdict | undefined, message?: string, options: ErrorOptions = {}) {
     const reason = verdict?.reason ?? ErrorCode.POLICY_DENIED;
     const rule = verdict?.matchedRule ? `, rule ${verdict.matchedRule}` : "";
-    super(message ?? `denied: ${reason}${rule} (decision ${verdict?.decisionId})`, {
+    const decision = verdict ? ` (decision ${verdict.decisionId})` : "";
+    super(message ?? `denied: ${reason}${rule}${decision}`, {
       ...options,
       code: ErrorCode.POLICY_DENIED,
     });

@@ -235,7 +235,7 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
       e instanceof RunCancelled && e instanceof Denied && e.code === ErrorCode.POLICY_DENIED && e.reason === "run_cancelled");
     assert.equal(ran, false);
     await assert.rejects(tg.workspace.write("a.txt", "x"), (e) =>
-      e instanceof Denied && e.status === 403 && e.reason === "run_cancelled");
+      e instanceof RunCancelled && e.status === 403 && e.reason === "run_cancelled" && e.code === "policy_denied");
     assert.equal((await tg.runs.cancel()).newlyCancelled, false);
   });
 
@@ -258,6 +258,11 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
     const w = await tg.workspace.write("notes/plan.md", "# plan\n");
     assert.deepEqual([w.path, w.bytes, w.provenance], ["notes/plan.md", 7, "INTERNAL_TOOL"]);
     const r = await tg.workspace.read("notes/plan.md");
-    assert.equal(r.content, "# plan\n");
+    assert.deepEqual([r.content, r.path, r.provenance], ["# plan\n", "notes/plan.md", "INTERNAL_TOOL"]);
+    const root = await tg.workspace.list();
+    assert.deepEqual([root.entries.map((e) => [e.name, e.kind]), root.truncated], [[["notes", "dir"]], false]);
+    assert.deepEqual((await tg.workspace.list("notes")).entries.map((e) => e.name), ["plan.md"]);
+    const st = await tg.workspace.stat("notes/plan.md");
+    assert.deepEqual([st.kind, st.size], ["file", 7]);
   });
 });

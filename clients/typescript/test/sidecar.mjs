@@ -37,6 +37,8 @@ spec:
     notes.write_note: {allow: ["*"]}
     workspace.read: {allow: ["*"]}
     workspace.write: {allow: ["*"]}
+    workspace.list: {allow: ["*"]}
+    workspace.stat: {allow: ["*"]}
   effects:
     bash:       {sideEffect: PROCESS_EXEC, risk: high, matchArgs: [command]}
     lookup:     {sideEffect: NONE, risk: low, readOnly: true, allowParallel: true}
@@ -51,6 +53,8 @@ spec:
     notes.write_note:  {sideEffect: WORKSPACE_WRITE, risk: high, matchArgs: [name]}
     workspace.read:  {sideEffect: WORKSPACE_READ, risk: low, readOnly: true}
     workspace.write: {sideEffect: WORKSPACE_WRITE, risk: write}
+    workspace.list:  {sideEffect: WORKSPACE_READ, risk: low, readOnly: true}
+    workspace.stat:  {sideEffect: WORKSPACE_READ, risk: low, readOnly: true}
   approvals: {ttlSeconds: 300}
 `;
 
