@@ -137,7 +137,10 @@ function errorFromResponse(status: number, payload: unknown): ToolgateError {
   const env = payload as { error?: { code?: unknown; message?: unknown }; verdict?: unknown } | null;
   const err = env && typeof env === "object" ? env.error : undefined;
   if (!err || typeof err !== "object" || typeof err.code !== "string") {
-    return new ProtocolError(`HTTP ${status} without an error envelope: ${String(JSON.stringify(payload)).slice(0, 200)}`, status);
+    return new ProtocolError(
+      `HTTP ${status} without an error envelope: ${String(JSON.stringify(payload)).slice(0, 200)}`,
+      status,
+    );
   }
   const code = err.code;
   const message = String(err.message ?? "");
@@ -165,7 +168,11 @@ export class Toolgate {
 
   /** Intents of high-risk calls: begin, mark effect-sent, complete, list the open ones. */
   readonly intents = {
-    begin: (verdict: Verdict, tool: string, o: { stepId?: string; runId?: string; verificationProbe?: unknown } = {}): Promise<Intent> => {
+    begin: (
+      verdict: Verdict,
+      tool: string,
+      o: { stepId?: string; runId?: string; verificationProbe?: unknown } = {},
+    ): Promise<Intent> => {
       const body: Record<string, unknown> = {
         decision_id: verdict.decisionId,
         run_id: o.runId ?? this.runId,
@@ -180,7 +187,11 @@ export class Toolgate {
     markEffectSent: (intentId: string): Promise<Intent> =>
       this.request({ method: "POST", path: `/v1/intents/${seg(intentId)}/effect-sent`, body: {} }).then(parseIntent),
     /** `outcome`: `completed`, `not_completed` or `error`. */
-    complete: (intentId: string, outcome: "completed" | "not_completed" | "error", detail?: string): Promise<Intent> => {
+    complete: (
+      intentId: string,
+      outcome: "completed" | "not_completed" | "error",
+      detail?: string,
+    ): Promise<Intent> => {
       const body: Record<string, unknown> = { outcome };
       if (detail !== undefined) body.detail = detail.slice(0, MAX_DETAIL_CHARS);
       return this.request({ method: "POST", path: `/v1/intents/${seg(intentId)}/complete`, body }).then(parseIntent);
@@ -210,9 +221,11 @@ export class Toolgate {
       }).then(parseCancellation),
     /** Stops every run of this sidecar's pod, whatever run id it uses. */
     cancelPod: (o: { reason?: string } = {}): Promise<PodCancellation> =>
-      this.request({ method: "POST", path: "/v1/pod/cancel", body: o.reason === undefined ? {} : { reason: o.reason } }).then(
-        parsePodCancellation,
-      ),
+      this.request({
+        method: "POST",
+        path: "/v1/pod/cancel",
+        body: o.reason === undefined ? {} : { reason: o.reason },
+      }).then(parsePodCancellation),
   };
 
   /** Approvals a human grants or refuses. */
@@ -359,7 +372,9 @@ export class Toolgate {
   private closeFailed(intentId: string, err: unknown): void {
     if (!(err instanceof ToolgateError)) throw err;
     if (this.options.onCloseFailure) return this.options.onCloseFailure(intentId, err);
-    console.warn(`toolgate: could not close intent ${intentId} (it stays effect-sent, \`uncertain\` on resume): ${err.message}`);
+    console.warn(
+      `toolgate: could not close intent ${intentId} (it stays effect-sent, \`uncertain\` on resume): ${err.message}`,
+    );
   }
 
   private surfaceWarning(tool: string, verdict: Verdict): void {

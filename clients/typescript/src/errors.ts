@@ -95,10 +95,10 @@ export class ApprovalRequired extends ToolgateError {
   ) {
     const approvalStatus = options.approvalStatus ?? "pending";
     const reason = verdict?.reason ?? ErrorCode.APPROVAL_REQUIRED;
-    super(
-      message ?? `approval ${verdict?.approvalId} required (${reason}; approval ${approvalStatus})`,
-      { ...options, code: ErrorCode.APPROVAL_REQUIRED },
-    );
+    super(message ?? `approval ${verdict?.approvalId} required (${reason}; approval ${approvalStatus})`, {
+      ...options,
+      code: ErrorCode.APPROVAL_REQUIRED,
+    });
     this.verdict = verdict;
     this.approvalId = verdict?.approvalId;
     this.decisionId = verdict?.decisionId;

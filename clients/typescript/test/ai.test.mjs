@@ -38,14 +38,21 @@ async function runOneCall(tools, toolName, input) {
 
 describe("Vercel AI SDK adapter", needsSidecar(), () => {
   let sidecar;
-  before(async () => { sidecar = await startSidecar(); });
-  after(async () => { await sidecar?.stop(); });
+  before(async () => {
+    sidecar = await startSidecar();
+  });
+  after(async () => {
+    await sidecar?.stop();
+  });
 
   const sent = [];
   const sendEmail = tool({
     description: "Send an email",
     inputSchema: z.object({ to: z.string(), body: z.string() }),
-    execute: async ({ to }) => { sent.push(to); return `sent to ${to}`; },
+    execute: async ({ to }) => {
+      sent.push(to);
+      return `sent to ${to}`;
+    },
   });
   const weather = tool({
     description: "Weather",
@@ -90,7 +97,10 @@ describe("Vercel AI SDK adapter", needsSidecar(), () => {
 
   test("an unreachable sidecar fails closed", async () => {
     const tg = new Toolgate({ url: "http://127.0.0.1:9", runId: runId("ai-down"), timeoutMs: 2000 });
-    const part = await runOneCall(governTools(tg, { send_email: sendEmail }), "send_email", { to: "a@example.com", body: "" });
+    const part = await runOneCall(governTools(tg, { send_email: sendEmail }), "send_email", {
+      to: "a@example.com",
+      body: "",
+    });
     assert.deepEqual([part.type, part.error.code], ["tool-error", "sidecar_unreachable"]);
     assert.deepEqual(sent, []);
   });

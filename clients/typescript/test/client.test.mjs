@@ -21,8 +21,12 @@ import { needsSidecar, resolveLater, runId, startSidecar } from "./sidecar.mjs";
 describe("Toolgate against a real sidecar", needsSidecar(), () => {
   let sidecar;
   const client = (name, options = {}) => new Toolgate({ url: sidecar.url, runId: runId(name), ...options });
-  before(async () => { sidecar = await startSidecar(); });
-  after(async () => { await sidecar?.stop(); });
+  before(async () => {
+    sidecar = await startSidecar();
+  });
+  after(async () => {
+    await sidecar?.stop();
+  });
 
   test("url defaults to $TOOLGATE_URL, run id to a fresh UUID", async () => {
     const saved = process.env.TOOLGATE_URL;
@@ -91,10 +95,15 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
   test("guard records a high-risk call's intent, effect-sent before fn, closed after", async () => {
     const tg = client("guard-high");
     let during;
-    const out = await tg.guard("transfer", { amount: 5, to: "acct-1" }, async () => {
-      during = await tg.intents.pending();
-      return "moved";
-    }, { stepId: "s1" });
+    const out = await tg.guard(
+      "transfer",
+      { amount: 5, to: "acct-1" },
+      async () => {
+        during = await tg.intents.pending();
+        return "moved";
+      },
+      { stepId: "s1" },
+    );
     assert.equal(out, "moved");
     assert.equal(during.length, 1);
     assert.deepEqual([during[0].tool, during[0].status, during[0].resume], ["transfer", "pending", "uncertain"]);
@@ -103,17 +112,22 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
     // Closed already: repeating its outcome answers the row, another outcome conflicts.
     const row = await tg.intents.complete(during[0].intentId, "completed");
     assert.deepEqual([row.status, row.tool, row.stepId], ["completed", "transfer", "s1"]);
-    await assert.rejects(tg.intents.complete(during[0].intentId, "error"), (e) =>
-      e instanceof Conflict && e.code === ErrorCode.CONFLICT && e.status === 409);
+    await assert.rejects(
+      tg.intents.complete(during[0].intentId, "error"),
+      (e) => e instanceof Conflict && e.code === ErrorCode.CONFLICT && e.status === 409,
+    );
   });
 
   test("guard closes the intent as error when fn throws, and rethrows", async () => {
     const tg = client("guard-error");
     let id;
-    await assert.rejects(tg.guard("bash", { command: "echo deploying" }, async () => {
-      [{ intentId: id }] = await tg.intents.pending();
-      throw new RangeError("disk on fire");
-    }), /disk on fire/);
+    await assert.rejects(
+      tg.guard("bash", { command: "echo deploying" }, async () => {
+        [{ intentId: id }] = await tg.intents.pending();
+        throw new RangeError("disk on fire");
+      }),
+      /disk on fire/,
+    );
     assert.ok(id);
     assert.deepEqual(await tg.intents.pending(), []);
     const row = await tg.intents.complete(id, "error");
@@ -124,12 +138,17 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
   test("guard never runs a denied call", async () => {
     const tg = client("guard-deny");
     let ran = false;
-    await assert.rejects(tg.guard("bash", { command: "rm -rf /" }, () => { ran = true; }), (e) => {
-      assert.ok(e instanceof Denied && e instanceof ToolgateError);
-      assert.deepEqual([e.code, e.reason, e.matchedRule], ["policy_denied", "deny_rule", "deny:bash:rm *"]);
-      assert.ok(e.decisionId && e.verdict.decisionId === e.decisionId);
-      return true;
-    });
+    await assert.rejects(
+      tg.guard("bash", { command: "rm -rf /" }, () => {
+        ran = true;
+      }),
+      (e) => {
+        assert.ok(e instanceof Denied && e instanceof ToolgateError);
+        assert.deepEqual([e.code, e.reason, e.matchedRule], ["policy_denied", "deny_rule", "deny:bash:rm *"]);
+        assert.ok(e.decisionId && e.verdict.decisionId === e.decisionId);
+        return true;
+      },
+    );
     assert.equal(ran, false);
     assert.deepEqual(await tg.intents.pending(), []);
   });
@@ -137,7 +156,11 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
   test("guard on an escalation without waiting throws ApprovalRequired", async () => {
     const tg = client("guard-escalate");
     let ran = false;
-    const err = await tg.guard("publish", { package: "toolgate" }, () => { ran = true; }).catch((e) => e);
+    const err = await tg
+      .guard("publish", { package: "toolgate" }, () => {
+        ran = true;
+      })
+      .catch((e) => e);
     assert.ok(err instanceof ApprovalRequired);
     assert.deepEqual([err.code, err.approvalStatus], ["approval_required", "pending"]);
     assert.equal(ran, false);
@@ -152,8 +175,15 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
     assert.equal(first.verdict, "escalate");
     const approving = resolveLater(sidecar, first.approvalId, { delayMs: 500 });
     let ran = 0;
-    const out = await tg.guard("bash", { command: "deploy prod" }, () => { ran++; return "deployed"; },
-      { stepId: "s9", approvalTimeoutMs: 20_000 });
+    const out = await tg.guard(
+      "bash",
+      { command: "deploy prod" },
+      () => {
+        ran++;
+        return "deployed";
+      },
+      { stepId: "s9", approvalTimeoutMs: 20_000 },
+    );
     await approving;
     assert.deepEqual([out, ran], ["deployed", 1]);
     const a = await tg.approvals.get(first.approvalId);
@@ -169,7 +199,15 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
     const first = await tg.authorize({ tool: "publish", arguments: { package: "evil" } });
     const denying = resolveLater(sidecar, first.approvalId, { delayMs: 300, verb: "deny" });
     let ran = false;
-    const err = await tg.guard("publish", { package: "evil" }, () => { ran = true; }, { approvalTimeoutMs: 20_000 })
+    const err = await tg
+      .guard(
+        "publish",
+        { package: "evil" },
+        () => {
+          ran = true;
+        },
+        { approvalTimeoutMs: 20_000 },
+      )
       .catch((e) => e);
     await denying;
     assert.ok(err instanceof Denied, String(err));
@@ -184,7 +222,10 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
       { tool: "weather", arguments: { city: "Oslo" }, stepId: "s2" },
     ]);
     assert.deepEqual([ok.parallel, ok.reason], [true, "batch_parallel"]);
-    assert.deepEqual(ok.verdicts.map((v) => v.verdict), ["allow", "allow"]);
+    assert.deepEqual(
+      ok.verdicts.map((v) => v.verdict),
+      ["allow", "allow"],
+    );
     assert.ok(ok.verdicts.every((v) => v.decisionId && v.callDigest));
 
     const mixed = await tg.authorizeBatch([
@@ -192,7 +233,10 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
       { tool: "drop_table", arguments: { table: "users" } },
     ]);
     assert.deepEqual([mixed.parallel, mixed.reason, mixed.callIndex], [false, "batch_denied", 1]);
-    assert.deepEqual(mixed.verdicts.map((v) => v.reason), ["allow_rule", "deny_rule"]);
+    assert.deepEqual(
+      mixed.verdicts.map((v) => v.reason),
+      ["allow_rule", "deny_rule"],
+    );
     await assert.rejects(tg.authorizeBatch([]), TypeError);
   });
 
@@ -202,7 +246,10 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
     const intent = await tg.intents.begin(v, "transfer", { stepId: "s1" });
     assert.equal(intent.status, "pending");
     let [p] = await tg.intents.pending();
-    assert.deepEqual([p.intentId, p.resume, p.tool, p.decisionId], [intent.intentId, "safe_to_retry", "transfer", v.decisionId]);
+    assert.deepEqual(
+      [p.intentId, p.resume, p.tool, p.decisionId],
+      [intent.intentId, "safe_to_retry", "transfer", v.decisionId],
+    );
     const sent = await tg.intents.markEffectSent(intent.intentId);
     assert.ok(sent.effectSentAt);
     [p] = await tg.intents.pending({ runId: tg.runId });
@@ -210,12 +257,16 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
     const done = await tg.intents.complete(intent.intentId, "not_completed", "cancelled by user");
     assert.deepEqual([done.status, done.detail], ["not_completed", "cancelled by user"]);
     assert.deepEqual(await tg.intents.pending(), []);
-    await assert.rejects(tg.intents.begin(v, "transfer", { stepId: "s1" }), (e) =>
-      e instanceof Conflict && e.code === ErrorCode.INTENT_EXISTS && e.status === 409);
+    await assert.rejects(
+      tg.intents.begin(v, "transfer", { stepId: "s1" }),
+      (e) => e instanceof Conflict && e.code === ErrorCode.INTENT_EXISTS && e.status === 409,
+    );
     // A low-risk decision needs no intent, and gets none.
     const low = await tg.authorize({ tool: "lookup", arguments: { q: "z" } });
-    await assert.rejects(tg.intents.begin(low, "lookup"), (e) =>
-      e instanceof Forbidden && e.code === ErrorCode.DECISION_NOT_ALLOWED && e.status === 403);
+    await assert.rejects(
+      tg.intents.begin(low, "lookup"),
+      (e) => e instanceof Forbidden && e.code === ErrorCode.DECISION_NOT_ALLOWED && e.status === 403,
+    );
   });
 
   test("a cancelled run refuses every later call", async () => {
@@ -231,37 +282,59 @@ describe("Toolgate against a real sidecar", needsSidecar(), () => {
     const v = await tg.authorize({ tool: "lookup", arguments: { q: "x" } });
     assert.deepEqual([v.verdict, v.reason], ["deny", "run_cancelled"]);
     let ran = false;
-    await assert.rejects(tg.guard("lookup", { q: "x" }, () => { ran = true; }), (e) =>
-      e instanceof RunCancelled && e instanceof Denied && e.code === ErrorCode.POLICY_DENIED && e.reason === "run_cancelled");
+    await assert.rejects(
+      tg.guard("lookup", { q: "x" }, () => {
+        ran = true;
+      }),
+      (e) =>
+        e instanceof RunCancelled &&
+        e instanceof Denied &&
+        e.code === ErrorCode.POLICY_DENIED &&
+        e.reason === "run_cancelled",
+    );
     assert.equal(ran, false);
-    await assert.rejects(tg.workspace.write("a.txt", "x"), (e) =>
-      e instanceof RunCancelled && e.status === 403 && e.reason === "run_cancelled" && e.code === "policy_denied");
+    await assert.rejects(
+      tg.workspace.write("a.txt", "x"),
+      (e) =>
+        e instanceof RunCancelled && e.status === 403 && e.reason === "run_cancelled" && e.code === "policy_denied",
+    );
     assert.equal((await tg.runs.cancel()).newlyCancelled, false);
   });
 
   test("bad input is refused with the sidecar's code", async () => {
     const bad = new Toolgate({ url: sidecar.url, runId: "Not A Run Id!" });
-    await assert.rejects(bad.authorize({ tool: "lookup", arguments: {} }), (e) =>
-      e instanceof InvalidRequest && e.code === ErrorCode.INVALID_RUN_ID && e.status === 400);
+    await assert.rejects(
+      bad.authorize({ tool: "lookup", arguments: {} }),
+      (e) => e instanceof InvalidRequest && e.code === ErrorCode.INVALID_RUN_ID && e.status === 400,
+    );
     const tg = client("bad-input");
-    await assert.rejects(tg.approvals.get("no-such-approval"), (e) =>
-      e instanceof NotFound && e.code === ErrorCode.NOT_FOUND && e.status === 404);
+    await assert.rejects(
+      tg.approvals.get("no-such-approval"),
+      (e) => e instanceof NotFound && e.code === ErrorCode.NOT_FOUND && e.status === 404,
+    );
     await assert.rejects(tg.intents.complete("no-such-intent", "completed"), NotFound);
-    await assert.rejects(tg.workspace.read("a//b"), (e) =>
-      e instanceof WorkspaceError && e.code === ErrorCode.WORKSPACE_INVALID_PATH && e.status === 400);
+    await assert.rejects(
+      tg.workspace.read("a//b"),
+      (e) => e instanceof WorkspaceError && e.code === ErrorCode.WORKSPACE_INVALID_PATH && e.status === 400,
+    );
     await assert.rejects(tg.workspace.read("missing.txt"), (e) => e.code === "workspace_not_found" && e.status === 404);
     await assert.rejects(tg.authorize({ tool: "lookup", arguments: ["not", "an", "object"] }), TypeError);
   });
 
   test("workspace round trip, and trace context accepted", async () => {
-    const tg = client("workspace", { traceContext: () => ({ traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" }) });
+    const tg = client("workspace", {
+      traceContext: () => ({ traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" }),
+    });
     const w = await tg.workspace.write("notes/plan.md", "# plan\n");
     assert.deepEqual([w.path, w.bytes, w.provenance], ["notes/plan.md", 7, "INTERNAL_TOOL"]);
     const r = await tg.workspace.read("notes/plan.md");
     assert.deepEqual([r.content, r.path, r.provenance], ["# plan\n", "notes/plan.md", "INTERNAL_TOOL"]);
     const root = await tg.workspace.list();
     assert.deepEqual([root.entries.map((e) => [e.name, e.kind]), root.truncated], [[["notes", "dir"]], false]);
-    assert.deepEqual((await tg.workspace.list("notes")).entries.map((e) => e.name), ["plan.md"]);
+    assert.deepEqual(
+      (await tg.workspace.list("notes")).entries.map((e) => e.name),
+      ["plan.md"],
+    );
     const st = await tg.workspace.stat("notes/plan.md");
     assert.deepEqual([st.kind, st.size], ["file", 7]);
   });

@@ -20,15 +20,26 @@ import {
 import { ROOT, freePort } from "./sidecar.mjs";
 
 const VERDICT = {
-  decision_id: "d1", verdict: "allow", reason: "allow_rule", policy_version: "p@1", risk: "low",
-  intent_required: false, args_digest: "sha256:a", call_digest: "sha256:c", matched_rule: null,
+  decision_id: "d1",
+  verdict: "allow",
+  reason: "allow_rule",
+  policy_version: "p@1",
+  risk: "low",
+  intent_required: false,
+  args_digest: "sha256:a",
+  call_digest: "sha256:c",
+  matched_rule: null,
 };
 
 test("an unreachable sidecar fails closed: the guarded function never runs", async () => {
   const tg = new Toolgate({ url: `http://127.0.0.1:${await freePort()}`, timeoutMs: 2000 });
   let ran = false;
-  await assert.rejects(tg.guard("lookup", { q: "x" }, () => { ran = true; }), (e) =>
-    e instanceof SidecarUnreachable && e.code === ErrorCode.SIDECAR_UNREACHABLE && e.status === undefined);
+  await assert.rejects(
+    tg.guard("lookup", { q: "x" }, () => {
+      ran = true;
+    }),
+    (e) => e instanceof SidecarUnreachable && e.code === ErrorCode.SIDECAR_UNREACHABLE && e.status === undefined,
+  );
   assert.equal(ran, false);
   await assert.rejects(tg.runs.status(), SidecarUnreachable);
 });
@@ -42,7 +53,9 @@ describe("a sidecar answering what it should not", () => {
   before(async () => {
     server = createServer((req, res) => {
       let body = "";
-      req.on("data", (c) => { body += c; });
+      req.on("data", (c) => {
+        body += c;
+      });
       req.on("end", () => {
         seen.push({ url: req.url, headers: req.headers, body });
         const [status, text, type] = answer;
@@ -69,8 +82,12 @@ describe("a sidecar answering what it should not", () => {
       answer = reply;
       const tg = new Toolgate({ url });
       let ran = false;
-      await assert.rejects(tg.guard("lookup", { q: "x" }, () => { ran = true; }), (e) =>
-        (e instanceof ProtocolError && e.code === ErrorCode.BAD_RESPONSE) || e instanceof SidecarUnreachable);
+      await assert.rejects(
+        tg.guard("lookup", { q: "x" }, () => {
+          ran = true;
+        }),
+        (e) => (e instanceof ProtocolError && e.code === ErrorCode.BAD_RESPONSE) || e instanceof SidecarUnreachable,
+      );
       assert.equal(ran, false);
     });
   }
@@ -78,9 +95,14 @@ describe("a sidecar answering what it should not", () => {
   test("an error envelope becomes its class with code and status", async () => {
     answer = [503, JSON.stringify({ error: { code: "store_unavailable", message: "db down" } })];
     const tg = new Toolgate({ url });
-    await assert.rejects(tg.guard("lookup", {}, () => assert.fail("ran")), (e) =>
-      e instanceof errorClass("store_unavailable") && e.code === "store_unavailable" && e.status === 503 &&
-      e.message === "db down");
+    await assert.rejects(
+      tg.guard("lookup", {}, () => assert.fail("ran")),
+      (e) =>
+        e instanceof errorClass("store_unavailable") &&
+        e.code === "store_unavailable" &&
+        e.status === 503 &&
+        e.message === "db down",
+    );
   });
 
   test("W3C trace context is passed on when given, and only then", async () => {
@@ -107,11 +129,15 @@ describe("a sidecar answering what it should not", () => {
 test("the client knows every error code and limit of the contract (docs/sidecar.md)", () => {
   const doc = readFileSync(path.join(ROOT, "docs", "sidecar.md"), "utf8");
   const between = (a, b) => doc.split(a)[1].split(b)[0];
-  const codes = [...between("<!-- error-codes:begin -->", "<!-- error-codes:end -->")
-    .matchAll(/^\| (\d{3}) \| `([a-z_]+)` \|/gm)].map((m) => m[2]);
+  const codes = [
+    ...between("<!-- error-codes:begin -->", "<!-- error-codes:end -->").matchAll(/^\| (\d{3}) \| `([a-z_]+)` \|/gm),
+  ].map((m) => m[2]);
   assert.ok(codes.length > 30, "the generated table was found");
   const known = new Set(Object.values(ErrorCode));
-  assert.deepEqual(codes.filter((c) => !known.has(c)), []);
+  assert.deepEqual(
+    codes.filter((c) => !known.has(c)),
+    [],
+  );
   const limits = between("<!-- agent-api-limits:begin -->", "<!-- agent-api-limits:end -->");
   const value = (name) => limits.match(new RegExp(`\`${name}\` \\| \`([^\`]+)\``))[1];
   assert.equal(String(MAX_WAIT_SECONDS), value("agent_api::MAX_WAIT_SECONDS"));

@@ -34,7 +34,11 @@ describe("MCP SDK client adapter", needsSidecar(), () => {
     await sidecar?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
-  const calls = () => readFileSync(log, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
+  const calls = () =>
+    readFileSync(log, "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
 
   test("an allowed call reaches the server; other methods pass through", async () => {
     const tg = new Toolgate({ url: sidecar.url, runId: runId("mcp-allow") });
@@ -51,11 +55,15 @@ describe("MCP SDK client adapter", needsSidecar(), () => {
     const tg = new Toolgate({ url: sidecar.url, runId: runId("mcp-deny") });
     const governed = governClient(tg, mcp, { server: "notes" });
     const before = calls().length;
-    await assert.rejects(governed.callTool({ name: "delete_note", arguments: { name: "prod-db" } }), (e) =>
-      e instanceof Denied && e.code === "policy_denied" && e.reason === "deny_rule");
+    await assert.rejects(
+      governed.callTool({ name: "delete_note", arguments: { name: "prod-db" } }),
+      (e) => e instanceof Denied && e.code === "policy_denied" && e.reason === "deny_rule",
+    );
     // A tool the policy does not know under the server's name is denied too.
-    await assert.rejects(governClient(tg, mcp).callTool({ name: "read_note", arguments: { name: "x" } }), (e) =>
-      e instanceof Denied && e.reason === "unknown_tool");
+    await assert.rejects(
+      governClient(tg, mcp).callTool({ name: "read_note", arguments: { name: "x" } }),
+      (e) => e instanceof Denied && e.reason === "unknown_tool",
+    );
     assert.equal(calls().length, before);
   });
 
@@ -80,9 +88,16 @@ describe("MCP SDK client adapter", needsSidecar(), () => {
   test("a high-risk call answered isError closes its intent as error", async () => {
     const tg = new Toolgate({ url: sidecar.url, runId: runId("mcp-iserror") });
     const seen = [];
-    const spy = { callTool: async (...args) => { seen.push(await tg.intents.pending()); return mcp.callTool(...args); } };
-    const result = await governClient(tg, spy, { server: "notes" })
-      .callTool({ name: "write_note", arguments: { name: "n", text: "" } });
+    const spy = {
+      callTool: async (...args) => {
+        seen.push(await tg.intents.pending());
+        return mcp.callTool(...args);
+      },
+    };
+    const result = await governClient(tg, spy, { server: "notes" }).callTool({
+      name: "write_note",
+      arguments: { name: "n", text: "" },
+    });
     assert.equal(result.isError, true);
     const [[intent]] = seen;
     assert.equal(intent.tool, "notes.write_note");

@@ -13,15 +13,22 @@ import { needsSidecar, resolveLater, runId, startSidecar } from "./sidecar.mjs";
 
 describe("OpenAI Agents SDK adapter", needsSidecar(), () => {
   let sidecar;
-  before(async () => { sidecar = await startSidecar(); });
-  after(async () => { await sidecar?.stop(); });
+  before(async () => {
+    sidecar = await startSidecar();
+  });
+  after(async () => {
+    await sidecar?.stop();
+  });
 
   const ran = [];
   const bash = tool({
     name: "bash",
     description: "Run a shell command",
     parameters: z.object({ command: z.string() }),
-    execute: async ({ command }) => { ran.push(command); return `ran ${command}`; },
+    execute: async ({ command }) => {
+      ran.push(command);
+      return `ran ${command}`;
+    },
   });
   const call = (t, input, callId = "call-1") =>
     invokeFunctionTool({

@@ -20,7 +20,13 @@ test("npm pack makes a tarball that installs and imports", { timeout: 180_000 },
     const { stdout } = await run(npm, ["pack", "--json", "--ignore-scripts", "--pack-destination", dir], { cwd: PKG });
     const [{ filename, files }] = JSON.parse(stdout);
     const names = files.map((f) => f.path);
-    for (const f of ["dist/index.js", "dist/index.d.ts", "dist/adapters/ai.js", "dist/adapters/mcp.d.ts", "README.md"]) {
+    for (const f of [
+      "dist/index.js",
+      "dist/index.d.ts",
+      "dist/adapters/ai.js",
+      "dist/adapters/mcp.d.ts",
+      "README.md",
+    ]) {
       assert.ok(names.includes(f), `${f} is packed`);
     }
     assert.ok(!names.some((f) => f.startsWith("test/") || f.startsWith("src/") || f.includes("node_modules")));
@@ -38,13 +44,22 @@ test("npm pack makes a tarball that installs and imports", { timeout: 180_000 },
         new Denied(undefined).code, tg.url]));`;
     writeFileSync(path.join(app, "check.mjs"), script);
     const out = await run(process.execPath, ["check.mjs"], { cwd: app });
-    assert.deepEqual(JSON.parse(out.stdout), ["function", "function", "function", "policy_denied", "policy_denied", "http://127.0.0.1:1"]);
+    assert.deepEqual(JSON.parse(out.stdout), [
+      "function",
+      "function",
+      "function",
+      "policy_denied",
+      "policy_denied",
+      "http://127.0.0.1:1",
+    ]);
     const installed = path.join(app, "node_modules", "@toolgate", "client");
     assert.ok(existsSync(path.join(installed, "dist", "adapters", "openai-agents.d.ts")));
     // No runtime dependencies came along.
-    assert.deepEqual((await run(npm, ["ls", "--all", "--parseable"], { cwd: app })).stdout.trim().split("\n").length, 2);
+    assert.deepEqual(
+      (await run(npm, ["ls", "--all", "--parseable"], { cwd: app })).stdout.trim().split("\n").length,
+      2,
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
-

@@ -104,29 +104,64 @@ export async function startSidecar() {
   await run(bin, ["keygen", "--out", path.join(dir, "keys")]);
   writeFileSync(path.join(dir, "profile.yaml"), PROFILE);
   await run(bin, [
-    "bundle", "build", "--profile", path.join(dir, "profile.yaml"),
-    "--key", path.join(dir, "keys", "signing.key"), "--sequence", "1", "--valid-for", "1h",
-    "--out", path.join(dir, "bundle.json"),
+    "bundle",
+    "build",
+    "--profile",
+    path.join(dir, "profile.yaml"),
+    "--key",
+    path.join(dir, "keys", "signing.key"),
+    "--sequence",
+    "1",
+    "--valid-for",
+    "1h",
+    "--out",
+    path.join(dir, "bundle.json"),
   ]);
   const database = `sqlite://${path.join(dir, "toolgate.db")}?mode=rwc`;
   const logPath = path.join(dir, "sidecar.log");
-  for (let attempt = 0; attempt < 3; attempt++) { // a free port can be taken between probe and bind
+  for (let attempt = 0; attempt < 3; attempt++) {
+    // a free port can be taken between probe and bind
     const [port, opsPort] = [await freePort(), await freePort()];
     const log = openSync(logPath, "w");
-    const proc = spawn(bin, [
-      "sidecar", "--bundle", path.join(dir, "bundle.json"), "--trust", path.join(dir, "keys", "signing.pub"),
-      "--database", database, "--listen", `127.0.0.1:${port}`, "--ops-listen", `127.0.0.1:${opsPort}`,
-      "--workspace-base", path.join(dir, "workspaces"), "--tenant", TENANT,
-      "--pod-name", "ts-agent", "--pod-namespace", "agents",
-    ], { stdio: ["ignore", log, log], env: { ...process.env, RUST_LOG: "warn" } });
+    const proc = spawn(
+      bin,
+      [
+        "sidecar",
+        "--bundle",
+        path.join(dir, "bundle.json"),
+        "--trust",
+        path.join(dir, "keys", "signing.pub"),
+        "--database",
+        database,
+        "--listen",
+        `127.0.0.1:${port}`,
+        "--ops-listen",
+        `127.0.0.1:${opsPort}`,
+        "--workspace-base",
+        path.join(dir, "workspaces"),
+        "--tenant",
+        TENANT,
+        "--pod-name",
+        "ts-agent",
+        "--pod-namespace",
+        "agents",
+      ],
+      { stdio: ["ignore", log, log], env: { ...process.env, RUST_LOG: "warn" } },
+    );
     let exited = false;
-    proc.once("exit", () => { exited = true; });
+    proc.once("exit", () => {
+      exited = true;
+    });
     const opsUrl = `http://127.0.0.1:${opsPort}`;
     const deadline = Date.now() + 30_000;
     while (Date.now() < deadline && !exited && !(await ready(opsUrl))) await sleep(50);
     if (!exited && (await ready(opsUrl))) {
       return {
-        url: `http://127.0.0.1:${port}`, opsUrl, database, bin, dir,
+        url: `http://127.0.0.1:${port}`,
+        opsUrl,
+        database,
+        bin,
+        dir,
         async stop() {
           if (!exited) {
             const gone = new Promise((r) => proc.once("exit", r));
@@ -148,7 +183,15 @@ export async function startSidecar() {
 export async function resolveLater(sidecar, approvalId, { delayMs = 500, verb = "approve" } = {}) {
   await sleep(delayMs);
   await run(sidecar.bin, [
-    "approvals", verb, approvalId, "--database", sidecar.database, "--by", "alice", "--reason", "ts-test",
+    "approvals",
+    verb,
+    approvalId,
+    "--database",
+    sidecar.database,
+    "--by",
+    "alice",
+    "--reason",
+    "ts-test",
   ]);
 }
 

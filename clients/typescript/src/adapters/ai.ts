@@ -19,7 +19,9 @@ export interface GovernAiToolOptions extends Omit<GuardOptions, "stepId"> {
 }
 
 function isAsyncIterable(v: unknown): v is AsyncIterable<unknown> {
-  return typeof v === "object" && v !== null && typeof (v as AsyncIterable<unknown>)[Symbol.asyncIterator] === "function";
+  return (
+    typeof v === "object" && v !== null && typeof (v as AsyncIterable<unknown>)[Symbol.asyncIterator] === "function"
+  );
 }
 
 /**
@@ -27,14 +29,21 @@ function isAsyncIterable(v: unknown): v is AsyncIterable<unknown> {
  * call's input. A streaming `execute` (an async iterable) runs to its end
  * inside the guard, so the intent covers it; its final value is returned.
  */
-export function governTool<T extends AiSdkTool>(toolgate: Toolgate, name: string, tool: T, options: GovernAiToolOptions = {}): T {
+export function governTool<T extends AiSdkTool>(
+  toolgate: Toolgate,
+  name: string,
+  tool: T,
+  options: GovernAiToolOptions = {},
+): T {
   const execute = tool.execute;
   if (typeof execute !== "function") {
     throw new TypeError(`tool ${name} has no execute: there is nothing to govern`);
   }
   const { stepId, ...guardOptions } = options;
   const governed = async (input: unknown, callOptions: { toolCallId?: string } = {}) => {
-    const args = (typeof input === "object" && input !== null && !Array.isArray(input) ? input : { input }) as Arguments;
+    const args = (
+      typeof input === "object" && input !== null && !Array.isArray(input) ? input : { input }
+    ) as Arguments;
     return toolgate.guard(
       name,
       args,
@@ -52,7 +61,11 @@ export function governTool<T extends AiSdkTool>(toolgate: Toolgate, name: string
 }
 
 /** Every tool of a `tools` record governed under its key. */
-export function governTools<T extends Record<string, AiSdkTool>>(toolgate: Toolgate, tools: T, options: GovernAiToolOptions = {}): T {
+export function governTools<T extends Record<string, AiSdkTool>>(
+  toolgate: Toolgate,
+  tools: T,
+  options: GovernAiToolOptions = {},
+): T {
   const out: Record<string, AiSdkTool> = {};
   for (const [name, tool] of Object.entries(tools)) {
     out[name] = typeof tool.execute === "function" ? governTool(toolgate, name, tool, options) : tool;

@@ -36,7 +36,11 @@ export function describeRefusal(error: Denied | ApprovalRequired): string {
 }
 
 /** `tool` whose every invocation the sidecar decides first, under `tool.name`. */
-export function governTool<T extends AgentsFunctionTool>(toolgate: Toolgate, tool: T, options: GovernAgentsToolOptions = {}): T {
+export function governTool<T extends AgentsFunctionTool>(
+  toolgate: Toolgate,
+  tool: T,
+  options: GovernAgentsToolOptions = {},
+): T {
   if (tool.type !== "function" || typeof tool.invoke !== "function") {
     throw new TypeError("only function tools can be governed");
   }
