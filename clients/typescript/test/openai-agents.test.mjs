@@ -4,12 +4,41 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { RunContext, invokeFunctionTool, tool } from "@openai/agents";
+import { Agent, RunContext, Runner, Usage, invokeFunctionTool, tool } from "@openai/agents";
 import { z } from "zod";
 import { RunCancelled, SidecarUnreachable, Toolgate } from "@toolgate/client";
 import { governTool } from "@toolgate/client/openai-agents";
 
 import { needsSidecar, resolveLater, runId, startSidecar } from "./sidecar.mjs";
+
+/** A scripted Model: asks for `calls` on its first turn, then reports the tool outputs it got. */
+function scriptedModel(calls) {
+  let turn = 0;
+  return {
+    async getResponse(request) {
+      if (turn++ === 0) {
+        const output = calls.map(([name, args], i) => ({
+          type: "function_call",
+          callId: `c${i}`,
+          name,
+          arguments: JSON.stringify(args),
+          status: "completed",
+        }));
+        return { usage: new Usage(), responseId: "r1", output };
+      }
+      const results = request.input.filter((i) => i.type === "function_call_result").map((i) => i.output.text);
+      const text = JSON.stringify(results);
+      return {
+        usage: new Usage(),
+        responseId: "r2",
+        output: [{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text }] }],
+      };
+    },
+    async *getStreamedResponse() {
+      throw new Error("not scripted");
+    },
+  };
+}
 
 describe("OpenAI Agents SDK adapter", needsSidecar(), () => {
   let sidecar;
@@ -70,6 +99,20 @@ describe("OpenAI Agents SDK adapter", needsSidecar(), () => {
     await approving;
     assert.equal(out, "ran deploy prod");
     assert.deepEqual(ran.splice(0), ["deploy prod"]);
+  });
+
+  test("through the SDK's Runner: the allowed call runs, the denied one is answered", async () => {
+    const tg = new Toolgate({ url: sidecar.url, runId: runId("agents-runner") });
+    const model = scriptedModel([
+      ["bash", { command: "echo one" }],
+      ["bash", { command: "rm -rf /" }],
+    ]);
+    const agent = new Agent({ name: "ops", instructions: "-", tools: [governTool(tg, bash)], model });
+    const result = await new Runner({ tracingDisabled: true }).run(agent, "go");
+    const [allowed, denied] = JSON.parse(result.finalOutput);
+    assert.equal(allowed, "ran echo one");
+    assert.match(denied, /^toolgate: this call was denied \(deny_rule\)/);
+    assert.deepEqual(ran.splice(0), ["echo one"]);
   });
 
   test("a cancelled run and an unreachable sidecar stop the run: they throw", async () => {
