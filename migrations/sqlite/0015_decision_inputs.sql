@@ -5,11 +5,11 @@
 CREATE TABLE decision_inputs (
     tenant       TEXT NOT NULL,
     decision_id  TEXT NOT NULL CHECK (length(decision_id) BETWEEN 1 AND 1024),
-    call         TEXT NOT NULL CHECK (length(call) <= 4194304),
+    call         TEXT NOT NULL CHECK (length(call) <= 65536),
     masked       INTEGER NOT NULL CHECK (masked IN (0, 1)),
-    recorded_at  INTEGER NOT NULL CHECK (recorded_at BETWEEN 0 AND 253402300799999),
-    expires_at   INTEGER NOT NULL CHECK (expires_at BETWEEN 0 AND 253402300799999),
+    recorded_at  INTEGER NOT NULL CHECK (recorded_at BETWEEN 0 AND 253370764800000),
+    expires_at   INTEGER NOT NULL CHECK (expires_at BETWEEN 0 AND 253370764800000),
     PRIMARY KEY (tenant, decision_id)
 );
 
-CREATE INDEX decision_inputs_expiry ON decision_inputs (tenant, expires_at);
+CREATE INDEX decision_inputs_expiry ON decision_inputs (expires_at);

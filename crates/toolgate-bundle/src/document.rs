@@ -70,6 +70,25 @@ pub struct BundleDocument {
     pub spec: PolicySpec,
     /// Standing grants compiled into this bundle (always present, maybe empty).
     pub grants: Vec<Grant>,
+    /// A candidate policy sidecars evaluate beside `spec` on every call and
+    /// never enforce (shadow mode): what it would have decided is recorded
+    /// with each decision. Absent in bundles without one, so their bytes
+    /// and digests are what they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<CandidateSection>,
+}
+
+/// The candidate a bundle carries: its own name and spec, evaluated with
+/// the bundle's grants, and its content address as the signer computed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CandidateSection {
+    /// The candidate's profile name; the prefix of its policy version.
+    pub name: String,
+    /// Content address of the candidate's spec and the bundle's grants.
+    pub policy_version: PolicyHashes,
+    /// The candidate spec.
+    pub spec: PolicySpec,
 }
 
 /// What the builder needs; every value is passed in (no clock, no
@@ -117,9 +136,41 @@ impl BundleDocument {
             expires_at: input.expires_at,
             spec: input.spec,
             grants: input.grants,
+            candidate: None,
         };
         doc.compile()?;
         Ok(doc)
+    }
+
+    /// Adds a candidate to shadow (`name`, `spec`), refusing one that does
+    /// not compile: a sidecar would refuse the whole bundle.
+    pub fn with_candidate(mut self, name: &str, spec: PolicySpec) -> Result<Self, BundleError> {
+        let version = PolicyVersion::compute(name, &spec, &self.grants);
+        self.candidate = Some(CandidateSection {
+            name: name.to_owned(),
+            policy_version: PolicyHashes::from(&version),
+            spec,
+        });
+        self.compile_candidate()?;
+        Ok(self)
+    }
+
+    /// Compiles the candidate, if the bundle carries one, and checks its
+    /// signed version against its content (`bundle_version_mismatch`).
+    pub fn compile_candidate(&self) -> Result<Option<CompiledPolicy>, BundleError> {
+        let Some(candidate) = &self.candidate else {
+            return Ok(None);
+        };
+        let policy = CompiledPolicy::compile(&candidate.name, &candidate.spec, &self.grants)
+            .map_err(BundleError::InvalidPolicy)?;
+        let actual = PolicyHashes::from(policy.version());
+        if candidate.policy_version != actual {
+            return Err(BundleError::VersionMismatch {
+                claimed: candidate.policy_version.version.clone(),
+                actual: actual.version,
+            });
+        }
+        Ok(Some(policy))
     }
 
     /// Validates the profile reference and compiles the spec with its grants.

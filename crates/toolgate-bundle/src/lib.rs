@@ -40,7 +40,9 @@ mod trust;
 mod verify;
 
 pub use checkpoint::{CHECKPOINT_PAYLOAD_TYPE, CheckpointPayload};
-pub use document::{BundleDocument, BundleInput, FORMAT_VERSION, PolicyHashes, ProfileRef};
+pub use document::{
+    BundleDocument, BundleInput, CandidateSection, FORMAT_VERSION, PolicyHashes, ProfileRef,
+};
 pub use envelope::{
     Envelope, EnvelopeSignature, MAX_ENVELOPE_BYTES, MAX_SIGNATURES, PAYLOAD_TYPE, Unverified,
     inspect, pae,
@@ -57,7 +59,16 @@ pub fn build(
     input: BundleInput,
     key: &SigningKey,
 ) -> Result<(BundleDocument, Vec<u8>), BundleError> {
-    let document = BundleDocument::new(input)?;
+    sign(BundleDocument::new(input)?, key)
+}
+
+/// Signs a document made with [`BundleDocument::new`] (and, to shadow a
+/// candidate, [`BundleDocument::with_candidate`]): the document and the
+/// envelope's bytes.
+pub fn sign(
+    document: BundleDocument,
+    key: &SigningKey,
+) -> Result<(BundleDocument, Vec<u8>), BundleError> {
     let bytes = Envelope::sign(&document, key).to_bytes();
     Ok((document, bytes))
 }

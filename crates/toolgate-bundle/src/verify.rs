@@ -53,6 +53,7 @@ impl VerifyOptions {
 pub struct VerifiedBundle {
     document: BundleDocument,
     policy: CompiledPolicy,
+    candidate: Option<CompiledPolicy>,
     digest: String,
     keyid: String,
 }
@@ -69,6 +70,10 @@ impl VerifiedBundle {
     /// Takes the compiled policy, e.g. to put it behind an `Arc`.
     pub fn into_policy(self) -> CompiledPolicy {
         self.policy
+    }
+    /// The compiled policy and the candidate it shadows, if any.
+    pub fn into_policies(self) -> (CompiledPolicy, Option<CompiledPolicy>) {
+        (self.policy, self.candidate)
     }
     /// `sha256:<hex>` of the signed payload bytes: the bundle's name.
     pub fn digest(&self) -> &str {
@@ -122,6 +127,7 @@ pub fn verify(
     let keyid = check_signatures(&envelope, &payload, trust)?;
     let document = decode_document(&payload)?;
     let policy = document.compile()?;
+    let candidate = document.compile_candidate()?;
 
     let actual = PolicyHashes::from(policy.version());
     if document.policy_version != actual {
@@ -161,6 +167,7 @@ pub fn verify(
     Ok(VerifiedBundle {
         document,
         policy,
+        candidate,
         digest,
         keyid,
     })

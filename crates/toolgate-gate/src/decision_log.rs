@@ -5,12 +5,17 @@
 //! sidecar answers.
 //!
 //! Recorded inputs (`spec.audit.recordInputs`) of every decision do: each
-//! batch's inputs are written after its decisions, and the writer prunes
-//! its tenants' expired inputs once an hour. An input that cannot be
-//! written is logged and lost; replay then reports its decision as having
-//! no input, and nothing of the decision itself is lost.
+//! batch's inputs are written after its decisions, within a byte budget of
+//! their own ([`MAX_QUEUED_INPUT_BYTES`]) so that an agent sending large
+//! arguments cannot fill memory or crowd out decisions. The writer prunes
+//! expired inputs at start and once an hour (as a tenant's role, its own).
+//! An input that cannot be queued or written is logged and lost; replay
+//! then reports its decision as having no input, and nothing of the
+//! decision itself is lost.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -24,6 +29,8 @@ const MAX_BATCH: usize = 256;
 const ATTEMPTS: u32 = 5;
 /// How often expired inputs are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Most bytes of recorded inputs waiting to be written.
+pub const MAX_QUEUED_INPUT_BYTES: usize = 16 << 20;
 
 /// What the writer is handed. Decisions are nearly every entry, so they
 /// stay unboxed: boxing would cost an allocation per call to save queue
@@ -41,6 +48,8 @@ enum Entry {
 pub struct DecisionLog {
     tx: mpsc::Sender<(String, Entry)>,
     metrics: Metrics,
+    /// Bytes of inputs queued and not yet taken by the writer.
+    queued_input_bytes: Arc<AtomicUsize>,
 }
 
 impl DecisionLog {
@@ -53,8 +62,20 @@ impl DecisionLog {
         capacity: usize,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        let task = tokio::spawn(write_loop(store, stream, metrics.clone(), rx));
-        (Self { tx, metrics }, task)
+        let queued_input_bytes = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn(write_loop(
+            store,
+            stream,
+            metrics.clone(),
+            rx,
+            queued_input_bytes.clone(),
+        ));
+        let log = Self {
+            tx,
+            metrics,
+            queued_input_bytes,
+        };
+        (log, task)
     }
 
     /// Queues a record; drops and counts it when the queue is full.
@@ -72,11 +93,15 @@ impl DecisionLog {
     /// Queues a decided call's recorded input; drops it (logged) when the
     /// queue is full.
     pub fn enqueue_input(&self, tenant: &str, input: DecisionInput) {
-        if self
-            .tx
-            .try_send((tenant.to_owned(), Entry::Input(input)))
-            .is_err()
+        let bytes = input.call.len();
+        let queued = self.queued_input_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if queued + bytes > MAX_QUEUED_INPUT_BYTES
+            || self
+                .tx
+                .try_send((tenant.to_owned(), Entry::Input(input)))
+                .is_err()
         {
+            self.queued_input_bytes.fetch_sub(bytes, Ordering::Relaxed);
             tracing::warn!("decision log queue full: recorded input dropped");
         }
     }
@@ -87,11 +112,13 @@ async fn write_loop(
     stream: String,
     metrics: Metrics,
     mut rx: mpsc::Receiver<(String, Entry)>,
+    queued_input_bytes: Arc<AtomicUsize>,
 ) {
     let mut buffer = Vec::with_capacity(MAX_BATCH);
-    let mut recording = BTreeSet::new();
+    // The first tick is at once: inputs that expired while no sidecar ran
+    // are pruned at start.
     let mut prune = tokio::time::interval(PRUNE_EVERY);
-    prune.tick().await;
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             got = rx.recv_many(&mut buffer, MAX_BATCH) => {
@@ -100,7 +127,7 @@ async fn write_loop(
                 }
             }
             _ = prune.tick() => {
-                prune_inputs(&store, &recording).await;
+                prune_inputs(&store).await;
                 continue;
             }
         }
@@ -110,7 +137,10 @@ async fn write_loop(
             let (records, inputs) = by_tenant.entry(tenant).or_default();
             match entry {
                 Entry::Decision(record) => records.push(record),
-                Entry::Input(input) => inputs.push(input),
+                Entry::Input(input) => {
+                    queued_input_bytes.fetch_sub(input.call.len(), Ordering::Relaxed);
+                    inputs.push(input);
+                }
             }
         }
         for (tenant, (records, inputs)) in by_tenant {
@@ -119,7 +149,6 @@ async fn write_loop(
             }
             if !inputs.is_empty() {
                 write_inputs(&store, &tenant, &inputs).await;
-                recording.insert(tenant);
             }
         }
     }
@@ -141,18 +170,16 @@ async fn write_inputs(store: &Store, tenant: &str, inputs: &[DecisionInput]) {
     }
 }
 
-/// Deletes the expired inputs of the tenants this writer recorded for.
-async fn prune_inputs(store: &Store, tenants: &BTreeSet<String>) {
-    for tenant in tenants {
-        match store
-            .decision_inputs()
-            .prune_expired(tenant, jiff::Timestamp::now())
-            .await
-        {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(tenant, pruned = n, "expired recorded inputs pruned"),
-            Err(e) => tracing::warn!(error = %e, tenant, "pruning recorded inputs failed"),
-        }
+/// Deletes expired inputs (a tenant's role deletes only its own).
+async fn prune_inputs(store: &Store) {
+    match store
+        .decision_inputs()
+        .prune_expired(jiff::Timestamp::now())
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(pruned = n, "expired recorded inputs pruned"),
+        Err(e) => tracing::warn!(error = %e, "pruning recorded inputs failed"),
     }
 }
 

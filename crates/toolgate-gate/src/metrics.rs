@@ -68,6 +68,9 @@ pub struct Metrics {
     pub mcp_tasks: IntCounterVec,
     /// Calls a flow rule denied or escalated, by rule, verdict and profile.
     pub flow_refusals: IntCounterVec,
+    /// Calls the bundle's candidate (shadow mode) decided too, by profile,
+    /// the active policy's verdict and the candidate's.
+    pub shadow_decisions: IntCounterVec,
     /// Reads of the stops recorded elsewhere, by what prompted them
     /// ([`STOP_READ_TRIGGERS`]): an idle fleet's database load.
     pub stop_reads: IntCounterVec,
@@ -95,6 +98,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "toolgate_mcp_tasks_total",
     "toolgate_flow_refusals_total",
     "toolgate_stop_reads_total",
+    "toolgate_shadow_decisions_total",
 ];
 
 impl Metrics {
@@ -208,6 +212,15 @@ impl Metrics {
             &["server", "outcome"],
         )
         .expect("static metric definition");
+        let shadow_decisions = IntCounterVec::new(
+            Opts::new(
+                "toolgate_shadow_decisions_total",
+                "Calls the bundle's candidate policy decided beside the active one (never \
+                 enforced), by the active policy's verdict and the candidate's.",
+            ),
+            &["profile", "active", "candidate"],
+        )
+        .expect("static metric definition");
         let flow_refusals = IntCounterVec::new(
             Opts::new(
                 "toolgate_flow_refusals_total",
@@ -269,6 +282,7 @@ impl Metrics {
             Box::new(mcp_upstream_errors.clone()),
             Box::new(mcp_tasks.clone()),
             Box::new(flow_refusals.clone()),
+            Box::new(shadow_decisions.clone()),
             Box::new(stop_reads.clone()),
         ] {
             registry.register(collector).expect("unique metric names");
@@ -289,6 +303,7 @@ impl Metrics {
             mcp_upstream_errors,
             mcp_tasks,
             flow_refusals,
+            shadow_decisions,
             stop_reads,
         }
     }

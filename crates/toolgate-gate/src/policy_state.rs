@@ -37,6 +37,9 @@ pub struct Enforced {
     pub keyid: String,
     /// Approval time-to-live from the profile (seconds).
     pub approval_ttl_seconds: u32,
+    /// The candidate the bundle carries: evaluated beside `policy` on every
+    /// call, recorded, never enforced.
+    pub candidate: Option<CompiledPolicy>,
 }
 
 impl Enforced {
@@ -288,20 +291,30 @@ impl PolicyState {
         };
         let verified = toolgate_bundle::verify(bundle, &trust, &options).map_err(fail)?;
         let document = verified.document();
+        let (profile, namespace) = (
+            document.profile.name.clone(),
+            document.profile.namespace.clone(),
+        );
+        let (sequence, expires_at) = (document.sequence, document.expires_at);
+        let approval_ttl_seconds = document
+            .spec
+            .approvals
+            .as_ref()
+            .map_or(900, |a| a.ttl_seconds);
+        let policy_version = verified.policy_version().to_owned();
+        let (digest, keyid) = (verified.digest().to_owned(), verified.keyid().to_owned());
+        let (policy, candidate) = verified.into_policies();
         Ok(Enforced {
-            profile: document.profile.name.clone(),
-            namespace: document.profile.namespace.clone(),
-            policy_version: verified.policy_version().to_owned(),
-            sequence: document.sequence,
-            expires_at: document.expires_at,
-            digest: verified.digest().to_owned(),
-            keyid: verified.keyid().to_owned(),
-            approval_ttl_seconds: document
-                .spec
-                .approvals
-                .as_ref()
-                .map_or(900, |a| a.ttl_seconds),
-            policy: verified.into_policy(),
+            profile,
+            namespace,
+            policy_version,
+            sequence,
+            expires_at,
+            digest,
+            keyid,
+            approval_ttl_seconds,
+            policy,
+            candidate,
         })
     }
 

@@ -107,8 +107,7 @@ impl crate::CompiledPolicy {
     /// What this policy asks to keep of each decided call (`spec.audit`);
     /// `None` when it keeps only digests.
     pub fn input_recording(&self) -> Option<InputRecording> {
-        // Checked when the policy was compiled.
-        input_recording(self.spec.audit.as_ref()).ok().flatten()
+        self.input_recording
     }
 }
 
@@ -156,13 +155,22 @@ impl RecordedCall {
 }
 
 /// `arguments` with secrets masked: every string value through the
-/// approval preview's masking, and the whole value of an argument whose
-/// name says secret (`password`, `api_key`, ...) at any depth.
+/// approval preview's masking; the whole value of an argument whose name
+/// says secret (`password`, `api_key`, `DB_TOKEN`, ...) at any depth; the
+/// array element after a secret flag (`["--password", "x"]`); and the
+/// `value` of a `{name, value}` pair whose name says secret (environment
+/// lists).
 pub fn mask_arguments(arguments: &Map<String, Value>) -> Map<String, Value> {
+    let pair_is_secret = ["name", "key"]
+        .iter()
+        .filter_map(|k| arguments.get(*k).and_then(Value::as_str))
+        .any(is_secret_name);
     arguments
         .iter()
         .map(|(name, value)| {
-            let value = if is_secret_name(name) {
+            let secret = is_secret_name(name)
+                || (pair_is_secret && matches!(name.as_str(), "value" | "val"));
+            let value = if secret {
                 Value::String(MASK.into())
             } else {
                 mask_value(value)
@@ -175,7 +183,25 @@ pub fn mask_arguments(arguments: &Map<String, Value>) -> Map<String, Value> {
 fn mask_value(value: &Value) -> Value {
     match value {
         Value::String(text) => Value::String(mask_secrets(text)),
-        Value::Array(items) => Value::Array(items.iter().map(mask_value).collect()),
+        Value::Array(items) => {
+            let mut after_secret_flag = false;
+            let masked = items
+                .iter()
+                .map(|item| {
+                    let out = if after_secret_flag {
+                        Value::String(MASK.into())
+                    } else {
+                        mask_value(item)
+                    };
+                    after_secret_flag = item
+                        .as_str()
+                        .and_then(|t| t.strip_prefix("--").or_else(|| t.strip_prefix('-')))
+                        .is_some_and(|flag| !flag.contains('=') && is_secret_name(flag));
+                    out
+                })
+                .collect();
+            Value::Array(masked)
+        }
         Value::Object(map) => Value::Object(mask_arguments(map)),
         other => other.clone(),
     }
@@ -236,6 +262,22 @@ mod tests {
         assert_eq!(masked["path"], "/src/lib.rs");
         assert_eq!(masked["env"]["list"][1], 3);
         assert_eq!(masked["password"], MASK);
+        let more = json!({
+            "argv": ["mysql", "--password", "s3cr3t-a", "--user", "bob"],
+            "env": [{"name": "DB_PASSWORD", "value": "s3cr3t-b"}, {"name": "HOME", "value": "/root"}],
+            "auth": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3In0.s3cr3t-c-signature",
+            "max_tokens": 512,
+            "X-Api-Key": "s3cr3t-d",
+        });
+        let masked = mask_arguments(more.as_object().unwrap());
+        let text = serde_json::to_string(&masked).unwrap();
+        assert!(!text.contains("s3cr3t"), "{text}");
+        assert_eq!(
+            masked["max_tokens"], 512,
+            "a word containing `token` is not a secret"
+        );
+        assert_eq!(masked["argv"][4], "bob");
+        assert_eq!(masked["env"][1]["value"], "/root");
     }
 
     #[test]

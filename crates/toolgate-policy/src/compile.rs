@@ -119,6 +119,8 @@ pub struct CompiledPolicy {
     pub(crate) spec: PolicySpec,
     pub(crate) source_grants: Vec<Grant>,
     pub(crate) flows: Option<CompiledFlows>,
+    /// `spec.audit`'s input recording, read once.
+    pub(crate) input_recording: Option<crate::audit::InputRecording>,
 }
 
 impl CompiledPolicy {
@@ -230,7 +232,7 @@ impl CompiledPolicy {
             }
         }
 
-        crate::audit::input_recording(spec.audit.as_ref())?;
+        let input_recording = crate::audit::input_recording(spec.audit.as_ref())?;
         let hardline = spec.hardline.clone().unwrap_or_default();
         for (i, glob) in hardline.paths.iter().enumerate() {
             check_path_glob(&format!("spec.hardline.paths[{i}]"), glob)?;
@@ -322,6 +324,7 @@ impl CompiledPolicy {
             spec: spec.clone(),
             source_grants: grants.to_vec(),
             flows,
+            input_recording,
         })
     }
 

@@ -27,6 +27,8 @@ static WHOLE: LazyLock<Regex> = LazyLock::new(|| {
         r"|\bgh[pousr]_[A-Za-z0-9]{20,}\b|\bgithub_pat_[A-Za-z0-9_]{20,}\b",
         // Slack, OpenAI- and Anthropic-style keys.
         r"|\bxox[abprs]-[A-Za-z0-9-]{10,}\b|\bsk-[A-Za-z0-9_-]{20,}\b",
+        // JSON Web Tokens (header.payload.signature, the header base64url JSON).
+        r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
     ))
     .expect("secret patterns compile")
 });
@@ -83,9 +85,16 @@ pub fn is_secret_name(name: &str) -> bool {
     SECRET_NAME.is_match(name)
 }
 
+/// A whole name that says secret, alone or as the last word of a longer
+/// one (`password`, `DB_PASSWORD`, `github-token`, `X-Api-Key`), but not a
+/// word merely containing one (`max_tokens`, `secretary`).
 static SECRET_NAME: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credential|authorization|cookie")
-        .expect("secret name pattern compiles")
+    Regex::new(concat!(
+        r"(?i)^(?:.*[_.\-\s])?",
+        r"(?:password|passwd|pwd|passphrase|secret|token|api[_-]?key|access[_-]?key",
+        r"|private[_-]?key|credentials?|authorization|cookie|session[_-]?id)$",
+    ))
+    .expect("secret name pattern compiles")
 });
 
 #[cfg(test)]

@@ -261,6 +261,17 @@ impl Verdict {
         self
     }
 
+    /// What the policy judged, whatever the enforcement mode: for a call
+    /// only reported (`warn`, `dryRun`) the verdict, reason and rule
+    /// enforcement would have answered, else the verdict itself. What
+    /// replay and shadow mode compare.
+    pub fn judged(&self) -> (Decision, Reason, Option<&str>) {
+        match (self.enforced, self.would_verdict, self.would_reason) {
+            (false, Some(verdict), Some(reason)) => (verdict, reason, self.would_rule.as_deref()),
+            _ => (self.verdict, self.reason, self.matched_rule.as_deref()),
+        }
+    }
+
     /// Answers with `reason` and the verdict it belongs to (see
     /// [`Reason::decision`]), re-deriving `intent_required` from the
     /// [`intent_required`] rule. Rule, digests and risk are left as they are.

@@ -2,15 +2,18 @@
 //! beside the decision log for `toolgate replay` (migration postgres 0023,
 //! sqlite 0015).
 //!
-//! An input row is not chained itself: it is vouched for by its decision.
-//! A full input hashes to the decision's `args_digest`, which the chain
-//! covers, so [`DecisionInputs::verify`] (and replay) check every row
-//! against its decision and report a row that does not match, or whose
-//! decision is not in the log. A masked row that masking changed cannot be
-//! checked that way and is counted apart. Rows expire; pruning them
-//! ([`DecisionInputs::prune_expired`]) touches nothing of the chain. As a
-//! tenant's own PostgreSQL role, row-level security confines reads and
-//! writes to its tenant and lets it delete only expired rows.
+//! An input row is not chained itself: it is vouched for by its decision,
+//! whose chained `message` holds the SHA-256 of the stored text
+//! ([`INPUT_SHA256_MEMBER`]). [`DecisionInputs::verify`] (and replay)
+//! check every row against it, and that its tool and arguments are the
+//! ones the decision names (a masked row that masking changed is counted
+//! apart: it is vouched for, but cannot be decided again). A row whose
+//! decision is not in the log (the decision was dropped, refused or
+//! archived) is reported, and harmless: replay starts from decisions.
+//! Rows expire; pruning them ([`DecisionInputs::prune_expired`]) touches
+//! nothing of the chain. As a tenant's own PostgreSQL role, row-level
+//! security confines reads and writes to its tenant and lets it delete
+//! only expired rows.
 
 use std::collections::HashMap;
 
@@ -22,8 +25,16 @@ use crate::fields::{require, ts_from_ms};
 use crate::{BeginWrite, Result, Store, StoreError, on_pool};
 
 /// Largest stored input (canonical JSON bytes); a larger call is not
-/// recorded, and replay reports it as having no input.
-pub const MAX_INPUT_BYTES: usize = 4 << 20;
+/// recorded, and replay reports it as having no input. It bounds what the
+/// sidecar's queue holds for an agent that sends huge arguments.
+pub const MAX_INPUT_BYTES: usize = 64 << 10;
+
+/// The member of a decision's `message` holding the hex SHA-256 of its
+/// recorded input.
+pub const INPUT_SHA256_MEMBER: &str = "input_sha256";
+
+/// Rows one pruning statement deletes.
+const PRUNE_BATCH: i64 = 10_000;
 
 /// Most decision ids one [`DecisionInputs::get_many`] looks up.
 pub const MAX_LOOKUP: usize = 10_000;
@@ -62,9 +73,10 @@ pub struct InputCheck {
 }
 
 impl InputCheck {
-    /// Whether every checkable row matches its decision.
+    /// Whether no row contradicts its decision (orphans cannot mislead:
+    /// replay starts from the decisions).
     pub fn ok(&self) -> bool {
-        self.mismatched.is_empty() && self.orphaned.is_empty()
+        self.mismatched.is_empty()
     }
 }
 
@@ -80,14 +92,32 @@ pub enum InputStanding {
     Mismatched,
 }
 
-/// Compares an input with its decision's tool and `args_digest`.
-pub fn standing(input: &DecisionInput, tool: &str, args_digest: &str) -> InputStanding {
+/// Compares an input with its decision: the SHA-256 its chained
+/// `message` holds, its tool and its `args_digest`.
+pub fn standing(
+    input: &DecisionInput,
+    tool: &str,
+    args_digest: &str,
+    message: Option<&str>,
+) -> InputStanding {
+    let vouched = input_sha256_of(message)
+        .is_some_and(|sha| sha == toolgate_policy::digest::sha256_hex(input.call.as_bytes()));
+    if !vouched {
+        return InputStanding::Mismatched;
+    }
     match RecordedCall::parse(&input.call) {
         Ok(call) if call.tool != tool => InputStanding::Mismatched,
         Ok(call) if call.matches_digest(args_digest) => InputStanding::Matching,
         Ok(_) if input.masked => InputStanding::Masked,
         _ => InputStanding::Mismatched,
     }
+}
+
+/// The input SHA-256 a decision's message records.
+fn input_sha256_of(message: Option<&str>) -> Option<String> {
+    let value: serde_json::Value =
+        serde_json::from_str(message.filter(|m| m.starts_with('{'))?).ok()?;
+    value.get(INPUT_SHA256_MEMBER)?.as_str().map(str::to_owned)
 }
 
 type Row = (String, String, bool, i64, i64);
@@ -98,6 +128,7 @@ type CheckRow = (
     bool,
     i64,
     i64,
+    Option<String>,
     Option<String>,
     Option<String>,
 );
@@ -195,18 +226,31 @@ impl DecisionInputs<'_> {
         Ok(found)
     }
 
-    /// Deletes the inputs of `tenant` that expired before `now`; how many.
-    pub async fn prune_expired(&self, tenant: &str, now: Timestamp) -> Result<u64> {
-        require("tenant", tenant)?;
-        let done = on_pool!(self.store, pool => {
-            sqlx::query("DELETE FROM decision_inputs WHERE tenant = $1 AND expires_at < $2")
-                .bind(tenant)
-                .bind(now.as_millisecond())
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(done)
+    /// Deletes inputs that expired before `now` (as a tenant's role, its
+    /// own), in bounded batches; how many.
+    pub async fn prune_expired(&self, now: Timestamp) -> Result<u64> {
+        let sql = if self.store.is_postgres() {
+            "DELETE FROM decision_inputs WHERE ctid IN \
+             (SELECT ctid FROM decision_inputs WHERE expires_at < $1 LIMIT $2)"
+        } else {
+            "DELETE FROM decision_inputs WHERE rowid IN \
+             (SELECT rowid FROM decision_inputs WHERE expires_at < $1 LIMIT $2)"
+        };
+        let mut total = 0;
+        loop {
+            let done = on_pool!(self.store, pool => {
+                sqlx::query(sql)
+                    .bind(now.as_millisecond())
+                    .bind(PRUNE_BATCH)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            });
+            total += done;
+            if done < PRUNE_BATCH as u64 {
+                return Ok(total);
+            }
+        }
     }
 
     /// Checks every stored input of `tenant` against its decision: the
@@ -222,9 +266,10 @@ impl DecisionInputs<'_> {
             let rows: Vec<CheckRow> = on_pool!(self.store, pool => {
                 sqlx::query_as(
                     "SELECT i.decision_id, i.call, i.masked, i.recorded_at, i.expires_at, \
-                            d.tool, d.args_digest \
+                            d.tool, d.args_digest, d.message \
                      FROM decision_inputs i LEFT JOIN decisions d \
-                       ON d.tenant = i.tenant AND d.decision_id = i.decision_id \
+                       ON d.tenant = i.tenant AND d.created_at = i.recorded_at \
+                      AND d.decision_id = i.decision_id \
                      WHERE i.tenant = $1 AND i.decision_id > $2 \
                      ORDER BY i.decision_id LIMIT $3",
                 )
@@ -236,7 +281,7 @@ impl DecisionInputs<'_> {
             });
             let Some(last) = rows.last() else { break };
             after = last.0.clone();
-            for (id, call, masked, recorded, expires, tool, digest) in rows {
+            for (id, call, masked, recorded, expires, tool, digest, message) in rows {
                 check.rows += 1;
                 let (Some(tool), Some(digest)) = (tool, digest) else {
                     if check.orphaned.len() < NAMED {
@@ -245,7 +290,7 @@ impl DecisionInputs<'_> {
                     continue;
                 };
                 let row = input((id, call, masked, recorded, expires))?;
-                match standing(&row, &tool, &digest) {
+                match standing(&row, &tool, &digest, message.as_deref()) {
                     InputStanding::Matching => check.matching += 1,
                     InputStanding::Masked => check.masked += 1,
                     InputStanding::Mismatched if check.mismatched.len() < NAMED => {

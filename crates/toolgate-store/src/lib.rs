@@ -54,14 +54,14 @@ pub use approvals::{
 };
 pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decision_inputs::{
-    DecisionInput, DecisionInputs, InputCheck, InputStanding, MAX_INPUT_BYTES, MAX_LOOKUP,
-    standing as input_standing,
+    DecisionInput, DecisionInputs, INPUT_SHA256_MEMBER, InputCheck, InputStanding,
+    MAX_INPUT_BYTES, MAX_LOOKUP, standing as input_standing,
 };
 pub use decisions::{
     ArchiveRange, ChainReport, ChainedDecision, DecisionFilter, DecisionPage, DecisionRecord,
     Decisions, GENESIS_HASH, LEGACY_STREAM, LogCursor, LoggedDecision, MAX_QUERY_LIMIT,
-    PARTITION_MONTHS_AHEAD, PartitionPrune, Position, StreamHead, StreamLink, check_stream,
-    genesis_hash,
+    PARTITION_MONTHS_AHEAD, PartitionPrune, Position, SHADOW_CHANGED_MARK, ShadowOutcome,
+    StreamHead, StreamLink, check_stream, genesis_hash,
 };
 pub use error::{Result, StoreError};
 pub use fields::{MAX_FIELD_LEN, check_field};

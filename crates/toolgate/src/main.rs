@@ -93,7 +93,12 @@ fn main() -> ExitCode {
         Command::Check(args) => cmd::check::run(args),
         Command::Test(args) => cmd::test::run(args),
         Command::Analyze(args) => cmd::analyze::run(args),
-        Command::Replay(args) => cmd::replay::run(args),
+        // Exit 3 means "changed", so errors are 1 here, not 2: a CI gate
+        // must tell a failed replay from a policy change.
+        Command::Replay(args) => Ok(cmd::replay::run(args).unwrap_or_else(|err| {
+            outln!("{}", err.to_json());
+            ExitCode::FAILURE
+        })),
         Command::Bundle(command) => cmd::bundle::run(command),
         Command::Keygen(args) => cmd::keygen::run(args),
         Command::Demo(args) => cmd::demo::run(args),

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use toolgate_policy::{
     Call, Context, Decision, Enforcement, Id, LabelSet, Provenance, Reason, Risk, Verdict,
 };
-use toolgate_store::{DecisionRecord, RunLimits};
+use toolgate_store::{DecisionRecord, RunLimits, ShadowOutcome};
 use tracing::Instrument;
 
 use super::Decisions;
@@ -83,6 +83,11 @@ struct Decided {
     labels_to_set: LabelSet,
     /// The labels this call set.
     flow_labels_set: Vec<String>,
+    /// What the bundle's candidate decided, when it shadows one.
+    shadow: Option<ShadowOutcome>,
+    /// SHA-256 of the call's recorded input (`spec.audit.recordInputs`),
+    /// chained in the record's message so the log vouches for the input.
+    input_sha256: Option<String>,
 }
 
 /// Authorizes one call: [`decide`] it under the held bundle, [`record`] it
@@ -97,8 +102,20 @@ async fn authorize_call(
     app.validate_call(req)?;
     let mut decided = decide(app, req, Timestamp::now(), provenance).await;
     decided.labels_to_set = labels_to_set(req, &decided, provenance);
+    let input = super::inputs::recorded_input(
+        &decided.enforced,
+        req,
+        decided.now,
+        &decided.decision_id,
+        provenance,
+    );
+    decided.input_sha256 = input.as_ref().map(|(_, sha)| sha.clone());
     record(app, req, &mut decided).await?;
-    record_input(app, req, &decided, provenance);
+    if let Some((input, _)) = input
+        && decided.verdict.reason != Reason::AuditUnavailable
+    {
+        app.log.enqueue_input(&app.shared.tenant, input);
+    }
     remember(app, req, &decided);
     count(app, req, &decided, started);
     Ok(AuthorizeResponse {
@@ -182,7 +199,7 @@ async fn decide(
         None => (None, false),
     };
     let labels = flow.as_ref().map_or(LabelSet::EMPTY, |f| f.labels);
-    let mut verdict = evaluate(app, req, enforced.as_deref(), now, labels, provenance);
+    let (mut verdict, shadow) = evaluate(app, req, enforced.as_deref(), now, labels, provenance);
     if flow_unknown {
         deny_audit(&mut verdict);
     }
@@ -237,12 +254,16 @@ async fn decide(
         flow,
         labels_to_set: LabelSet::EMPTY,
         flow_labels_set: Vec::new(),
+        shadow,
+        input_sha256: None,
     }
 }
 
 /// The held bundle's verdict at `now` (fail closed without a live one),
 /// refused when the tool's pinned definition differs or the run is known
-/// to be cancelled.
+/// to be cancelled; and its candidate's verdict on the same call, when the
+/// bundle shadows one (compared with the policy's verdict, before the
+/// run's state refuses anything).
 fn evaluate(
     app: &Decisions,
     req: &AuthorizeRequest,
@@ -250,22 +271,25 @@ fn evaluate(
     now: Timestamp,
     labels: LabelSet,
     provenance: Option<Provenance>,
-) -> Verdict {
+) -> (Verdict, Option<ShadowOutcome>) {
     let call = req.call();
+    let mut shadow = None;
     let mut verdict = match enforced {
         None => sidecar_verdict(Reason::NoBundle, NO_POLICY, &call),
         Some(e) if !e.is_live(now) => {
             sidecar_verdict(Reason::BundleExpired, &e.policy_version, &call)
         }
-        Some(e) => e.policy.evaluate(
-            &call,
-            &Context {
+        Some(e) => {
+            let context = Context {
                 now,
                 subject: Some(&app.shared.tenant),
                 labels,
                 provenance,
-            },
-        ),
+            };
+            let verdict = e.policy.evaluate(&call, &context);
+            shadow = super::shadow::shadow_of(e, req, &verdict, &context);
+            verdict
+        }
     };
     // A pinned tool is decided only for the definition that was reviewed.
     if verdict.verdict != Decision::Deny
@@ -288,7 +312,7 @@ fn evaluate(
     {
         crate::runs::refuse(&mut verdict, Reason::RunCancelled, None);
     }
-    verdict
+    (verdict, shadow)
 }
 
 /// The decision log's record of `verdict` for this call.
@@ -310,7 +334,7 @@ fn record_with_labels(
         tool: req.tool.to_string(),
         verdict: verdict.verdict.as_str().to_owned(),
         reason: verdict.reason.as_str().to_owned(),
-        message: record_message(verdict, labels),
+        message: record_message(verdict, labels, d),
         // Labels come from the profile; a very long glob must not make the
         // log refuse the record.
         matched_rule: verdict
@@ -373,43 +397,6 @@ async fn record(app: &Decisions, req: &AuthorizeRequest, d: &mut Decided) -> Res
             .enqueue(&app.shared.tenant, record_of(req, d, &d.verdict));
     }
     Ok(())
-}
-
-/// Keeps the call itself beside its decision when the profile asks
-/// (`spec.audit.recordInputs`), masked or not, for `toolgate replay`.
-fn record_input(
-    app: &Decisions,
-    req: &AuthorizeRequest,
-    d: &Decided,
-    provenance: Option<Provenance>,
-) {
-    let Some(recording) = d.enforced.as_ref().and_then(|e| e.policy.input_recording()) else {
-        return;
-    };
-    let arguments = if recording.masked {
-        toolgate_policy::audit::mask_arguments(&req.arguments)
-    } else {
-        req.arguments.clone()
-    };
-    let call = toolgate_policy::audit::RecordedCall {
-        tool: req.tool.to_string(),
-        action: req.action.as_ref().map(ToString::to_string),
-        arguments,
-        provenance,
-    }
-    .to_canonical();
-    if call.len() > toolgate_store::MAX_INPUT_BYTES {
-        tracing::warn!(decision = %d.decision_id, bytes = call.len(), "input too large to record");
-        return;
-    }
-    let input = toolgate_store::DecisionInput {
-        decision_id: d.decision_id.clone(),
-        call,
-        masked: recording.masked,
-        recorded_at: d.now,
-        expires_at: d.now.checked_add(recording.retention).unwrap_or(d.now),
-    };
-    app.log.enqueue_input(&app.shared.tenant, input);
 }
 
 /// Charges the run (and sees whether it was cancelled) where every sidecar
@@ -527,6 +514,9 @@ fn remember(app: &Decisions, req: &AuthorizeRequest, d: &Decided) {
 fn count(app: &Decisions, req: &AuthorizeRequest, d: &Decided, started: Instant) {
     let verdict = &d.verdict;
     let (tool_label, profile_label) = decision_labels(d.enforced.as_deref(), &req.tool);
+    if let Some(shadow) = &d.shadow {
+        super::shadow::count(&app.shared.metrics, profile_label, shadow);
+    }
     // A decision that only reports is counted by what enforcement would
     // have answered, so a trial profile's would-denials are visible.
     let (counted_verdict, counted_reason) = match (verdict.would_verdict, verdict.would_reason) {
@@ -588,23 +578,40 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
 }
 
 /// The decision log's `message` for a verdict: what enforcement would have
-/// answered when it only reports, and which budget refused a call.
-fn record_message(verdict: &Verdict, flow_labels_set: &[String]) -> Option<String> {
+/// answered when it only reports, the labels the call set, what a shadowed
+/// candidate decided, and otherwise which budget refused the call.
+fn record_message(verdict: &Verdict, flow_labels_set: &[String], d: &Decided) -> Option<String> {
+    let mut message = serde_json::Map::new();
     if !verdict.enforced {
-        let mut message = serde_json::json!({
-            "enforced": false,
-            "would_verdict": verdict.would_verdict,
-            "would_reason": verdict.would_reason,
-            "would_rule": verdict.would_rule.as_deref().map(|r| truncate(r, 512)),
-        });
-        if !flow_labels_set.is_empty() {
-            message["flow_labels_set"] = flow_labels_set.into();
-        }
-        return Some(message.to_string());
+        message.insert("enforced".into(), false.into());
+        message.insert(
+            "would_verdict".into(),
+            serde_json::json!(verdict.would_verdict),
+        );
+        message.insert(
+            "would_reason".into(),
+            serde_json::json!(verdict.would_reason),
+        );
+        message.insert(
+            "would_rule".into(),
+            serde_json::json!(verdict.would_rule.as_deref().map(|r| truncate(r, 512))),
+        );
     }
     if !flow_labels_set.is_empty() {
         // Why a later call of the run was refused starts here.
-        return Some(serde_json::json!({ "flow_labels_set": flow_labels_set }).to_string());
+        message.insert("flow_labels_set".into(), flow_labels_set.into());
+    }
+    if let Some(shadow) = &d.shadow {
+        super::shadow::message_members(shadow, &mut message);
+    }
+    if let Some(sha) = &d.input_sha256 {
+        message.insert(
+            toolgate_store::INPUT_SHA256_MEMBER.into(),
+            sha.clone().into(),
+        );
+    }
+    if !message.is_empty() {
+        return Some(serde_json::Value::Object(message).to_string());
     }
     (verdict.reason == Reason::BudgetExhausted).then(|| {
         format!(

@@ -7,7 +7,9 @@
 mod authorize;
 pub(crate) mod batch;
 mod escalation;
+mod inputs;
 mod refusals;
+mod shadow;
 
 pub use refusals::{MessageScreen, RefusalRequest};
 

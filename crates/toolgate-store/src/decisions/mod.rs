@@ -52,7 +52,10 @@ pub use archive::ArchiveRange;
 pub use chain::genesis_hash;
 pub(crate) use heads::HeadCache;
 pub use partitions::{PARTITION_MONTHS_AHEAD, PartitionPrune};
-pub use query::{DecisionFilter, DecisionPage, LogCursor, LoggedDecision, MAX_QUERY_LIMIT};
+pub use query::{
+    DecisionFilter, DecisionPage, LogCursor, LoggedDecision, MAX_QUERY_LIMIT, SHADOW_CHANGED_MARK,
+    ShadowOutcome,
+};
 
 /// `prev_hash` of the first row of a tenant's [`LEGACY_STREAM`] chain.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";

@@ -16,7 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use jiff::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use toolgate_policy::{Decision, Reason};
 
 use super::chain::row_hash;
@@ -46,6 +46,9 @@ pub struct DecisionFilter {
     /// Decided before this instant (exclusive, so consecutive windows do
     /// not share a row).
     pub until: Option<Timestamp>,
+    /// Only decisions a shadowed candidate decided differently from the
+    /// active policy ([`ShadowOutcome::disagrees`]).
+    pub shadow_changed: bool,
 }
 
 /// Where a page ended: the last row's position in the log's order. Its
@@ -104,6 +107,47 @@ pub struct LoggedDecision {
     /// `flow_labels_set` the gate writes there; the chain covers it, while
     /// a `flow_labels` row names only a label's first setter).
     pub flow_labels_set: Vec<String>,
+    /// What the bundle's candidate decided beside the active policy, when
+    /// the bundle shadowed one (also from the chained `message`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowOutcome>,
+}
+
+/// What a bundle's candidate policy (shadow mode) decided for a call
+/// beside the active policy, as the gate records it in the decision's
+/// `message` (member `shadow`; the chain covers it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShadowOutcome {
+    /// The candidate's policy version.
+    pub candidate_version: String,
+    /// The active policy's verdict, before anything but policy changed it.
+    pub active: Decision,
+    /// The candidate's verdict.
+    pub verdict: Decision,
+    /// The candidate's reason code.
+    pub reason: Reason,
+    /// The candidate's matched rule, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+impl ShadowOutcome {
+    /// Whether the candidate would have decided otherwise.
+    pub fn disagrees(&self) -> bool {
+        self.active != self.verdict
+    }
+}
+
+/// The `message` member that marks a disagreeing shadow decision, which
+/// `--shadow-changed` selects by (a JSON key: text in a string value has
+/// its quotes escaped, so only the gate's own member matches).
+pub const SHADOW_CHANGED_MARK: &str = "\"shadow_changed\":true";
+
+/// The shadow outcome a decision's message records.
+fn shadow_of(message: Option<&str>) -> Option<ShadowOutcome> {
+    let value: serde_json::Value =
+        serde_json::from_str(message.filter(|m| m.starts_with('{'))?).ok()?;
+    serde_json::from_value(value.get("shadow")?.clone()).ok()
 }
 
 impl LoggedDecision {
@@ -201,6 +245,12 @@ impl Decisions<'_> {
         let reason = filter.reason.map(|r| r.as_str().to_owned());
         text("reason", "reason", &reason)?;
         text("policy_version", "policy_version", &filter.policy_version)?;
+        if filter.shadow_changed {
+            // `_` and `%` are LIKE wildcards; the mark holds `_`, which
+            // matching any one character cannot widen to another key.
+            params.push(Param::Text(format!("%{SHADOW_CHANGED_MARK}%")));
+            conditions.push(format!("message LIKE ${}", params.len()));
+        }
         for (value, op) in [(filter.since, ">="), (filter.until, "<")] {
             if let Some(at) = value {
                 params.push(Param::Int(at.as_millisecond()));
@@ -268,6 +318,7 @@ impl Decisions<'_> {
                 let decision = row.into_chained()?;
                 Ok(LoggedDecision {
                     flow_labels_set: labels_of(decision.record.message.as_deref()),
+                    shadow: shadow_of(decision.record.message.as_deref()),
                     decision,
                 })
             })

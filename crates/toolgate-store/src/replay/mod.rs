@@ -12,14 +12,19 @@
 //! - a run's flow labels are rebuilt in log order under the candidate's
 //!   flow rules, and only from calls that actually ran (recorded `allow`):
 //!   a call the old policy refused never ran, so it labelled nothing;
+//! - flow labels are kept per run, or per pod when the candidate's flows
+//!   have `scope: pod` (the pod is the first part of the decision's
+//!   stream); labels set before `--since` are not seen (the report says
+//!   where its history starts);
 //! - budgets, cancellations and approvals are not enforced again: a
-//!   recorded `approved` (or `approval_denied`) call is compared as the
-//!   escalation it was, a `budget_exhausted` one as the allow the policy
-//!   gave before the budget refused it, and a call refused by the run's
-//!   or the sidecar's state (cancelled, no bundle, ...) is reported as not
-//!   replayable, since no policy decided it;
-//! - a call recorded under `warn` or `dryRun` is compared with the verdict
-//!   the policy would have enforced (its `would_verdict`).
+//!   recorded `approved` (or `approval_denied`, or `approved_by_grant`)
+//!   call is compared as the escalation it was, and a grant the candidate
+//!   holds counts as the escalation it answers; a call refused by a budget,
+//!   by the run's or by the sidecar's state (cancelled, no bundle, ...) is
+//!   reported as not replayable, since no policy decided it;
+//! - both sides are compared by what the policy judged: a call recorded
+//!   under `warn` or `dryRun` by the verdict enforcement would have given
+//!   (`would_verdict`), and a candidate in such a mode likewise.
 //!
 //! [`Decisions::query`]: crate::Decisions::query
 
@@ -27,8 +32,9 @@ mod report;
 
 use std::collections::HashMap;
 
+use jiff::Timestamp;
 use toolgate_policy::audit::RecordedCall;
-use toolgate_policy::{CompiledPolicy, Context, Decision, LabelSet, Reason};
+use toolgate_policy::{CompiledPolicy, Context, Decision, FlowScope, LabelSet, Reason};
 
 use crate::decision_inputs::{InputStanding, standing};
 use crate::decisions::{DecisionFilter, LogCursor, LoggedDecision};
@@ -47,7 +53,7 @@ pub async fn replay(
     candidate: &CompiledPolicy,
     filter: &DecisionFilter,
 ) -> Result<ReplayReport> {
-    let mut replayer = Replayer::new(candidate);
+    let mut replayer = Replayer::new(candidate, filter.since);
     let mut after: Option<LogCursor> = None;
     loop {
         let page = store
@@ -71,11 +77,27 @@ struct Replayer<'p> {
 }
 
 impl<'p> Replayer<'p> {
-    fn new(candidate: &'p CompiledPolicy) -> Self {
+    fn new(candidate: &'p CompiledPolicy, history_from: Option<Timestamp>) -> Self {
+        let mut report = ReplayReport::new(candidate.version().version.clone());
+        report.history_from = history_from;
         Self {
             candidate,
             labels: HashMap::new(),
-            report: ReplayReport::new(candidate.version().version.clone()),
+            report,
+        }
+    }
+
+    /// Whose labels a decision reads and adds to: its run's, or its pod's
+    /// under `scope: pod` (the pod names the first part of the stream).
+    fn label_key(&self, row: &LoggedDecision) -> (String, String) {
+        let tenant = row.decision.tenant.clone();
+        match self.candidate.flow_scope() {
+            Some(FlowScope::Pod) => {
+                let stream = &row.decision.stream;
+                let pod = stream.split_once('/').map_or(stream.as_str(), |(p, _)| p);
+                (tenant, format!("pod:{pod}"))
+            }
+            _ => (tenant, format!("run:{}", row.decision.record.run_id)),
         }
     }
 
@@ -108,9 +130,11 @@ impl<'p> Replayer<'p> {
     fn one(&mut self, row: &LoggedDecision, input: Option<&crate::DecisionInput>) {
         let record = &row.decision.record;
         self.report.decisions += 1;
-        let run = (row.decision.tenant.clone(), record.run_id.clone());
+        let run = self.label_key(row);
         let ran = record.verdict == Decision::Allow.as_str();
-        let call = match input.map(|i| (i, standing(i, &record.tool, &record.args_digest))) {
+        let message = record.message.as_deref();
+        let call = match input.map(|i| (i, standing(i, &record.tool, &record.args_digest, message)))
+        {
             None => Err(Why::NoInput),
             Some((_, InputStanding::Masked)) => Err(Why::Masked),
             Some((_, InputStanding::Mismatched)) => Err(Why::InputMismatch),
@@ -142,10 +166,11 @@ impl<'p> Replayer<'p> {
             provenance: call.provenance,
         };
         let verdict = self.candidate.evaluate(&call.call(), &ctx);
+        let (decision, reason, rule) = verdict.judged();
         let new = Outcome {
-            verdict: verdict.verdict,
-            reason: verdict.reason.as_str().to_owned(),
-            rule: verdict.matched_rule.clone(),
+            verdict: as_policy_judged(decision, reason),
+            reason: reason.as_str().to_owned(),
+            rule: rule.map(str::to_owned),
         };
         self.report.compared(row, old, new);
         self.add_labels(run, &call, ran);
@@ -176,35 +201,56 @@ impl<'p> Replayer<'p> {
 /// policy decided it.
 fn recorded_policy_outcome(row: &LoggedDecision) -> Option<Outcome> {
     let record = &row.decision.record;
-    let reason = Reason::from_wire(&record.reason)?;
-    let outcome = |verdict: Decision| Outcome {
-        verdict,
-        reason: record.reason.clone(),
-        rule: record.matched_rule.clone(),
-    };
-    match reason {
-        Reason::Approved | Reason::ApprovalDenied => Some(outcome(Decision::Escalate)),
-        Reason::BudgetExhausted => Some(outcome(Decision::Allow)),
+    let (verdict, reason, rule) = match Reason::from_wire(&record.reason)? {
         Reason::NotEnforced => {
             let message: serde_json::Value =
                 serde_json::from_str(record.message.as_deref()?).ok()?;
-            let verdict = Decision::from_wire(message["would_verdict"].as_str()?)?;
-            Some(Outcome {
-                verdict,
-                reason: message["would_reason"].as_str()?.to_owned(),
-                rule: message["would_rule"].as_str().map(str::to_owned),
-            })
+            (
+                Decision::from_wire(message["would_verdict"].as_str()?)?,
+                Reason::from_wire(message["would_reason"].as_str()?)?,
+                message["would_rule"].as_str().map(str::to_owned),
+            )
         }
-        Reason::RunCancelled
-        | Reason::AuditUnavailable
-        | Reason::NoBundle
-        | Reason::BundleExpired
-        | Reason::ToolNotListed
-        | Reason::RequestMalformed
-        | Reason::UpstreamNotAllowed
-        | Reason::WorkspaceRefused
-        | Reason::ToolDefinitionChanged
-        | Reason::InvalidArguments => None,
-        _ => Some(outcome(Decision::from_wire(&record.verdict)?)),
+        reason => (
+            Decision::from_wire(&record.verdict)?,
+            reason,
+            record.matched_rule.clone(),
+        ),
+    };
+    if !decided_by_policy(reason) {
+        return None;
+    }
+    Some(Outcome {
+        verdict: as_policy_judged(verdict, reason),
+        reason: reason.as_str().to_owned(),
+        rule,
+    })
+}
+
+/// Whether a verdict with `reason` came from a policy, not from a budget,
+/// the run's state or the sidecar's.
+fn decided_by_policy(reason: Reason) -> bool {
+    !matches!(
+        reason,
+        Reason::BudgetExhausted
+            | Reason::RunCancelled
+            | Reason::AuditUnavailable
+            | Reason::NoBundle
+            | Reason::BundleExpired
+            | Reason::ToolNotListed
+            | Reason::RequestMalformed
+            | Reason::UpstreamNotAllowed
+            | Reason::WorkspaceRefused
+            | Reason::ToolDefinitionChanged
+            | Reason::InvalidArguments
+    )
+}
+
+/// The policy's own verdict: an escalation a person or a standing grant
+/// answered is the escalation it was.
+fn as_policy_judged(verdict: Decision, reason: Reason) -> Decision {
+    match reason {
+        Reason::Approved | Reason::ApprovalDenied | Reason::ApprovedByGrant => Decision::Escalate,
+        _ => verdict,
     }
 }

@@ -167,6 +167,10 @@ pub struct ReplayReport {
     /// Runs whose history lacks a call that ran without a replayable
     /// input: their flow labels may be short of what they were.
     pub runs_with_gaps: u64,
+    /// Where the replayed history starts (`--since`): labels set before it
+    /// are not seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_from: Option<Timestamp>,
     #[serde(skip)]
     pub(super) gaps: BTreeSet<(String, String)>,
 }
@@ -186,6 +190,7 @@ impl ReplayReport {
             not_replayed: BTreeMap::new(),
             not_replayed_list: Vec::new(),
             runs_with_gaps: 0,
+            history_from: None,
             gaps: BTreeSet::new(),
         }
     }
@@ -242,8 +247,8 @@ impl ReplayReport {
         };
         if self.changes.len() < MAX_LISTED {
             self.changes.push(change);
-        } else if change.transition().priority() == 0 {
-            // Keep every deny→allow listed while there is a tightening to
+        } else if change.transition().loosens() {
+            // Keep every loosening listed while there is a tightening to
             // drop for it.
             match self
                 .changes

@@ -59,6 +59,10 @@ pub struct LogArgs {
     /// before the first printed one to its head); exit 1 when broken.
     #[arg(long)]
     verify: bool,
+    /// Only decisions the bundle's shadowed candidate decided differently
+    /// from the active policy.
+    #[arg(long)]
+    shadow_changed: bool,
 }
 
 /// Rows per page unless `--limit` says otherwise.
@@ -155,6 +159,7 @@ fn filter_of(args: &LogArgs, now: Timestamp) -> Result<DecisionFilter, CliError>
         policy_version: args.policy_version.clone(),
         since: instant("--since", args.since.as_deref(), now)?,
         until: instant("--until", args.until.as_deref(), now)?,
+        shadow_changed: args.shadow_changed,
     })
 }
 
@@ -164,7 +169,11 @@ fn names<'a>(all: impl Iterator<Item = &'a str>) -> String {
 
 /// An RFC 3339 instant, or a duration (the one syntax of toolgate's
 /// flags) meaning that long before `now`.
-pub(crate) fn instant(flag: &str, text: Option<&str>, now: Timestamp) -> Result<Option<Timestamp>, CliError> {
+pub(crate) fn instant(
+    flag: &str,
+    text: Option<&str>,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, CliError> {
     let Some(text) = text else {
         return Ok(None);
     };
@@ -201,6 +210,12 @@ fn json_row(row: &LoggedDecision) -> serde_json::Value {
         obj.insert("prev_hash".into(), d.prev_hash.clone().into());
         obj.insert("hash".into(), d.hash.clone().into());
         obj.insert("flow_labels_set".into(), row.flow_labels_set.clone().into());
+        if let Some(shadow) = &row.shadow {
+            obj.insert(
+                "shadow".into(),
+                serde_json::to_value(shadow).unwrap_or_default(),
+            );
+        }
         obj.insert("cursor".into(), row.cursor().to_string().into());
     }
     value
@@ -219,12 +234,12 @@ fn print_json(page: &DecisionPage, reports: Option<&[ChainReport]>) {
     }
 }
 
-const HEADERS: [&str; 14] = [
+const HEADERS: [&str; 15] = [
     "TIME", "TENANT", "RUN", "STEP", "TOOL", "VERDICT", "REASON", "RULE", "POLICY", "RISK",
-    "LABELS", "DECISION", "STREAM", "SEQ",
+    "LABELS", "SHADOW", "DECISION", "STREAM", "SEQ",
 ];
 
-fn cells(row: &LoggedDecision) -> [String; 14] {
+fn cells(row: &LoggedDecision) -> [String; 15] {
     let (d, r) = (&row.decision, &row.decision.record);
     let or_dash = |s: &str| {
         if s.is_empty() {
@@ -245,6 +260,10 @@ fn cells(row: &LoggedDecision) -> [String; 14] {
         r.policy_version.clone(),
         r.risk.clone(),
         or_dash(&row.flow_labels_set.join(",")),
+        row.shadow.as_ref().map_or_else(
+            || "-".to_owned(),
+            |c| format!("{} ({})", c.verdict.as_str(), c.reason.as_str()),
+        ),
         r.decision_id.clone(),
         d.stream.clone(),
         d.seq.to_string(),
@@ -255,7 +274,7 @@ fn print_table(page: &DecisionPage, reports: Option<&[ChainReport]>) {
     if page.rows.is_empty() {
         outln!("no decisions match");
     } else {
-        let rows: Vec<[String; 14]> = page.rows.iter().map(cells).collect();
+        let rows: Vec<[String; 15]> = page.rows.iter().map(cells).collect();
         let mut widths = HEADERS.map(str::len);
         for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use jiff::Timestamp;
 use toolgate_bundle::{
-    BundleInput, ProfileRef, SigningKey, TrustSet, VerifiedBundle, VerifyOptions,
+    BundleDocument, BundleInput, ProfileRef, SigningKey, TrustSet, VerifiedBundle, VerifyOptions,
 };
 use toolgate_policy::Grant;
 
@@ -49,6 +49,10 @@ pub struct BuildArgs {
     /// Where to write the envelope JSON.
     #[arg(long)]
     pub out: PathBuf,
+    /// A candidate PolicyProfile to shadow: sidecars evaluate it beside
+    /// `--profile` on every call, record its verdict and never enforce it.
+    #[arg(long)]
+    pub candidate: Option<PathBuf>,
 }
 
 /// Arguments of `toolgate bundle verify`.
@@ -159,20 +163,22 @@ fn build(args: BuildArgs) -> Result<serde_json::Value, CliError> {
     let expires_at = issued_at.checked_add(valid_for).map_err(|e| {
         CliError::Usage(format!("--valid-for `{}` is too long: {e}", args.valid_for))
     })?;
-    let (document, bytes) = toolgate_bundle::build(
-        BundleInput {
-            profile: ProfileRef {
-                name: manifest.metadata.name,
-                namespace: manifest.metadata.namespace,
-            },
-            spec: manifest.spec,
-            grants,
-            sequence: args.sequence,
-            issued_at,
-            expires_at,
+    let mut document = BundleDocument::new(BundleInput {
+        profile: ProfileRef {
+            name: manifest.metadata.name,
+            namespace: manifest.metadata.namespace,
         },
-        &key,
-    )?;
+        spec: manifest.spec,
+        grants,
+        sequence: args.sequence,
+        issued_at,
+        expires_at,
+    })?;
+    if let Some(path) = &args.candidate {
+        let candidate = toolgate_policy::load::parse_manifest(&read_text(path)?)?;
+        document = document.with_candidate(&candidate.metadata.name, candidate.spec)?;
+    }
+    let (document, bytes) = toolgate_bundle::sign(document, &key)?;
     write_bytes(&args.out, &bytes)?;
     Ok(serde_json::json!({
         "policy_version": document.policy_version.version,
@@ -182,6 +188,7 @@ fn build(args: BuildArgs) -> Result<serde_json::Value, CliError> {
         "sequence": document.sequence,
         "issued_at": document.issued_at.to_string(),
         "expires_at": document.expires_at.to_string(),
+        "candidate_version": document.candidate.as_ref().map(|c| c.policy_version.version.clone()),
         "out": args.out.display().to_string(),
     }))
 }

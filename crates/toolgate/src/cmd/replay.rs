@@ -47,6 +47,11 @@ pub struct ReplayArgs {
     /// Changed decisions the table lists (the JSON lists up to 10,000).
     #[arg(long, default_value_t = 50)]
     show: usize,
+    /// Fail (exit 1) when fewer decisions than this could be replayed, so
+    /// that a CI gate on an unrecorded log does not pass by checking
+    /// nothing.
+    #[arg(long, default_value_t = 0)]
+    min_replayed: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -77,6 +82,13 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
             serde_json::to_string_pretty(&report).unwrap_or_default()
         ),
         Format::Table => print_table(&report, args.show),
+    }
+    if report.replayed < args.min_replayed {
+        return Err(CliError::Usage(format!(
+            "only {} of {} decisions could be replayed, fewer than --min-replayed {} \
+             (record inputs with spec.audit.recordInputs)",
+            report.replayed, report.decisions, args.min_replayed
+        )));
     }
     Ok(if report.differs() {
         ExitCode::from(EXIT_CHANGED)
@@ -118,6 +130,12 @@ fn print_table(report: &ReplayReport, show: usize) {
         report.loosened,
         report.decisions - report.replayed
     );
+    if report.replayed == 0 {
+        outln!("nothing was replayed: no decision had a replayable input");
+    }
+    if let Some(from) = report.history_from {
+        outln!("history from {from}: flow labels set before it are not seen");
+    }
     if report.runs_with_gaps > 0 {
         outln!(
             "{} run(s) had a call that ran without a replayable input: their flow labels may be incomplete",

@@ -14,6 +14,7 @@ mod hook_cli;
 mod hook_formats;
 mod policy_cli;
 mod replay_cli;
+mod shadow_cli;
 mod sidecar_process;
 mod tenant_cli;
 mod wakeups_relay;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::audit_log_cli::engines;
 use crate::common::{SidecarProcess, free_port, spawn_sidecar, toolgate};
 
-const ACTIVE: &str = r#"
+pub(crate) const ACTIVE: &str = r#"
 apiVersion: toolgate.dev/v1alpha1
 kind: PolicyProfile
 metadata: {name: replay-active, namespace: NAMESPACE}
@@ -30,7 +30,7 @@ spec:
 
 /// Loosens `rm`, denies `deploy`, and denies `curl` in a run that read
 /// something: only the history of run r1 makes its curl a flip.
-const CANDIDATE: &str = r#"
+pub(crate) const CANDIDATE: &str = r#"
 apiVersion: toolgate.dev/v1alpha1
 kind: PolicyProfile
 metadata: {name: replay-candidate}
@@ -52,7 +52,7 @@ spec:
 "#;
 
 /// The calls the agent makes: (run, tool, arguments, recorded verdict).
-const CALLS: [(&str, &str, &str, &str); 7] = [
+pub(crate) const CALLS: [(&str, &str, &str, &str); 7] = [
     ("r1", "bash", "echo hi", "allow"),
     ("r1", "bash", "rm -rf build", "deny"),
     ("r1", "bash", "deploy prod", "escalate"),
@@ -62,7 +62,9 @@ const CALLS: [(&str, &str, &str, &str); 7] = [
     ("r2", "bash", "git status", "allow"),
 ];
 
-fn write_bundle(dir: &Path, recording: &str, namespace: &str) {
+/// Keys and a signed bundle of [`ACTIVE`] in `dir`, recording inputs as
+/// `recording`, with `extra_spec` lines appended to its spec.
+fn write_bundle(dir: &Path, recording: &str, namespace: &str, extra_spec: &str) {
     let keys = dir.join("keys");
     assert!(
         toolgate(&["keygen", "--out", keys.to_str().unwrap()])
@@ -72,7 +74,8 @@ fn write_bundle(dir: &Path, recording: &str, namespace: &str) {
     let profile = dir.join("active.yaml");
     let text = ACTIVE
         .replace("NAMESPACE", namespace)
-        .replace("RECORDING", recording);
+        .replace("RECORDING", recording)
+        + extra_spec;
     std::fs::write(&profile, text).unwrap();
     let out = toolgate(&[
         "bundle",
@@ -95,7 +98,12 @@ fn write_bundle(dir: &Path, recording: &str, namespace: &str) {
 
 /// Runs the agent's calls through a real sidecar on `database`; the
 /// sidecar is returned running (its log writes in the background).
-async fn record_calls(dir: &Path, database: &str, tenant: &str) -> (SidecarProcess, String) {
+async fn record_calls(
+    dir: &Path,
+    database: &str,
+    tenant: &str,
+    enforced: bool,
+) -> (SidecarProcess, String) {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let mut child = spawn_sidecar(dir, database, port, tenant);
@@ -123,7 +131,8 @@ async fn record_calls(dir: &Path, database: &str, tenant: &str) -> (SidecarProce
             .json()
             .await
             .unwrap();
-        assert_eq!(answer["verdict"], *verdict, "{body} → {answer}");
+        let expected = if enforced { *verdict } else { "allow" };
+        assert_eq!(answer["verdict"], expected, "{body} → {answer}");
     }
     (child, base)
 }
@@ -167,13 +176,10 @@ async fn a_candidate_replayed_on_a_real_sidecars_log_gives_the_exact_matrix() {
     for (i, (database, _schema)) in engines(dir.path()).await.iter().enumerate() {
         let run_dir = dir.path().join(format!("engine{i}"));
         std::fs::create_dir_all(&run_dir).unwrap();
-        write_bundle(
-            &run_dir,
-            "full",
-            &format!("replay-{}-{i}", std::process::id()),
-        );
+        let namespace = format!("replay-{}-{i}", std::process::id());
+        write_bundle(&run_dir, "full", &namespace, "");
         let tenant = format!("replay-{i}");
-        let (_sidecar, _) = record_calls(&run_dir, database, &tenant).await;
+        let (_sidecar, _) = record_calls(&run_dir, database, &tenant, true).await;
 
         let (code, report) = settled_replay(database, &tenant, &candidate).await;
         assert_eq!(code, 3, "{report:#}");
@@ -213,9 +219,10 @@ async fn masked_inputs_replay_only_where_masking_changed_nothing() {
         dir.path(),
         "masked",
         &format!("replay-m-{}", std::process::id()),
+        "",
     );
     let tenant = "masked";
-    let (_sidecar, base) = record_calls(dir.path(), database, tenant).await;
+    let (_sidecar, base) = record_calls(dir.path(), database, tenant, true).await;
     let client = reqwest::Client::new();
     let secret = json!({"tool": "bash", "run_id": "r3", "step_id": "s9",
         "arguments": {"command": "echo token=hunter2-secret"}});
@@ -239,11 +246,19 @@ async fn masked_inputs_replay_only_where_masking_changed_nothing() {
     };
     assert_eq!(report["replayed"], 7, "{report:#}");
     assert_eq!(report["not_replayed_list"][0]["why"], "masked");
-    // The secret never reached the database.
-    let db = std::fs::read(dir.path().join("log.db")).unwrap();
+    // The secret reached neither the inputs nor the log.
+    let pool = sqlx::SqlitePool::connect(database).await.unwrap();
+    let stored: Vec<(String,)> = sqlx::query_as(
+        "SELECT call FROM decision_inputs UNION ALL SELECT COALESCE(message, '') FROM decisions",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    assert!(stored.len() >= 16, "{stored:?}");
     assert!(
-        !db.windows(7).any(|w| w == b"hunter2"),
-        "the secret was stored"
+        stored.iter().all(|(text,)| !text.contains("hunter2")),
+        "the secret was stored: {stored:?}"
     );
 }
 
@@ -255,9 +270,10 @@ async fn an_input_edited_in_the_database_is_refused_by_replay_and_verify() {
         dir.path(),
         "full",
         &format!("replay-t-{}", std::process::id()),
+        "",
     );
     let tenant = "tamper";
-    let (_sidecar, _) = record_calls(dir.path(), database, tenant).await;
+    let (_sidecar, _) = record_calls(dir.path(), database, tenant, true).await;
     let candidate = dir.path().join("active.yaml");
     let (_, before) = settled_replay(database, tenant, &candidate).await;
     assert_eq!(before["replayed"], 7, "{before:#}");
@@ -281,7 +297,12 @@ async fn an_input_edited_in_the_database_is_refused_by_replay_and_verify() {
     assert_eq!(after["not_replayed"]["input_mismatch"], 1, "{after:#}");
 
     let out = toolgate(&["audit", "verify", "--database", database]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let body: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         body["inputs"][0]["mismatched"].as_array().unwrap().len(),
@@ -289,4 +310,42 @@ async fn an_input_edited_in_the_database_is_refused_by_replay_and_verify() {
         "{body:#}"
     );
     assert_eq!(body["inputs"][0]["matching"], 6);
+}
+
+#[tokio::test]
+async fn a_warn_profile_replayed_against_itself_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (database, _) = &engines(dir.path()).await[0];
+    let ns = format!("replay-w-{}", std::process::id());
+    write_bundle(dir.path(), "full", &ns, "  enforcement: warn\n");
+    let tenant = "warn";
+    let (_sidecar, _) = record_calls(dir.path(), database, tenant, false).await;
+    let active = dir.path().join("active.yaml");
+    let (code, report) = settled_replay(database, tenant, &active).await;
+    assert_eq!(report["replayed"], 7, "{report:#}");
+    // Compared by what each side judged, not by the allow warn answered.
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["transitions"]["deny→deny"], 1, "{report:#}");
+    assert_eq!(report["transitions"]["escalate→escalate"], 1);
+
+    // The enforcing candidate sees the same verdicts.
+    let (code, _) = replay(database, tenant, &dir.path().join("candidate.yaml"));
+    assert_eq!(code, 1, "no such file: an error is exit 1, not 2 or 3");
+    let out = toolgate(&[
+        "replay",
+        "--database",
+        database,
+        "--tenant",
+        tenant,
+        "--candidate",
+        active.to_str().unwrap(),
+        "--min-replayed",
+        "8",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

@@ -1,0 +1,209 @@
+//! Shadow mode through a real sidecar: a bundle built with `--candidate`
+//! enforces only the active profile, records the candidate's verdict
+//! beside each decision (in the chained message: `audit verify` still
+//! passes), counts it in `toolgate_shadow_decisions_total`, and `audit log
+//! --shadow-changed` lists exactly the calls the two decide differently.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::{SidecarProcess, free_port, toolgate};
+use crate::replay_cli::{ACTIVE, CALLS, CANDIDATE};
+
+fn build_shadow_bundle(dir: &Path) {
+    let keys = dir.join("keys");
+    assert!(
+        toolgate(&["keygen", "--out", keys.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let active = dir.join("active.yaml");
+    let text = ACTIVE
+        .replace("NAMESPACE", "shadow")
+        .replace("RECORDING", "none");
+    std::fs::write(&active, text).unwrap();
+    let candidate = dir.join("candidate.yaml");
+    std::fs::write(&candidate, CANDIDATE).unwrap();
+    let out = toolgate(&[
+        "bundle",
+        "build",
+        "--profile",
+        active.to_str().unwrap(),
+        "--candidate",
+        candidate.to_str().unwrap(),
+        "--key",
+        keys.join("signing.key").to_str().unwrap(),
+        "--sequence",
+        "1",
+        "--out",
+        dir.join("bundle.json").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let built: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        built["candidate_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("replay-candidate@"),
+        "{built}"
+    );
+}
+
+async fn wait_ready(client: &reqwest::Client, url: &str, child: &mut SidecarProcess) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(child.try_wait().unwrap().is_none(), "sidecar exited");
+        if let Ok(r) = client.get(format!("{url}/readyz")).send().await
+            && r.status().is_success()
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "sidecar never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn shadow_changed(database: &str) -> Vec<Value> {
+    let out = toolgate(&[
+        "audit",
+        "log",
+        "--database",
+        database,
+        "--shadow-changed",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_shadowed_candidate_is_recorded_counted_and_never_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    build_shadow_bundle(dir.path());
+    let database = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("shadow.db").display()
+    );
+    let (port, ops) = (free_port(), free_port());
+    let mut child = SidecarProcess(
+        Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["sidecar", "--bundle"])
+            .arg(dir.path().join("bundle.json"))
+            .arg("--trust")
+            .arg(dir.path().join("keys/signing.pub"))
+            .args([
+                "--database",
+                &database,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args([
+                "--ops-listen",
+                &format!("127.0.0.1:{ops}"),
+                "--tenant",
+                "shadow",
+            ])
+            .arg("--workspace-base")
+            .arg(dir.path().join("ws"))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&client, &base, &mut child).await;
+    for (i, (run, tool, arg, verdict)) in CALLS.iter().enumerate() {
+        let name = if *tool == "bash" { "command" } else { "path" };
+        let body = json!({"tool": tool, "arguments": {name: arg}, "run_id": run, "step_id": format!("s{i}")});
+        let answer: Value = client
+            .post(format!("{base}/v1/authorize"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        // Only the active profile binds: `rm` stays denied, `deploy` escalated.
+        assert_eq!(answer["verdict"], *verdict, "{body} → {answer}");
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let changed = loop {
+        let rows = shadow_changed(&database);
+        if rows.len() >= 2 || Instant::now() > deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // The live candidate sees the active profile's labels by name, and the
+    // active profile declares none: only the two tier flips differ here
+    // (replay, which rebuilds the candidate's labels, also finds the curl).
+    let flips: Vec<(String, String, String)> = changed
+        .iter()
+        .map(|r| {
+            (
+                r["reason"].as_str().unwrap().to_owned(),
+                r["shadow"]["verdict"].as_str().unwrap().to_owned(),
+                r["shadow"]["candidate_version"].as_str().unwrap()[..17].to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        flips,
+        [
+            (
+                "deny_rule".into(),
+                "allow".into(),
+                "replay-candidate@".into()
+            ),
+            (
+                "escalate_rule".into(),
+                "deny".into(),
+                "replay-candidate@".into()
+            ),
+        ],
+        "{changed:#?}"
+    );
+
+    let metrics = client
+        .get(format!("http://127.0.0.1:{ops}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (active, candidate, count) in [
+        ("allow", "allow", 5),
+        ("deny", "allow", 1),
+        ("escalate", "deny", 1),
+    ] {
+        let line = format!(
+            "toolgate_shadow_decisions_total{{active=\"{active}\",candidate=\"{candidate}\",profile=\"replay-active\"}} {count}"
+        );
+        assert!(metrics.contains(&line), "{line} not in\n{metrics}");
+    }
+
+    let out = toolgate(&["audit", "verify", "--database", &database]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
