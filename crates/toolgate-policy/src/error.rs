@@ -78,6 +78,31 @@ pub enum PolicyError {
         /// What was expected.
         message: String,
     },
+    /// An escalate glob every call of which the tiers before it decide
+    /// (hardline, shell control, deny, allow), some allowed: those calls
+    /// run without the human the author asked for. Raised by admission
+    /// only ([`crate::analyze::admission_check`]), never when a stored
+    /// profile is loaded.
+    #[error(
+        "{field}: escalate glob `{glob}` of tool `{tool}` never asks a human: every call it \
+         matches is decided first, and calls such as `{witness}` are allowed without approval \
+         by {} (the tiers run deny → allow → escalate); remove or narrow that allow glob, or \
+         move the pattern to deny",
+        .allowed_by.join(", ")
+    )]
+    ShadowedEscalate {
+        /// Path of the escalate glob, e.g. `spec.rules.bash.escalate[0]`.
+        field: String,
+        /// The canonical tool (a `*` glob: the first tool that shadows it).
+        tool: String,
+        /// The escalate glob, escaped and capped.
+        glob: String,
+        /// Allow globs that allow the witness, as "`glob` (field)".
+        allowed_by: Vec<String>,
+        /// A match text the escalate glob matches and an allow glob
+        /// allows, escaped and capped.
+        witness: String,
+    },
     /// Call arguments are not a JSON object or otherwise unusable.
     #[error("arguments: {0}")]
     InvalidArguments(String),
@@ -116,6 +141,7 @@ impl PolicyError {
             Self::InvalidAlias { .. } => "profile_invalid_alias",
             Self::InvalidValue { .. } => "profile_invalid_value",
             Self::WrongKind { .. } => "profile_wrong_kind",
+            Self::ShadowedEscalate { .. } => "shadowed_escalate",
             Self::InvalidArguments(_) => "invalid_arguments",
             Self::InvalidRunId { .. } => "invalid_run_id",
             Self::InvalidId { .. } => "invalid_request",
@@ -134,7 +160,8 @@ impl PolicyError {
             | Self::InvalidCidr { field, .. }
             | Self::InvalidAlias { field, .. }
             | Self::InvalidValue { field, .. }
-            | Self::WrongKind { field, .. } => Some(field),
+            | Self::WrongKind { field, .. }
+            | Self::ShadowedEscalate { field, .. } => Some(field),
             Self::InvalidArguments(_) => None,
             Self::InvalidRunId { .. } => Some("run_id"),
             Self::InvalidId { .. } => None,

@@ -6,7 +6,9 @@
 //!   update) that would change, remove or reach into the injected sidecar
 //!   ([`guard`]).
 //! - `POST /validate-policyprofiles` refuses a PolicyProfile that does not
-//!   load and compile, naming the field and the rule ([`validate`]).
+//!   load and compile, naming the field and the rule ([`validate`]), or
+//!   whose `escalate` glob the `allow` tier shadows; other cheap analysis
+//!   findings come back as warnings ([`profile_check`]).
 //! - `POST /validate-approvals` keeps an Approval well formed and its
 //!   decision final once made ([`validate`]), and refuses a decision by
 //!   someone who is not an approver of its profile ([`approvers`]).
@@ -42,6 +44,7 @@ mod error;
 pub mod guard;
 pub mod inject;
 pub mod metrics;
+pub mod profile_check;
 pub mod review;
 mod server;
 pub mod sidecar_resources;

@@ -137,7 +137,10 @@ async fn answer(hook: Hook, state: &AppState, request: Request) -> (Response, &'
             };
         }
     };
-    let mut response = decide(hook, &request, &state.inject);
+    let mut response = match hook {
+        Hook::ValidatePolicyProfiles => crate::profile_check::review(&request).await,
+        _ => decide(hook, &request, &state.inject),
+    };
     if matches!(hook, Hook::ValidateApprovals) && response.allowed {
         // Well formed and attributed: now whether the writer may create a
         // request, and the decider decide.
@@ -172,8 +175,10 @@ fn decide(hook: Hook, request: &AdmissionRequest, config: &InjectConfig) -> Admi
         Hook::ValidatePods => {
             validate::pod(request).map(|()| AdmissionResponse::allow(&request.uid))
         }
+        // Answered by `profile_check::review` (with the analysis); this
+        // arm only compiles the profile.
         Hook::ValidatePolicyProfiles => {
-            validate::policy_profile(request).map(|()| AdmissionResponse::allow(&request.uid))
+            validate::policy_profile(request).map(|_| AdmissionResponse::allow(&request.uid))
         }
         Hook::ValidateApprovals => {
             validate::approval(request).map(|()| AdmissionResponse::allow(&request.uid))

@@ -9,15 +9,17 @@
 
 use serde_json::Value;
 use toolgate_k8s::{K8sError, Requester, validate_approval, validate_profile};
-use toolgate_policy::PolicySpec;
+use toolgate_policy::{CompiledPolicy, PolicySpec};
 
 use crate::WebhookError;
 use crate::review::AdmissionRequest;
 
-/// Checks a PolicyProfile create or update. DELETE and CONNECT pass.
-pub fn policy_profile(request: &AdmissionRequest) -> Result<(), WebhookError> {
+/// Checks a PolicyProfile create or update: the compiled profile, for the
+/// analysis of [`crate::profile_check`]; `None` for DELETE and CONNECT,
+/// which pass.
+pub fn policy_profile(request: &AdmissionRequest) -> Result<Option<CompiledPolicy>, WebhookError> {
     let Some(object) = reviewed_object(request)? else {
-        return Ok(());
+        return Ok(None);
     };
     let metadata = object.get("metadata");
     let name = metadata
@@ -42,8 +44,7 @@ pub fn policy_profile(request: &AdmissionRequest) -> Result<(), WebhookError> {
             message: "a PolicyProfile needs a spec".into(),
         })?;
     let spec: PolicySpec = toolgate_policy::load::from_value(spec, "spec")?;
-    validate_profile(name, &spec)?;
-    Ok(())
+    Ok(Some(validate_profile(name, &spec)?))
 }
 
 /// Checks an Approval create or update with

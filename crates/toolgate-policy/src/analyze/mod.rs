@@ -2,6 +2,8 @@
 //! decide, and how two profiles differ, computed exactly over the glob
 //! languages ([`glob_lang`]) rather than by sampling calls.
 
+mod admission;
+mod bounded;
 mod compare;
 mod findings;
 pub mod glob_lang;
@@ -9,6 +11,10 @@ mod model;
 #[cfg(test)]
 mod tests;
 
+pub use admission::{
+    ADMISSION_LIMITS, AdmissionLimits, MAX_WARNING_CHARS, MAX_WARNINGS, admission_check,
+    admission_check_with, admission_warnings, clean,
+};
 pub use compare::{Comparison, Relation, ToolComparison, Witness, compare};
 pub use findings::{Analysis, Finding, Severity, analyze};
 pub use model::Tier;
