@@ -9,6 +9,7 @@ mod archive;
 mod atomicity;
 mod bad_input;
 mod connections;
+mod decision_inputs;
 mod decision_lookup;
 mod decision_query;
 mod decisions;
