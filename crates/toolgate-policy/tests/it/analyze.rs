@@ -672,3 +672,25 @@ fn admission_memory_stays_bounded() {
         .unwrap();
     assert!(peak < 48 * 1024, "peak RSS {peak} KiB");
 }
+
+/// docs/policy.md ("At admission") states the caps the code applies.
+#[test]
+fn the_docs_state_the_admission_caps() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/policy.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let section = text.split("### At admission").nth(1).expect("the section");
+    let words = section.split_whitespace().collect::<Vec<_>>().join(" ");
+    let l = ADMISSION_LIMITS;
+    for claim in [
+        format!("at most {} globs", l.max_globs_per_tool),
+        format!("{} bytes a glob", l.max_glob_bytes),
+        format!(
+            "{} KiB and {} distinct characters",
+            l.max_bytes_per_tool / 1024,
+            l.max_distinct_chars
+        ),
+        format!("at most {MAX_WARNINGS}, each at most {MAX_WARNING_CHARS} characters"),
+    ] {
+        assert!(words.contains(&claim), "{claim:?} in docs/policy.md");
+    }
+}
