@@ -9,12 +9,10 @@
 //! on a run without labels (every decision reads the run's labels from the
 //! store). SQLite by default; PostgreSQL with `TOOLGATE_BENCH_DATABASE_URL`.
 
-use std::time::{Duration, Instant};
+mod common;
 
-use jiff::{SignedDuration, Timestamp};
-use serde_json::{Value, json};
-use toolgate_bundle::{BundleInput, ProfileRef, SigningKey};
-use toolgate_sidecar::{Sidecar, SidecarConfig};
+use common::{sequential, start, us};
+use serde_json::json;
 
 const PLAIN: &str = r#"
 mode: rules
@@ -38,74 +36,6 @@ flows:
     - when: [untrusted, private]
       deny: {sideEffects: [NETWORK_WRITE]}
 "#;
-
-async fn start(dir: &std::path::Path, spec: &str, url: &str, name: &str) -> Sidecar {
-    let key = SigningKey::from_seed(&[2; 32]);
-    let (_, bytes) = toolgate_bundle::build(
-        BundleInput {
-            profile: ProfileRef {
-                name: name.into(),
-                namespace: Some(format!("bench-{}", uuid::Uuid::now_v7().simple())),
-            },
-            spec: toolgate_policy::load::from_str(spec).unwrap(),
-            grants: vec![],
-            sequence: 1,
-            issued_at: Timestamp::now(),
-            expires_at: Timestamp::now() + SignedDuration::from_hours(1),
-        },
-        &key,
-    )
-    .unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("bundle.json"), bytes).unwrap();
-    std::fs::write(
-        dir.join("trust.pem"),
-        key.public_key().to_spki_pem().unwrap(),
-    )
-    .unwrap();
-    let mut config = SidecarConfig::new(
-        dir.join("bundle.json"),
-        dir.join("trust.pem"),
-        url.to_owned(),
-    );
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.workspace_base = dir.join("ws");
-    config.tenant = format!("bench-{name}");
-    Sidecar::start(config).await.unwrap()
-}
-
-async fn call(client: &reqwest::Client, url: &str, body: &Value) -> bool {
-    client
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-}
-
-/// Calls of `body` one at a time for `secs`: (p50, p99, calls).
-async fn sequential(
-    client: &reqwest::Client,
-    url: &str,
-    body: &Value,
-    secs: u64,
-) -> (Duration, Duration, usize) {
-    let start = Instant::now();
-    let mut lat = Vec::new();
-    while start.elapsed() < Duration::from_secs(secs) {
-        let t = Instant::now();
-        if call(client, url, body).await {
-            lat.push(t.elapsed());
-        }
-    }
-    lat.sort();
-    let at = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
-    (at(0.5), at(0.99), lat.len())
-}
-
-fn us(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
-}
 
 fn main() {
     let dir = tempfile::tempdir().unwrap();
@@ -136,10 +66,18 @@ fn main() {
         })
     };
     let (plain, flows) = rt.block_on(async {
-        let plain = start(&dir.path().join("plain"), PLAIN, &url_of("plain"), "plain").await;
+        let plain = start(
+            &dir.path().join("plain"),
+            PLAIN,
+            None,
+            &url_of("plain"),
+            "plain",
+        )
+        .await;
         let flows = start(
             &dir.path().join("flows"),
             &format!("{PLAIN}{FLOWS}"),
+            None,
             &url_of("flows"),
             "flows",
         )
