@@ -5,6 +5,7 @@
 //! the decision that vouches for it. The tenant-role confinement of the
 //! table is in `tenant_isolation`.
 
+use crate::common::TestDb;
 use crate::common::builders::S;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
@@ -93,10 +94,11 @@ fn expiring(id: &str, expires_at: Timestamp) -> DecisionInput {
     }
 }
 
-/// Stored rows of `tenant` (any tenant when `None`), counted in SQL.
-async fn rows_of(store: &Store, tenant: Option<&str>) -> i64 {
-    let sql = "SELECT count(*) FROM decision_inputs WHERE $1 IS NULL OR tenant = $1";
-    if let Some(pg) = store.as_postgres() {
+/// Stored rows of `tenant` (any tenant when `None`), counted in SQL
+/// (on PostgreSQL straight to the server, not through a pooler).
+async fn rows_of(db: &TestDb, tenant: Option<&str>) -> i64 {
+    if let Some(pg) = db.pg() {
+        let sql = "SELECT count(*) FROM decision_inputs WHERE $1::text IS NULL OR tenant = $1";
         sqlx::query_scalar(sql)
             .bind(tenant)
             .fetch_one(pg)
@@ -106,7 +108,7 @@ async fn rows_of(store: &Store, tenant: Option<&str>) -> i64 {
         let sql = "SELECT count(*) FROM decision_inputs WHERE ?1 IS NULL OR tenant = ?1";
         sqlx::query_scalar(sql)
             .bind(tenant)
-            .fetch_one(store.as_sqlite().unwrap())
+            .fetch_one(db.store.as_sqlite().unwrap())
             .await
             .unwrap()
     }
@@ -127,7 +129,7 @@ both_backends!(inputs_are_read_back_by_decision_id_across_chunks, |db| {
         .collect();
     ins.put_batch("acme", &stored).await.unwrap();
     ins.put_batch("other", &stored[..3]).await.unwrap();
-    assert_eq!(rows_of(&db.store, Some("acme")).await, 620);
+    assert_eq!(rows_of(&db, Some("acme")).await, 620);
 
     // Present and absent ids interleaved, more than one chunk of 500.
     let wanted: Vec<String> = (0..1240)
@@ -201,7 +203,7 @@ both_backends!(a_decisions_first_input_is_kept, |db| {
         ins.get_many("acme", &["dec-1"]).await.unwrap()["dec-1"],
         first
     );
-    assert_eq!(rows_of(&db.store, None).await, 3);
+    assert_eq!(rows_of(&db, None).await, 3);
 });
 
 both_backends!(oversized_and_out_of_range_inputs_are_refused, |db| {
@@ -226,7 +228,7 @@ both_backends!(oversized_and_out_of_range_inputs_are_refused, |db| {
         .await
         .unwrap_err();
     assert_eq!(err.code(), "invalid_input", "{err}");
-    assert_eq!(rows_of(&db.store, None).await, 1);
+    assert_eq!(rows_of(&db, None).await, 1);
 
     let no_id = input("", &ok.call, false);
     let err = ins
@@ -239,7 +241,7 @@ both_backends!(oversized_and_out_of_range_inputs_are_refused, |db| {
         .await
         .unwrap_err();
     assert_eq!(err.code(), "invalid_input", "{err}");
-    assert_eq!(rows_of(&db.store, None).await, 1);
+    assert_eq!(rows_of(&db, None).await, 1);
 
     // Times up to 9999-01-01 read back; one millisecond later is refused
     // by the CHECK, and the batch with it stores nothing.
@@ -263,7 +265,7 @@ both_backends!(oversized_and_out_of_range_inputs_are_refused, |db| {
     ins.put_batch("acme", &[ok, recorded_beyond])
         .await
         .unwrap_err();
-    assert_eq!(rows_of(&db.store, None).await, 2);
+    assert_eq!(rows_of(&db, None).await, 2);
 });
 
 both_backends!(pruning_deletes_exactly_the_expired_inputs, |db| {
@@ -312,7 +314,7 @@ both_backends!(pruning_deletes_exactly_the_expired_inputs, |db| {
         .collect();
     ins.put_batch("acme", &many).await.unwrap();
     assert_eq!(ins.prune_expired(now).await.unwrap(), 10_050);
-    assert_eq!(rows_of(&db.store, None).await, 3);
+    assert_eq!(rows_of(&db, None).await, 3);
 });
 
 /// Appends each `(decision, input)` of `acme`: the decisions to the log (a
