@@ -694,3 +694,99 @@ fn the_docs_state_the_admission_caps() {
         assert!(words.contains(&claim), "{claim:?} in docs/policy.md");
     }
 }
+
+/// Random small profiles over letters whose case matters (Kelvin sign `K`
+/// lowers to `k`): whenever admission refuses, the witness it names is
+/// allowed by `evaluate`, and no text of up to four characters is
+/// escalated by the glob it calls shadowed.
+#[test]
+fn admission_refusals_hold_under_the_evaluator() {
+    const PIECES: &[&str] = &["a", "A", "k", "K", "\u{212A}", "*", "?", "[aB]", "[!a]"];
+    const TEXT: &[char] = &['a', 'A', 'b', 'k', 'K', '\u{212A}', 'x'];
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = |bound: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % bound as u64) as usize
+    };
+    let mut texts = vec![String::new()];
+    for len in 1..=4 {
+        let start = texts
+            .iter()
+            .position(|t| t.chars().count() == len - 1)
+            .unwrap();
+        let prefixes: Vec<String> = texts[start..].to_vec();
+        for p in prefixes {
+            texts.extend(TEXT.iter().map(|c| format!("{p}{c}")));
+        }
+    }
+    let mut refused = 0;
+    for _ in 0..120 {
+        let (denies, allows) = (next(2), 1 + next(2));
+        let mut glob = || {
+            (0..1 + next(3))
+                .map(|_| PIECES[next(PIECES.len())])
+                .collect::<String>()
+        };
+        let deny: Vec<String> = (0..denies).map(|_| format!("'{}'", glob())).collect();
+        let allow: Vec<String> = (0..allows).map(|_| format!("'{}'", glob())).collect();
+        let (deny, allow) = (deny.join(", "), allow.join(", "));
+        let escalate = glob();
+        let rules = format!(
+            "{{bash: {{deny: [{deny}], allow: [{allow}], escalate: ['{escalate}']}}, fetch: {{allow: ['*']}}}}"
+        );
+        let policy = admission_profile(&rules);
+        let Err(err) = admit(&policy) else { continue };
+        refused += 1;
+        assert_eq!(err.code(), "shadowed_escalate", "{rules}");
+        let label = format!("escalate:bash:{escalate}");
+        for text in &texts {
+            let args = serde_json::json!({"command": text});
+            let call = Call {
+                tool: "bash",
+                action: None,
+                arguments: args.as_object().unwrap(),
+            };
+            let verdict = policy.evaluate(&call, &Context::at(jiff::Timestamp::UNIX_EPOCH));
+            assert_ne!(
+                verdict.matched_rule.as_deref(),
+                Some(label.as_str()),
+                "{rules}: {text:?}"
+            );
+        }
+        let message = err.to_string();
+        let witness = message
+            .split("calls such as `")
+            .nth(1)
+            .unwrap()
+            .split('`')
+            .next()
+            .unwrap();
+        // Escaped for the message: read `\u{…}` back.
+        let witness = unescape(witness);
+        assert_eq!(
+            bash_verdict(&policy, &witness),
+            Decision::Allow,
+            "{rules}: {witness:?}"
+        );
+    }
+    assert!(
+        refused >= 5,
+        "only {refused} refusals: the table tests too little"
+    );
+}
+
+/// Reads back the `\u{…}` escapes of [`toolgate_policy::analyze::clean`].
+fn unescape(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("\\u{") {
+        out.push_str(&rest[..at]);
+        let end = rest[at..].find('}').unwrap() + at;
+        let code = u32::from_str_radix(&rest[at + 3..end], 16).unwrap();
+        out.push(char::from_u32(code).unwrap());
+        rest = &rest[end + 1..];
+    }
+    out + rest
+}
