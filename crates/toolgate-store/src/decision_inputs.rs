@@ -33,6 +33,10 @@ pub const MAX_INPUT_BYTES: usize = 64 << 10;
 /// recorded input.
 pub const INPUT_SHA256_MEMBER: &str = "input_sha256";
 
+/// 9999-01-01 in Unix milliseconds: the end of the times the migrations
+/// (0021, 0022, 0023) let a row hold, so that every row reads back.
+const READABLE_UNTIL_MS: i64 = 253_370_764_800_000;
+
 /// Rows one pruning statement deletes.
 const PRUNE_BATCH: i64 = 10_000;
 
@@ -48,7 +52,8 @@ pub struct DecisionInput {
     pub call: String,
     /// Whether secrets were masked out of it.
     pub masked: bool,
-    /// When it was recorded.
+    /// When it was recorded: its decision's `created_at`, to the
+    /// millisecond (how verify finds the decision by its index).
     pub recorded_at: Timestamp,
     /// When it may be pruned.
     pub expires_at: Timestamp,
@@ -160,6 +165,13 @@ impl DecisionInputs<'_> {
         require("tenant", tenant)?;
         for i in inputs {
             require("decision_id", &i.decision_id)?;
+            for (name, at) in [("recorded_at", i.recorded_at), ("expires_at", i.expires_at)] {
+                if !(0..=READABLE_UNTIL_MS).contains(&at.as_millisecond()) {
+                    return Err(StoreError::InvalidInput(format!(
+                        "{name} {at} is outside 1970-01-01 to 9999-01-01"
+                    )));
+                }
+            }
             if i.call.len() > MAX_INPUT_BYTES {
                 return Err(StoreError::InvalidInput(format!(
                     "input of {} is {} bytes, more than {MAX_INPUT_BYTES}",
@@ -281,12 +293,11 @@ impl DecisionInputs<'_> {
             });
             let Some(last) = rows.last() else { break };
             after = last.0.clone();
+            let mut unmatched = Vec::new();
             for (id, call, masked, recorded, expires, tool, digest, message) in rows {
                 check.rows += 1;
                 let (Some(tool), Some(digest)) = (tool, digest) else {
-                    if check.orphaned.len() < NAMED {
-                        check.orphaned.push(id);
-                    }
+                    unmatched.push(id);
                     continue;
                 };
                 let row = input((id, call, masked, recorded, expires))?;
@@ -299,7 +310,41 @@ impl DecisionInputs<'_> {
                     InputStanding::Mismatched => {}
                 }
             }
+            // An input naming a logged decision but not its time was moved
+            // off it (its time is the writer's to set): mismatched, not an
+            // orphan. Only inputs the indexed join missed are looked up.
+            let logged = self.logged_ids(tenant, &unmatched).await?;
+            for id in unmatched {
+                let list = if logged.contains(&id) {
+                    &mut check.mismatched
+                } else {
+                    &mut check.orphaned
+                };
+                if list.len() < NAMED {
+                    list.push(id);
+                }
+            }
         }
         Ok(check)
+    }
+
+    /// Which of `ids` name a decision of `tenant` in the log.
+    async fn logged_ids(&self, tenant: &str, ids: &[String]) -> Result<Vec<String>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks: Vec<String> = (0..ids.len()).map(|i| format!("${}", i + 2)).collect();
+        let sql = format!(
+            "SELECT DISTINCT decision_id FROM decisions WHERE tenant = $1 AND decision_id IN ({})",
+            marks.join(", ")
+        );
+        let found: Vec<(String,)> = on_pool!(self.store, pool => {
+            let mut q = sqlx::query_as(&sql).bind(tenant);
+            for id in ids {
+                q = q.bind(id);
+            }
+            q.fetch_all(pool).await?
+        });
+        Ok(found.into_iter().map(|(id,)| id).collect())
     }
 }

@@ -244,7 +244,8 @@ both_backends!(oversized_and_out_of_range_inputs_are_refused, |db| {
     assert_eq!(rows_of(&db, None).await, 1);
 
     // Times up to 9999-01-01 read back; one millisecond later is refused
-    // by the CHECK, and the batch with it stores nothing.
+    // (invalid_input; the CHECK behind it holds for any other writer), and
+    // the batch with it stores nothing.
     let bound = Timestamp::from_millisecond(TIME_BOUND_MS).unwrap();
     let late = expiring("dec-late", bound);
     ins.put_batch("acme", std::slice::from_ref(&late))
@@ -255,9 +256,11 @@ both_backends!(oversized_and_out_of_range_inputs_are_refused, |db| {
         late
     );
     let beyond = expiring("dec-beyond", bound + SignedDuration::from_millis(1));
-    ins.put_batch("acme", &[ok.clone(), beyond])
+    let err = ins
+        .put_batch("acme", &[ok.clone(), beyond])
         .await
         .unwrap_err();
+    assert_eq!(err.code(), "invalid_input", "{err}");
     let recorded_beyond = DecisionInput {
         recorded_at: bound + SignedDuration::from_millis(1),
         ..expiring("dec-beyond2", bound)

@@ -205,6 +205,9 @@ fn sidecar_families() -> BTreeMap<String, Family> {
     m.flow_refusals
         .with_label_values(&["no-exfiltration", "deny", "research-agent"])
         .inc();
+    m.shadow_decisions
+        .with_label_values(&["safe-coding", "allow", "deny"])
+        .inc();
     toolgate_families(&m.render())
 }
 

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::audit_log_cli::engines;
-use crate::common::{SidecarProcess, free_port, spawn_sidecar, toolgate};
+use crate::common::{
+    SidecarProcess, free_port, signed_bundle, spawn_sidecar, toolgate, wait_ready,
+};
 
 pub(crate) const ACTIVE: &str = r#"
 apiVersion: toolgate.dev/v1alpha1
@@ -65,35 +67,13 @@ pub(crate) const CALLS: [(&str, &str, &str, &str); 7] = [
 /// Keys and a signed bundle of [`ACTIVE`] in `dir`, recording inputs as
 /// `recording`, with `extra_spec` lines appended to its spec.
 fn write_bundle(dir: &Path, recording: &str, namespace: &str, extra_spec: &str) {
-    let keys = dir.join("keys");
-    assert!(
-        toolgate(&["keygen", "--out", keys.to_str().unwrap()])
-            .status
-            .success()
-    );
     let profile = dir.join("active.yaml");
     let text = ACTIVE
         .replace("NAMESPACE", namespace)
         .replace("RECORDING", recording)
         + extra_spec;
     std::fs::write(&profile, text).unwrap();
-    let out = toolgate(&[
-        "bundle",
-        "build",
-        "--profile",
-        profile.to_str().unwrap(),
-        "--key",
-        keys.join("signing.key").to_str().unwrap(),
-        "--sequence",
-        "1",
-        "--out",
-        dir.join("bundle.json").to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    signed_bundle(dir, &profile, None);
 }
 
 /// Runs the agent's calls through a real sidecar on `database`; the
@@ -108,17 +88,7 @@ async fn record_calls(
     let base = format!("http://127.0.0.1:{port}");
     let mut child = spawn_sidecar(dir, database, port, tenant);
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(child.try_wait().unwrap().is_none(), "sidecar exited");
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await
-            && r.status().is_success()
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "sidecar never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&client, &base, &mut child).await;
     for (i, (run, tool, arg, verdict)) in CALLS.iter().enumerate() {
         let name = if *tool == "bash" { "command" } else { "path" };
         let body = json!({"tool": tool, "arguments": {name: arg}, "run_id": run, "step_id": format!("s{i}")});

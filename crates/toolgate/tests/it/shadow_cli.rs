@@ -10,16 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{SidecarProcess, free_port, toolgate};
+use crate::common::{SidecarProcess, free_port, signed_bundle, toolgate, wait_ready};
 use crate::replay_cli::{ACTIVE, CALLS, CANDIDATE};
 
 fn build_shadow_bundle(dir: &Path) {
-    let keys = dir.join("keys");
-    assert!(
-        toolgate(&["keygen", "--out", keys.to_str().unwrap()])
-            .status
-            .success()
-    );
     let active = dir.join("active.yaml");
     let text = ACTIVE
         .replace("NAMESPACE", "shadow")
@@ -27,26 +21,7 @@ fn build_shadow_bundle(dir: &Path) {
     std::fs::write(&active, text).unwrap();
     let candidate = dir.join("candidate.yaml");
     std::fs::write(&candidate, CANDIDATE).unwrap();
-    let out = toolgate(&[
-        "bundle",
-        "build",
-        "--profile",
-        active.to_str().unwrap(),
-        "--candidate",
-        candidate.to_str().unwrap(),
-        "--key",
-        keys.join("signing.key").to_str().unwrap(),
-        "--sequence",
-        "1",
-        "--out",
-        dir.join("bundle.json").to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let built: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let built = signed_bundle(dir, &active, Some(&candidate));
     assert!(
         built["candidate_version"]
             .as_str()
@@ -54,20 +29,6 @@ fn build_shadow_bundle(dir: &Path) {
             .starts_with("replay-candidate@"),
         "{built}"
     );
-}
-
-async fn wait_ready(client: &reqwest::Client, url: &str, child: &mut SidecarProcess) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(child.try_wait().unwrap().is_none(), "sidecar exited");
-        if let Ok(r) = client.get(format!("{url}/readyz")).send().await
-            && r.status().is_success()
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "sidecar never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn shadow_changed(database: &str) -> Vec<Value> {

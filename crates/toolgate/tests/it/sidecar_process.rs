@@ -2,26 +2,9 @@
 //! intent and its completion, restarted, and asked what is still open.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use crate::common::{SidecarProcess, free_port, spawn_sidecar, toolgate};
+use crate::common::{free_port, spawn_sidecar, toolgate, wait_ready};
 use serde_json::{Value, json};
-
-async fn wait_ready(client: &reqwest::Client, base: &str, child: &mut SidecarProcess) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("sidecar exited before becoming ready: {status}");
-        }
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await
-            && r.status().is_success()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("sidecar never became ready");
-}
 
 async fn post(client: &reqwest::Client, url: String, body: Value) -> (u16, Value) {
     let r = client.post(url).json(&body).send().await.unwrap();

@@ -85,3 +85,56 @@ pub fn spawn_sidecar(dir: &Path, database: &str, port: u16, tenant: &str) -> Sid
         .expect("spawn sidecar");
     SidecarProcess(child)
 }
+
+/// Waits until the sidecar at `base` answers `/readyz`; fails the test if
+/// it exits first or is not ready within 30 s.
+pub async fn wait_ready(client: &reqwest::Client, base: &str, child: &mut SidecarProcess) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("sidecar exited before becoming ready: {status}");
+        }
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await
+            && r.status().is_success()
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("sidecar never became ready");
+}
+
+/// A fresh key pair in `dir/keys` and `dir/bundle.json` signed from the
+/// profile file `profile` (shadowing the profile file `candidate` when
+/// given), sequence 1: the build's JSON summary.
+pub fn signed_bundle(dir: &Path, profile: &Path, candidate: Option<&Path>) -> serde_json::Value {
+    let keys = dir.join("keys");
+    assert!(
+        toolgate(&["keygen", "--out", keys.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let (key, out) = (keys.join("signing.key"), dir.join("bundle.json"));
+    let mut args = vec![
+        "bundle",
+        "build",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        "--sequence",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    if let Some(candidate) = candidate {
+        args.extend(["--candidate", candidate.to_str().unwrap()]);
+    }
+    let built = toolgate(&args);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stdout)
+    );
+    serde_json::from_slice(&built.stdout).unwrap()
+}
