@@ -54,8 +54,8 @@ pub use approvals::{
 };
 pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decision_inputs::{
-    DecisionInput, DecisionInputs, INPUT_SHA256_MEMBER, InputCheck, InputStanding,
-    MAX_INPUT_BYTES, MAX_LOOKUP, standing as input_standing,
+    DecisionInput, DecisionInputs, INPUT_SHA256_MEMBER, InputCheck, InputStanding, MAX_INPUT_BYTES,
+    MAX_LOOKUP, standing as input_standing,
 };
 pub use decisions::{
     ArchiveRange, ChainReport, ChainedDecision, DecisionFilter, DecisionPage, DecisionRecord,
