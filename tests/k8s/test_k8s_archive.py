@@ -104,7 +104,10 @@ def test_the_leader_archives_on_a_schedule(kube, cluster, tmp_path):
         wait_for("the tenant's rows archived", lambda: _archived_rows(archive, ns) == 3
                  and _psql(cluster, f"SELECT count(*) FROM decisions WHERE tenant = '{ns}'") == "1", 30)
         assert _psql(cluster, f"SELECT seq FROM decisions WHERE tenant = '{ns}'") == "4"
-        assert _psql(cluster, f"SELECT seq FROM decision_archives WHERE tenant = '{ns}'") == "3"
+        # The four calls can straddle a pass (one a second), which then
+        # archives the first rows only and the next pass the rest: what
+        # holds either way is where the archive ends.
+        assert _psql(cluster, f"SELECT max(seq) FROM decision_archives WHERE tenant = '{ns}'") == "3"
 
         # The archive verifies offline with the controller's trust set ...
         code, offline = _toolgate(cluster, "audit", "verify", "--archive", str(archive), "--trust", str(trust))
@@ -127,8 +130,8 @@ def test_the_leader_archives_on_a_schedule(kube, cluster, tmp_path):
         assert allowed["verdict"] == "allow", allowed
         wait_for("the next pass", lambda: _archived_rows(archive, ns) == 4, 30)
         code, offline = _toolgate(cluster, "audit", "verify", "--archive", str(archive), "--trust", str(trust))
-        assert code == 0 and [(s["segments"], s["last_seq"]) for s in offline["streams"] if s["tenant"] == ns] \
-            == [(2, 4)], offline
+        ours = [(s["segments"], s["last_seq"]) for s in offline["streams"] if s["tenant"] == ns]
+        assert code == 0 and len(ours) == 1 and ours[0][0] >= 2 and ours[0][1] == 4, offline
 
         seen = _metrics(metrics)
         assert seen["toolgate_archive_rows_total"] >= 4, seen

@@ -141,6 +141,17 @@ impl Reason {
             _ => Decision::Deny,
         }
     }
+
+    /// The policy's own verdict for an answer `given` with this reason: an
+    /// escalation a person or a standing grant answered (`approved`,
+    /// `approval_denied`, `approved_by_grant`) is the escalation it was.
+    /// What replay and shadow mode compare.
+    pub fn judged_decision(self, given: Decision) -> Decision {
+        match self {
+            Self::Approved | Self::ApprovalDenied | Self::ApprovedByGrant => Decision::Escalate,
+            _ => given,
+        }
+    }
 }
 
 impl Reason {
@@ -263,13 +274,15 @@ impl Verdict {
 
     /// What the policy judged, whatever the enforcement mode: for a call
     /// only reported (`warn`, `dryRun`) the verdict, reason and rule
-    /// enforcement would have answered, else the verdict itself. What
-    /// replay and shadow mode compare.
+    /// enforcement would have answered, else the verdict itself; an
+    /// answered escalation as the escalation ([`Reason::judged_decision`]).
+    /// What replay and shadow mode compare.
     pub fn judged(&self) -> (Decision, Reason, Option<&str>) {
-        match (self.enforced, self.would_verdict, self.would_reason) {
+        let (verdict, reason, rule) = match (self.enforced, self.would_verdict, self.would_reason) {
             (false, Some(verdict), Some(reason)) => (verdict, reason, self.would_rule.as_deref()),
             _ => (self.verdict, self.reason, self.matched_rule.as_deref()),
-        }
+        };
+        (reason.judged_decision(verdict), reason, rule)
     }
 
     /// Answers with `reason` and the verdict it belongs to (see

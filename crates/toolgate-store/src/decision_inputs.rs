@@ -243,10 +243,10 @@ impl DecisionInputs<'_> {
     pub async fn prune_expired(&self, now: Timestamp) -> Result<u64> {
         let sql = if self.store.is_postgres() {
             "DELETE FROM decision_inputs WHERE ctid IN \
-             (SELECT ctid FROM decision_inputs WHERE expires_at < $1 LIMIT $2)"
+             (SELECT ctid FROM decision_inputs WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)"
         } else {
             "DELETE FROM decision_inputs WHERE rowid IN \
-             (SELECT rowid FROM decision_inputs WHERE expires_at < $1 LIMIT $2)"
+             (SELECT rowid FROM decision_inputs WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)"
         };
         let mut total = 0;
         loop {

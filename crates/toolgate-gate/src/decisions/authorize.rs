@@ -610,13 +610,17 @@ fn record_message(verdict: &Verdict, flow_labels_set: &[String], d: &Decided) ->
             sha.clone().into(),
         );
     }
-    if !message.is_empty() {
-        return Some(serde_json::Value::Object(message).to_string());
-    }
-    (verdict.reason == Reason::BudgetExhausted).then(|| {
+    let budget = (verdict.reason == Reason::BudgetExhausted).then(|| {
         format!(
             "run budget used up ({})",
             verdict.matched_rule.as_deref().unwrap_or("budget")
         )
-    })
+    });
+    if message.is_empty() {
+        return budget;
+    }
+    if let Some(budget) = budget {
+        message.insert("budget".into(), budget.into());
+    }
+    Some(serde_json::Value::Object(message).to_string())
 }

@@ -168,7 +168,7 @@ impl<'p> Replayer<'p> {
         let verdict = self.candidate.evaluate(&call.call(), &ctx);
         let (decision, reason, rule) = verdict.judged();
         let new = Outcome {
-            verdict: as_policy_judged(decision, reason),
+            verdict: decision,
             reason: reason.as_str().to_owned(),
             rule: rule.map(str::to_owned),
         };
@@ -221,7 +221,7 @@ fn recorded_policy_outcome(row: &LoggedDecision) -> Option<Outcome> {
         return None;
     }
     Some(Outcome {
-        verdict: as_policy_judged(verdict, reason),
+        verdict: reason.judged_decision(verdict),
         reason: reason.as_str().to_owned(),
         rule,
     })
@@ -244,13 +244,4 @@ fn decided_by_policy(reason: Reason) -> bool {
             | Reason::ToolDefinitionChanged
             | Reason::InvalidArguments
     )
-}
-
-/// The policy's own verdict: an escalation a person or a standing grant
-/// answered is the escalation it was.
-fn as_policy_judged(verdict: Decision, reason: Reason) -> Decision {
-    match reason {
-        Reason::Approved | Reason::ApprovalDenied | Reason::ApprovedByGrant => Decision::Escalate,
-        _ => verdict,
-    }
 }

@@ -17,7 +17,7 @@ fn build_shadow_bundle(dir: &Path) {
     let active = dir.join("active.yaml");
     let text = ACTIVE
         .replace("NAMESPACE", "shadow")
-        .replace("RECORDING", "none");
+        .replace("RECORDING", "full");
     std::fs::write(&active, text).unwrap();
     let candidate = dir.join("candidate.yaml");
     std::fs::write(&candidate, CANDIDATE).unwrap();
@@ -105,13 +105,21 @@ async fn a_shadowed_candidate_is_recorded_counted_and_never_enforced() {
     }
 
     let deadline = Instant::now() + Duration::from_secs(15);
-    let changed = loop {
-        let rows = shadow_changed(&database);
-        if rows.len() >= 2 || Instant::now() > deadline {
-            break rows;
+    // Every decision logged first, so a late false positive cannot hide.
+    loop {
+        let out = toolgate(&["audit", "log", "--database", &database, "--format", "json"]);
+        let logged = String::from_utf8_lossy(&out.stdout).lines().count();
+        if logged == CALLS.len() {
+            break;
         }
+        assert!(
+            Instant::now() < deadline,
+            "{logged} of {} logged",
+            CALLS.len()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    }
+    let changed = shadow_changed(&database);
     // The live candidate sees the active profile's labels by name, and the
     // active profile declares none: only the two tier flips differ here
     // (replay, which rebuilds the candidate's labels, also finds the curl).
@@ -161,6 +169,23 @@ async fn a_shadowed_candidate_is_recorded_counted_and_never_enforced() {
         assert!(metrics.contains(&line), "{line} not in\n{metrics}");
     }
 
+    // Inputs were recorded beside the shadow: the chain vouches for both.
+    let candidate = dir.path().join("candidate.yaml");
+    let replayed = toolgate(&[
+        "replay",
+        "--database",
+        &database,
+        "--candidate",
+        candidate.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let report: Value = serde_json::from_slice(&replayed.stdout).unwrap();
+    assert_eq!(
+        (replayed.status.code(), &report["replayed"]),
+        (Some(3), &json!(7)),
+        "{report:#}"
+    );
     let out = toolgate(&["audit", "verify", "--database", &database]);
     assert!(
         out.status.success(),
