@@ -5,10 +5,11 @@
 //! The log holds an arguments digest, which is enough to prove a record but
 //! not to decide it again. With `recordInputs` a sidecar also stores the
 //! call itself ([`RecordedCall`]) beside its decision: `full` as it was,
-//! `masked` with secrets replaced ([`mask_arguments`]). A full input hashes
-//! to its decision's `args_digest`, which the chain covers, so the chain
-//! vouches for it; a masked one that masking changed cannot, and replay
-//! reports it instead of deciding it on text the agent never sent.
+//! `masked` with secrets replaced ([`mask_arguments`]). The gate puts the
+//! SHA-256 of the stored text in its decision's chained message, so the
+//! chain vouches for every stored input, masked or not; a masked one that
+//! masking changed is still not replayed: replay reports it instead of
+//! deciding it on text the agent never sent.
 
 use jiff::SignedDuration;
 use schemars::JsonSchema;

@@ -105,7 +105,9 @@ pub enum Why {
     /// The input was recorded masked and masking changed it: deciding the
     /// masked text would judge what the agent never sent.
     Masked,
-    /// The stored input contradicts its decision's tool or `args_digest`.
+    /// The stored input contradicts its decision: not the SHA-256 its
+    /// chained message holds, another tool, or other arguments than its
+    /// `args_digest` names.
     InputMismatch,
     /// The run's or the sidecar's state refused it (cancelled run, no
     /// bundle, audit down, ...): no policy decided it.
