@@ -334,7 +334,12 @@ fn record_with_labels(
         tool: req.tool.to_string(),
         verdict: verdict.verdict.as_str().to_owned(),
         reason: verdict.reason.as_str().to_owned(),
-        message: record_message(verdict, labels, d),
+        message: super::message::record_message(
+            verdict,
+            labels,
+            d.shadow.as_ref(),
+            d.input_sha256.as_deref(),
+        ),
         // Labels come from the profile; a very long glob must not make the
         // log refuse the record.
         matched_rule: verdict
@@ -575,52 +580,4 @@ fn sidecar_verdict(reason: Reason, policy_version: &str, call: &Call<'_>) -> Ver
         would_rule: None,
         warning: None,
     }
-}
-
-/// The decision log's `message` for a verdict: what enforcement would have
-/// answered when it only reports, the labels the call set, what a shadowed
-/// candidate decided, and otherwise which budget refused the call.
-fn record_message(verdict: &Verdict, flow_labels_set: &[String], d: &Decided) -> Option<String> {
-    let mut message = serde_json::Map::new();
-    if !verdict.enforced {
-        message.insert("enforced".into(), false.into());
-        message.insert(
-            "would_verdict".into(),
-            serde_json::json!(verdict.would_verdict),
-        );
-        message.insert(
-            "would_reason".into(),
-            serde_json::json!(verdict.would_reason),
-        );
-        message.insert(
-            "would_rule".into(),
-            serde_json::json!(verdict.would_rule.as_deref().map(|r| truncate(r, 512))),
-        );
-    }
-    if !flow_labels_set.is_empty() {
-        // Why a later call of the run was refused starts here.
-        message.insert("flow_labels_set".into(), flow_labels_set.into());
-    }
-    if let Some(shadow) = &d.shadow {
-        super::shadow::message_members(shadow, &mut message);
-    }
-    if let Some(sha) = &d.input_sha256 {
-        message.insert(
-            toolgate_store::INPUT_SHA256_MEMBER.into(),
-            sha.clone().into(),
-        );
-    }
-    let budget = (verdict.reason == Reason::BudgetExhausted).then(|| {
-        format!(
-            "run budget used up ({})",
-            verdict.matched_rule.as_deref().unwrap_or("budget")
-        )
-    });
-    if message.is_empty() {
-        return budget;
-    }
-    if let Some(budget) = budget {
-        message.insert("budget".into(), budget.into());
-    }
-    Some(serde_json::Value::Object(message).to_string())
 }

@@ -8,6 +8,7 @@ mod authorize;
 pub(crate) mod batch;
 mod escalation;
 mod inputs;
+mod message;
 mod refusals;
 mod shadow;
 

@@ -50,17 +50,3 @@ pub(super) fn count(metrics: &Metrics, profile: &str, shadow: &ShadowOutcome) {
         .with_label_values(&[profile, shadow.active.as_str(), shadow.verdict.as_str()])
         .inc();
 }
-
-/// The `message` members recording `shadow`.
-pub(super) fn message_members(
-    shadow: &ShadowOutcome,
-    message: &mut serde_json::Map<String, serde_json::Value>,
-) {
-    message.insert(
-        "shadow".into(),
-        serde_json::to_value(shadow).unwrap_or_default(),
-    );
-    if shadow.disagrees() {
-        message.insert("shadow_changed".into(), true.into());
-    }
-}
