@@ -21,17 +21,15 @@ use jiff::Timestamp;
 use serde::Serialize;
 use toolgate_policy::audit::RecordedCall;
 
+#[cfg(doc)]
+use crate::INPUT_SHA256_MEMBER;
 use crate::fields::{require, ts_from_ms};
-use crate::{BeginWrite, Result, Store, StoreError, on_pool};
+use crate::{BeginWrite, DecisionMessage, Result, Store, StoreError, on_pool};
 
 /// Largest stored input (canonical JSON bytes); a larger call is not
 /// recorded, and replay reports it as having no input. It bounds what the
 /// sidecar's queue holds for an agent that sends huge arguments.
 pub const MAX_INPUT_BYTES: usize = 64 << 10;
-
-/// The member of a decision's `message` holding the hex SHA-256 of its
-/// recorded input.
-pub const INPUT_SHA256_MEMBER: &str = "input_sha256";
 
 /// 9999-01-01 in Unix milliseconds: the end of the times the migrations
 /// (0021, 0022, 0023) let a row hold, so that every row reads back.
@@ -105,7 +103,8 @@ pub fn standing(
     args_digest: &str,
     message: Option<&str>,
 ) -> InputStanding {
-    let vouched = input_sha256_of(message)
+    let vouched = DecisionMessage::parse(message)
+        .input_sha256
         .is_some_and(|sha| sha == toolgate_policy::digest::sha256_hex(input.call.as_bytes()));
     if !vouched {
         return InputStanding::Mismatched;
@@ -116,13 +115,6 @@ pub fn standing(
         Ok(_) if input.masked => InputStanding::Masked,
         _ => InputStanding::Mismatched,
     }
-}
-
-/// The input SHA-256 a decision's message records.
-fn input_sha256_of(message: Option<&str>) -> Option<String> {
-    let value: serde_json::Value =
-        serde_json::from_str(message.filter(|m| m.starts_with('{'))?).ok()?;
-    value.get(INPUT_SHA256_MEMBER)?.as_str().map(str::to_owned)
 }
 
 type Row = (String, String, bool, i64, i64);

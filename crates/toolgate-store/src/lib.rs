@@ -38,6 +38,7 @@ mod pg;
 mod profiles;
 pub mod replay;
 mod runs;
+mod shadow_tally;
 mod schema;
 pub mod tenancy;
 mod wakeups;
@@ -54,14 +55,15 @@ pub use approvals::{
 };
 pub use checkpoints::{Checkpoint, Checkpoints};
 pub use decision_inputs::{
-    DecisionInput, DecisionInputs, INPUT_SHA256_MEMBER, InputCheck, InputStanding, MAX_INPUT_BYTES,
-    MAX_LOOKUP, standing as input_standing,
+    DecisionInput, DecisionInputs, InputCheck, InputStanding, MAX_INPUT_BYTES, MAX_LOOKUP,
+    standing as input_standing,
 };
 pub use decisions::{
-    ArchiveRange, ChainReport, ChainedDecision, DecisionFilter, DecisionPage, DecisionRecord,
-    Decisions, GENESIS_HASH, LEGACY_STREAM, LogCursor, LoggedDecision, MAX_QUERY_LIMIT,
-    PARTITION_MONTHS_AHEAD, PartitionPrune, Position, SHADOW_CHANGED_MARK, ShadowOutcome,
-    StreamHead, StreamLink, check_stream, genesis_hash,
+    ArchiveRange, ChainReport, ChainedDecision, DecisionFilter, DecisionMessage, DecisionPage,
+    DecisionRecord, Decisions, GENESIS_HASH, INPUT_SHA256_MEMBER, LEGACY_STREAM, LogCursor,
+    LoggedDecision, MAX_QUERY_LIMIT, PARTITION_MONTHS_AHEAD, PartitionPrune, Position,
+    SHADOW_CHANGED_MARK, ShadowOutcome, StreamHead, StreamLink, WouldHave, check_stream,
+    genesis_hash,
 };
 pub use error::{Result, StoreError};
 pub use fields::{MAX_FIELD_LEN, check_field};
@@ -71,6 +73,7 @@ pub(crate) use fields::{
 };
 pub use flows::{FlowLabel, FlowLabels, LabelsOnPass};
 pub use heartbeats::{Heartbeat, HeartbeatListing, Heartbeats, UnreadableHeartbeat};
+pub use shadow_tally::{MAX_TALLY_BYTES, ShadowTally, ShadowTransition};
 pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
 };

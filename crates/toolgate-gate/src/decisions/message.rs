@@ -4,72 +4,40 @@
 //! input, and which budget refused it. The chain hashes these bytes.
 
 use toolgate_policy::{Reason, Verdict};
-use toolgate_store::ShadowOutcome;
+use toolgate_store::{DecisionMessage, ShadowOutcome, WouldHave};
 
 use crate::labels::truncate;
 
-/// The decision log's `message` for a verdict: what enforcement would have
-/// answered when it only reports, the labels the call set, what a shadowed
-/// candidate decided, and otherwise which budget refused the call.
+/// The decision log's `message` for a verdict (see [`DecisionMessage`]):
+/// what enforcement would have answered when it only reports, the labels
+/// the call set, what a shadowed candidate decided, the SHA-256 of the
+/// call's recorded input, and which budget refused the call.
 pub(super) fn record_message(
     verdict: &Verdict,
     flow_labels_set: &[String],
     shadow: Option<&ShadowOutcome>,
     input_sha256: Option<&str>,
 ) -> Option<String> {
-    let mut message = serde_json::Map::new();
-    if !verdict.enforced {
-        message.insert("enforced".into(), false.into());
-        message.insert(
-            "would_verdict".into(),
-            serde_json::json!(verdict.would_verdict),
-        );
-        message.insert(
-            "would_reason".into(),
-            serde_json::json!(verdict.would_reason),
-        );
-        message.insert(
-            "would_rule".into(),
-            serde_json::json!(verdict.would_rule.as_deref().map(|r| truncate(r, 512))),
-        );
+    DecisionMessage {
+        would: (!verdict.enforced).then(|| WouldHave {
+            verdict: verdict.would_verdict,
+            reason: verdict.would_reason,
+            rule: verdict
+                .would_rule
+                .as_deref()
+                .map(|r| truncate(r, 512).to_owned()),
+        }),
+        flow_labels_set: flow_labels_set.to_vec(),
+        shadow: shadow.cloned(),
+        input_sha256: input_sha256.map(str::to_owned),
+        refusal: (verdict.reason == Reason::BudgetExhausted).then(|| {
+            format!(
+                "run budget used up ({})",
+                verdict.matched_rule.as_deref().unwrap_or("budget")
+            )
+        }),
     }
-    if !flow_labels_set.is_empty() {
-        // Why a later call of the run was refused starts here.
-        message.insert("flow_labels_set".into(), flow_labels_set.into());
-    }
-    if let Some(shadow) = shadow {
-        message_members(shadow, &mut message);
-    }
-    if let Some(sha) = input_sha256 {
-        message.insert(toolgate_store::INPUT_SHA256_MEMBER.into(), sha.into());
-    }
-    let budget = (verdict.reason == Reason::BudgetExhausted).then(|| {
-        format!(
-            "run budget used up ({})",
-            verdict.matched_rule.as_deref().unwrap_or("budget")
-        )
-    });
-    if message.is_empty() {
-        return budget;
-    }
-    if let Some(budget) = budget {
-        message.insert("budget".into(), budget.into());
-    }
-    Some(serde_json::Value::Object(message).to_string())
-}
-
-/// The `message` members recording `shadow`.
-fn message_members(
-    shadow: &ShadowOutcome,
-    message: &mut serde_json::Map<String, serde_json::Value>,
-) {
-    message.insert(
-        "shadow".into(),
-        serde_json::to_value(shadow).unwrap_or_default(),
-    );
-    if shadow.disagrees() {
-        message.insert("shadow_changed".into(), true.into());
-    }
+    .to_text()
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ mod archive;
 mod chain;
 mod heads;
 mod lookup;
+mod message;
 mod partitions;
 mod query;
 mod verify;
@@ -51,11 +52,11 @@ pub(crate) use append::{append_pg_in, append_sqlite_in, prepared};
 pub use archive::ArchiveRange;
 pub use chain::genesis_hash;
 pub(crate) use heads::HeadCache;
-pub use partitions::{PARTITION_MONTHS_AHEAD, PartitionPrune};
-pub use query::{
-    DecisionFilter, DecisionPage, LogCursor, LoggedDecision, MAX_QUERY_LIMIT, SHADOW_CHANGED_MARK,
-    ShadowOutcome,
+pub use message::{
+    DecisionMessage, INPUT_SHA256_MEMBER, SHADOW_CHANGED_MARK, ShadowOutcome, WouldHave,
 };
+pub use partitions::{PARTITION_MONTHS_AHEAD, PartitionPrune};
+pub use query::{DecisionFilter, DecisionPage, LogCursor, LoggedDecision, MAX_QUERY_LIMIT};
 
 /// `prev_hash` of the first row of a tenant's [`LEGACY_STREAM`] chain.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";

@@ -16,10 +16,11 @@ use std::fmt;
 use std::str::FromStr;
 
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use toolgate_policy::{Decision, Reason};
 
 use super::chain::row_hash;
+use super::message::{DecisionMessage, SHADOW_CHANGED_MARK, ShadowOutcome};
 use super::{COLUMNS, ChainReport, ChainedDecision, DecisionRow, Decisions, Position};
 use crate::{Result, StoreError, on_pool, require};
 
@@ -113,43 +114,6 @@ pub struct LoggedDecision {
     pub shadow: Option<ShadowOutcome>,
 }
 
-/// What a bundle's candidate policy (shadow mode) decided for a call
-/// beside the active policy, as the gate records it in the decision's
-/// `message` (member `shadow`; the chain covers it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShadowOutcome {
-    /// The candidate's policy version.
-    pub candidate_version: String,
-    /// The active policy's verdict, before anything but policy changed it.
-    pub active: Decision,
-    /// The candidate's verdict.
-    pub verdict: Decision,
-    /// The candidate's reason code.
-    pub reason: Reason,
-    /// The candidate's matched rule, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<String>,
-}
-
-impl ShadowOutcome {
-    /// Whether the candidate would have decided otherwise.
-    pub fn disagrees(&self) -> bool {
-        self.active != self.verdict
-    }
-}
-
-/// The `message` member that marks a disagreeing shadow decision, which
-/// `--shadow-changed` selects by (a JSON key: text in a string value has
-/// its quotes escaped, so only the gate's own member matches).
-pub const SHADOW_CHANGED_MARK: &str = "\"shadow_changed\":true";
-
-/// The shadow outcome a decision's message records.
-fn shadow_of(message: Option<&str>) -> Option<ShadowOutcome> {
-    let value: serde_json::Value =
-        serde_json::from_str(message.filter(|m| m.starts_with('{'))?).ok()?;
-    serde_json::from_value(value.get("shadow")?.clone()).ok()
-}
-
 impl LoggedDecision {
     /// This row's position, to continue after it.
     pub fn cursor(&self) -> LogCursor {
@@ -169,25 +133,6 @@ pub struct DecisionPage {
     pub rows: Vec<LoggedDecision>,
     /// Where the next page starts, when there are more rows.
     pub next: Option<LogCursor>,
-}
-
-/// The labels a decision's message says it set.
-fn labels_of(message: Option<&str>) -> Vec<String> {
-    let Some(value) = message
-        .filter(|m| m.starts_with('{'))
-        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
-    else {
-        return Vec::new();
-    };
-    value["flow_labels_set"]
-        .as_array()
-        .map(|labels| {
-            labels
-                .iter()
-                .filter_map(|l| l.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A parameter of the page's statement.
@@ -316,9 +261,10 @@ impl Decisions<'_> {
             .take(limit as usize)
             .map(|row| {
                 let decision = row.into_chained()?;
+                let message = DecisionMessage::parse(decision.record.message.as_deref());
                 Ok(LoggedDecision {
-                    flow_labels_set: labels_of(decision.record.message.as_deref()),
-                    shadow: shadow_of(decision.record.message.as_deref()),
+                    flow_labels_set: message.flow_labels_set,
+                    shadow: message.shadow,
                     decision,
                 })
             })
@@ -418,19 +364,5 @@ mod tests {
                 "invalid_input"
             );
         }
-    }
-
-    #[test]
-    fn labels_come_from_the_message() {
-        assert_eq!(
-            labels_of(Some(r#"{"flow_labels_set":["private","web"]}"#)),
-            ["private", "web"]
-        );
-        assert_eq!(
-            labels_of(Some(r#"{"enforced":false,"flow_labels_set":["x"]}"#)),
-            ["x"]
-        );
-        assert!(labels_of(Some("run budget used up (calls)")).is_empty());
-        assert!(labels_of(None).is_empty());
     }
 }

@@ -38,7 +38,7 @@ use toolgate_policy::{CompiledPolicy, Context, Decision, FlowScope, LabelSet, Re
 
 use crate::decision_inputs::{InputStanding, standing};
 use crate::decisions::{DecisionFilter, LogCursor, LoggedDecision};
-use crate::{Result, Store};
+use crate::{DecisionMessage, Result, Store};
 
 pub use report::{
     ChangedDecision, MAX_LISTED, Outcome, ReplayReport, Transition, Unreplayable, Why,
@@ -203,13 +203,8 @@ fn recorded_policy_outcome(row: &LoggedDecision) -> Option<Outcome> {
     let record = &row.decision.record;
     let (verdict, reason, rule) = match Reason::from_wire(&record.reason)? {
         Reason::NotEnforced => {
-            let message: serde_json::Value =
-                serde_json::from_str(record.message.as_deref()?).ok()?;
-            (
-                Decision::from_wire(message["would_verdict"].as_str()?)?,
-                Reason::from_wire(message["would_reason"].as_str()?)?,
-                message["would_rule"].as_str().map(str::to_owned),
-            )
+            let would = DecisionMessage::parse(record.message.as_deref()).would?;
+            (would.verdict?, would.reason?, would.rule)
         }
         reason => (
             Decision::from_wire(&record.verdict)?,
