@@ -11,6 +11,7 @@
 //! (plain strings, a JSON object) read any body of the right shape.
 
 use jiff::Timestamp;
+use schemars::JsonSchema;
 use serde::de::IntoDeserializer;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
@@ -54,7 +55,7 @@ pub fn limits_markdown_table() -> String {
 
 /// One call to decide: what `POST /v1/authorize` carries, as its clients
 /// (`toolgate-client`) write it. Absent options are left out of the body.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[serde(bound(deserialize = "Id: Deserialize<'de>, RunId: Deserialize<'de>"))]
 pub struct AuthorizeRequest<Id = String, RunId = String> {
@@ -84,7 +85,7 @@ pub struct AuthorizeRequest<Id = String, RunId = String> {
 
 /// The answer to one call (`POST /v1/authorize`): the verdict, flattened,
 /// plus its identifiers.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct AuthorizeResponse<Verdict = Map<String, Value>> {
     /// Id of this decision; intents name it.
     pub decision_id: String,
@@ -102,7 +103,7 @@ pub struct AuthorizeResponse<Verdict = Map<String, Value>> {
 
 /// One refusal made at an edge: what `POST /v1/refusals` carries (the
 /// gateway of `toolgate mcp wrap` reports its refusals there).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[serde(bound(
     deserialize = "Id: Deserialize<'de>, RunId: Deserialize<'de>, Reason: Deserialize<'de>"
@@ -128,7 +129,7 @@ pub struct RefusalRequest<Id = String, RunId = String, Reason = String> {
 }
 
 /// The decision a refusal was recorded as (the answer to `POST /v1/refusals`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RecordedRefusal {
     /// Its id in the decision log.
     pub decision_id: String,
@@ -136,7 +137,7 @@ pub struct RecordedRefusal {
 
 /// A message (not a `tools/call`) a run sends an MCP server: what `POST
 /// /v1/messages/screen` carries.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageScreen<Id = String, RunId = String> {
     /// Run the message belongs to.
@@ -151,7 +152,7 @@ pub struct MessageScreen<Id = String, RunId = String> {
 }
 
 /// A screened message's answer: `refused` with the denial it was recorded as.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Screened {
     /// Whether the message may not be sent.
     pub refused: bool,
@@ -166,7 +167,7 @@ pub struct Screened {
 /// An intent as the intent endpoints answer it: the stored row, flattened,
 /// plus its id as `intent_id`, the name `POST /v1/intents` answers with
 /// (the row's own `id` stays one release for older clients).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IntentView<Intent = Map<String, Value>> {
     /// The row (`toolgate-store`'s `Intent` in the sidecar).
     #[serde(flatten)]
@@ -177,7 +178,7 @@ pub struct IntentView<Intent = Map<String, Value>> {
 
 /// An open intent, as `GET /v1/intents` lists it and a run's status shows
 /// it: the intent plus how the resume flow may treat it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OpenIntent<Intent = Map<String, Value>, Resume = String> {
     /// The intent, with its `intent_id`.
     #[serde(flatten)]
@@ -187,7 +188,7 @@ pub struct OpenIntent<Intent = Map<String, Value>, Resume = String> {
 }
 
 /// Answer of `GET /v1/intents?run_id=...&status=pending`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OpenIntents<Intent = Map<String, Value>, Resume = String> {
     /// The run's open intents.
     pub intents: Vec<OpenIntent<Intent, Resume>>,
@@ -196,7 +197,7 @@ pub struct OpenIntents<Intent = Map<String, Value>, Resume = String> {
 /// An approval as `GET /v1/approvals/{id}` answers it: the stored row,
 /// flattened, plus its id as `approval_id` (the name `/v1/authorize`
 /// answers with).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalView<Approval = Map<String, Value>> {
     /// The row (`toolgate-store`'s `Approval` in the sidecar).
     #[serde(flatten)]
@@ -207,13 +208,14 @@ pub struct ApprovalView<Approval = Map<String, Value>> {
 
 /// Answer of `GET /v1/runs/{run_id}` (and `toolgate runs status`): what an
 /// agent checks between steps.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunStatus<RunId = String, Open = OpenIntent, Label = Map<String, Value>> {
     /// The run, in its canonical spelling.
     pub run_id: RunId,
     /// True once anyone cancelled the run: stop, and make no more calls.
     pub cancel_requested: bool,
     /// When, and why.
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     pub cancel_requested_at: Option<Timestamp>,
     /// The reason given.
     pub cancel_reason: Option<String>,
@@ -236,7 +238,7 @@ pub struct RunStatus<RunId = String, Open = OpenIntent, Label = Map<String, Valu
 }
 
 /// The budgets of a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RunBudgets {
     /// `maxCallsPerRun`.
     pub calls: BudgetUse,
@@ -254,7 +256,7 @@ pub struct RunBudgets {
 }
 
 /// One budget as the agent sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct BudgetUse {
     /// Used so far.
     pub used: u64,
@@ -278,7 +280,7 @@ impl BudgetUse {
 /// Every refusal's body: `{"error": {"code", "message"}}`, plus the
 /// decision for a governed operation the policy refused (`policy_denied`,
 /// `approval_required`), as `/v1/authorize` would have answered it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody<Verdict = Map<String, Value>> {
     /// The code (one of [`crate::errors::ALL`]) and what went wrong.
     pub error: ErrorDetail,
@@ -288,9 +290,10 @@ pub struct ErrorBody<Verdict = Map<String, Value>> {
 }
 
 /// The `error` member of an [`ErrorBody`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorDetail {
     /// The stable code clients match on.
+    #[schemars(with = "crate::errors::Code")]
     pub code: String,
     /// For people.
     pub message: String,

@@ -68,6 +68,26 @@ api_errors! {
     WORKSPACE_TIMEOUT = "workspace_timeout", 504, "A workspace operation took too long.";
 }
 
+/// The JSON Schema of an error code (`ErrorDetail::code`): a string, one
+/// of [`ALL`]. The agent API's OpenAPI document takes its `ErrorCode` enum
+/// from here, so a code added above reaches every client's contract test.
+pub struct Code;
+
+impl schemars::JsonSchema for Code {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ErrorCode".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let codes: Vec<&str> = ALL.iter().map(|e| e.code).collect();
+        schemars::json_schema!({
+            "description": "A stable error code of the agent API (see docs/sidecar.md).",
+            "type": "string",
+            "enum": codes,
+        })
+    }
+}
+
 /// The entry of `code`, if it is one of the agent API's.
 pub fn lookup(code: &str) -> Option<&'static ApiErrorCode> {
     ALL.iter().find(|e| e.code == code)

@@ -1,12 +1,13 @@
 //! Typed verdicts: what was decided, why, and under which policy.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Enforcement, Risk};
 
 crate::wire_enum! {
     /// The three possible answers to a tool call.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
     pub enum Decision {
         /// The call may run.
         Allow = "allow",
@@ -23,7 +24,7 @@ crate::wire_enum! {
 // below is the CRD field's description.
 crate::wire_enum! {
     /// Why a verdict was reached. Closed: dashboards and tests can rely on it.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
     pub enum Reason {
         /// No `spec.effects` entry for the tool after alias resolution.
         UnknownTool = "unknown_tool",
@@ -199,7 +200,7 @@ fn enforced_default() -> bool {
 }
 
 /// The answer to one call, bound to the exact arguments it was asked about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Verdict {
     /// allow, deny or escalate.

@@ -24,6 +24,7 @@ use crate::mcp::McpUpstreams;
 mod body;
 mod hooks;
 mod intents;
+pub mod openapi;
 mod workspace;
 
 pub use body::StrictJson;
