@@ -230,6 +230,8 @@ class RunStatus:
     open_intents: tuple[Intent, ...] = ()
     cancel_requested_at: Optional[str] = None
     cancel_reason: Optional[str] = None
+    cancelled_by: Optional[str] = None
+    """Who stopped the run (the CLI's ``--by``, or the operator)."""
     cancelled_scope: Optional[str] = None
     """When a wider stop holds the run: ``pod NAME``, ``profile NAME`` or
     ``namespace``; ``cancel_requested_at`` and ``cancel_reason`` are then its."""
