@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod candidate;
 mod checkpoint;
 mod document;
 mod envelope;
@@ -39,6 +40,7 @@ mod keys;
 mod trust;
 mod verify;
 
+pub use candidate::{Candidate, CandidateError, CandidateSource};
 pub use checkpoint::{CHECKPOINT_PAYLOAD_TYPE, CheckpointPayload};
 pub use document::{
     BundleDocument, BundleInput, CandidateSection, FORMAT_VERSION, PolicyHashes, ProfileRef,

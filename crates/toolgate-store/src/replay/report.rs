@@ -2,6 +2,7 @@
 //! decision (loosenings first) and what could not be replayed, and why.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -23,6 +24,26 @@ pub struct Outcome {
     /// The rule that matched, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
+}
+
+impl Outcome {
+    /// `deny deny_rule (deny:bash:rm *)`, as the table prints it.
+    fn text(&self) -> String {
+        match &self.rule {
+            Some(rule) => format!(
+                "{} {} ({})",
+                self.verdict.as_str(),
+                self.reason,
+                escape(rule)
+            ),
+            None => format!("{} {}", self.verdict.as_str(), self.reason),
+        }
+    }
+}
+
+/// Agent-chosen text (tool, run id, rule) as a terminal shows it safely.
+fn escape(text: &str) -> String {
+    text.escape_debug().to_string()
 }
 
 /// A verdict pair: what was decided, what the candidate decides.
@@ -202,6 +223,117 @@ impl ReplayReport {
         self.changed > 0
     }
 
+    /// Exit status of a replay command whose candidate changes a replayed
+    /// verdict (0 when none changes, 1 when the replay cannot be made): a
+    /// CI gate tells "review this" from "broken".
+    pub const EXIT_CHANGED: u8 = 3;
+
+    /// The exit status this report gives: 0, or [`Self::EXIT_CHANGED`].
+    pub fn exit_code(&self) -> u8 {
+        if self.differs() {
+            Self::EXIT_CHANGED
+        } else {
+            0
+        }
+    }
+
+    /// Why the report proves too little when fewer than `min_replayed`
+    /// decisions were replayed (`--min-replayed`): a gate on a log that
+    /// recorded no inputs must not pass by checking nothing.
+    pub fn shortfall(&self, min_replayed: u64) -> Option<String> {
+        (self.replayed < min_replayed).then(|| {
+            format!(
+                "only {} of {} decisions could be replayed, fewer than --min-replayed {} \
+                 (record inputs with spec.audit.recordInputs)",
+                self.replayed, self.decisions, min_replayed
+            )
+        })
+    }
+
+    /// The whole report as pretty JSON (`--format json`).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// The report for people: totals, transitions, what was not replayed
+    /// and the first `show` changed decisions, one line each. Agent-chosen
+    /// text (tool, run id, rule) is escaped so a terminal shows it safely.
+    pub fn render_table(&self, show: usize) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = self.write_table(&mut out, show);
+        out
+    }
+
+    fn write_table(&self, out: &mut String, show: usize) -> std::fmt::Result {
+        writeln!(out, "candidate {}", self.candidate_version)?;
+        writeln!(
+            out,
+            "decisions read {}, replayed {}, unchanged {}, changed {} ({} loosened), not replayed {}",
+            self.decisions,
+            self.replayed,
+            self.unchanged,
+            self.changed,
+            self.loosened,
+            self.decisions - self.replayed
+        )?;
+        if self.replayed == 0 {
+            writeln!(
+                out,
+                "nothing was replayed: no decision had a replayable input"
+            )?;
+        }
+        if let Some(from) = self.history_from {
+            writeln!(
+                out,
+                "history from {from}: flow labels set before it are not seen"
+            )?;
+        }
+        if self.runs_with_gaps > 0 {
+            writeln!(
+                out,
+                "{} run(s) had a call that ran without a replayable input: their flow labels may be incomplete",
+                self.runs_with_gaps
+            )?;
+        }
+        writeln!(out, "\ntransitions (recorded→candidate):")?;
+        for (transition, count) in &self.transitions {
+            writeln!(out, "  {transition:<20} {count}")?;
+        }
+        if !self.not_replayed.is_empty() {
+            writeln!(out, "\nnot replayed:")?;
+            for (why, count) in &self.not_replayed {
+                writeln!(out, "  {why:<22} {count}")?;
+            }
+        }
+        if self.changes.is_empty() {
+            return Ok(());
+        }
+        writeln!(out, "\nchanged decisions (loosenings first):")?;
+        writeln!(
+            out,
+            "{:<14} {:<36} {:<24} {:<20} {:<40} IS",
+            "CHANGE", "DECISION", "TOOL", "RUN", "WAS"
+        )?;
+        for c in self.changes.iter().take(show) {
+            writeln!(
+                out,
+                "{:<14} {:<36} {:<24} {:<20} {:<40} {}",
+                c.transition().label(),
+                c.decision_id,
+                escape(&c.tool),
+                escape(&c.run_id),
+                c.old.text(),
+                c.new.text()
+            )?;
+        }
+        let more = self.changes.len().saturating_sub(show) as u64 + self.changes_not_listed;
+        if more > 0 {
+            writeln!(out, "… and {more} more (--show N, or --format json)")?;
+        }
+        Ok(())
+    }
+
     pub(super) fn unreplayable(&mut self, row: &LoggedDecision, why: Why) {
         *self
             .not_replayed
@@ -273,5 +405,58 @@ impl ReplayReport {
     pub(super) fn sort(&mut self) {
         self.changes.sort_by_key(|c| c.transition().priority());
         self.runs_with_gaps = self.gaps.len() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table both replay commands print: totals, the matrix, the
+    /// shortfall and exit status, a changed decision with agent-chosen text
+    /// escaped, and how many more there are.
+    #[test]
+    fn the_table_lists_the_matrix_and_escapes_agent_text() {
+        let mut report = ReplayReport::new("p@1".into());
+        (
+            report.decisions,
+            report.replayed,
+            report.changed,
+            report.loosened,
+        ) = (3, 2, 2, 1);
+        report.transitions.insert("deny→allow".into(), 1);
+        report.transitions.insert("allow→deny".into(), 1);
+        let outcome = |verdict, rule: Option<&str>| Outcome {
+            verdict,
+            reason: "deny_rule".into(),
+            rule: rule.map(str::to_owned),
+        };
+        report.changes.push(ChangedDecision {
+            decision_id: "d1".into(),
+            tenant: "t".into(),
+            run_id: "r\u{1b}[31m".into(),
+            tool: "bash".into(),
+            at: Timestamp::UNIX_EPOCH,
+            old: outcome(Decision::Deny, Some("deny:bash:rm *")),
+            new: outcome(Decision::Allow, None),
+        });
+        report.changes_not_listed = 1;
+        let table = report.render_table(50);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "candidate p@1");
+        assert!(lines.contains(&"  deny→allow           1"), "{table}");
+        let row = lines.iter().find(|l| l.starts_with("deny→allow ")).unwrap();
+        assert!(
+            row.contains("r\\u{1b}[31m") && !row.contains('\u{1b}'),
+            "{row}"
+        );
+        assert!(row.contains("deny deny_rule (deny:bash:rm *)"), "{row}");
+        assert_eq!(
+            *lines.last().unwrap(),
+            "… and 1 more (--show N, or --format json)"
+        );
+        assert_eq!(report.exit_code(), ReplayReport::EXIT_CHANGED);
+        assert!(report.shortfall(2).is_none());
+        assert!(report.shortfall(3).unwrap().contains("only 2 of 3"));
     }
 }

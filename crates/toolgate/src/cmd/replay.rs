@@ -10,15 +10,13 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 use jiff::Timestamp;
+use toolgate_bundle::{Candidate, CandidateError};
 use toolgate_policy::CompiledPolicy;
 use toolgate_store::DecisionFilter;
-use toolgate_store::replay::{ReplayReport, replay};
+use toolgate_store::replay::replay;
 
 use crate::cli_error::CliError;
 use crate::cmd::audit_log::instant;
-
-/// Exit code when the candidate changes a replayed verdict.
-pub const EXIT_CHANGED: u8 = 3;
 
 /// Arguments of `toolgate replay`.
 #[derive(Debug, Args)]
@@ -77,121 +75,22 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
         Ok::<_, CliError>(report?)
     })?;
     match args.format {
-        Format::Json => outln!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        ),
-        Format::Table => print_table(&report, args.show),
+        Format::Json => outln!("{}", report.to_json()),
+        Format::Table => out!("{}", report.render_table(args.show)),
     }
-    if report.replayed < args.min_replayed {
-        return Err(CliError::Usage(format!(
-            "only {} of {} decisions could be replayed, fewer than --min-replayed {} \
-             (record inputs with spec.audit.recordInputs)",
-            report.replayed, report.decisions, args.min_replayed
-        )));
+    if let Some(short) = report.shortfall(args.min_replayed) {
+        return Err(CliError::Usage(short));
     }
-    Ok(if report.differs() {
-        ExitCode::from(EXIT_CHANGED)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(report.exit_code()))
 }
 
-/// Compiles the candidate: a bundle envelope when the file is one, else a
-/// profile manifest.
+/// Compiles the candidate file (a bundle envelope or a profile manifest).
 fn load_candidate(path: &Path) -> Result<CompiledPolicy, CliError> {
     let bytes = std::fs::read(path)
         .map_err(|e| CliError::Usage(format!("--candidate {}: {e}", path.display())))?;
-    if let Ok(unverified) = toolgate_bundle::inspect(&bytes) {
-        let document: toolgate_bundle::BundleDocument = serde_json::from_value(unverified.document)
-            .map_err(|e| {
-                CliError::Usage(format!(
-                    "--candidate {}: not a toolgate bundle document: {e}",
-                    path.display()
-                ))
-            })?;
-        return Ok(CompiledPolicy::compile(
-            &document.profile.name,
-            &document.spec,
-            &document.grants,
-        )?);
-    }
-    crate::cmd::check::load_profile(path)
-}
-
-fn print_table(report: &ReplayReport, show: usize) {
-    outln!("candidate {}", report.candidate_version);
-    outln!(
-        "decisions read {}, replayed {}, unchanged {}, changed {} ({} loosened), not replayed {}",
-        report.decisions,
-        report.replayed,
-        report.unchanged,
-        report.changed,
-        report.loosened,
-        report.decisions - report.replayed
-    );
-    if report.replayed == 0 {
-        outln!("nothing was replayed: no decision had a replayable input");
-    }
-    if let Some(from) = report.history_from {
-        outln!("history from {from}: flow labels set before it are not seen");
-    }
-    if report.runs_with_gaps > 0 {
-        outln!(
-            "{} run(s) had a call that ran without a replayable input: their flow labels may be incomplete",
-            report.runs_with_gaps
-        );
-    }
-    outln!("\ntransitions (recorded→candidate):");
-    for (transition, count) in &report.transitions {
-        outln!("  {transition:<20} {count}");
-    }
-    if !report.not_replayed.is_empty() {
-        outln!("\nnot replayed:");
-        for (why, count) in &report.not_replayed {
-            outln!("  {why:<22} {count}");
-        }
-    }
-    if report.changes.is_empty() {
-        return;
-    }
-    outln!("\nchanged decisions (loosenings first):");
-    outln!(
-        "{:<14} {:<36} {:<24} {:<20} {:<40} {}",
-        "CHANGE",
-        "DECISION",
-        "TOOL",
-        "RUN",
-        "WAS",
-        "IS"
-    );
-    for c in report.changes.iter().take(show) {
-        let was = outcome_text(&c.old);
-        let is = outcome_text(&c.new);
-        outln!(
-            "{:<14} {:<36} {:<24} {:<20} {:<40} {}",
-            c.transition().label(),
-            c.decision_id,
-            escape(&c.tool),
-            escape(&c.run_id),
-            was,
-            is
-        );
-    }
-    let more = report.changes.len().saturating_sub(show) as u64 + report.changes_not_listed;
-    if more > 0 {
-        outln!("… and {more} more (--show N, or --format json)");
-    }
-}
-
-fn outcome_text(o: &toolgate_store::replay::Outcome) -> String {
-    match &o.rule {
-        Some(rule) => format!("{} {} ({})", o.verdict.as_str(), o.reason, escape(rule)),
-        None => format!("{} {}", o.verdict.as_str(), o.reason),
-    }
-}
-
-/// Agent-chosen text (tool, run id, rule) as a terminal shows it safely.
-fn escape(text: &str) -> String {
-    text.escape_debug().to_string()
+    let candidate = Candidate::parse(&bytes).map_err(|e| match e {
+        CandidateError::Policy(e) => CliError::Policy(e),
+        other => CliError::Usage(format!("--candidate {}: {other}", path.display())),
+    })?;
+    Ok(candidate.compile()?)
 }
