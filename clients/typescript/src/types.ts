@@ -159,6 +159,48 @@ export interface Admission {
   intentId: string | null;
 }
 
+/**
+ * The members of each answer as the sidecar writes them (snake_case): what
+ * the interfaces above read, camelCased. The contract test checks each list
+ * against docs/agent-api.openapi.json and test/types.ts checks it against
+ * its interface, both ways, so neither side can gain a member alone.
+ */
+export const ANSWER_MEMBERS = {
+  AuthorizeResponse: [
+    "decision_id",
+    "verdict",
+    "reason",
+    "matched_rule",
+    "policy_version",
+    "risk",
+    "intent_required",
+    "args_digest",
+    "call_digest",
+    "approval_id",
+    "enforced",
+    "would_verdict",
+    "would_reason",
+    "would_rule",
+    "warning",
+    "flow_labels_set",
+  ],
+  BatchResponse: ["parallel", "reason", "call_index", "verdicts"],
+  RunStatus: [
+    "run_id",
+    "cancel_requested",
+    "cancel_requested_at",
+    "cancel_reason",
+    "cancelled_by",
+    "cancelled_scope",
+    "budgets",
+    "open_intents",
+    "flow_labels",
+  ],
+  BudgetUse: ["used", "limit", "left"],
+  CancelResponse: ["run_id", "cancel_requested_at", "newly_cancelled", "approvals_cancelled"],
+  PodCancelResponse: ["scope", "cancel_requested_at", "newly_cancelled", "approvals_cancelled"],
+} as const;
+
 // ---- parsing ----
 
 type Json = Record<string, unknown>;

@@ -4,7 +4,16 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { tool as agentsTool, type FunctionTool } from "@openai/agents";
 import { tool as aiTool, type Tool } from "ai";
 import { z } from "zod";
-import { Toolgate, type Verdict } from "@toolgate/client";
+import {
+  ANSWER_MEMBERS,
+  Toolgate,
+  type Batch,
+  type Budget,
+  type Cancellation,
+  type PodCancellation,
+  type RunStatus,
+  type Verdict,
+} from "@toolgate/client";
 import { governTool, governTools } from "@toolgate/client/ai";
 import { governClient } from "@toolgate/client/mcp";
 import { governTool as governAgentsTool } from "@toolgate/client/openai-agents";
@@ -36,3 +45,18 @@ async function verdictFields(): Promise<string> {
 }
 
 export { governedWeather, tools, governedBash, mcp, verdictFields };
+
+// Each ANSWER_MEMBERS list, camelCased, is exactly its interface's keys.
+type Camel<S extends string> = S extends `${infer H}_${infer T}` ? `${H}${Capitalize<Camel<T>>}` : S;
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+type Members<K extends keyof typeof ANSWER_MEMBERS> = Camel<(typeof ANSWER_MEMBERS)[K][number]>;
+const membersMatch: [
+  Same<Members<"AuthorizeResponse">, keyof Verdict>,
+  Same<Members<"BatchResponse">, keyof Batch>,
+  Same<Members<"RunStatus">, keyof RunStatus>,
+  Same<Members<"BudgetUse">, keyof Budget>,
+  Same<Members<"CancelResponse">, keyof Cancellation>,
+  Same<Members<"PodCancelResponse">, keyof PodCancellation>,
+] = [true, true, true, true, true, true];
+
+export { membersMatch };
