@@ -90,7 +90,7 @@ type Batch struct {
 	// CallIndex is the first call that keeps the batch sequential.
 	CallIndex *int `json:"call_index"`
 	// Decisions holds each call's own verdict, in the order of the calls.
-	Decisions []Decision `json:"-"`
+	Decisions []Decision `json:"-" wire:"verdicts"`
 	Extra     Extra      `json:"-"`
 }
 
@@ -179,7 +179,7 @@ type RunStatus struct {
 	// "profile NAME" or "namespace".
 	CancelledScope string     `json:"cancelled_scope"`
 	Budgets        RunBudgets `json:"budgets"`
-	OpenIntents    []Intent   `json:"-"`
+	OpenIntents    []Intent   `json:"-" wire:"open_intents"`
 	// FlowLabels is nil when the profile declares no flows.
 	FlowLabels []FlowLabel `json:"flow_labels"`
 	Extra      Extra       `json:"-"`
@@ -241,13 +241,18 @@ func decodeObject(raw []byte, v any, what string, required ...string) (Extra, er
 	return extra, nil
 }
 
-// jsonNames is the member names a struct type's fields read, plus the
-// nested lists the decoders read by hand.
+// jsonNames is the member names a struct type's fields read: their json
+// names, and the wire names of the lists the decoders read by hand. The
+// contract test compares them with docs/agent-api.openapi.json.
 func jsonNames(t reflect.Type) map[string]bool {
-	names := map[string]bool{"verdicts": true, "open_intents": true}
+	names := map[string]bool{}
 	for i := 0; i < t.NumField(); i++ {
-		tag := t.Field(i).Tag.Get("json")
-		if name, _, _ := strings.Cut(tag, ","); name != "" && name != "-" {
+		field := t.Field(i)
+		name, _, _ := strings.Cut(field.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			name = field.Tag.Get("wire")
+		}
+		if name != "" {
 			names[name] = true
 		}
 	}
