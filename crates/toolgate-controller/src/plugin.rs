@@ -1,10 +1,12 @@
-//! The `kubectl toolgate` plugin: answer and list Approvals, and `status`
-//! ([`crate::status`]).
+//! The `kubectl toolgate` plugin: answer and list Approvals, cancel runs,
+//! `status` ([`crate::status`]) and `replay` ([`replay`]).
 //!
 //! `kubectl-toolgate` on `PATH` makes `kubectl toolgate …` work. It talks to
 //! the cluster of the current kubeconfig context and only ever merge-patches
 //! `spec.decision`, `spec.reason` and `spec.decidedBy`; the controller then
 //! resolves the database row.
+
+pub mod replay;
 
 use std::io::Write;
 
@@ -45,6 +47,11 @@ pub enum PluginCommand {
     /// certificate, trust ConfigMaps, every profile's validity, expiry and
     /// fleet. Exits non-zero when a check fails.
     Status(crate::status::StatusArgs),
+    /// Replay the namespace's recorded decisions against a candidate
+    /// PolicyProfile file (the database from the namespace's
+    /// `toolgate-database` Secret). Exits 0 when no verdict changes, 3 when
+    /// one does, 1 on an error.
+    Replay(replay::ReplayArgs),
 }
 
 /// Arguments of `cancel`: one run, or (a stop the agent cannot step
@@ -280,13 +287,15 @@ fn age(d: jiff::SignedDuration) -> String {
     }
 }
 
-/// Runs one plugin command against the current kubeconfig context.
-pub async fn run_plugin(cli: PluginCli, out: &mut dyn Write) -> Result<(), ControllerError> {
+/// Runs one plugin command against the current kubeconfig context; returns
+/// the exit status (0, or 3 when `replay` finds a changed verdict).
+pub async fn run_plugin(cli: PluginCli, out: &mut dyn Write) -> Result<u8, ControllerError> {
     let client = kube::Client::try_default()
         .await
         .map_err(|e| ControllerError::Config(e.to_string()))?;
     let io = |e: std::io::Error| ControllerError::Io(e.to_string());
-    match cli.command {
+    let done = match cli.command {
+        PluginCommand::Replay(args) => return replay::run(&client, args, out).await,
         PluginCommand::Approve(args) => decide(&client, args, Decision::Approved, out).await,
         PluginCommand::Deny(args) => {
             if args.reason.as_deref().is_none_or(str::is_empty) {
@@ -310,7 +319,8 @@ pub async fn run_plugin(cli: PluginCli, out: &mut dyn Write) -> Result<(), Contr
             };
             write!(out, "{text}").map_err(io)
         }
-    }
+    };
+    done.map(|()| 0)
 }
 
 async fn cancel(

@@ -1,4 +1,4 @@
-//! `kubectl-toolgate`: the kubectl plugin (`kubectl toolgate approve|deny|list`).
+//! `kubectl-toolgate`: the kubectl plugin (`kubectl toolgate approve|deny|list|cancel|status|replay`).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -11,7 +11,7 @@ async fn main() -> ExitCode {
     let cli = PluginCli::parse();
     let mut stdout = toolgate_controller::stdout::Stdout;
     match run_plugin(cli, &mut stdout).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e} ({})", e.code());
             ExitCode::FAILURE
