@@ -62,7 +62,7 @@ fn plan_and_sign(p: &PolicyProfile, key: &SigningKey, now: Timestamp) {
         issued_at,
         expires_at,
         ..
-    } = profile::plan_bundle(None, None, &version.version, now, day)
+    } = profile::plan_bundle(None, None, &version.version, None, now, day)
     else {
         unreachable!()
     };
@@ -88,6 +88,7 @@ fn plan_and_sign(p: &PolicyProfile, key: &SigningKey, now: Timestamp) {
             grants: 0,
             fleet: Default::default(),
             stale_pods: vec![],
+            shadowing: None,
         },
         Some(1),
         now,

@@ -1,9 +1,11 @@
 //! Folding sidecar heartbeats into a profile's fleet status.
 
+use std::collections::BTreeMap;
+
 use jiff::{SignedDuration, Timestamp};
 use toolgate_store::Heartbeat;
 
-use crate::crd::FleetStatus;
+use crate::crd::{CandidateStatus, CandidateTransition, FleetStatus};
 
 /// How recently a pod must have reported to count as current.
 pub const FLEET_WINDOW: SignedDuration = SignedDuration::from_secs(60);
@@ -62,6 +64,53 @@ pub fn stale_pods(
     pods
 }
 
+/// What candidate `candidate` (its profile name and version) decided,
+/// summed over the latest heartbeat of every pod of the profile that
+/// enforces `version` beside that same candidate version (a gone pod's last
+/// report still counts; a pod's counts start when it loads the bundle).
+/// The top five disagreements, most frequent first.
+pub fn candidate_status(
+    heartbeats: &[Heartbeat],
+    version: &str,
+    candidate: &str,
+    candidate_version: &str,
+) -> CandidateStatus {
+    let mut status = CandidateStatus {
+        profile: candidate.to_owned(),
+        version: Some(candidate_version.to_owned()),
+        ..CandidateStatus::default()
+    };
+    let mut transitions: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let tallies = heartbeats
+        .iter()
+        .filter(|hb| hb.policy_version == version)
+        .filter_map(|hb| hb.shadow.as_ref())
+        .filter(|t| t.candidate_version == candidate_version);
+    for tally in tallies {
+        status.shadowed = status.shadowed.saturating_add(tally.shadowed);
+        for t in &tally.changed {
+            let n = transitions
+                .entry((t.active.as_str(), t.candidate.as_str()))
+                .or_default();
+            *n = n.saturating_add(t.count);
+            status.disagreements = status.disagreements.saturating_add(t.count);
+        }
+    }
+    let mut top: Vec<_> = transitions.into_iter().collect();
+    // Most frequent first; ties in a fixed order, so the status is stable.
+    top.sort_by(|(a, n), (b, m)| m.cmp(n).then(a.cmp(b)));
+    status.transitions = top
+        .into_iter()
+        .take(5)
+        .map(|((from, to), count)| CandidateTransition {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            count,
+        })
+        .collect();
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +127,7 @@ mod tests {
             policy_version: version.into(),
             sequence: 1,
             last_seen: seen,
+            shadow: None,
         }
     }
 

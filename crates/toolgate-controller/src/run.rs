@@ -142,6 +142,14 @@ pub async fn run_reconcilers(
             watcher::Config::default(),
             |a: Approval| crate::approval::grant_profile_ref(&a),
         )
+        .watches(
+            Api::<PolicyProfile>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            {
+                let cache = profile_cache.clone();
+                move |p: PolicyProfile| crate::profile::candidate::shadowing(cache.state(), &p)
+            },
+        )
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(
             crate::profile::reconcile,

@@ -20,6 +20,7 @@ pub mod metrics;
 mod parts;
 pub mod policy_state;
 pub mod runs;
+pub mod shadow_tally;
 mod shared;
 pub mod stops;
 mod trace;

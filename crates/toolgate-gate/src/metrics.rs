@@ -71,6 +71,9 @@ pub struct Metrics {
     /// Calls the bundle's candidate (shadow mode) decided too, by profile,
     /// the active policy's verdict and the candidate's.
     pub shadow_decisions: IntCounterVec,
+    /// The same, for the current candidate version only: what the
+    /// heartbeat reports (not a Prometheus series).
+    pub shadow_tallies: crate::shadow_tally::ShadowTallies,
     /// Reads of the stops recorded elsewhere, by what prompted them
     /// ([`STOP_READ_TRIGGERS`]): an idle fleet's database load.
     pub stop_reads: IntCounterVec,
@@ -304,6 +307,7 @@ impl Metrics {
             mcp_tasks,
             flow_refusals,
             shadow_decisions,
+            shadow_tallies: Default::default(),
             stop_reads,
         }
     }

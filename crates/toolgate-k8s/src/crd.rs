@@ -77,6 +77,13 @@ pub const VERSION: &str = "v1alpha1";
         description = "Pods not enforcing the current version"
     ),
     printcolumn(
+        name = "Candidate",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"CandidateDisagrees\")].reason",
+        description = "What the shadowed candidate did: Disagrees, Agrees, CandidateNotFound or CandidateInvalid",
+        priority = 1
+    ),
+    printcolumn(
         name = "Message",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Valid\")].message",
@@ -152,7 +159,12 @@ pub struct PolicyProfileStatus {
     /// Pods reporting heartbeats for this profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetStatus>,
-    /// `Valid` (the spec compiles), `Ready` (a signed bundle is published) and `Stale` (some pods lag).
+    /// The candidate this profile shadows (`spec.candidate`) and how often
+    /// it decided otherwise, as the fleet's sidecars report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<CandidateStatus>,
+    /// `Valid` (the spec compiles), `Ready` (a signed bundle is published),
+    /// `Stale` (some pods lag) and, with a candidate, `CandidateDisagrees`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -170,11 +182,46 @@ pub struct FleetStatus {
     pub total: u32,
 }
 
+/// What a profile's shadowed candidate decided, summed over the latest
+/// heartbeat of each pod that enforces the current version beside this
+/// candidate version. A pod counts from when it loaded the bundle, so this
+/// is a sample of live traffic; `toolgate audit log --shadow-changed` lists
+/// every call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateStatus {
+    /// The candidate PolicyProfile (`spec.candidate.profile`).
+    pub profile: String,
+    /// Its policy version signed into the bundle; absent when it could not
+    /// be (see the `CandidateDisagrees` condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Calls the candidate decided beside the active policy.
+    pub shadowed: u64,
+    /// Of those, the calls it decided otherwise.
+    pub disagreements: u64,
+    /// The most frequent disagreements, most frequent first (at most 5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transitions: Vec<CandidateTransition>,
+}
+
+/// How many calls the active policy decided `from` and the candidate `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateTransition {
+    /// The active policy's verdict.
+    pub from: String,
+    /// The candidate's verdict.
+    pub to: String,
+    /// Calls.
+    pub count: u64,
+}
+
 /// A status condition in the usual Kubernetes shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// Condition type: `Valid`, `Ready` or `Stale` (profiles), `Resolved` (approvals).
+    /// Condition type: `Valid`, `Ready`, `Stale` or `CandidateDisagrees` (profiles), `Resolved` (approvals).
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
@@ -202,6 +249,9 @@ pub enum ConditionType {
     Ready,
     /// Some pods do not run the current version.
     Stale,
+    /// The shadowed candidate decided some calls otherwise (`Unknown`:
+    /// it could not be signed into the bundle).
+    CandidateDisagrees,
 }
 
 impl ConditionType {
@@ -211,6 +261,7 @@ impl ConditionType {
             ConditionType::Valid => "Valid",
             ConditionType::Ready => "Ready",
             ConditionType::Stale => "Stale",
+            ConditionType::CandidateDisagrees => "CandidateDisagrees",
         }
     }
 }

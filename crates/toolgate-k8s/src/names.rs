@@ -32,6 +32,9 @@ pub const ANNOTATION_MEMORY_LIMIT: &str = "toolgate.dev/sidecar-memory-limit";
 
 /// Bundle ConfigMap annotation: policy version of the bundle.
 pub const ANN_VERSION: &str = "toolgate.dev/policy-version";
+/// Bundle ConfigMap annotation: policy version of the candidate the bundle
+/// shadows, when it carries one.
+pub const ANN_CANDIDATE_VERSION: &str = "toolgate.dev/candidate-version";
 /// Bundle ConfigMap annotation: `sha256:` digest of the bundle document.
 pub const ANN_DIGEST: &str = "toolgate.dev/bundle-digest";
 /// Bundle ConfigMap annotation: bundle sequence.

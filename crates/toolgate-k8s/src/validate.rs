@@ -17,7 +17,20 @@ use crate::error::K8sError;
 /// load it: it must compile on its own (standing grants are judged
 /// separately, one by one, so a bad grant never takes the profile down).
 /// Returns the compiled policy so the caller need not compile it again.
+///
+/// `spec.candidate` must name another profile by a valid object name; that
+/// the profile exists and compiles is the controller's to report, since it
+/// may be applied after this one.
 pub fn validate_profile(name: &str, spec: &PolicySpec) -> Result<CompiledPolicy, PolicyError> {
+    if let Some(candidate) = &spec.candidate {
+        toolgate_policy::load::validate_object_name("candidate.profile", &candidate.profile)?;
+        if candidate.profile == name {
+            return Err(PolicyError::InvalidValue {
+                field: "candidate.profile".into(),
+                message: "a profile cannot shadow itself".into(),
+            });
+        }
+    }
     CompiledPolicy::compile(name, spec, &[])
 }
 

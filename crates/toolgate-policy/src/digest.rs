@@ -258,6 +258,8 @@ impl PolicyVersion {
     /// part of the rule hash so that granting something yields a new version.
     pub fn compute(name: &str, spec: &PolicySpec, grants: &[Grant]) -> Self {
         let mut rules = spec.clone();
+        // What is shadowed is not what is enforced.
+        rules.candidate = None;
         let hardline = rules.hardline.take().unwrap_or_default();
         let mut body = serde_json::to_value(&rules).unwrap_or_default();
         if !grants.is_empty()

@@ -55,8 +55,8 @@ pub use flows::{
 };
 pub use ids::{Id, RunId, Scope, ScopeKind, Stop};
 pub use model::{
-    Budgets, Enforcement, Grant, Mode, NotifyChannel, NotifyFormat, PodBudgets, PolicyManifest,
-    PolicySpec, Risk, SideEffect, ToolEffect, WebhookChannel,
+    Budgets, CandidateRef, Enforcement, Grant, Mode, NotifyChannel, NotifyFormat, PodBudgets,
+    PolicyManifest, PolicySpec, Risk, SideEffect, ToolEffect, WebhookChannel,
 };
 pub use toolgate_contract::{ApprovalDecision, wire_enum};
 pub use verdict::{Decision, Reason, Verdict, intent_required};

@@ -85,6 +85,21 @@ pub struct PolicySpec {
     /// (`recordInputs`, `inputRetention`), for `toolgate replay`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<crate::audit::AuditSettings>,
+    /// Another PolicyProfile of the same namespace to shadow: the controller
+    /// signs its spec into this profile's bundle as the candidate, which
+    /// sidecars evaluate beside this spec on every call and never enforce.
+    /// It does not change this profile's version. Outside Kubernetes (a
+    /// profile file) use `toolgate bundle build --candidate FILE` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<CandidateRef>,
+}
+
+/// The profile a PolicyProfile shadows ([`PolicySpec::candidate`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CandidateRef {
+    /// Name of the candidate PolicyProfile, in this profile's namespace.
+    pub profile: String,
 }
 
 crate::wire_enum! {

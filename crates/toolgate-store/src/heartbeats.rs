@@ -5,6 +5,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, Row};
 
+use crate::shadow_tally::ShadowTally;
 use crate::{Result, Store, StoreError, on_pool, require, ts_from_ms};
 
 /// One sidecar's latest report.
@@ -22,6 +23,10 @@ pub struct Heartbeat {
     pub sequence: i64,
     /// When the sidecar sent it.
     pub last_seen: Timestamp,
+    /// What the bundle's candidate decided since the sidecar loaded it,
+    /// when the bundle shadows one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowTally>,
 }
 
 #[derive(FromRow)]
@@ -32,6 +37,7 @@ struct HeartbeatRow {
     policy_version: String,
     sequence: i64,
     last_seen: i64,
+    shadow: Option<String>,
 }
 
 impl HeartbeatRow {
@@ -43,6 +49,7 @@ impl HeartbeatRow {
             profile: self.profile,
             policy_version: self.policy_version,
             sequence: self.sequence,
+            shadow: self.shadow.as_deref().and_then(ShadowTally::from_text),
         })
     }
 }
@@ -68,12 +75,16 @@ pub struct HeartbeatListing {
     pub unreadable: Vec<UnreadableHeartbeat>,
 }
 
-/// Upserts a heartbeat, `$1` namespace through `$6` last seen.
+/// Upserts a heartbeat, `$1` namespace through `$7` shadow tally.
 const UPSERT: &str = "INSERT INTO sidecar_heartbeats (pod_namespace, pod_name, profile, \
-    policy_version, sequence, last_seen) VALUES ($1, $2, $3, $4, $5, $6) \
+    policy_version, sequence, last_seen, shadow) VALUES ($1, $2, $3, $4, $5, $6, $7) \
     ON CONFLICT (pod_namespace, pod_name) DO UPDATE SET profile = excluded.profile, \
     policy_version = excluded.policy_version, sequence = excluded.sequence, \
-    last_seen = excluded.last_seen";
+    last_seen = excluded.last_seen, shadow = excluded.shadow";
+
+/// The columns a heartbeat is read from.
+const COLUMNS: &str =
+    "pod_name, pod_namespace, profile, policy_version, sequence, last_seen, shadow";
 
 fn check(hb: &Heartbeat) -> Result<()> {
     require("pod_name", &hb.pod_name)?;
@@ -83,6 +94,15 @@ fn check(hb: &Heartbeat) -> Result<()> {
     if hb.sequence < 0 {
         return Err(StoreError::InvalidInput(
             "sequence must not be negative".into(),
+        ));
+    }
+    if hb
+        .shadow
+        .as_ref()
+        .is_some_and(|s| s.to_text().len() > crate::shadow_tally::MAX_TALLY_BYTES)
+    {
+        return Err(StoreError::InvalidInput(
+            "shadow tally exceeds its size limit".into(),
         ));
     }
     Ok(())
@@ -106,6 +126,7 @@ impl Heartbeats<'_> {
                 .bind(&hb.policy_version)
                 .bind(hb.sequence)
                 .bind(hb.last_seen.as_millisecond())
+                .bind(hb.shadow.as_ref().map(ShadowTally::to_text))
                 .execute(pool)
                 .await?;
         });
@@ -124,7 +145,7 @@ impl Heartbeats<'_> {
         require("tenant", tenant)?;
         match &self.store.backend {
             crate::Backend::Postgres(db) => {
-                let counts = crate::intents::open_counts_sql(7);
+                let counts = crate::intents::open_counts_sql(8);
                 let sql = format!("WITH beat AS ({UPSERT} RETURNING 1) {counts}");
                 Ok(sqlx::query_as(&sql)
                     .bind(&hb.pod_namespace)
@@ -133,6 +154,7 @@ impl Heartbeats<'_> {
                     .bind(&hb.policy_version)
                     .bind(hb.sequence)
                     .bind(hb.last_seen.as_millisecond())
+                    .bind(hb.shadow.as_ref().map(ShadowTally::to_text))
                     .bind(tenant)
                     .fetch_one(db)
                     .await?)
@@ -147,11 +169,12 @@ impl Heartbeats<'_> {
     /// Latest heartbeat of every pod, optionally only pods on `profile`,
     /// ordered by namespace and pod name.
     pub async fn list_heartbeats(&self, profile: Option<&str>) -> Result<Vec<Heartbeat>> {
-        let sql = "SELECT pod_name, pod_namespace, profile, policy_version, sequence, last_seen \
-            FROM sidecar_heartbeats WHERE ($1 IS NULL OR profile = $1) \
-            ORDER BY pod_namespace, pod_name";
+        let sql = format!(
+            "SELECT {COLUMNS} FROM sidecar_heartbeats WHERE ($1 IS NULL OR profile = $1) \
+            ORDER BY pod_namespace, pod_name"
+        );
         let rows: Vec<HeartbeatRow> = on_pool!(self.store, pool => {
-            sqlx::query_as(sql).bind(profile).fetch_all(pool).await?
+            sqlx::query_as(&sql).bind(profile).fetch_all(pool).await?
         });
         rows.into_iter().map(HeartbeatRow::into_heartbeat).collect()
     }
@@ -168,12 +191,14 @@ impl Heartbeats<'_> {
     ) -> Result<HeartbeatListing> {
         require("namespace", namespace)?;
         require("profile", profile)?;
-        let sql = "SELECT pod_name, pod_namespace, profile, policy_version, sequence, last_seen \
-            FROM sidecar_heartbeats WHERE pod_namespace = $1 AND profile = $2 ORDER BY pod_name";
+        let sql = format!(
+            "SELECT {COLUMNS} FROM sidecar_heartbeats WHERE pod_namespace = $1 AND profile = $2 \
+            ORDER BY pod_name"
+        );
         let mut listing = HeartbeatListing::default();
         // Fetched undecoded: decoding in the fetch fails every row for one.
         let rows: Vec<std::result::Result<Heartbeat, UnreadableHeartbeat>> = on_pool!(self.store, pool => {
-            sqlx::query(sql)
+            sqlx::query(&sql)
                 .bind(namespace)
                 .bind(profile)
                 .fetch_all(pool)

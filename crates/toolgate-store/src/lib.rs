@@ -38,6 +38,7 @@ mod pg;
 mod profiles;
 pub mod replay;
 mod runs;
+mod shadow_tally;
 mod schema;
 pub mod tenancy;
 mod wakeups;
@@ -72,6 +73,7 @@ pub(crate) use fields::{
 };
 pub use flows::{FlowLabel, FlowLabels, LabelsOnPass};
 pub use heartbeats::{Heartbeat, HeartbeatListing, Heartbeats, UnreadableHeartbeat};
+pub use shadow_tally::{MAX_TALLY_BYTES, ShadowTally, ShadowTransition};
 pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
 };

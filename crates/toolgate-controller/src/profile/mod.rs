@@ -49,20 +49,26 @@
 //! does not verify with the current key and is therefore not re-signed:
 //! fixing the spec publishes a fresh bundle.
 
+pub mod candidate;
 mod plan;
 mod reconcile;
 mod status;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_candidate;
 
+pub use candidate::{Candidate, Resolved};
 pub(crate) use plan::approvers_of;
 pub use plan::{
     BundlePlan, LastGoodRejection, PublishReason, PublishedBundle, active_grants, bundle_configmap,
     last_good, plan_bundle, usable_grants,
 };
 pub use reconcile::{error_policy, reconcile};
-pub use status::{Published, Serving, condition, invalid_status, ready_status, rejection_message};
+pub use status::{
+    Published, Serving, Shadowing, condition, invalid_status, ready_status, rejection_message,
+};
 pub use toolgate_k8s::names::{
-    ANN_DIGEST, ANN_EXPIRES_AT, ANN_ISSUED_AT, ANN_KEY_ID, ANN_SEQUENCE, ANN_VERSION, BUNDLE_KEY,
-    FINALIZER, LABEL_PROFILE, bundle_configmap as configmap_name,
+    ANN_CANDIDATE_VERSION, ANN_DIGEST, ANN_EXPIRES_AT, ANN_ISSUED_AT, ANN_KEY_ID, ANN_SEQUENCE,
+    ANN_VERSION, BUNDLE_KEY, FINALIZER, LABEL_PROFILE, bundle_configmap as configmap_name,
 };

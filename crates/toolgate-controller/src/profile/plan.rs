@@ -12,8 +12,8 @@ use toolgate_k8s::names;
 use toolgate_policy::{CompiledPolicy, Grant, PolicyError, PolicySpec};
 
 use super::{
-    ANN_DIGEST, ANN_EXPIRES_AT, ANN_ISSUED_AT, ANN_KEY_ID, ANN_SEQUENCE, ANN_VERSION, BUNDLE_KEY,
-    LABEL_PROFILE, configmap_name,
+    ANN_CANDIDATE_VERSION, ANN_DIGEST, ANN_EXPIRES_AT, ANN_ISSUED_AT, ANN_KEY_ID, ANN_SEQUENCE,
+    ANN_VERSION, BUNDLE_KEY, LABEL_PROFILE, configmap_name,
 };
 use crate::crd::{Approval, Decision, PolicyProfile, PolicyProfileStatus};
 use crate::error::ControllerError;
@@ -23,6 +23,8 @@ use crate::error::ControllerError;
 pub struct PublishedBundle {
     /// Policy version.
     pub version: String,
+    /// Policy version of the candidate it shadows, if any.
+    pub candidate: Option<String>,
     /// Document digest.
     pub digest: String,
     /// Sequence.
@@ -42,6 +44,7 @@ impl PublishedBundle {
         cm.data.as_ref()?.get(BUNDLE_KEY)?;
         Some(Self {
             version: a.get(ANN_VERSION)?.clone(),
+            candidate: a.get(ANN_CANDIDATE_VERSION).cloned(),
             digest: a.get(ANN_DIGEST)?.clone(),
             sequence: a.get(ANN_SEQUENCE)?.parse().ok()?,
             issued_at: a.get(ANN_ISSUED_AT)?.parse().ok()?,
@@ -53,6 +56,10 @@ impl PublishedBundle {
     pub fn from_document(doc: &BundleDocument) -> Self {
         Self {
             version: doc.policy_version.version.clone(),
+            candidate: doc
+                .candidate
+                .as_ref()
+                .map(|c| c.policy_version.version.clone()),
             digest: doc.digest(),
             sequence: doc.sequence,
             issued_at: doc.issued_at,
@@ -73,7 +80,7 @@ impl PublishedBundle {
 pub enum PublishReason {
     /// Nothing (readable) is published yet.
     Initial,
-    /// The policy version changed (spec or grants).
+    /// The policy version changed (spec or grants), or the candidate's.
     Changed,
     /// Same content, but the published bundle is close to its expiry.
     Refresh,
@@ -98,20 +105,24 @@ pub enum BundlePlan {
     Keep(PublishedBundle),
 }
 
-/// Decides whether to sign: only when the content (`version`) differs from
-/// the published bundle, nothing is published, or re-signing is due. The
+/// Decides whether to sign: only when the content (`version`, and the
+/// `candidate` version shadowed beside it) differs from the published
+/// bundle, nothing is published, or re-signing is due. The
 /// next sequence is one more than anything seen (ConfigMap or status), so
 /// it grows even if one of the two was lost.
 pub fn plan_bundle(
     published: Option<&PublishedBundle>,
     status_sequence: Option<u64>,
     version: &str,
+    candidate: Option<&str>,
     now: Timestamp,
     validity: SignedDuration,
 ) -> BundlePlan {
     let reason = match published {
         None => Some(PublishReason::Initial),
-        Some(p) if p.version != version => Some(PublishReason::Changed),
+        Some(p) if p.version != version || p.candidate.as_deref() != candidate => {
+            Some(PublishReason::Changed)
+        }
         Some(p) if now >= p.resign_at() => Some(PublishReason::Refresh),
         Some(_) => None,
     };
@@ -218,7 +229,7 @@ pub fn bundle_configmap(
     let name = profile.name_any();
     let text = String::from_utf8(envelope.to_vec())
         .map_err(|_| ControllerError::Serialization("envelope is not UTF-8".into()))?;
-    let annotations = BTreeMap::from([
+    let mut annotations = BTreeMap::from([
         (ANN_VERSION.to_owned(), doc.policy_version.version.clone()),
         (ANN_DIGEST.to_owned(), doc.digest()),
         (ANN_SEQUENCE.to_owned(), doc.sequence.to_string()),
@@ -226,6 +237,12 @@ pub fn bundle_configmap(
         (ANN_EXPIRES_AT.to_owned(), doc.expires_at.to_string()),
         (ANN_KEY_ID.to_owned(), key_id.to_owned()),
     ]);
+    if let Some(candidate) = &doc.candidate {
+        annotations.insert(
+            ANN_CANDIDATE_VERSION.to_owned(),
+            candidate.policy_version.version.clone(),
+        );
+    }
     let labels = BTreeMap::from([
         (LABEL_PROFILE.to_owned(), name.clone()),
         (

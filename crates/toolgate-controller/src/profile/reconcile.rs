@@ -16,10 +16,11 @@ use toolgate_bundle::{BundleDocument, BundleInput, ProfileRef, TrustSet};
 use toolgate_policy::{Grant, PolicyError, PolicySpec, PolicyVersion};
 use toolgate_store::ProfileLoad;
 
+use super::candidate::{self, Candidate, Resolved};
 use super::{
     BundlePlan, FINALIZER, LastGoodRejection, PublishReason, Published, PublishedBundle, Serving,
-    active_grants, approvers_of, bundle_configmap, configmap_name, invalid_status, last_good,
-    plan_bundle, ready_status, rejection_message, usable_grants,
+    Shadowing, active_grants, approvers_of, bundle_configmap, configmap_name, invalid_status,
+    last_good, plan_bundle, ready_status, rejection_message, usable_grants,
 };
 use crate::context::Context;
 use crate::crd::{Approval, ConditionType, PolicyProfile};
@@ -90,25 +91,32 @@ async fn note(
         .await;
 }
 
-/// Builds and signs `input`, applies it as the profile's bundle ConfigMap
-/// and records its version in the store: the one way a bundle is published.
+/// Builds `input` (with `candidate` as the section it shadows), signs it,
+/// applies it as the profile's bundle ConfigMap and records its version in
+/// the store: the one way a bundle is published.
 async fn publish(
     profile: &PolicyProfile,
     ctx: &Context,
     input: BundleInput,
+    candidate: Option<&Candidate>,
 ) -> Result<(PublishedBundle, BundleDocument), ControllerError> {
     let span = crate::trace::pass("toolgate.bundle.publish");
-    crate::trace::traced(span, publish_signed(profile, ctx, input)).await
+    crate::trace::traced(span, publish_signed(profile, ctx, input, candidate)).await
 }
 
 async fn publish_signed(
     profile: &PolicyProfile,
     ctx: &Context,
     input: BundleInput,
+    candidate: Option<&Candidate>,
 ) -> Result<(PublishedBundle, BundleDocument), ControllerError> {
     let (ns, name) = ns_and_name(profile)?;
     let version = PolicyVersion::compute(&name, &input.spec, &input.grants);
-    let (doc, bytes) = toolgate_bundle::build(input, &ctx.key)?;
+    let mut doc = BundleDocument::new(input)?;
+    if let Some(c) = candidate {
+        doc = doc.with_candidate(&c.name, c.spec.clone())?;
+    }
+    let (doc, bytes) = toolgate_bundle::sign(doc, &ctx.key)?;
     let cm = bundle_configmap(profile, &doc, &bytes, &ctx.key.key_id())?;
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
     cms.patch(
@@ -153,6 +161,7 @@ async fn reject(
                 Some(&current),
                 previous.sequence,
                 &current.version,
+                current.candidate.as_deref(),
                 now,
                 ctx.settings.bundle_validity,
             );
@@ -260,6 +269,10 @@ async fn resign_last_good(
         .filter(|g| active.contains(g))
         .collect();
     let dropped = carried - grants.len();
+    // The candidate as verified, compiled again with the grants kept.
+    let shadowed = doc
+        .candidate
+        .map(|c| candidate::compile(&c.name, c.spec, &grants));
 
     ensure_trust(ctx, &ns).await?;
     let input = BundleInput {
@@ -270,7 +283,8 @@ async fn resign_last_good(
         issued_at,
         expires_at,
     };
-    let (current, new_doc) = publish(profile, ctx, input).await?;
+    let signed = shadowed.as_ref().and_then(Resolved::signed);
+    let (current, new_doc) = publish(profile, ctx, input, signed).await?;
     tracing::info!(version = %current.version, sequence, dropped, "re-signed last good bundle");
     let dropped_text = if dropped > 0 {
         format!("; {dropped} expired or withdrawn grant(s) dropped")
@@ -296,10 +310,12 @@ async fn resign_last_good(
 async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, ControllerError> {
     let (ns, name) = ns_and_name(profile)?;
     let now = ctx.now();
-    let spec: PolicySpec = profile.spec.clone().into();
+    let mut spec: PolicySpec = profile.spec.clone().into();
     if let Err(err) = toolgate_k8s::validate_profile(&name, &spec) {
         return reject(profile, ctx, err).await;
     }
+    // Signed as the bundle's candidate section, never as part of its spec.
+    let candidate_ref = spec.candidate.take();
 
     let approvals: Api<Approval> = Api::namespaced(ctx.client.clone(), &ns);
     let list = approvals.list(&ListParams::default()).await?;
@@ -323,6 +339,11 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
         .await;
     }
     let version = PolicyVersion::compute(&name, &spec, &grants);
+    let resolved = match &candidate_ref {
+        Some(r) => Some(candidate::resolve(ctx, &ns, &r.profile, &grants).await?),
+        None => None,
+    };
+    let signed = resolved.as_ref().and_then(Resolved::signed);
 
     ensure_trust(ctx, &ns).await?;
     crate::tenancy::ensure_database_secret(ctx, &ns, &profile.object_ref(&())).await?;
@@ -338,6 +359,7 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
         published.as_ref(),
         previous.sequence,
         &version.version,
+        signed.map(|c| c.version.as_str()),
         now,
         ctx.settings.bundle_validity,
     );
@@ -359,7 +381,7 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
                 issued_at,
                 expires_at,
             };
-            let (current, _) = publish(profile, ctx, input).await?;
+            let (current, _) = publish(profile, ctx, input, signed).await?;
             let (reason, message) = match reason {
                 PublishReason::Refresh => (
                     "Resigned",
@@ -371,10 +393,13 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
                 _ => (
                     "Published",
                     format!(
-                        "published {} as sequence {} with {} grant(s)",
+                        "published {} as sequence {} with {} grant(s){}",
                         current.version,
                         sequence,
-                        grants.len()
+                        grants.len(),
+                        signed
+                            .map(|c| format!(", shadowing candidate {}", c.version))
+                            .unwrap_or_default()
                     ),
                 ),
             };
@@ -418,6 +443,15 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
             grants: grants.len(),
             fleet,
             stale_pods,
+            shadowing: resolved.map(|r| match r {
+                Resolved::Signed(c) => Shadowing::Signed(crate::fleet::candidate_status(
+                    &heartbeats,
+                    &current.version,
+                    &c.name,
+                    &c.version,
+                )),
+                Resolved::Unsigned(s) => s,
+            }),
         },
         profile.metadata.generation,
         now,

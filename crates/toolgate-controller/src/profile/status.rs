@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use toolgate_policy::PolicyError;
 
 use super::{PublishedBundle, configmap_name};
-use crate::crd::{Condition, ConditionType, FleetStatus, PolicyProfileStatus};
+use crate::crd::{CandidateStatus, Condition, ConditionType, FleetStatus, PolicyProfileStatus};
 
 /// A condition, keeping `lastTransitionTime` from `previous` when the
 /// status did not change.
@@ -20,6 +20,18 @@ pub fn condition(
     now: Timestamp,
 ) -> Condition {
     let status = if status { "True" } else { "False" };
+    condition_of(previous, type_, status, reason, message, generation, now)
+}
+
+fn condition_of(
+    previous: &[Condition],
+    type_: ConditionType,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
     let last_transition_time = previous
         .iter()
         .find(|c| c.is(type_) && c.status == status)
@@ -46,6 +58,90 @@ pub struct Published<'a> {
     pub fleet: FleetStatus,
     /// Stale pods, for the `Stale` message.
     pub stale_pods: Vec<String>,
+    /// What became of `spec.candidate`, when the spec names one.
+    pub shadowing: Option<Shadowing>,
+}
+
+/// What became of a profile's `spec.candidate` in a reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shadowing {
+    /// Signed into the bundle; the fleet's counts so far.
+    Signed(CandidateStatus),
+    /// Not signed, so nothing is shadowed: the bundle went out without it.
+    Unsigned {
+        /// The candidate profile's name.
+        profile: String,
+        /// `CandidateNotFound` or `CandidateInvalid`.
+        reason: &'static str,
+        /// Why.
+        message: String,
+    },
+}
+
+impl Shadowing {
+    /// The `CandidateDisagrees` condition and `status.candidate`.
+    fn status(
+        &self,
+        previous: &[Condition],
+        generation: Option<i64>,
+        now: Timestamp,
+    ) -> (Condition, CandidateStatus) {
+        let (status, reason, message, candidate) = match self {
+            Shadowing::Signed(c) => {
+                let version = c.version.as_deref().unwrap_or("?");
+                let (status, reason, message) = if c.disagreements > 0 {
+                    let top: Vec<String> = c
+                        .transitions
+                        .iter()
+                        .map(|t| format!("{}→{} {}", t.from, t.to, t.count))
+                        .collect();
+                    (
+                        "True",
+                        "Disagrees",
+                        format!(
+                            "candidate {version} decided {} of {} shadowed call(s) otherwise: {}",
+                            c.disagreements,
+                            c.shadowed,
+                            top.join(", ")
+                        ),
+                    )
+                } else {
+                    (
+                        "False",
+                        "Agrees",
+                        format!(
+                            "candidate {version} agreed on all {} shadowed call(s)",
+                            c.shadowed
+                        ),
+                    )
+                };
+                (status, reason, message, c.clone())
+            }
+            Shadowing::Unsigned {
+                profile,
+                reason,
+                message,
+            } => (
+                "Unknown",
+                *reason,
+                format!("candidate {profile} is not shadowed: {message}"),
+                CandidateStatus {
+                    profile: profile.clone(),
+                    ..CandidateStatus::default()
+                },
+            ),
+        };
+        let condition = condition_of(
+            previous,
+            ConditionType::CandidateDisagrees,
+            status,
+            reason,
+            message,
+            generation,
+            now,
+        );
+        (condition, candidate)
+    }
 }
 
 /// Status after a successful reconcile: `Valid=True/Compiled`,
@@ -59,6 +155,10 @@ pub fn ready_status(
 ) -> PolicyProfileStatus {
     let b = published.bundle;
     let prev = &previous.conditions;
+    let shadowing = published
+        .shadowing
+        .as_ref()
+        .map(|s| s.status(prev, generation, now));
     let stale = published.fleet.stale > 0;
     let stale_message = if stale {
         let mut pods = published.stale_pods.clone();
@@ -92,6 +192,7 @@ pub fn ready_status(
         grants: Some(published.grants as u32),
         observed_generation: generation,
         fleet: Some(published.fleet),
+        candidate: shadowing.as_ref().map(|(_, c)| c.clone()),
         conditions: vec![
             condition(
                 prev,
@@ -124,7 +225,10 @@ pub fn ready_status(
                 generation,
                 now,
             ),
-        ],
+        ]
+        .into_iter()
+        .chain(shadowing.map(|(c, _)| c))
+        .collect(),
     }
 }
 
@@ -221,7 +325,7 @@ pub fn invalid_status(
         previous
             .conditions
             .iter()
-            .filter(|c| c.is(ConditionType::Stale))
+            .filter(|c| c.is(ConditionType::Stale) || c.is(ConditionType::CandidateDisagrees))
             .cloned(),
     );
     status.conditions = conditions;

@@ -15,14 +15,15 @@ use crate::crd::{
     StandingGrant,
 };
 
-fn t(s: &str) -> Timestamp {
+pub(super) fn t(s: &str) -> Timestamp {
     s.parse().unwrap()
 }
 
-fn published(version: &str, seq: u64, issued: &str) -> PublishedBundle {
+pub(super) fn published(version: &str, seq: u64, issued: &str) -> PublishedBundle {
     let issued = t(issued);
     PublishedBundle {
         version: version.into(),
+        candidate: None,
         digest: "sha256:00".into(),
         sequence: seq,
         issued_at: issued,
@@ -35,7 +36,7 @@ fn plan_signs_only_on_change_or_near_expiry() {
     let day = SignedDuration::from_hours(24);
     let now = t("2030-01-01T01:00:00Z");
     assert!(matches!(
-        plan_bundle(None, None, "p@a", now, day),
+        plan_bundle(None, None, "p@a", None, now, day),
         BundlePlan::Publish {
             sequence: 1,
             reason: PublishReason::Initial,
@@ -43,14 +44,14 @@ fn plan_signs_only_on_change_or_near_expiry() {
         }
     ));
     let p = published("p@a", 4, "2030-01-01T00:00:00Z");
-    let kept = plan_bundle(Some(&p), Some(4), "p@a", now, day);
+    let kept = plan_bundle(Some(&p), Some(4), "p@a", None, now, day);
     assert_eq!(kept, BundlePlan::Keep(p.clone()));
     let BundlePlan::Keep(kept) = kept else {
         unreachable!()
     };
     assert_eq!(kept.resign_at(), t("2030-01-01T16:00:00Z"));
     assert!(matches!(
-        plan_bundle(Some(&p), Some(7), "p@b", now, day),
+        plan_bundle(Some(&p), Some(7), "p@b", None, now, day),
         BundlePlan::Publish {
             sequence: 8,
             reason: PublishReason::Changed,
@@ -59,7 +60,7 @@ fn plan_signs_only_on_change_or_near_expiry() {
     ));
     let late = t("2030-01-01T16:00:00Z");
     assert_eq!(
-        plan_bundle(Some(&p), Some(4), "p@a", late, day),
+        plan_bundle(Some(&p), Some(4), "p@a", None, late, day),
         BundlePlan::Publish {
             sequence: 5,
             issued_at: late,
@@ -214,7 +215,7 @@ fn active_grants_table() {
     }
 }
 
-fn spec() -> PolicySpec {
+pub(super) fn spec() -> PolicySpec {
     toolgate_policy::load::from_value(
         json!({
             "mode": "rules",
@@ -380,7 +381,7 @@ fn last_good_table() {
     }
 }
 
-fn conditions(status: &PolicyProfileStatus) -> Vec<(&str, &str, &str)> {
+pub(super) fn conditions(status: &PolicyProfileStatus) -> Vec<(&str, &str, &str)> {
     status
         .conditions
         .iter()
@@ -438,6 +439,7 @@ fn ready_status_table() {
                 grants: 3,
                 fleet,
                 stale_pods,
+                shadowing: None,
             },
             Some(4),
             now,
@@ -472,7 +474,7 @@ fn ready_status_table() {
     }
 }
 
-fn policy_error() -> PolicyError {
+pub(super) fn policy_error() -> PolicyError {
     toolgate_policy::load::from_value::<PolicySpec>(json!({"mode": "rulez"}), "spec").unwrap_err()
 }
 

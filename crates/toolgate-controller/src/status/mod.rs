@@ -272,8 +272,23 @@ async fn trust(client: &kube::Client, namespace: &str) -> Check {
     }
 }
 
-/// The line of one profile: validity, readiness, bundle expiry and fleet.
+/// The line of one profile: validity, readiness, bundle expiry and fleet,
+/// and what its shadowed candidate decided otherwise (a `warn` when it
+/// disagrees or could not be shadowed: promoting it would change those
+/// calls).
 pub fn profile(p: &PolicyProfile, now: Timestamp, margin: SignedDuration) -> Check {
+    let mut line = profile_bundle(p, now, margin);
+    let status = p.status.clone().unwrap_or_default();
+    if let Some(c) = status.condition(ConditionType::CandidateDisagrees) {
+        line.detail = format!("{}; {}", line.detail, c.message);
+        if c.status != "False" && line.level == Level::Ok {
+            line.level = Level::Warn;
+        }
+    }
+    line
+}
+
+fn profile_bundle(p: &PolicyProfile, now: Timestamp, margin: SignedDuration) -> Check {
     let what = format!(
         "profile {}/{}",
         p.namespace().unwrap_or_default(),

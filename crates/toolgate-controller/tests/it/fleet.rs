@@ -28,6 +28,7 @@ async fn fleet_counts_only_pods_in_the_profile_namespace() {
                 policy_version: "safe-coding@other".into(),
                 sequence: 1,
                 last_seen: now() - SignedDuration::from_secs(5),
+                shadow: None,
             })
             .await
             .unwrap();
@@ -66,6 +67,7 @@ async fn an_unreadable_heartbeat_holds_back_no_profile() {
             policy_version: "safe-coding@other".into(),
             sequence: 1,
             last_seen: now() - SignedDuration::from_secs(5),
+            shadow: None,
         })
         .await
         .unwrap();

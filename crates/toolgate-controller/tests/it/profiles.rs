@@ -53,6 +53,7 @@ async fn create_publishes_a_verifiable_bundle_and_status() {
             policy_version: "safe-coding@old".into(),
             sequence: 0,
             last_seen: now() - SignedDuration::from_secs(5),
+            shadow: None,
         })
         .await
         .unwrap();

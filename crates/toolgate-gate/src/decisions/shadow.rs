@@ -49,4 +49,5 @@ pub(super) fn count(metrics: &Metrics, profile: &str, shadow: &ShadowOutcome) {
         .shadow_decisions
         .with_label_values(&[profile, shadow.active.as_str(), shadow.verdict.as_str()])
         .inc();
+    metrics.shadow_tallies.record(shadow);
 }

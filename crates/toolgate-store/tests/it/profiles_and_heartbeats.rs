@@ -77,6 +77,7 @@ both_backends!(heartbeats_upsert_by_pod, |db| {
         policy_version: format!("{profile}@v{seq}"),
         sequence: seq,
         last_seen: jiff::Timestamp::from_millisecond(1_700_000_000_000 + seq).unwrap(),
+        shadow: None,
     };
     hb.record_heartbeat(&beat("pod-a", "default", 1))
         .await
@@ -107,6 +108,7 @@ both_backends!(a_heartbeat_also_counts_the_tenants_open_intents, |db| {
         policy_version: "coding@0123456789ab+h01234567".into(),
         sequence: 3,
         last_seen: now,
+        shadow: None,
     };
     let hb = db.store.heartbeats();
     assert_eq!(
@@ -155,5 +157,48 @@ both_backends!(a_heartbeat_also_counts_the_tenants_open_intents, |db| {
             .unwrap_err()
             .code(),
         "invalid_input"
+    );
+});
+
+both_backends!(a_heartbeat_carries_its_shadow_tally, |db| {
+    use toolgate_policy::Decision::{Allow, Deny, Escalate};
+    let mut tally = toolgate_store::ShadowTally::new("next@0123456789ab+h01234567");
+    tally.record(Allow, Deny);
+    tally.record(Escalate, Escalate);
+    let beat = Heartbeat {
+        pod_name: "agent-0".into(),
+        pod_namespace: "acme".into(),
+        profile: "coding".into(),
+        policy_version: "coding@0123456789ab+h01234567".into(),
+        sequence: 1,
+        // Stored to the millisecond.
+        last_seen: Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
+        shadow: Some(tally.clone()),
+    };
+    let hb = db.store.heartbeats();
+    hb.record_heartbeat_and_count(&beat, "acme").await.unwrap();
+    let listed = hb.list_profile_heartbeats("acme", "coding").await.unwrap();
+    assert_eq!(listed.heartbeats[0].shadow.as_ref(), Some(&tally));
+    // The next beat replaces it, also with none (a bundle without a candidate).
+    let plain = Heartbeat {
+        sequence: 2,
+        shadow: None,
+        ..beat.clone()
+    };
+    hb.record_heartbeat(&plain).await.unwrap();
+    let listed = hb.list_profile_heartbeats("acme", "coding").await.unwrap();
+    assert_eq!(listed.heartbeats, vec![plain]);
+    // A tally that does not read back (a tenant writes these rows) is no
+    // report, and the heartbeat still counts.
+    db.raw_both("UPDATE sidecar_heartbeats SET shadow = '{\"shadowed\":\"many\"}'")
+        .await;
+    let listed = hb.list_profile_heartbeats("acme", "coding").await.unwrap();
+    assert!(listed.unreadable.is_empty());
+    assert_eq!(
+        (
+            listed.heartbeats.len(),
+            listed.heartbeats[0].shadow.as_ref()
+        ),
+        (1, None)
     );
 });

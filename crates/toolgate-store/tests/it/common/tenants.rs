@@ -234,6 +234,15 @@ pub fn heartbeat(namespace: &str, sequence: i64) -> Heartbeat {
         policy_version: POLICY.into(),
         sequence,
         last_seen: jiff::Timestamp::now(),
+        // Written (and, on the second beat, updated) as the tenant's role.
+        shadow: Some({
+            let mut t = toolgate_store::ShadowTally::new("next@0123456789ab+h01234567");
+            t.record(
+                toolgate_policy::Decision::Allow,
+                toolgate_policy::Decision::Deny,
+            );
+            t
+        }),
     }
 }
 
