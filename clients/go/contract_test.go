@@ -73,6 +73,7 @@ func TestAnswerTypesReadEveryMemberOfTheirSchema(t *testing.T) {
 		"BudgetUse":         Budget{},
 		"CancelResponse":    Cancellation{},
 		"PodCancelResponse": PodCancellation{},
+		"FlowLabel":         FlowLabel{},
 	}
 	for schema, value := range cases {
 		var members []string
@@ -93,5 +94,22 @@ func TestAnswerTypesReadEveryMemberOfTheirSchema(t *testing.T) {
 	}
 	if want := []string{VerdictAllow, VerdictDeny, VerdictEscalate}; !reflect.DeepEqual(sorted(verdicts), want) {
 		t.Errorf("verdicts %v, want %v", verdicts, want)
+	}
+}
+
+// Rows are read in part (an intent as the pending list gives it, an
+// approval), but never a member the sidecar does not write.
+func TestRowTypesReadOnlyMembersOfTheirSchema(t *testing.T) {
+	schemas := openAPISchemas(t)
+	for schema, value := range map[string]any{"OpenIntent": Intent{}, "ApprovalView": Approval{}} {
+		documented := schemas[schema].Properties
+		if len(documented) == 0 {
+			t.Fatalf("%s is not in the document", schema)
+		}
+		for name := range jsonNames(reflect.TypeOf(value)) {
+			if _, ok := documented[name]; !ok {
+				t.Errorf("%s: the client reads %q, which the sidecar does not write", schema, name)
+			}
+		}
 	}
 }

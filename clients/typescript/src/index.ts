@@ -32,4 +32,4 @@ export {
 } from "./errors.js";
 export type { ErrorOptions } from "./errors.js";
 export type * from "./types.js";
-export { ANSWER_MEMBERS } from "./types.js";
+export { ANSWER_MEMBERS, ROW_MEMBERS } from "./types.js";

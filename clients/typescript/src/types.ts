@@ -199,6 +199,32 @@ export const ANSWER_MEMBERS = {
   BudgetUse: ["used", "limit", "left"],
   CancelResponse: ["run_id", "cancel_requested_at", "newly_cancelled", "approvals_cancelled"],
   PodCancelResponse: ["scope", "cancel_requested_at", "newly_cancelled", "approvals_cancelled"],
+  FlowLabel: ["label", "decision_id", "set_at"],
+} as const;
+
+/**
+ * The members of the store rows the client reads (an intent as `pending()`
+ * lists it, an approval): a part of each row, never a member it lacks.
+ */
+export const ROW_MEMBERS = {
+  OpenIntent: [
+    "intent_id",
+    "status",
+    "run_id",
+    "step_id",
+    "tool",
+    "decision_id",
+    "args_digest",
+    "call_digest",
+    "risk",
+    "detail",
+    "created_at",
+    "effect_sent_at",
+    "completed_at",
+    "resume",
+    "verification_probe",
+  ],
+  ApprovalView: ["approval_id", "status", "tool", "run_id", "resolved_by", "reason", "expires_at", "consumed_at"],
 } as const;
 
 // ---- parsing ----

@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
 
-import { ANSWER_MEMBERS, ErrorCode, ToolgateError, errorClass } from "@toolgate/client";
+import { ANSWER_MEMBERS, ErrorCode, ROW_MEMBERS, ToolgateError, errorClass } from "@toolgate/client";
 
 import { ROOT } from "./sidecar.mjs";
 
@@ -43,4 +43,15 @@ test("each answer the client parses has exactly the document's members", () => {
   }
   const decisions = SCHEMAS.Decision.oneOf.map((v) => v.const).sort();
   assert.deepEqual(decisions, ["allow", "deny", "escalate"]);
+});
+
+test("the rows the client reads in part have every member it reads", () => {
+  for (const [schema, members] of Object.entries(ROW_MEMBERS)) {
+    const documented = new Set(Object.keys(SCHEMAS[schema].properties));
+    assert.deepEqual(
+      members.filter((m) => !documented.has(m)),
+      [],
+      `${schema}: members the client reads that the sidecar does not write`,
+    );
+  }
 });

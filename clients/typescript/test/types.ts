@@ -6,10 +6,14 @@ import { tool as aiTool, type Tool } from "ai";
 import { z } from "zod";
 import {
   ANSWER_MEMBERS,
+  ROW_MEMBERS,
   Toolgate,
+  type Approval,
   type Batch,
   type Budget,
   type Cancellation,
+  type FlowLabel,
+  type Intent,
   type PodCancellation,
   type RunStatus,
   type Verdict,
@@ -50,6 +54,7 @@ export { governedWeather, tools, governedBash, mcp, verdictFields };
 type Camel<S extends string> = S extends `${infer H}_${infer T}` ? `${H}${Capitalize<Camel<T>>}` : S;
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 type Members<K extends keyof typeof ANSWER_MEMBERS> = Camel<(typeof ANSWER_MEMBERS)[K][number]>;
+type Row<K extends keyof typeof ROW_MEMBERS> = Camel<(typeof ROW_MEMBERS)[K][number]>;
 const membersMatch: [
   Same<Members<"AuthorizeResponse">, keyof Verdict>,
   Same<Members<"BatchResponse">, keyof Batch>,
@@ -57,6 +62,9 @@ const membersMatch: [
   Same<Members<"BudgetUse">, keyof Budget>,
   Same<Members<"CancelResponse">, keyof Cancellation>,
   Same<Members<"PodCancelResponse">, keyof PodCancellation>,
-] = [true, true, true, true, true, true];
+  Same<Members<"FlowLabel">, keyof FlowLabel>,
+  Same<Row<"OpenIntent">, keyof Intent>,
+  Same<Row<"ApprovalView">, keyof Approval>,
+] = [true, true, true, true, true, true, true, true, true];
 
 export { membersMatch };

@@ -10,13 +10,14 @@ use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 use toolgate_contract::agent_api::{
-    ApprovalView, AuthorizeRequest, AuthorizeResponse, ErrorBody, IntentView, MessageScreen,
-    OpenIntents, RecordedRefusal, RefusalRequest, RunStatus, Screened,
+    self as agent_api, AuthorizeRequest, AuthorizeResponse, ErrorBody, MessageScreen,
+    RecordedRefusal, RefusalRequest, Screened,
 };
 use toolgate_contract::errors as codes;
 use toolgate_policy::Verdict;
 
 mod mirrors;
+mod rows;
 
 use mirrors::*;
 
@@ -152,6 +153,11 @@ fn pending_param() -> Value {
 }
 
 type Authorized = AuthorizeResponse<Verdict>;
+type IntentView = agent_api::IntentView<rows::Intent>;
+type OpenIntent = agent_api::OpenIntent<rows::Intent, rows::ResumeClass>;
+type OpenIntents = agent_api::OpenIntents<rows::Intent, rows::ResumeClass>;
+type ApprovalView = agent_api::ApprovalView<rows::Approval>;
+type RunStatus = agent_api::RunStatus<String, OpenIntent, rows::FlowLabel>;
 
 /// Every route of the agent API, in the router's order.
 pub const ROUTES: &[Route] = &[
