@@ -74,6 +74,11 @@ func TestAnswerTypesReadEveryMemberOfTheirSchema(t *testing.T) {
 		"CancelResponse":    Cancellation{},
 		"PodCancelResponse": PodCancellation{},
 		"FlowLabel":         FlowLabel{},
+		"FileRead":          FileContent{},
+		"FileWritten":       Written{},
+		"Listing":           Listing{},
+		"Entry":             Entry{},
+		"Stat":              FileStat{},
 	}
 	for schema, value := range cases {
 		var members []string

@@ -126,6 +126,27 @@ def test_an_intent_s_life_and_a_cancellation_match_the_document(sidecar, run_id)
     assert status['cancel_requested'] is True and status['cancel_reason'] == 'openapi test'
 
 
+def test_workspace_answers_match_the_document(sidecar, run_id):
+    def call(op, **body):
+        path = f"/v1/workspace/{op}"
+        answer = _check(path, 'post', _post(sidecar, path, {'run_id': run_id, **body}))
+        if 'error' not in answer:
+            schema = DOC['paths'][path]['post']['responses']['200']['content']['application/json']['schema']
+            name = schema['$ref'].rsplit('/', 1)[1]
+            assert set(answer) == _members(name), set(answer) ^ _members(name)
+        return answer
+
+    assert call('write', path='notes/a.txt', content='hello')['bytes'] == 5
+    assert call('read', path='notes/a.txt')['content'] == 'hello'
+    assert [e['name'] for e in call('list', path='notes')['entries']] == ['a.txt']
+    assert call('stat', path='notes/a.txt')['kind'] == 'file'
+    assert call('read', path='notes/missing.txt')['error']['code'] == 'workspace_not_found'
+    # The policy refuses a climbing path: the refusal carries its verdict.
+    refused = call('read', path='../escape')
+    assert refused['error']['code'] == 'policy_denied', refused
+    assert refused['verdict']['verdict'] == 'deny' and set(refused['verdict']) <= _members('AuthorizeResponse')
+
+
 # ---- the Python client against the document (no sidecar needed) ----
 
 # Answered before `error_class` is consulted: the verdict in the body
@@ -159,6 +180,11 @@ def _required(name: str) -> set[str]:
     ('PodCancellation', 'PodCancelResponse'),
     ('RunStatus', 'RunStatus'),
     ('FlowLabel', 'FlowLabel'),
+    ('FileContent', 'FileRead'),
+    ('Written', 'FileWritten'),
+    ('Listing', 'Listing'),
+    ('Entry', 'Entry'),
+    ('FileStat', 'Stat'),
 ])
 def test_the_python_client_reads_every_member_of_an_answer(client_type, schema):
     """The client's answer type has a field for every member the document

@@ -200,6 +200,11 @@ export const ANSWER_MEMBERS = {
   CancelResponse: ["run_id", "cancel_requested_at", "newly_cancelled", "approvals_cancelled"],
   PodCancelResponse: ["scope", "cancel_requested_at", "newly_cancelled", "approvals_cancelled"],
   FlowLabel: ["label", "decision_id", "set_at"],
+  FileRead: ["decision_id", "path", "content", "provenance"],
+  FileWritten: ["decision_id", "path", "bytes", "provenance"],
+  Listing: ["decision_id", "path", "entries", "provenance", "truncated", "skipped_non_utf8"],
+  Entry: ["name", "kind", "provenance"],
+  Stat: ["decision_id", "path", "kind", "size", "provenance"],
 } as const;
 
 /**

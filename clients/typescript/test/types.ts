@@ -12,11 +12,16 @@ import {
   type Batch,
   type Budget,
   type Cancellation,
+  type Entry,
+  type FileContent,
+  type FileStat,
   type FlowLabel,
   type Intent,
+  type Listing,
   type PodCancellation,
   type RunStatus,
   type Verdict,
+  type Written,
 } from "@toolgate/client";
 import { governTool, governTools } from "@toolgate/client/ai";
 import { governClient } from "@toolgate/client/mcp";
@@ -63,8 +68,13 @@ const membersMatch: [
   Same<Members<"CancelResponse">, keyof Cancellation>,
   Same<Members<"PodCancelResponse">, keyof PodCancellation>,
   Same<Members<"FlowLabel">, keyof FlowLabel>,
+  Same<Members<"FileRead">, keyof FileContent>,
+  Same<Members<"FileWritten">, keyof Written>,
+  Same<Members<"Listing">, keyof Listing>,
+  Same<Members<"Entry">, keyof Entry>,
+  Same<Members<"Stat">, keyof FileStat>,
   Same<Row<"OpenIntent">, keyof Intent>,
   Same<Row<"ApprovalView">, keyof Approval>,
-] = [true, true, true, true, true, true, true, true, true];
+] = [true, true, true, true, true, true, true, true, true, true, true, true, true, true];
 
 export { membersMatch };

@@ -18,6 +18,7 @@ use toolgate_policy::Verdict;
 
 mod mirrors;
 mod rows;
+mod workspace;
 
 use mirrors::*;
 
@@ -298,11 +299,29 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "post",
         path: "/mcp/{server}",
-        summary: "The MCP gateway to upstream NAME (also GET and DELETE): MCP's own messages; \
+        summary: "The MCP gateway to upstream NAME: MCP's own messages, each call governed; \
                   the run is named by the X-Toolgate-Run-Id header.",
         query: &[],
         body: None,
         answer: Answer::Foreign(200, "The upstream's MCP answer."),
+        errors: &MCP,
+    },
+    Route {
+        method: "get",
+        path: "/mcp/{server}",
+        summary: "The MCP gateway's server-to-client stream of upstream NAME.",
+        query: &[],
+        body: None,
+        answer: Answer::Foreign(200, "The upstream's MCP stream."),
+        errors: &MCP,
+    },
+    Route {
+        method: "delete",
+        path: "/mcp/{server}",
+        summary: "Ends an MCP session with upstream NAME.",
+        query: &[],
+        body: None,
+        answer: Answer::Foreign(200, "The upstream's answer."),
         errors: &MCP,
     },
     Route {
@@ -311,7 +330,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Read a UTF-8 file of the run's workspace (the governed call workspace.read).",
         query: &[],
         body: Some((schema::<PathRequest>, false)),
-        answer: Answer::Json(200, schema::<Governed>),
+        answer: Answer::Json(200, schema::<workspace::FileRead>),
         errors: &WORKSPACE,
     },
     Route {
@@ -320,7 +339,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Write a UTF-8 file of the run's workspace.",
         query: &[],
         body: Some((schema::<WriteRequest>, false)),
-        answer: Answer::Json(200, schema::<Governed>),
+        answer: Answer::Json(200, schema::<workspace::FileWritten>),
         errors: &WORKSPACE,
     },
     Route {
@@ -329,7 +348,7 @@ pub const ROUTES: &[Route] = &[
         summary: "List a directory of the run's workspace.",
         query: &[],
         body: Some((schema::<PathRequest>, false)),
-        answer: Answer::Json(200, schema::<Governed>),
+        answer: Answer::Json(200, schema::<workspace::Listing>),
         errors: &WORKSPACE,
     },
     Route {
@@ -338,7 +357,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Stat a path of the run's workspace.",
         query: &[],
         body: Some((schema::<PathRequest>, false)),
-        answer: Answer::Json(200, schema::<Governed>),
+        answer: Answer::Json(200, schema::<workspace::Stat>),
         errors: &WORKSPACE,
     },
     Route {

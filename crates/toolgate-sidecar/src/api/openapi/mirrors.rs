@@ -181,17 +181,6 @@ pub struct WriteRequest {
     pub step_id: Option<String>,
 }
 
-/// A workspace operation's answer: the allowing decision's id plus what
-/// the operation returned (its members are not described here yet).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Governed {
-    /// The allowing decision.
-    pub decision_id: String,
-    /// What the operation returned.
-    #[serde(flatten)]
-    pub result: Map<String, Value>,
-}
-
 /// Body of `POST /v1/tools/visible`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
