@@ -49,8 +49,17 @@ def test_other_findings_are_warnings_and_the_profile_is_served(kube):
     assert "[duplicate_glob]" in out.stderr, out.stderr
     # A deny under a hardline entry (the example's `mkfs *`) warns too.
     assert "spec.rules.bash.deny[4]" in out.stderr and "[shadowed_by_hardline]" in out.stderr, out.stderr
-    # Warnings never keep the controller from serving it.
+    # Warnings never keep the controller from serving it, and its status
+    # carries them, worded as admission did, for whoever reads it later.
     wait_for("profile Ready", lambda: ready((kube.get("tgp", "duplicate", "-n", ns) or {}).get("status")))
+    warnings = kube.get("tgp", "duplicate", "-n", ns)["status"]["warnings"]
+    admitted = [line.removeprefix("Warning: ") for line in out.stderr.splitlines() if line.startswith("Warning: ")]
+    assert warnings == admitted and any("[duplicate_glob]" in w for w in warnings), (warnings, out.stderr)
+    # A fixed spec clears them at its next generation.
+    dup["spec"]["rules"]["bash"]["allow"].pop()
+    kube.apply(dup, "--force-conflicts")
+    wait_for("warning gone", lambda: not any(
+        "[duplicate_glob]" in w for w in kube.get("tgp", "duplicate", "-n", ns)["status"].get("warnings", [])))
 
     # ~27 KB of distinct CJK characters: past the caps, skipped at once and
     # admitted with a warning (shadowed or not: the check is advisory).

@@ -8,7 +8,7 @@ and `kubectl toolgate status` prints them. Changing the candidate re-signs
 the bundle without changing the active version; deleting it drops the
 candidate and says why."""
 import json
-import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -51,6 +51,7 @@ def test_candidate_is_shadowed_counted_and_followed(kube, tmp_path):
     next_version = wait_for("next published", lambda: (kube.get("tgp", "next", "-n", ns).get("status") or {})
                             .get("version"), 60)
     # Signed with prod's grants (none): the candidate's own version.
+    assert prod["status"]["candidate"].pop("countedAt")
     assert prod["status"]["candidate"] == {"profile": "next", "version": next_version, "shadowed": 0,
                                            "disagreements": 0}, prod["status"]
     assert _bundle_annotations(kube, ns, "prod")["toolgate.dev/candidate-version"] == next_version
@@ -89,6 +90,8 @@ def test_candidate_is_shadowed_counted_and_followed(kube, tmp_path):
         series = [l for l in metrics.splitlines() if l.startswith("toolgate_shadow_decisions_total{")
                   and all(f in l for f in ('active="allow"', 'candidate="deny"', 'profile="prod"'))]
         assert [l.rsplit(" ", 1)[1] for l in series] == ["2"], metrics
+        # The counts go out with the next heartbeat (every second here).
+        time.sleep(2.5)
 
         def counted():
             # A status change wakes the reconcile sooner than the fleet refresh.
@@ -97,6 +100,7 @@ def test_candidate_is_shadowed_counted_and_followed(kube, tmp_path):
             return p if (p["status"].get("candidate") or {}).get("shadowed") == 3 else None
 
         prod = wait_for("the fleet's shadow counts in the status", counted, 60)
+        assert prod["status"]["candidate"].pop("countedAt")
         assert prod["status"]["candidate"] == {
             "profile": "next", "version": next_version, "shadowed": 3, "disagreements": 2,
             "transitions": [{"from": "allow", "to": "deny", "count": 2}]}, prod["status"]

@@ -134,7 +134,7 @@ impl BundleDocument {
             sequence: input.sequence,
             issued_at: input.issued_at,
             expires_at: input.expires_at,
-            spec: input.spec,
+            spec: without_candidate_ref(input.spec),
             grants: input.grants,
             candidate: None,
         };
@@ -145,6 +145,7 @@ impl BundleDocument {
     /// Adds a candidate to shadow (`name`, `spec`), refusing one that does
     /// not compile: a sidecar would refuse the whole bundle.
     pub fn with_candidate(mut self, name: &str, spec: PolicySpec) -> Result<Self, BundleError> {
+        let spec = without_candidate_ref(spec);
         let version = PolicyVersion::compute(name, &spec, &self.grants);
         self.candidate = Some(CandidateSection {
             name: name.to_owned(),
@@ -192,6 +193,14 @@ impl BundleDocument {
     pub fn digest(&self) -> String {
         digest_of(&self.canonical_bytes())
     }
+}
+
+/// `spec` without `candidate`: a reference to another PolicyProfile only
+/// the controller resolves (into a candidate section). Signed as it is, it
+/// would shadow nothing and older verifiers would refuse the field.
+fn without_candidate_ref(mut spec: PolicySpec) -> PolicySpec {
+    spec.candidate = None;
+    spec
 }
 
 /// `sha256:<hex>` of some bytes.

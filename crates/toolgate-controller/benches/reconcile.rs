@@ -89,6 +89,7 @@ fn plan_and_sign(p: &PolicyProfile, key: &SigningKey, now: Timestamp) {
             fleet: Default::default(),
             stale_pods: vec![],
             shadowing: None,
+            warnings: vec![],
         },
         Some(1),
         now,

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
-use toolgate_store::Heartbeat;
+use toolgate_store::{Heartbeat, MAX_TALLY_COUNT};
 
 use crate::crd::{CandidateStatus, CandidateTransition, FleetStatus};
 
@@ -87,13 +87,19 @@ pub fn candidate_status(
         .filter_map(|hb| hb.shadow.as_ref())
         .filter(|t| t.candidate_version == candidate_version);
     for tally in tallies {
-        status.shadowed = status.shadowed.saturating_add(tally.shadowed);
+        status.shadowed = status
+            .shadowed
+            .saturating_add(tally.shadowed)
+            .min(MAX_TALLY_COUNT);
         for t in &tally.changed {
             let n = transitions
                 .entry((t.active.as_str(), t.candidate.as_str()))
                 .or_default();
-            *n = n.saturating_add(t.count);
-            status.disagreements = status.disagreements.saturating_add(t.count);
+            *n = n.saturating_add(t.count).min(MAX_TALLY_COUNT);
+            status.disagreements = status
+                .disagreements
+                .saturating_add(t.count)
+                .min(MAX_TALLY_COUNT);
         }
     }
     let mut top: Vec<_> = transitions.into_iter().collect();

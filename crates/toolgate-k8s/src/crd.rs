@@ -159,6 +159,11 @@ pub struct PolicyProfileStatus {
     /// Pods reporting heartbeats for this profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetStatus>,
+    /// What `toolgate analyze`'s admission checks found in the spec of
+    /// `observedGeneration` (shadowed or redundant globs, unused tools…),
+    /// worded as the webhook's admission warnings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The candidate this profile shadows (`spec.candidate`) and how often
     /// it decided otherwise, as the fleet's sidecars report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -203,6 +208,11 @@ pub struct CandidateStatus {
     /// The most frequent disagreements, most frequent first (at most 5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transitions: Vec<CandidateTransition>,
+    /// When these counts were read from the heartbeats (RFC 3339). They are
+    /// read again at most once per fleet refresh, unless the candidate
+    /// starts or stops disagreeing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_at: Option<String>,
 }
 
 /// How many calls the active policy decided `from` and the candidate `to`.

@@ -382,10 +382,10 @@ async fn heartbeat_loop(
             policy_version: enforced.policy_version.clone(),
             sequence: i64::try_from(enforced.sequence).unwrap_or(i64::MAX),
             last_seen: jiff::Timestamp::now(),
-            shadow: enforced
-                .candidate
-                .as_ref()
-                .map(|c| policy.metrics().shadow_tallies.snapshot(&c.version().version)),
+            shadow: enforced.candidate.as_ref().map(|c| {
+                let tallies = &policy.metrics().shadow_tallies;
+                tallies.snapshot(&enforced.policy_version, &c.version().version)
+            }),
         };
         // The beat and the open-intent count in one statement: an idle
         // sidecar's queries are a fleet's database load.

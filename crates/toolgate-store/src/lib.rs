@@ -38,8 +38,8 @@ mod pg;
 mod profiles;
 pub mod replay;
 mod runs;
-mod shadow_tally;
 mod schema;
+mod shadow_tally;
 pub mod tenancy;
 mod wakeups;
 
@@ -73,7 +73,6 @@ pub(crate) use fields::{
 };
 pub use flows::{FlowLabel, FlowLabels, LabelsOnPass};
 pub use heartbeats::{Heartbeat, HeartbeatListing, Heartbeats, UnreadableHeartbeat};
-pub use shadow_tally::{MAX_TALLY_BYTES, ShadowTally, ShadowTransition};
 pub use intents::{
     Intent, IntentOutcome, IntentStatus, Intents, NewIntent, PendingIntent, ResumeClass,
 };
@@ -87,6 +86,9 @@ pub use profiles::{ProcessEvent, ProfileLoad, ProfileVersion, Profiles};
 pub use runs::{
     Admission, Budget, Caller, Cancellation, LabelsIfPassing, PodLimits, RunLimits, RunState, Runs,
     ScopeCancellation, Stopped, Stops,
+};
+pub use shadow_tally::{
+    MAX_COUNT as MAX_TALLY_COUNT, MAX_TALLY_BYTES, ShadowTally, ShadowTransition,
 };
 pub use tenancy::TenantCredentials;
 pub use wakeups::{RELISTENED, is_stop as wakeup_is_stop};

@@ -8,6 +8,12 @@ use toolgate_policy::Decision;
 /// Largest stored tally (the column's CHECK): a handful of transitions.
 pub const MAX_TALLY_BYTES: usize = 8192;
 
+/// Largest count a tally holds or a sum of tallies reaches: the largest
+/// integer every JSON reader (the API server's status included) keeps
+/// exactly. A tenant writes its pods' tallies; nothing it writes may make
+/// its profile's status unwritable.
+pub const MAX_COUNT: u64 = (1 << 53) - 1;
+
 /// Calls one candidate version decided beside the active policy, since the
 /// sidecar loaded it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,7 +53,7 @@ impl ShadowTally {
     /// Counts one call the active policy decided `active` and the
     /// candidate `candidate`.
     pub fn record(&mut self, active: Decision, candidate: Decision) {
-        self.shadowed = self.shadowed.saturating_add(1);
+        self.shadowed = self.shadowed.saturating_add(1).min(MAX_COUNT);
         if active == candidate {
             return;
         }
@@ -56,7 +62,7 @@ impl ShadowTally {
             .iter_mut()
             .find(|t| t.active == active && t.candidate == candidate)
         {
-            Some(t) => t.count = t.count.saturating_add(1),
+            Some(t) => t.count = t.count.saturating_add(1).min(MAX_COUNT),
             None => self.changed.push(ShadowTransition {
                 active,
                 candidate,
@@ -70,6 +76,7 @@ impl ShadowTally {
         self.changed
             .iter()
             .fold(0u64, |n, t| n.saturating_add(t.count))
+            .min(MAX_COUNT)
     }
 
     /// The stored text.
@@ -83,7 +90,10 @@ impl ShadowTally {
         if text.len() > MAX_TALLY_BYTES {
             return None;
         }
-        serde_json::from_str(text).ok()
+        let tally: Self = serde_json::from_str(text).ok()?;
+        let in_range =
+            tally.shadowed <= MAX_COUNT && tally.changed.iter().all(|t| t.count <= MAX_COUNT);
+        in_range.then_some(tally)
     }
 }
 
@@ -120,5 +130,10 @@ mod tests {
             ShadowTally::from_text(&"x".repeat(MAX_TALLY_BYTES + 1)),
             None
         );
+        let huge = format!(
+            "{{\"candidate_version\":\"c@1\",\"shadowed\":{}}}",
+            MAX_COUNT + 1
+        );
+        assert_eq!(ShadowTally::from_text(&huge), None);
     }
 }

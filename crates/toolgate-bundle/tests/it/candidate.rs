@@ -73,3 +73,28 @@ fn a_candidate_whose_version_does_not_match_its_content_refuses_the_bundle() {
             .is_err()
     );
 }
+
+#[test]
+fn a_spec_naming_a_candidate_profile_is_signed_without_the_reference() {
+    // Only the controller resolves `spec.candidate` (into a section); a
+    // bundle built from such a spec elsewhere is the bundle of the spec
+    // without it, byte for byte, and so is a candidate carrying one.
+    let named = |mut spec: toolgate_policy::PolicySpec| {
+        spec.candidate = Some(toolgate_policy::CandidateRef {
+            profile: "elsewhere".into(),
+        });
+        spec
+    };
+    let mut with_ref = input(1, vec![grant()]);
+    with_ref.spec = named(with_ref.spec);
+    let doc = toolgate_bundle::BundleDocument::new(with_ref).unwrap();
+    assert!(doc.spec.candidate.is_none());
+    assert_eq!(doc.canonical_bytes(), document(1).canonical_bytes());
+    let shadowing = doc
+        .with_candidate("next", named(candidate_spec("git push*")))
+        .unwrap();
+    let plain = document(1)
+        .with_candidate("next", candidate_spec("git push*"))
+        .unwrap();
+    assert_eq!(shadowing.canonical_bytes(), plain.canonical_bytes());
+}

@@ -5,13 +5,14 @@
 //! too and never enforce it. A candidate that is missing or does not
 //! compile is left out of the bundle, and the status says why.
 
+use jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
 use toolgate_policy::{CompiledPolicy, Grant, PolicySpec};
 
 use super::rejection_message;
 use super::status::Shadowing;
 use crate::context::Context;
-use crate::crd::PolicyProfile;
+use crate::crd::{CandidateStatus, PolicyProfile};
 use crate::error::ControllerError;
 
 /// A candidate ready to be signed into a bundle.
@@ -89,6 +90,39 @@ fn unsigned(name: &str, reason: &'static str, message: String) -> Resolved {
         reason,
         message,
     })
+}
+
+/// The counts to write: `fresh`, unless the status already holds counts of
+/// the same candidate version read less than `every` before `now` and the
+/// candidate still agrees (or still disagrees): then those. Every status
+/// write wakes the reconcile again, so counts that follow each heartbeat
+/// would reconcile the profile as often as its pods beat.
+pub fn throttled(
+    previous: Option<&CandidateStatus>,
+    mut fresh: CandidateStatus,
+    now: Timestamp,
+    every: SignedDuration,
+) -> CandidateStatus {
+    let recent = |p: &CandidateStatus| {
+        p.counted_at
+            .as_deref()
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .is_some_and(|at| at <= now && now.duration_since(at) < every)
+    };
+    match previous {
+        Some(p)
+            if p.profile == fresh.profile
+                && p.version == fresh.version
+                && (p.disagreements > 0) == (fresh.disagreements > 0)
+                && recent(p) =>
+        {
+            p.clone()
+        }
+        _ => {
+            fresh.counted_at = Some(now.to_string());
+            fresh
+        }
+    }
 }
 
 /// The profiles of `profiles` that shadow `changed` (same namespace,

@@ -49,6 +49,7 @@
 //! does not verify with the current key and is therefore not re-signed:
 //! fixing the spec publishes a fresh bundle.
 
+mod analysis;
 pub mod candidate;
 mod plan;
 mod reconcile;

@@ -311,9 +311,10 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
     let (ns, name) = ns_and_name(profile)?;
     let now = ctx.now();
     let mut spec: PolicySpec = profile.spec.clone().into();
-    if let Err(err) = toolgate_k8s::validate_profile(&name, &spec) {
-        return reject(profile, ctx, err).await;
-    }
+    let compiled = match toolgate_k8s::validate_profile(&name, &spec) {
+        Ok(compiled) => compiled,
+        Err(err) => return reject(profile, ctx, err).await,
+    };
     // Signed as the bundle's candidate section, never as part of its spec.
     let candidate_ref = spec.candidate.take();
 
@@ -355,6 +356,16 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
         .as_ref()
         .and_then(PublishedBundle::from_configmap);
     let previous = profile.status.clone().unwrap_or_default();
+    // Analysed once per generation.
+    let warnings = if previous.observed_generation == profile.metadata.generation
+        && previous
+            .condition(ConditionType::Valid)
+            .is_some_and(|c| c.status == "True")
+    {
+        previous.warnings.clone()
+    } else {
+        super::analysis::warnings(compiled).await
+    };
     let plan = plan_bundle(
         published.as_ref(),
         previous.sequence,
@@ -443,12 +454,18 @@ async fn apply(profile: &PolicyProfile, ctx: &Context) -> Result<Action, Control
             grants: grants.len(),
             fleet,
             stale_pods,
+            warnings,
             shadowing: resolved.map(|r| match r {
-                Resolved::Signed(c) => Shadowing::Signed(crate::fleet::candidate_status(
-                    &heartbeats,
-                    &current.version,
-                    &c.name,
-                    &c.version,
+                Resolved::Signed(c) => Shadowing::Signed(candidate::throttled(
+                    previous.candidate.as_ref(),
+                    crate::fleet::candidate_status(
+                        &heartbeats,
+                        &current.version,
+                        &c.name,
+                        &c.version,
+                    ),
+                    now,
+                    ctx.settings.fleet_refresh,
                 )),
                 Resolved::Unsigned(s) => s,
             }),

@@ -60,6 +60,8 @@ pub struct Published<'a> {
     pub stale_pods: Vec<String>,
     /// What became of `spec.candidate`, when the spec names one.
     pub shadowing: Option<Shadowing>,
+    /// The analysis warnings of this generation's spec.
+    pub warnings: Vec<String>,
 }
 
 /// What became of a profile's `spec.candidate` in a reconcile.
@@ -193,6 +195,7 @@ pub fn ready_status(
         observed_generation: generation,
         fleet: Some(published.fleet),
         candidate: shadowing.as_ref().map(|(_, c)| c.clone()),
+        warnings: published.warnings.clone(),
         conditions: vec![
             condition(
                 prev,
@@ -276,6 +279,12 @@ pub fn invalid_status(
     let prev = &previous.conditions;
     let mut status = previous.clone();
     status.observed_generation = generation;
+    // Those were about a spec that is no longer the one observed.
+    status.warnings.clear();
+    if !matches!(serving, Serving::LastGood { .. }) {
+        // Nothing served, so nothing is shadowed.
+        status.candidate = None;
+    }
     let gen_text = generation.map_or_else(String::new, |g| format!(" (generation {g})"));
     let ready = match serving {
         Serving::LastGood { bundle, grants } => {
@@ -325,7 +334,11 @@ pub fn invalid_status(
         previous
             .conditions
             .iter()
-            .filter(|c| c.is(ConditionType::Stale) || c.is(ConditionType::CandidateDisagrees))
+            .filter(|c| {
+                c.is(ConditionType::Stale)
+                    || (c.is(ConditionType::CandidateDisagrees)
+                        && matches!(serving, Serving::LastGood { .. }))
+            })
             .cloned(),
     );
     status.conditions = conditions;

@@ -440,6 +440,7 @@ fn ready_status_table() {
                 fleet,
                 stale_pods,
                 shadowing: None,
+                warnings: vec![],
             },
             Some(4),
             now,

@@ -8,7 +8,7 @@ use kube::api::ObjectMeta;
 use toolgate_policy::{CandidateRef, Decision};
 use toolgate_store::{Heartbeat, ShadowTally};
 
-use super::candidate::{Resolved, compile, shadowing};
+use super::candidate::{self, Resolved, compile, shadowing};
 use super::tests::{conditions, policy_error, published, spec, t};
 use super::*;
 use crate::crd::{CandidateStatus, CandidateTransition, ConditionType, FleetStatus, PolicyProfile};
@@ -120,6 +120,7 @@ fn the_fleet_counts_only_pods_on_this_version_and_candidate() {
                 transition("allow", "deny", 2),
                 transition("escalate", "allow", 1)
             ],
+            counted_at: None,
         }
     );
 }
@@ -135,6 +136,7 @@ fn ready_with(shadowing: Option<Shadowing>) -> crate::crd::PolicyProfileStatus {
             fleet: FleetStatus::default(),
             stale_pods: vec![],
             shadowing,
+            warnings: vec![],
         },
         Some(1),
         t("2030-01-01T00:00:00Z"),
@@ -150,6 +152,7 @@ fn candidate_disagrees_condition_table() {
             shadowed: 10,
             disagreements,
             transitions,
+            counted_at: None,
         })
     };
     let allow_deny = vec![CandidateTransition {
@@ -182,22 +185,31 @@ fn candidate_disagrees_condition_table() {
         assert_eq!((c.status.as_str(), c.reason.as_str()), (status, reason));
         assert!(c.message.contains(text), "{}", c.message);
         assert_eq!(s.candidate.as_ref().unwrap().profile, "next");
-        // An invalid spec later keeps what was last known of the candidate.
-        let invalid = invalid_status(
-            &s,
-            &policy_error(),
-            &Serving::Nothing {
-                reason: "NoValidBundle",
-                message: "x".into(),
-            },
-            Some(2),
-            t("2030-01-01T00:01:00Z"),
-        );
+        // An invalid spec later keeps what was last known of the candidate
+        // while the last good bundle (and so its candidate) is served.
+        let bundle = published("p@a", 1, "2030-01-01T00:00:00Z");
+        let later = t("2030-01-01T00:01:00Z");
+        let serving = Serving::LastGood {
+            bundle: &bundle,
+            grants: 0,
+        };
+        let invalid = invalid_status(&s, &policy_error(), &serving, Some(2), later);
         assert_eq!(
             invalid.condition(ConditionType::CandidateDisagrees),
             Some(c)
         );
         assert_eq!(invalid.candidate, s.candidate);
+        let nothing = Serving::Nothing {
+            reason: "NoValidBundle",
+            message: "x".into(),
+        };
+        let invalid = invalid_status(&s, &policy_error(), &nothing, Some(2), later);
+        assert!(
+            invalid
+                .condition(ConditionType::CandidateDisagrees)
+                .is_none()
+        );
+        assert!(invalid.candidate.is_none());
     }
     let none = ready_with(None);
     assert!(none.candidate.is_none());
@@ -233,4 +245,71 @@ fn a_changed_candidate_wakes_the_profiles_of_its_namespace_that_shadow_it() {
         .map(|r| format!("{}/{}", r.namespace.as_deref().unwrap(), r.name))
         .collect();
     assert_eq!(names, ["agents/prod"]);
+}
+
+#[tokio::test]
+async fn analysis_warnings_are_the_admission_words_and_a_shadowed_escalate_is_one() {
+    let compiled = |spec: toolgate_policy::PolicySpec| {
+        toolgate_policy::CompiledPolicy::compile("p", &spec, &[]).unwrap()
+    };
+    let mut dup = spec();
+    dup.rules.get_mut("bash").unwrap().allow.push("ls *".into());
+    let warnings = super::analysis::warnings(compiled(dup)).await;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("spec.rules.bash.allow[1]") && w.ends_with("[duplicate_glob]")),
+        "{warnings:?}"
+    );
+    // `git *` escalates, but an allow of `git status` under it is fine; an
+    // escalate of `ls x*` under the allow of `ls *` never asks anyone.
+    let mut shadowed = spec();
+    shadowed
+        .rules
+        .get_mut("bash")
+        .unwrap()
+        .escalate
+        .insert(0, "ls x*".into());
+    let warnings = super::analysis::warnings(compiled(shadowed)).await;
+    assert!(
+        warnings.iter().any(|w| w.starts_with("shadowed_escalate")),
+        "{warnings:?}"
+    );
+    assert!(super::analysis::warnings(compiled(spec())).await.is_empty());
+}
+
+#[test]
+fn counts_are_read_again_once_per_refresh_unless_the_candidate_starts_or_stops_disagreeing() {
+    let every = SignedDuration::from_secs(60);
+    let t0 = t("2030-01-01T00:00:00Z");
+    let counts = |shadowed, disagreements| CandidateStatus {
+        profile: "next".into(),
+        version: Some("next@1".into()),
+        shadowed,
+        disagreements,
+        ..CandidateStatus::default()
+    };
+    let first = candidate::throttled(None, counts(5, 0), t0, every);
+    assert_eq!(first.counted_at.as_deref(), Some("2030-01-01T00:00:00Z"));
+    // More calls, still agreeing, within the refresh: the old counts stay.
+    let soon = t0 + SignedDuration::from_secs(10);
+    assert_eq!(
+        candidate::throttled(Some(&first), counts(9, 0), soon, every),
+        first
+    );
+    // It starts disagreeing: written at once.
+    let flip = candidate::throttled(Some(&first), counts(9, 1), soon, every);
+    assert_eq!((flip.shadowed, flip.disagreements), (9, 1));
+    // Past the refresh, or another candidate version: the new counts.
+    let late = t0 + every;
+    assert_eq!(
+        candidate::throttled(Some(&first), counts(12, 0), late, every).shadowed,
+        12
+    );
+    let mut other = counts(1, 0);
+    other.version = Some("next@2".into());
+    assert_eq!(
+        candidate::throttled(Some(&first), other, soon, every).shadowed,
+        1
+    );
 }

@@ -279,6 +279,13 @@ async fn trust(client: &kube::Client, namespace: &str) -> Check {
 pub fn profile(p: &PolicyProfile, now: Timestamp, margin: SignedDuration) -> Check {
     let mut line = profile_bundle(p, now, margin);
     let status = p.status.clone().unwrap_or_default();
+    if let Some(first) = status.warnings.first() {
+        line.detail = format!(
+            "{}; {} analysis warning(s), first: {first}",
+            line.detail,
+            status.warnings.len()
+        );
+    }
     if let Some(c) = status.condition(ConditionType::CandidateDisagrees) {
         line.detail = format!("{}; {}", line.detail, c.message);
         if c.status != "False" && line.level == Level::Ok {

@@ -520,7 +520,11 @@ fn count(app: &Decisions, req: &AuthorizeRequest, d: &Decided, started: Instant)
     let verdict = &d.verdict;
     let (tool_label, profile_label) = decision_labels(d.enforced.as_deref(), &req.tool);
     if let Some(shadow) = &d.shadow {
-        super::shadow::count(&app.shared.metrics, profile_label, shadow);
+        let active_version = d
+            .enforced
+            .as_deref()
+            .map_or("", |e| e.policy_version.as_str());
+        super::shadow::count(&app.shared.metrics, profile_label, active_version, shadow);
     }
     // A decision that only reports is counted by what enforcement would
     // have answered, so a trial profile's would-denials are visible.

@@ -44,10 +44,15 @@ pub(super) fn shadow_of(
 }
 
 /// Counts a shadowed decision.
-pub(super) fn count(metrics: &Metrics, profile: &str, shadow: &ShadowOutcome) {
+pub(super) fn count(
+    metrics: &Metrics,
+    profile: &str,
+    active_version: &str,
+    shadow: &ShadowOutcome,
+) {
     metrics
         .shadow_decisions
         .with_label_values(&[profile, shadow.active.as_str(), shadow.verdict.as_str()])
         .inc();
-    metrics.shadow_tallies.record(shadow);
+    metrics.shadow_tallies.record(active_version, shadow);
 }
