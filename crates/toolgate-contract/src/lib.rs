@@ -2,7 +2,8 @@
 //! bodies and limits ([`agent_api`]), enums whose variants travel as
 //! strings ([`wire_enum!`]), the approval status, the names the
 //! webhook writes and the sidecar reads ([`names`], [`env`](mod@env)), and the one
-//! duration syntax of every flag. Free of Kubernetes, database and HTTP
+//! duration syntax of every flag (and the `--since`/`--until` instants
+//! written in it). Free of Kubernetes, database and HTTP
 //! crates, so every crate (the policy core included) can depend on it.
 
 pub mod agent_api;
@@ -19,7 +20,7 @@ pub mod telemetry;
 mod wire;
 
 pub use approval::{ApprovalDecision, ApprovalStatus, UnknownStatus};
-pub use duration::parse_duration;
+pub use duration::{InstantError, InstantProblem, parse_duration, parse_instant};
 
 /// The `tracing` target of every span toolgate exports as a trace. Logs
 /// never format these spans and the exporter takes nothing else, so with

@@ -17,6 +17,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 use toolgate_bundle::{Candidate, CandidateError, CandidateSource};
+use toolgate_contract::{InstantError, parse_instant};
 use toolgate_store::replay::replay;
 use toolgate_store::{DecisionFilter, Store, StoreError, StoreOptions};
 
@@ -94,8 +95,8 @@ pub async fn run(
         .map_err(|e| invalid(&args.file, &CandidateError::Policy(e)))?;
     let filter = DecisionFilter {
         tenant: Some(namespace.clone()),
-        since: instant("--since", args.since.as_deref(), now)?,
-        until: instant("--until", args.until.as_deref(), now)?,
+        since: parse_instant("--since", args.since.as_deref(), now).map_err(bad_flag)?,
+        until: parse_instant("--until", args.until.as_deref(), now).map_err(bad_flag)?,
         ..DecisionFilter::default()
     };
     let (url, from_secret) = match args.database {
@@ -116,6 +117,10 @@ pub async fn run(
         return Err(ControllerError::InvalidObject(short));
     }
     Ok(report.exit_code())
+}
+
+fn bad_flag(e: InstantError) -> ControllerError {
+    ControllerError::InvalidObject(e.to_string())
 }
 
 fn invalid(file: &std::path::Path, e: &CandidateError) -> ControllerError {
@@ -225,30 +230,6 @@ fn existing_only(url: &str) -> String {
     }
 }
 
-/// An RFC 3339 instant, or a duration meaning that long before `now`.
-fn instant(
-    flag: &str,
-    text: Option<&str>,
-    now: Timestamp,
-) -> Result<Option<Timestamp>, ControllerError> {
-    let Some(text) = text else { return Ok(None) };
-    if let Ok(at) = text.parse::<Timestamp>() {
-        return Ok(Some(at));
-    }
-    let usage = |why: String| ControllerError::InvalidObject(format!("{flag}: `{text}` {why}"));
-    if text.contains(['-', ':']) {
-        return Err(usage("is not an RFC 3339 instant".into()));
-    }
-    let d = toolgate_contract::parse_duration(text).map_err(|why| {
-        usage(format!(
-            "is neither an RFC 3339 instant nor a duration: {why}"
-        ))
-    })?;
-    now.checked_sub(d)
-        .map(Some)
-        .map_err(|_| usage("reaches before the earliest instant".into()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,17 +250,6 @@ mod tests {
             "postgres://h/db?sslmode=require",
         ] {
             assert_eq!(existing_only(kept), kept);
-        }
-    }
-
-    #[test]
-    fn since_is_an_instant_or_a_duration_before_now() {
-        let now: Timestamp = "2026-12-06T12:00:00Z".parse().unwrap();
-        let at = |t: &str| instant("--since", Some(t), now).map(|t| t.unwrap().to_string());
-        assert_eq!(at("7d").unwrap(), "2026-11-29T12:00:00Z");
-        assert_eq!(at("2026-11-01T00:00:00Z").unwrap(), "2026-11-01T00:00:00Z");
-        for bad in ["yesterday", "2026-13-01T00:00:00Z", "1x"] {
-            assert!(at(bad).unwrap_err().to_string().contains("--since: "));
         }
     }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 use jiff::Timestamp;
+use toolgate_contract::{InstantError, parse_instant};
 use toolgate_policy::{Decision, Reason};
 use toolgate_store::{
     ChainReport, DecisionFilter, DecisionPage, LogCursor, LoggedDecision, MAX_QUERY_LIMIT,
@@ -157,8 +158,8 @@ fn filter_of(args: &LogArgs, now: Timestamp) -> Result<DecisionFilter, CliError>
         verdict,
         reason,
         policy_version: args.policy_version.clone(),
-        since: instant("--since", args.since.as_deref(), now)?,
-        until: instant("--until", args.until.as_deref(), now)?,
+        since: parse_instant("--since", args.since.as_deref(), now).map_err(usage)?,
+        until: parse_instant("--until", args.until.as_deref(), now).map_err(usage)?,
         shadow_changed: args.shadow_changed,
     })
 }
@@ -167,35 +168,9 @@ fn names<'a>(all: impl Iterator<Item = &'a str>) -> String {
     all.collect::<Vec<_>>().join(", ")
 }
 
-/// An RFC 3339 instant, or a duration (the one syntax of toolgate's
-/// flags) meaning that long before `now`.
-pub(crate) fn instant(
-    flag: &str,
-    text: Option<&str>,
-    now: Timestamp,
-) -> Result<Option<Timestamp>, CliError> {
-    let Some(text) = text else {
-        return Ok(None);
-    };
-    if let Ok(at) = text.parse::<Timestamp>() {
-        return Ok(Some(at));
-    }
-    if text.contains(['-', ':']) {
-        return Err(CliError::Usage(format!(
-            "{flag}: `{text}` is not an RFC 3339 instant (e.g. 2026-11-01T00:00:00Z)"
-        )));
-    }
-    match toolgate_contract::parse_duration(text) {
-        Ok(d) => now.checked_sub(d).map(Some).map_err(|_| {
-            CliError::Usage(format!(
-                "{flag}: `{text}` reaches before the earliest instant"
-            ))
-        }),
-        Err(why) => Err(CliError::Usage(format!(
-            "{flag}: `{text}` is neither an RFC 3339 instant (e.g. 2026-11-01T00:00:00Z) nor a \
-             duration before now: {why}"
-        ))),
-    }
+/// A bad `--since`/`--until` is a usage error.
+pub(crate) fn usage(e: InstantError) -> CliError {
+    CliError::Usage(e.to_string())
 }
 
 /// One row as a flat JSON object: the record's fields, its chain
@@ -320,17 +295,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn instants_are_rfc3339_or_a_duration_before_now() {
-        let now: Timestamp = "2026-12-06T12:00:00Z".parse().unwrap();
-        let at = |t: &str| instant("--since", Some(t), now).map(|t| t.unwrap().to_string());
-        assert_eq!(at("1h").unwrap(), "2026-12-06T11:00:00Z");
-        assert_eq!(at("7d").unwrap(), "2026-11-29T12:00:00Z");
-        assert_eq!(at("2026-11-01T00:00:00Z").unwrap(), "2026-11-01T00:00:00Z");
-        for bad in ["yesterday", "2026-13-01T00:00:00Z", "0s", "1x", ""] {
-            let err = at(bad).unwrap_err();
-            assert_eq!(err.code(), "usage");
-            assert!(err.to_string().starts_with("--since: "), "{err}");
+    fn a_bad_instant_is_a_usage_error_naming_the_flag() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            log: LogArgs,
         }
-        assert!(instant("--until", None, now).unwrap().is_none());
+        let args = |since: &str| {
+            let argv = ["log", "--database", "sqlite::memory:", "--since", since];
+            <Cli as clap::Parser>::parse_from(argv).log
+        };
+        let now: Timestamp = "2026-12-06T12:00:00Z".parse().unwrap();
+        let filter = filter_of(&args("1h"), now).unwrap();
+        assert_eq!(filter.since.unwrap().to_string(), "2026-12-06T11:00:00Z");
+        assert_eq!(filter.until, None);
+        let err = filter_of(&args("yesterday"), now).unwrap_err();
+        assert_eq!(err.code(), "usage");
+        assert!(
+            err.to_string().starts_with("--since: `yesterday` "),
+            "{err}"
+        );
     }
 }

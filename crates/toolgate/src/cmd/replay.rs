@@ -11,12 +11,13 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use jiff::Timestamp;
 use toolgate_bundle::{Candidate, CandidateError};
+use toolgate_contract::parse_instant;
 use toolgate_policy::CompiledPolicy;
 use toolgate_store::DecisionFilter;
 use toolgate_store::replay::replay;
 
 use crate::cli_error::CliError;
-use crate::cmd::audit_log::instant;
+use crate::cmd::audit_log::usage;
 
 /// Arguments of `toolgate replay`.
 #[derive(Debug, Args)]
@@ -64,8 +65,8 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     let now = Timestamp::now();
     let filter = DecisionFilter {
         tenant: args.tenant.clone(),
-        since: instant("--since", args.since.as_deref(), now)?,
-        until: instant("--until", args.until.as_deref(), now)?,
+        since: parse_instant("--since", args.since.as_deref(), now).map_err(usage)?,
+        until: parse_instant("--until", args.until.as_deref(), now).map_err(usage)?,
         ..DecisionFilter::default()
     };
     let report = crate::runtime()?.block_on(async {
