@@ -18,6 +18,17 @@ pub(super) fn record_message(
     shadow: Option<&ShadowOutcome>,
     input_sha256: Option<&str>,
 ) -> Option<String> {
+    message(verdict, flow_labels_set, shadow, input_sha256).to_text()
+}
+
+/// The message's members; [`DecisionMessage::to_text`] writes their bytes
+/// (pinned by the store's tests).
+fn message(
+    verdict: &Verdict,
+    flow_labels_set: &[String],
+    shadow: Option<&ShadowOutcome>,
+    input_sha256: Option<&str>,
+) -> DecisionMessage {
     DecisionMessage {
         would: (!verdict.enforced).then(|| WouldHave {
             verdict: verdict.would_verdict,
@@ -37,13 +48,12 @@ pub(super) fn record_message(
             )
         }),
     }
-    .to_text()
 }
 
 #[cfg(test)]
 mod tests {
-    //! The chain hashes these bytes: logs already written keep verifying
-    //! only while every message is written exactly as before.
+    //! What the gate puts in the message; the store's tests pin the bytes
+    //! [`DecisionMessage`] writes for it.
 
     use toolgate_policy::{Decision, Risk};
 
@@ -71,99 +81,78 @@ mod tests {
         verdict(Decision::Allow, Reason::AllowRule, Some("allow:read"))
     }
 
-    fn budget(rule: Option<&str>) -> Verdict {
-        verdict(Decision::Deny, Reason::BudgetExhausted, rule)
-    }
-
-    fn shadow(verdict: Decision, rule: Option<&str>) -> ShadowOutcome {
-        ShadowOutcome {
-            candidate_version: "v2".into(),
-            active: Decision::Allow,
-            verdict,
-            reason: Reason::HardlineCommand,
-            rule: rule.map(str::to_owned),
-        }
-    }
-
-    fn labels(names: &[&str]) -> Vec<String> {
-        names.iter().map(|&n| n.to_owned()).collect()
-    }
-
     const SHA: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
     #[test]
-    fn messages_keep_their_exact_bytes() {
-        let changed = shadow(Decision::Deny, Some("hardline:\"rm\" é"));
-        let same = shadow(Decision::Allow, None);
-        let cases: [(Option<String>, Option<&str>); 8] = [
-            (record_message(&allow(), &[], None, None), None),
-            (
-                record_message(&allow(), &labels(&["private", "web"]), None, None),
-                Some(r#"{"flow_labels_set":["private","web"]}"#),
-            ),
-            (
-                record_message(&allow(), &[], Some(&changed), None),
-                Some(
-                    r#"{"shadow":{"active":"allow","candidate_version":"v2","reason":"hardline_command","rule":"hardline:\"rm\" é","verdict":"deny"},"shadow_changed":true}"#,
-                ),
-            ),
-            (
-                record_message(&allow(), &[], Some(&same), None),
-                Some(
-                    r#"{"shadow":{"active":"allow","candidate_version":"v2","reason":"hardline_command","verdict":"allow"}}"#,
-                ),
-            ),
-            (
-                record_message(&allow(), &[], None, Some(SHA)),
-                Some(&format!(r#"{{"input_sha256":"{SHA}"}}"#)),
-            ),
-            (
-                record_message(&budget(Some("calls")), &[], Some(&same), Some(SHA)),
-                Some(&format!(
-                    r#"{{"budget":"run budget used up (calls)","input_sha256":"{SHA}","shadow":{{"active":"allow","candidate_version":"v2","reason":"hardline_command","verdict":"allow"}}}}"#
-                )),
-            ),
-            (
-                record_message(&budget(Some("calls")), &[], None, None),
-                Some("run budget used up (calls)"),
-            ),
-            (
-                record_message(&budget(None), &[], None, None),
-                Some("run budget used up (budget)"),
-            ),
-        ];
-        for (i, (got, want)) in cases.iter().enumerate() {
-            assert_eq!(got.as_deref(), *want, "case {i}");
-        }
+    fn an_enforced_allow_alone_writes_no_message() {
+        assert_eq!(
+            message(&allow(), &[], None, None),
+            DecisionMessage::default()
+        );
+        assert_eq!(record_message(&allow(), &[], None, None), None);
     }
 
     #[test]
-    fn a_reporting_verdict_keeps_its_exact_bytes() {
+    fn labels_shadow_and_input_digest_are_carried_as_given() {
+        let outcome: ShadowOutcome = serde_json::from_str(
+            r#"{"candidate_version":"v2","active":"allow","verdict":"deny","reason":"hardline_command"}"#,
+        )
+        .unwrap();
+        let labels = ["private".to_owned(), "web".to_owned()];
+        let got = message(&allow(), &labels, Some(&outcome), Some(SHA));
+        let want = DecisionMessage {
+            flow_labels_set: labels.to_vec(),
+            shadow: Some(outcome),
+            input_sha256: Some(SHA.into()),
+            ..Default::default()
+        };
+        assert_eq!(got, want);
+        // The text is the one type's.
+        assert_eq!(
+            record_message(&allow(), &labels, want.shadow.as_ref(), Some(SHA)),
+            want.to_text()
+        );
+    }
+
+    #[test]
+    fn a_budget_refusal_names_the_budget() {
+        let budget = |rule| verdict(Decision::Deny, Reason::BudgetExhausted, rule);
+        let refusal = |v: &Verdict| message(v, &[], None, None).refusal;
+        assert_eq!(
+            refusal(&budget(Some("calls"))).as_deref(),
+            Some("run budget used up (calls)")
+        );
+        assert_eq!(
+            refusal(&budget(None)).as_deref(),
+            Some("run budget used up (budget)")
+        );
+        // Only a budget's denial is a refusal.
+        let deny = verdict(Decision::Deny, Reason::DenyRule, Some("deny:x"));
+        assert_eq!(message(&deny, &[], None, None), DecisionMessage::default());
+    }
+
+    #[test]
+    fn a_reporting_verdict_says_what_enforcement_would_have_done() {
         let mut warn = allow();
         warn.enforced = false;
         warn.would_verdict = Some(Decision::Deny);
         warn.would_reason = Some(Reason::HardlinePath);
         warn.would_rule = Some("é".repeat(600));
-        let rule = "é".repeat(512);
+        let would = message(&warn, &[], None, None).would;
         assert_eq!(
-            record_message(
-                &warn,
-                &labels(&["x"]),
-                Some(&shadow(Decision::Deny, None)),
-                Some(SHA)
-            ),
-            Some(format!(
-                r#"{{"enforced":false,"flow_labels_set":["x"],"input_sha256":"{SHA}","shadow":{{"active":"allow","candidate_version":"v2","reason":"hardline_command","verdict":"deny"}},"shadow_changed":true,"would_reason":"hardline_path","would_rule":"{rule}","would_verdict":"deny"}}"#
-            ))
+            would,
+            Some(WouldHave {
+                verdict: Some(Decision::Deny),
+                reason: Some(Reason::HardlinePath),
+                rule: Some("é".repeat(512)),
+            })
         );
-        // Nothing enforcement would have said is recorded as null, not left out.
-        let mut dry = budget(None);
+        // A reporting verdict with nothing to say still says it reported.
+        let mut dry = verdict(Decision::Deny, Reason::BudgetExhausted, None);
         dry.enforced = false;
         assert_eq!(
-            record_message(&dry, &[], None, None).as_deref(),
-            Some(
-                r#"{"budget":"run budget used up (budget)","enforced":false,"would_reason":null,"would_rule":null,"would_verdict":null}"#
-            )
+            message(&dry, &[], None, None).would,
+            Some(WouldHave::default())
         );
     }
 }

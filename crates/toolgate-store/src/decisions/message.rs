@@ -227,8 +227,8 @@ mod tests {
         names.iter().map(|&n| n.to_owned()).collect()
     }
 
-    /// Messages the gate writes, with their exact text (the gate's own
-    /// test pins the same bytes from verdicts).
+    /// Messages the gate writes, with their exact text: the one place
+    /// these bytes are pinned (the gate's tests check the members it sets).
     fn written() -> Vec<(DecisionMessage, Option<String>)> {
         let budget = || Some("run budget used up (calls)".to_owned());
         let same = r#"{"active":"allow","candidate_version":"v2","reason":"hardline_command","verdict":"allow"}"#;
