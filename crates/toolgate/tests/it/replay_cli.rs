@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::audit_log_cli::engines;
-use crate::common::{
-    SidecarProcess, free_port, signed_bundle, spawn_sidecar, toolgate, wait_ready,
-};
+use crate::common::{AgentCall, record_calls, signed_bundle, toolgate};
 
 pub(crate) const ACTIVE: &str = r#"
 apiVersion: toolgate.dev/v1alpha1
@@ -53,8 +51,8 @@ spec:
         deny: {tools: [bash], match: ["curl *"]}
 "#;
 
-/// The calls the agent makes: (run, tool, arguments, recorded verdict).
-pub(crate) const CALLS: [(&str, &str, &str, &str); 7] = [
+/// The calls the agent makes, with the verdicts [`ACTIVE`] enforces.
+pub(crate) const CALLS: [AgentCall; 7] = [
     ("r1", "bash", "echo hi", "allow"),
     ("r1", "bash", "rm -rf build", "deny"),
     ("r1", "bash", "deploy prod", "escalate"),
@@ -74,37 +72,6 @@ fn write_bundle(dir: &Path, recording: &str, namespace: &str, extra_spec: &str) 
         + extra_spec;
     std::fs::write(&profile, text).unwrap();
     signed_bundle(dir, &profile, None);
-}
-
-/// Runs the agent's calls through a real sidecar on `database`; the
-/// sidecar is returned running (its log writes in the background).
-async fn record_calls(
-    dir: &Path,
-    database: &str,
-    tenant: &str,
-    enforced: bool,
-) -> (SidecarProcess, String) {
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut child = spawn_sidecar(dir, database, port, tenant);
-    let client = reqwest::Client::new();
-    wait_ready(&client, &base, &mut child).await;
-    for (i, (run, tool, arg, verdict)) in CALLS.iter().enumerate() {
-        let name = if *tool == "bash" { "command" } else { "path" };
-        let body = json!({"tool": tool, "arguments": {name: arg}, "run_id": run, "step_id": format!("s{i}")});
-        let answer: Value = client
-            .post(format!("{base}/v1/authorize"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let expected = if enforced { *verdict } else { "allow" };
-        assert_eq!(answer["verdict"], expected, "{body} → {answer}");
-    }
-    (child, base)
 }
 
 /// `toolgate replay` as JSON: its exit code and report.
@@ -149,7 +116,7 @@ async fn a_candidate_replayed_on_a_real_sidecars_log_gives_the_exact_matrix() {
         let namespace = format!("replay-{}-{i}", std::process::id());
         write_bundle(&run_dir, "full", &namespace, "");
         let tenant = format!("replay-{i}");
-        let (_sidecar, _) = record_calls(&run_dir, database, &tenant, true).await;
+        let (_sidecar, _) = record_calls(&run_dir, database, &tenant, None, &CALLS).await;
 
         let (code, report) = settled_replay(database, &tenant, &candidate).await;
         assert_eq!(code, 3, "{report:#}");
@@ -192,7 +159,7 @@ async fn masked_inputs_replay_only_where_masking_changed_nothing() {
         "",
     );
     let tenant = "masked";
-    let (_sidecar, base) = record_calls(dir.path(), database, tenant, true).await;
+    let (_sidecar, base) = record_calls(dir.path(), database, tenant, None, &CALLS).await;
     let client = reqwest::Client::new();
     let secret = json!({"tool": "bash", "run_id": "r3", "step_id": "s9",
         "arguments": {"command": "echo token=hunter2-secret"}});
@@ -243,7 +210,7 @@ async fn an_input_edited_in_the_database_is_refused_by_replay_and_verify() {
         "",
     );
     let tenant = "tamper";
-    let (_sidecar, _) = record_calls(dir.path(), database, tenant, true).await;
+    let (_sidecar, _) = record_calls(dir.path(), database, tenant, None, &CALLS).await;
     let candidate = dir.path().join("active.yaml");
     let (_, before) = settled_replay(database, tenant, &candidate).await;
     assert_eq!(before["replayed"], 7, "{before:#}");
@@ -289,7 +256,9 @@ async fn a_warn_profile_replayed_against_itself_changes_nothing() {
     let ns = format!("replay-w-{}", std::process::id());
     write_bundle(dir.path(), "full", &ns, "  enforcement: warn\n");
     let tenant = "warn";
-    let (_sidecar, _) = record_calls(dir.path(), database, tenant, false).await;
+    // Warn enforces nothing: every call is let through.
+    let calls = CALLS.map(|(run, tool, arg, _)| (run, tool, arg, "allow"));
+    let (_sidecar, _) = record_calls(dir.path(), database, tenant, None, &calls).await;
     let active = dir.path().join("active.yaml");
     let (code, report) = settled_replay(database, tenant, &active).await;
     assert_eq!(report["replayed"], 7, "{report:#}");

@@ -5,12 +5,11 @@
 //! --shadow-changed` lists exactly the calls the two decide differently.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{SidecarProcess, free_port, signed_bundle, toolgate, wait_ready};
+use crate::common::{free_port, record_calls, signed_bundle, toolgate};
 use crate::replay_cli::{ACTIVE, CALLS, CANDIDATE};
 
 fn build_shadow_bundle(dir: &Path) {
@@ -60,49 +59,9 @@ async fn a_shadowed_candidate_is_recorded_counted_and_never_enforced() {
         "sqlite://{}?mode=rwc",
         dir.path().join("shadow.db").display()
     );
-    let (port, ops) = (free_port(), free_port());
-    let mut child = SidecarProcess(
-        Command::new(env!("CARGO_BIN_EXE_toolgate"))
-            .args(["sidecar", "--bundle"])
-            .arg(dir.path().join("bundle.json"))
-            .arg("--trust")
-            .arg(dir.path().join("keys/signing.pub"))
-            .args([
-                "--database",
-                &database,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .args([
-                "--ops-listen",
-                &format!("127.0.0.1:{ops}"),
-                "--tenant",
-                "shadow",
-            ])
-            .arg("--workspace-base")
-            .arg(dir.path().join("ws"))
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let client = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&client, &base, &mut child).await;
-    for (i, (run, tool, arg, verdict)) in CALLS.iter().enumerate() {
-        let name = if *tool == "bash" { "command" } else { "path" };
-        let body = json!({"tool": tool, "arguments": {name: arg}, "run_id": run, "step_id": format!("s{i}")});
-        let answer: Value = client
-            .post(format!("{base}/v1/authorize"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        // Only the active profile binds: `rm` stays denied, `deploy` escalated.
-        assert_eq!(answer["verdict"], *verdict, "{body} → {answer}");
-    }
+    // Only the active profile binds: `rm` stays denied, `deploy` escalated.
+    let ops = free_port();
+    let (_sidecar, _) = record_calls(dir.path(), &database, "shadow", Some(ops), &CALLS).await;
 
     let deadline = Instant::now() + Duration::from_secs(15);
     // Every decision logged first, so a late false positive cannot hide.
@@ -150,7 +109,7 @@ async fn a_shadowed_candidate_is_recorded_counted_and_never_enforced() {
         "{changed:#?}"
     );
 
-    let metrics = client
+    let metrics = reqwest::Client::new()
         .get(format!("http://127.0.0.1:{ops}/metrics"))
         .send()
         .await

@@ -64,6 +64,19 @@ impl Drop for SidecarProcess {
 /// Starts `toolgate sidecar` with `dir/bundle.json`, `dir/keys/signing.pub`
 /// and a workspace under `dir/ws`, on `127.0.0.1:port`, ops listener off.
 pub fn spawn_sidecar(dir: &Path, database: &str, port: u16, tenant: &str) -> SidecarProcess {
+    spawn_sidecar_ops(dir, database, port, tenant, None)
+}
+
+/// [`spawn_sidecar`] with the ops listener (metrics) on `127.0.0.1:ops`
+/// when given.
+pub fn spawn_sidecar_ops(
+    dir: &Path,
+    database: &str,
+    port: u16,
+    tenant: &str,
+    ops: Option<u16>,
+) -> SidecarProcess {
+    let ops = ops.map_or("off".to_owned(), |p| format!("127.0.0.1:{p}"));
     let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["sidecar", "--bundle"])
         .arg(dir.join("bundle.json"))
@@ -71,19 +84,50 @@ pub fn spawn_sidecar(dir: &Path, database: &str, port: u16, tenant: &str) -> Sid
         .arg(dir.join("keys/signing.pub"))
         .args(["--database", database, "--listen"])
         .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--ops-listen",
-            "off",
-            "--tenant",
-            tenant,
-            "--workspace-base",
-        ])
+        .args(["--ops-listen", &ops, "--tenant", tenant, "--workspace-base"])
         .arg(dir.join("ws"))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn sidecar");
     SidecarProcess(child)
+}
+
+/// A call an agent makes: (run, tool, its one argument, the verdict the
+/// sidecar must answer). Tool `bash` takes `command`, any other `path`.
+pub type AgentCall<'a> = (&'a str, &'a str, &'a str, &'a str);
+
+/// Starts a sidecar on `dir`'s bundle and `database` (see
+/// [`spawn_sidecar_ops`]) and makes `calls` through `/v1/authorize`,
+/// asserting each verdict. The sidecar is returned running (its log
+/// writes in the background) with its base URL.
+pub async fn record_calls(
+    dir: &Path,
+    database: &str,
+    tenant: &str,
+    ops: Option<u16>,
+    calls: &[AgentCall<'_>],
+) -> (SidecarProcess, String) {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut child = spawn_sidecar_ops(dir, database, port, tenant, ops);
+    let client = reqwest::Client::new();
+    wait_ready(&client, &base, &mut child).await;
+    for (i, (run, tool, arg, verdict)) in calls.iter().enumerate() {
+        let name = if *tool == "bash" { "command" } else { "path" };
+        let body = serde_json::json!({"tool": tool, "arguments": {name: arg}, "run_id": run, "step_id": format!("s{i}")});
+        let answer: serde_json::Value = client
+            .post(format!("{base}/v1/authorize"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["verdict"], *verdict, "{body} → {answer}");
+    }
+    (child, base)
 }
 
 /// Waits until the sidecar at `base` answers `/readyz`; fails the test if
