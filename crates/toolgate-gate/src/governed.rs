@@ -36,23 +36,26 @@ use crate::{
 const WRITE_TOOL: &str = "workspace.write";
 
 /// Body of workspace `read`, `list` and `stat`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PathRequest {
     /// Run whose workspace to use, in its canonical spelling.
+    #[schemars(with = "String")]
     pub run_id: RunId,
     /// Relative path; `""` is the root (list and stat only).
     pub path: String,
     /// Step within the run, for the decision record (`""` is none).
     #[serde(default, deserialize_with = "toolgate_policy::ids::empty_as_none")]
+    #[schemars(with = "Option<String>")]
     pub step_id: Option<Id>,
 }
 
 /// Body of workspace `write`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteRequest {
     /// Run whose workspace to use, in its canonical spelling.
+    #[schemars(with = "String")]
     pub run_id: RunId,
     /// Relative path.
     pub path: String,
@@ -60,11 +63,16 @@ pub struct WriteRequest {
     pub content: String,
     /// Step within the run, for the decision record (`""` is none).
     #[serde(default, deserialize_with = "toolgate_policy::ids::empty_as_none")]
+    #[schemars(with = "Option<String>")]
     pub step_id: Option<Id>,
 }
 
 /// A workspace result with the decision that allowed it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+// The schema is named and described as its result (`FileRead`, ...):
+// the answer is that result with the decision id beside it, and no
+// other member is ever written.
+#[schemars(rename = "{T}", description = "", deny_unknown_fields)]
 pub struct Governed<T> {
     /// The allowing decision.
     pub decision_id: String,

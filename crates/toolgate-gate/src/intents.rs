@@ -17,21 +17,27 @@ use crate::shared::Shared;
 use crate::trace::intent_step;
 
 /// An intent to begin: what `POST /v1/intents` carries.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BeginIntentRequest {
     /// The allowing decision.
+    #[schemars(with = "String")]
     pub decision_id: Id,
     /// Run id (must match the decision's).
+    #[schemars(with = "String")]
     pub run_id: RunId,
     /// Step id.
+    #[schemars(with = "String")]
     pub step_id: Id,
     /// Tool (must match the decision's).
+    #[schemars(with = "String")]
     pub tool: Id,
     /// Argument digest (must match the decision's).
+    #[schemars(with = "String")]
     pub args_digest: Id,
     /// Whole-call digest (must match the decision's when given).
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub call_digest: Option<Id>,
     /// How a resume flow can check whether the effect happened.
     #[serde(default)]
@@ -39,7 +45,7 @@ pub struct BeginIntentRequest {
 }
 
 /// How an intent ended: what `POST /v1/intents/{id}/complete` carries.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompleteRequest {
     /// completed | not_completed | error.

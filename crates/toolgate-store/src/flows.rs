@@ -12,13 +12,18 @@ use crate::{Result, Store, StoreError, on_pool};
 const MAX_LABELS_PER_CALL: usize = toolgate_policy::MAX_FLOW_LABELS;
 
 /// One label a run or pod carries.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+// The schema says no other member is ever written (serde writes exactly these).
+#[schemars(deny_unknown_fields)]
 pub struct FlowLabel {
     /// The label's name, as the profile declares it.
     pub label: String,
     /// The decision whose allowed call set it.
     pub decision_id: String,
     /// When that call was decided.
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub set_at: Timestamp,
 }
 

@@ -39,7 +39,7 @@ pub struct NewIntent {
 
 toolgate_contract::wire_enum! {
     /// Lifecycle state of an intent row.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
     pub enum IntentStatus {
         /// Recorded before the call; outcome not yet known.
         Pending = "pending",
@@ -70,7 +70,7 @@ impl FromStr for IntentStatus {
 
 toolgate_contract::wire_enum! {
     /// The terminal outcome reported by [`Intents::complete`].
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
     pub enum IntentOutcome {
         /// The effect happened.
         Completed = "completed",
@@ -105,7 +105,7 @@ impl FromStr for IntentOutcome {
 }
 
 /// One intent row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Intent {
     /// Generated id (UUIDv7).
     pub id: String,
@@ -133,16 +133,19 @@ pub struct Intent {
     /// Free-form detail given at completion.
     pub detail: Option<String>,
     /// When the pending row was committed.
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub created_at: Timestamp,
     /// When the caller said the side effect was about to be sent.
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     pub effect_sent_at: Option<Timestamp>,
     /// When the outcome was recorded.
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     pub completed_at: Option<Timestamp>,
 }
 
 toolgate_contract::wire_enum! {
     /// How the resume flow may treat an open intent.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
     pub enum ResumeClass {
         /// The effect was never sent, so running the call again cannot double it.
         SafeToRetry = "safe_to_retry",

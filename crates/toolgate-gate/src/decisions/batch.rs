@@ -11,39 +11,47 @@ use crate::{AuthorizeRequest, AuthorizeResponse, GateError};
 pub const MAX_BATCH_CALLS: usize = 64;
 
 /// One call of a batch: an authorize request without the run.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchCall {
     /// Tool as the agent calls it.
+    #[schemars(with = "String")]
     pub tool: Id,
     /// Optional action.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub action: Option<Id>,
     /// Exact arguments.
     pub arguments: serde_json::Map<String, serde_json::Value>,
     /// Step within the run (`""` is none).
     #[serde(default, deserialize_with = "toolgate_policy::ids::empty_as_none")]
+    #[schemars(with = "Option<String>")]
     pub step_id: Option<Id>,
     /// For MCP gateways: the tool's definition digest.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub definition_digest: Option<Id>,
 }
 
 /// Body of `POST /v1/authorize/batch`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     /// Run every call belongs to, in its canonical spelling.
+    #[schemars(with = "String")]
     pub run_id: RunId,
     /// Must equal the sidecar's tenant when given.
     #[serde(default)]
     pub tenant: Option<String>,
     /// 1 to [`MAX_BATCH_CALLS`] calls the agent would like to run at once.
+    #[schemars(length(min = 1, max = MAX_BATCH_CALLS))]
     pub calls: Vec<BatchCall>,
 }
 
 /// Answer of `POST /v1/authorize/batch`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+// The schema says no other member is ever written (serde writes exactly these).
+#[schemars(deny_unknown_fields)]
 pub struct BatchResponse {
     /// True only when every call may run concurrently with the others.
     pub parallel: bool,

@@ -153,8 +153,9 @@ pub(crate) fn apply_admission(verdict: &mut Verdict, admission: &Admission, mode
     }
 }
 
-/// Body of `POST /v1/runs/{run_id}/cancel` (may be empty).
-#[derive(Debug, Default, Deserialize)]
+/// Body of `POST /v1/runs/{run_id}/cancel` and `POST /v1/pod/cancel`
+/// (either may be empty).
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {
     /// Why the run stops.
@@ -163,11 +164,15 @@ pub struct CancelRequest {
 }
 
 /// Answer of a cancellation.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+// The schema says no other member is ever written (serde writes exactly these).
+#[schemars(deny_unknown_fields)]
 pub struct CancelResponse {
     /// The run, in its canonical spelling.
+    #[schemars(with = "String")]
     pub run_id: RunId,
     /// When its cancellation was first requested.
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub cancel_requested_at: Timestamp,
     /// False when it was already cancelled.
     pub newly_cancelled: bool,
@@ -176,11 +181,14 @@ pub struct CancelResponse {
 }
 
 /// Answer of `POST /v1/pod/cancel`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+// The schema says no other member is ever written (serde writes exactly these).
+#[schemars(deny_unknown_fields)]
 pub struct PodCancelResponse {
     /// What was stopped: `pod NAME`.
     pub scope: String,
     /// When the pod's cancellation was first requested.
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub cancel_requested_at: Timestamp,
     /// False when it was already cancelled.
     pub newly_cancelled: bool,

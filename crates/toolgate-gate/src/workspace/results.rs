@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::Provenance;
 
 /// Kind of a directory entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
     /// A regular file.
@@ -19,7 +19,7 @@ pub enum EntryKind {
 }
 
 /// Result of reading a file.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FileRead {
     /// The relative path.
     pub path: String,
@@ -30,7 +30,7 @@ pub struct FileRead {
 }
 
 /// Result of writing a file.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FileWritten {
     /// The relative path.
     pub path: String,
@@ -41,7 +41,9 @@ pub struct FileWritten {
 }
 
 /// One entry of a directory listing.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+// The schema says no other member is ever written (serde writes exactly these).
+#[schemars(deny_unknown_fields)]
 pub struct Entry {
     /// Name within the directory.
     pub name: String,
@@ -53,7 +55,7 @@ pub struct Entry {
 }
 
 /// Result of listing a directory.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Listing {
     /// The relative path (`""` for the root).
     pub path: String,
@@ -69,7 +71,7 @@ pub struct Listing {
 }
 
 /// Result of `stat`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Stat {
     /// The relative path.
     pub path: String,

@@ -14,13 +14,19 @@ use toolgate_contract::agent_api::{
     RecordedRefusal, RefusalRequest, Screened,
 };
 use toolgate_contract::errors as codes;
+use toolgate_gate::intents::{IntentView, OpenIntent, OpenIntents};
+use toolgate_gate::runs::{
+    BatchRequest, BatchResponse, CancelRequest, CancelResponse, PodCancelResponse,
+};
+use toolgate_gate::workspace::{FileRead, FileWritten, Listing, Stat};
+use toolgate_gate::{
+    ApprovalView, BeginIntentRequest, CompleteRequest, Governed, PathRequest, WriteRequest,
+};
 use toolgate_policy::Verdict;
 
-mod mirrors;
-mod rows;
-mod workspace;
+mod bodies;
 
-use mirrors::*;
+use bodies::{BegunIntent, VisibleTools, VisibleToolsRequest};
 
 /// Writes `T`'s schema into a generator's components; its `$ref` (or an
 /// inline schema for a type without a name).
@@ -154,11 +160,8 @@ fn pending_param() -> Value {
 }
 
 type Authorized = AuthorizeResponse<Verdict>;
-type IntentView = agent_api::IntentView<rows::Intent>;
-type OpenIntent = agent_api::OpenIntent<rows::Intent, rows::ResumeClass>;
-type OpenIntents = agent_api::OpenIntents<rows::Intent, rows::ResumeClass>;
-type ApprovalView = agent_api::ApprovalView<rows::Approval>;
-type RunStatus = agent_api::RunStatus<String, OpenIntent, rows::FlowLabel>;
+/// The gate's run status with the run id as it is written (a string).
+type RunStatus = agent_api::RunStatus<String, OpenIntent, toolgate_store::FlowLabel>;
 
 /// Every route of the agent API, in the router's order.
 pub const ROUTES: &[Route] = &[
@@ -330,7 +333,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Read a UTF-8 file of the run's workspace (the governed call workspace.read).",
         query: &[],
         body: Some((schema::<PathRequest>, false)),
-        answer: Answer::Json(200, schema::<workspace::FileRead>),
+        answer: Answer::Json(200, schema::<Governed<FileRead>>),
         errors: &WORKSPACE,
     },
     Route {
@@ -339,7 +342,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Write a UTF-8 file of the run's workspace.",
         query: &[],
         body: Some((schema::<WriteRequest>, false)),
-        answer: Answer::Json(200, schema::<workspace::FileWritten>),
+        answer: Answer::Json(200, schema::<Governed<FileWritten>>),
         errors: &WORKSPACE,
     },
     Route {
@@ -348,7 +351,7 @@ pub const ROUTES: &[Route] = &[
         summary: "List a directory of the run's workspace.",
         query: &[],
         body: Some((schema::<PathRequest>, false)),
-        answer: Answer::Json(200, schema::<workspace::Listing>),
+        answer: Answer::Json(200, schema::<Governed<Listing>>),
         errors: &WORKSPACE,
     },
     Route {
@@ -357,7 +360,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Stat a path of the run's workspace.",
         query: &[],
         body: Some((schema::<PathRequest>, false)),
-        answer: Answer::Json(200, schema::<workspace::Stat>),
+        answer: Answer::Json(200, schema::<Governed<Stat>>),
         errors: &WORKSPACE,
     },
     Route {

@@ -85,7 +85,7 @@ pub struct ApprovedCall<'a> {
 pub use toolgate_contract::{ApprovalDecision, ApprovalStatus};
 
 /// One approval row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Approval {
     /// Approval id.
     pub id: String,
@@ -110,18 +110,23 @@ pub struct Approval {
     /// Who asked.
     pub requested_by: String,
     /// Effective status (lazy expiry applied).
+    #[schemars(with = "ApprovalStatusSchema")]
     pub status: ApprovalStatus,
     /// When it was requested.
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub created_at: Timestamp,
     /// When it stops being answerable.
+    #[schemars(with = "String", extend("format" = "date-time"))]
     pub expires_at: Timestamp,
     /// Who resolved it.
     pub resolved_by: Option<String>,
     /// Why, in the resolver's words.
     pub reason: Option<String>,
     /// When it was resolved or swept to expired.
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     pub resolved_at: Option<Timestamp>,
     /// When the single re-authorization it grants was used.
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
     pub consumed_at: Option<Timestamp>,
     /// The action of the call, as requested.
     #[serde(default)]
@@ -129,6 +134,26 @@ pub struct Approval {
     /// The preview shown to the approver, as requested.
     #[serde(default)]
     pub preview: Option<String>,
+}
+
+/// The contract's [`ApprovalStatus`] as a schema, built from its wire
+/// names: the contract derives no `JsonSchema` for it yet (when it does,
+/// this goes and `status` needs no attribute).
+enum ApprovalStatusSchema {}
+
+impl schemars::JsonSchema for ApprovalStatusSchema {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ApprovalStatus".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names =
+            ApprovalStatus::NAMES.map(|name| serde_json::json!({"type": "string", "const": name}));
+        schemars::json_schema!({
+            "description": "Effective state of an approval (lazy expiry applied).",
+            "oneOf": names,
+        })
+    }
 }
 
 /// An audit event attached to a run (`approval.requested`, `approval.resolved`,
