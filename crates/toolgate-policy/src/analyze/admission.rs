@@ -20,15 +20,15 @@
 //! profile write. `toolgate analyze` runs the full analysis without these
 //! caps.
 //!
-//! The globs are matched as the evaluator matches them: the text, or its
-//! lowercase copy when the text has an uppercase letter (see
-//! [`super::bounded`]); so an allow glob can shadow an uppercase escalate
-//! glob, and a deny glob can catch, by its lowercase copy, calls an allow
-//! glob would otherwise let through.
+//! The globs are matched as the evaluator matches them, as in `toolgate
+//! analyze`: the text, or its lowercase copy when the text has an
+//! uppercase letter (see [`super::bounded`]); so an allow glob can shadow
+//! an uppercase escalate glob, and a deny glob can catch, by its lowercase
+//! copy, calls an allow glob would otherwise let through.
 
 use std::time::Instant;
 
-use super::bounded::{self, Budget, Class, Stop};
+use super::bounded::{self, Budget, Class, Matching, Stop, evaluator_matches};
 use super::findings::{Finding, Severity};
 use super::model::{Role, Tier, ToolModel};
 use crate::compile::{ANY_TOOL, CompiledPolicy};
@@ -90,7 +90,8 @@ pub fn admission_check_with(
     let mut budget = Budget {
         work: limits.max_work,
         stored: limits.max_stored,
-        deadline,
+        states: usize::MAX,
+        deadline: Some(deadline),
     };
     let mut tools: Vec<&String> = policy.spec.effects.keys().collect();
     tools.sort();
@@ -237,7 +238,7 @@ fn explore(
     // Plus the per-question pass over the ~1,500 cased characters.
     let tables = bytes * (2 * chars.len() as u64 + 2) + 32_768;
     budget.work = budget.work.checked_sub(tables).ok_or(Stop::Budget)?;
-    bounded::explore(unions, focus, enough, budget)
+    bounded::explore(unions, Matching::Evaluator, Some(focus), enough, budget)
 }
 
 /// Whether escalate entry `i` is shadowed: every call it matches is
@@ -286,14 +287,6 @@ fn shadowed(
         allowed_by: by,
         witness: clean(&leak.witness, 80),
     }))
-}
-
-/// Whether `glob` matches `text` as the evaluator's rule lists do.
-fn evaluator_matches(glob: &str, text: &str) -> bool {
-    let Ok(m) = crate::fnmatch::Matcher::new(glob) else {
-        return false;
-    };
-    m.is_match(text) || (text.chars().any(char::is_uppercase) && m.is_match(&text.to_lowercase()))
 }
 
 /// `Some(message)` when every call deny entry `i` matches is denied by a

@@ -1,25 +1,33 @@
-//! A bounded, case-aware variant of [`super::glob_lang::explore_unions`]
-//! for admission: every allocation is sized by caps the caller checked
-//! first, the walk draws on a shared work budget and a deadline, and a
-//! glob matches what the evaluator's `OrderedGlobs::first_match` matches:
-//! the text itself or, when the text holds an uppercase character, its
-//! `to_lowercase()` copy.
+//! The automaton every analysis question is answered with: one subset
+//! construction over a union of globs ([`super::glob_lang`] reads their
+//! syntax), walked breadth first so each reachable combination of
+//! matching unions comes with a shortest text. It runs within a
+//! [`Budget`] (admission sizes every allocation by caps it checked first
+//! and shares one budget and deadline across a profile; `toolgate
+//! analyze` caps only the states) and in one of two [`Matching`]s:
+//! the plain glob languages, or what the evaluator's
+//! `OrderedGlobs::first_match` matches — the text itself or, when the
+//! text holds an uppercase character, its `to_lowercase()` copy.
 //!
-//! Each union of globs runs on two tracks: one reads the text, the other
-//! the text's lowercase image (a character's `to_lowercase`, one to three
-//! characters); a flag records whether an uppercase character was read.
-//! A union matches when the plain track ends, or the flag is set and the
-//! lowered track ends. The alphabet is the plain intervals of the globs'
-//! bounds, refined by each cased character's image.
+//! Under [`Matching::Evaluator`] each union runs on two tracks: one reads
+//! the text, the other the text's lowercase image (a character's
+//! `to_lowercase`, one to three characters); a flag records whether an
+//! uppercase character was read. A union matches when the plain track
+//! ends, or the flag is set and the lowered track ends. The alphabet is
+//! the plain intervals of the globs' bounds, refined by each cased
+//! character's image.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::OnceLock;
 use std::time::Instant;
 
+pub(crate) use super::glob_lang::Class;
+use super::glob_lang::{PREFERRED, Piece, parse};
+
 /// Why an exploration stopped without an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stop {
-    /// The shared work budget is spent.
+    /// The work budget, or the cap on states, is spent.
     Budget,
     /// The deadline passed.
     Deadline,
@@ -28,7 +36,17 @@ pub(crate) enum Stop {
     FinalSigma,
 }
 
-/// What an exploration may spend; shared by every question of a profile.
+/// What globs match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Matching {
+    /// The glob languages as `fnmatch` defines them.
+    Plain,
+    /// As the evaluator matches them: the text or its lowercase copy.
+    Evaluator,
+}
+
+/// What an exploration may spend; admission shares one by every question
+/// of a profile.
 #[derive(Debug)]
 pub(crate) struct Budget {
     /// Work units left: one per (state, symbol, NFA position) step.
@@ -36,99 +54,52 @@ pub(crate) struct Budget {
     /// Most `u32`s the stored DFA states of one question may hold (each
     /// stored twice: index key and queue), which bounds its memory.
     pub(crate) stored: usize,
-    /// When to give up.
-    pub(crate) deadline: Instant,
+    /// Most DFA states of one question.
+    pub(crate) states: usize,
+    /// When to give up, if ever.
+    pub(crate) deadline: Option<Instant>,
 }
 
-/// One reachable combination of matching unions and a shortest text.
-#[derive(Debug, Clone)]
-pub(crate) struct Class {
-    pub(crate) accepts: Vec<bool>,
-    pub(crate) witness: String,
-}
-
-#[derive(Debug, Clone)]
-enum Piece {
-    Star,
-    Set {
-        ranges: Vec<(u32, u32)>,
-        negated: bool,
-    },
-}
-
-/// Parses a glob as `crate::fnmatch::to_regex` reads it (a leading `**/`
-/// is two alternatives: the rest, and `*/` then the rest).
-fn parse(glob: &str) -> Vec<Vec<Piece>> {
-    let chars: Vec<char> = glob.chars().collect();
-    let double = glob.starts_with("**/");
-    let mut i = if double { 3 } else { 0 };
-    let lit = |c: char| Piece::Set {
-        ranges: vec![(c as u32, c as u32)],
-        negated: false,
-    };
-    let mut body = Vec::new();
-    while i < chars.len() {
-        let c = chars[i];
-        i += 1;
-        match c {
-            '*' => {
-                while chars.get(i) == Some(&'*') {
-                    i += 1;
-                }
-                body.push(Piece::Star);
-            }
-            '?' => body.push(Piece::Set {
-                ranges: Vec::new(),
-                negated: true,
-            }),
-            '[' => match class_end(&chars, i) {
-                Some(end) => {
-                    body.push(class(&chars[i..end]));
-                    i = end + 1;
-                }
-                None => body.push(lit('[')),
-            },
-            c => body.push(lit(c)),
+impl Budget {
+    /// No cap but `states` DFA states per question: `toolgate analyze`,
+    /// which a person runs and waits for.
+    pub(crate) fn states(states: usize) -> Self {
+        Self {
+            work: u64::MAX,
+            stored: usize::MAX,
+            states,
+            deadline: None,
         }
     }
-    if !double {
-        return vec![body];
-    }
-    let mut prefixed = vec![Piece::Star, lit('/')];
-    prefixed.extend(body.iter().cloned());
-    vec![body, prefixed]
 }
 
-fn class_end(chars: &[char], start: usize) -> Option<usize> {
-    let mut j = start;
-    if chars.get(j) == Some(&'!') {
-        j += 1;
-    }
-    if chars.get(j) == Some(&']') {
-        j += 1;
-    }
-    (j..chars.len()).find(|&k| chars[k] == ']')
+/// Every class of `unions` as the evaluator matches them, for `toolgate
+/// analyze` (at most [`super::glob_lang::MAX_STATES`] states).
+pub(crate) fn explore_evaluated(unions: &[Vec<&str>]) -> Result<Vec<Class>, Stop> {
+    let mut budget = Budget::states(super::glob_lang::MAX_STATES);
+    explore(unions, Matching::Evaluator, None, &|_| false, &mut budget)
 }
 
-fn class(body: &[char]) -> Piece {
-    let (negated, body) = match body.split_first() {
-        Some(('!', rest)) => (true, rest),
-        _ => (false, body),
-    };
-    let (mut ranges, mut p) = (Vec::new(), 0);
-    while p < body.len() {
-        if p + 2 < body.len() && body[p + 1] == '-' {
-            let (lo, hi) = (body[p] as u32, body[p + 2] as u32);
-            if lo <= hi {
-                ranges.push((lo, hi));
-            }
-            p += 3;
-        } else {
-            ranges.push((body[p] as u32, body[p] as u32));
-            p += 1;
+/// Why the full analysis could not judge a tool, in a sentence.
+pub(crate) fn incomplete(stop: Stop) -> &'static str {
+    match stop {
+        Stop::FinalSigma => {
+            "a glob tells σ from ς, which the evaluator's lowercase copy picks by context \
+             (final sigma): the globs of this tool cannot be compared exactly"
+        }
+        Stop::Budget | Stop::Deadline => {
+            "the globs of this tool are too intricate to compare exactly"
         }
     }
-    Piece::Set { ranges, negated }
+}
+
+/// Whether `glob` matches `text` as the evaluator's glob lists do: the
+/// text, or its lowercase copy when it has an uppercase character.
+pub(crate) fn evaluator_matches(glob: &str, text: &str) -> bool {
+    let Ok(m) = crate::fnmatch::Matcher::new(glob) else {
+        return false;
+    };
+    m.is_match(text) || (text.chars().any(char::is_uppercase) && m.is_match(&text.to_lowercase()))
 }
 
 /// A character whose lowercase image is not itself, or that is
@@ -158,14 +129,13 @@ fn is_cased(c: char) -> bool {
     cased().binary_search_by_key(&c, |k| k.c).is_ok()
 }
 
-const PREFERRED: &str = "xyzabcdefghijklmnopqrstuvw0123456789XYZABCDEFGHIJKLMNOPQRSTUVW_-.";
-
 fn rank(c: char) -> usize {
     PREFERRED.find(c).unwrap_or(usize::MAX)
 }
 
 /// One input symbol: the plain interval its characters fall in, whether
-/// they are uppercase, and the plain intervals of their lowercase image.
+/// they are uppercase, and the plain intervals of their lowercase image
+/// (empty under [`Matching::Plain`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     plain: u32,
@@ -173,31 +143,41 @@ struct Key {
     lower: Vec<u32>,
 }
 
+/// What an NFA position does on a symbol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
     Star,
     Set(usize),
-    End { universal: bool },
+    /// The end of a sequence; one ending in a star matches every
+    /// extension (`universal`), and its union's other positions no longer
+    /// matter (they are dropped), which keeps `*x*` globs cheap.
+    End {
+        universal: bool,
+    },
 }
 
 /// The union of tracks `(union, lowered)`: `2 * union + lowered`.
 type Track = u32;
 
-/// [`super::glob_lang::explore_unions`] under the evaluator's lowercase
-/// fallback, within `budget`. The caller has capped the globs' number,
-/// length and distinct characters, which bounds every allocation made
-/// before the walk; the walk's own states are counted against
-/// `budget.stored`.
+/// Every combination of `unions` matching that some text realizes (an
+/// empty union matches nothing), each with a shortest such text, as
+/// `matching` says globs match, within `budget`. Admission has capped the
+/// globs' number, length and distinct characters, which bounds every
+/// allocation made before the walk; the walk's own states are counted
+/// against `budget.stored` and `budget.states`.
 ///
-/// Only texts `unions[focus]` may still match are extended (the caller
-/// asks about that union's texts alone), and the walk ends early once a
-/// class satisfying `enough` is found: the classes are then partial.
+/// With a `focus`, only texts `unions[focus]` may still match are
+/// extended (the caller asks about that union's texts alone); the walk
+/// ends early once a class satisfying `enough` is found. The classes are
+/// then partial.
 pub(crate) fn explore(
     unions: &[Vec<&str>],
-    focus: usize,
+    matching: Matching,
+    focus: Option<usize>,
     enough: &dyn Fn(&[bool]) -> bool,
     budget: &mut Budget,
 ) -> Result<Vec<Class>, Stop> {
+    let cased_too = matching == Matching::Evaluator;
     let parsed: Vec<Vec<Vec<Piece>>> = unions
         .iter()
         .map(|u| u.iter().flat_map(|g| parse(g)).collect())
@@ -216,15 +196,16 @@ pub(crate) fn explore(
     bounds.dedup();
     let plain_count = bounds.len() - 1;
     let interval_of = |c: char| bounds.partition_point(|&b| b <= c as u32) - 1;
-    // NFA positions: per union, its plain track then its lowered track,
-    // which reads the same sets.
+    // NFA positions: per union, its plain track then (matched as the
+    // evaluator does) its lowered track, which reads the same sets.
     let mut sets: Vec<Vec<bool>> = Vec::new();
     let mut step_of: Vec<Step> = Vec::new();
     let mut track_of: Vec<Track> = Vec::new();
     let mut starts: Vec<u32> = Vec::new();
+    let tracks: &[u32] = if cased_too { &[0, 1] } else { &[0] };
     for (u, alternatives) in parsed.iter().enumerate() {
         let first_set = sets.len();
-        for lowered in [0u32, 1] {
+        for &lowered in tracks {
             let mut next_set = first_set;
             for seq in alternatives {
                 starts.push(step_of.len() as u32);
@@ -268,11 +249,12 @@ pub(crate) fn explore(
     let plain_of = |c: char| rep_of[interval_of(c)];
     // Final sigma: `Σ` lowers to `σ` or `ς` by context; exact only when
     // no set tells them apart.
-    if plain_of('σ') != plain_of('ς') {
+    if cased_too && plain_of('σ') != plain_of('ς') {
         return Err(Stop::FinalSigma);
     }
-    // Symbols: per class its uncased characters, plus each cased
-    // character's key; one readable representative each.
+    // Symbols: per class its plain characters (uncased ones, when cased
+    // characters are symbols of their own), plus each cased character's
+    // key; one readable representative each. Surrogates are no symbol.
     let mut symbols: HashMap<Key, char> = HashMap::new();
     let mut offer = |key: Key, c: char| {
         let rep = symbols.entry(key).or_insert(c);
@@ -280,23 +262,27 @@ pub(crate) fn explore(
             *rep = c;
         }
     };
+    let plain = |c: char| !cased_too || !is_cased(c);
     for p in 0..plain_count {
         let (lo, hi) = (bounds[p], bounds[p + 1]);
         let preferred = PREFERRED
             .chars()
-            .find(|&c| (lo..hi).contains(&(c as u32)) && !is_cased(c));
-        let any = preferred.or_else(|| (lo..hi).filter_map(char::from_u32).find(|&c| !is_cased(c)));
+            .find(|&c| (lo..hi).contains(&(c as u32)) && plain(c));
+        let any = preferred.or_else(|| (lo..hi).filter_map(char::from_u32).find(|&c| plain(c)));
         if let Some(c) = any {
             let p = rep_of[p];
-            let key = Key {
-                plain: p,
-                upper: false,
-                lower: vec![p],
-            };
-            offer(key, c);
+            let lower = if cased_too { vec![p] } else { Vec::new() };
+            offer(
+                Key {
+                    plain: p,
+                    upper: false,
+                    lower,
+                },
+                c,
+            );
         }
     }
-    for k in cased() {
+    for k in cased().iter().filter(|_| cased_too) {
         let key = Key {
             plain: plain_of(k.c),
             upper: k.upper,
@@ -312,7 +298,7 @@ pub(crate) fn explore(
         track_of: &track_of,
         sets: &sets,
         symbols: &symbols,
-        focus: focus as Track,
+        focus: focus.map(|f| f as Track),
         enough,
     };
     walk.run(starts, budget)
@@ -325,7 +311,7 @@ struct Walk<'a> {
     track_of: &'a [Track],
     sets: &'a [Vec<bool>],
     symbols: &'a [(Key, char)],
-    focus: Track,
+    focus: Option<Track>,
     enough: &'a dyn Fn(&[bool]) -> bool,
 }
 
@@ -402,7 +388,7 @@ impl Walk<'_> {
         let mut classes = Vec::new();
         let (mut plain, mut lowered, mut next) = (Vec::new(), Vec::new(), Vec::new());
         while let Some((set, id)) = queue.pop_front() {
-            if id % 64 == 0 && Instant::now() >= budget.deadline {
+            if id % 64 == 0 && budget.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(Stop::Deadline);
             }
             let acc = accepts(&set);
@@ -417,9 +403,10 @@ impl Walk<'_> {
                 }
             }
             // No text through here can match the focus union any more.
-            if !set
-                .iter()
-                .any(|&s| s != flag && track_of[s as usize] / 2 == focus)
+            if let Some(focus) = focus
+                && !set
+                    .iter()
+                    .any(|&s| s != flag && track_of[s as usize] / 2 == focus)
             {
                 continue;
             }
@@ -451,7 +438,7 @@ impl Walk<'_> {
                     continue;
                 }
                 stored += 2 * next.len() + 2;
-                if stored > budget.stored {
+                if stored > budget.stored || parent.len() >= budget.states {
                     return Err(Stop::Budget);
                 }
                 let next_id = parent.len();

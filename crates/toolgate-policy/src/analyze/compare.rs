@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use super::glob_lang::explore_unions;
+use super::bounded::explore_evaluated;
 use super::model::{ToolModel, permissiveness, witness_arguments};
 use crate::compile::CompiledPolicy;
 use crate::eval::{Call, Context};
@@ -26,7 +26,8 @@ pub enum Relation {
     Incomparable,
     /// The same decision everywhere, for another reason somewhere.
     SameDecisions,
-    /// Too intricate to decide exactly.
+    /// Too intricate to decide exactly (or a glob tells `σ` from `ς`,
+    /// which the evaluator's lowercase copy picks by context).
     Unknown,
 }
 
@@ -93,7 +94,8 @@ fn compare_tool(old: &CompiledPolicy, new: &CompiledPolicy, tool: &str) -> ToolC
     let mut globs = a.languages();
     let split = globs.len();
     globs.extend(b.languages());
-    let Some(classes) = explore_unions(&globs) else {
+    // Classes of texts as the evaluator matches them (lowercase copy too).
+    let Ok(classes) = explore_evaluated(&globs) else {
         return ToolComparison {
             tool: tool.to_owned(),
             relation: Relation::Unknown,

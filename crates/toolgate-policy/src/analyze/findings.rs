@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::glob_lang::{Class, explore_unions};
+use super::bounded::{Class, evaluator_matches, explore_evaluated, incomplete};
 use super::model::{Role, Tier, ToolModel};
 use crate::compile::CompiledPolicy;
 use crate::flows::FlowSelector;
@@ -156,7 +156,8 @@ fn not_enforced(tool: Option<&String>, field: &str, mode: Enforcement, high: boo
     }
 }
 
-/// The rule findings of one tool, from one exploration of all its globs.
+/// The rule findings of one tool, from one exploration of all its globs
+/// matched as the evaluator matches them (a text, or its lowercase copy).
 fn tool_findings(tool: &str, model: &ToolModel, out: &mut Vec<Finding>) {
     let finding = |code, severity, i: usize, witness: Option<String>, message: String| Finding {
         code,
@@ -167,17 +168,20 @@ fn tool_findings(tool: &str, model: &ToolModel, out: &mut Vec<Finding>) {
         witness,
         message,
     };
-    let Some(classes) = explore_unions(&model.languages()) else {
-        out.push(Finding {
-            code: "analysis_incomplete",
-            severity: Severity::Warning,
-            tool: Some(tool.to_owned()),
-            field: format!("spec.rules.{tool}"),
-            glob: None,
-            witness: None,
-            message: "the globs of this tool are too intricate to compare exactly".into(),
-        });
-        return;
+    let classes = match explore_evaluated(&model.languages()) {
+        Ok(classes) => classes,
+        Err(stop) => {
+            out.push(Finding {
+                code: "analysis_incomplete",
+                severity: Severity::Warning,
+                tool: Some(tool.to_owned()),
+                field: format!("spec.rules.{tool}"),
+                glob: None,
+                witness: None,
+                message: incomplete(stop).into(),
+            });
+            return;
+        }
     };
     let entries = &model.entries;
     let rules: Vec<usize> = (0..entries.len())
@@ -366,7 +370,7 @@ fn settable(policy: &CompiledPolicy, selector: &FlowSelector) -> bool {
             || selector.side_effects.contains(&effect.side_effect)
             || selector.tools.iter().any(|glob| {
                 let glob = policy.canonical_tool(glob);
-                crate::fnmatch::Matcher::new(glob).is_ok_and(|m| m.is_match(tool))
+                evaluator_matches(glob, tool)
             });
         if !by_kind && !by_provenance {
             return false;
@@ -380,7 +384,7 @@ fn settable(policy: &CompiledPolicy, selector: &FlowSelector) -> bool {
             &[]
         };
         globs.extend(texts.iter().map(|t| vec![t.as_str()]));
-        let Some(classes) = explore_unions(&globs) else {
+        let Ok(classes) = explore_evaluated(&globs) else {
             return true;
         };
         classes.iter().any(|c| {

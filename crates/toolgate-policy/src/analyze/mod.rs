@@ -1,6 +1,8 @@
 //! Static analysis of profiles (issue #48 part 5): rules that can never
-//! decide, and how two profiles differ, computed exactly over the glob
-//! languages ([`glob_lang`]) rather than by sampling calls.
+//! decide, and how two profiles differ, computed exactly with automata
+//! over the glob languages ([`glob_lang`]) rather than by sampling calls,
+//! each glob matching what the evaluator matches with it: a text, or its
+//! lowercase copy when the text has an uppercase letter (`bounded`).
 
 mod admission;
 mod bounded;

@@ -10,7 +10,10 @@
 //! deny(tool), deny(*), allow(tool), allow(*), escalate(tool), escalate(*)
 //! decides, and no match denies. A `warn`/`dryRun` tool then allows what
 //! is not always enforced. Every one of those tests is a glob, so the
-//! verdict depends only on which globs match `s`.
+//! verdict depends only on which globs match `s` — each as the evaluator's
+//! glob lists match, `s` or its lowercase copy when `s` has an uppercase
+//! letter (lowercasing neither adds nor removes a shell-control
+//! character, so that test is matched the same way).
 
 use serde::Serialize;
 

@@ -111,3 +111,65 @@ fn compare_reports_relation_and_witness_calls() {
         "{text}"
     );
 }
+
+/// Globs are judged as the evaluator matches them: a text with an
+/// uppercase letter is also tried in lowercase, so `git *` allows `GIT x`.
+#[test]
+fn globs_are_judged_with_the_evaluators_lowercase_copy() {
+    // `GIT *` never asks: every call it matches is allowed by `git *`.
+    let shadowed = profile("upper", "{allow: ['git *'], escalate: ['GIT *']}");
+    let out = toolgate(&[
+        "analyze",
+        "--profile",
+        shadowed.to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let finding = &json(&out)["findings"][0];
+    assert_eq!(
+        (&finding["code"], &finding["field"]),
+        (
+            &serde_json::json!("shadowed_escalate"),
+            &serde_json::json!("spec.rules.bash.escalate[0]")
+        )
+    );
+
+    // `git *` allows all `Git *` did and more (`git x`, `GIT x`): a
+    // loosening, with a witness the evaluator reproduces.
+    let old = profile("titled", "{allow: ['Git *']}");
+    let new = profile("lowered", "{allow: ['git *']}");
+    let (old, new) = (old.to_str().expect("utf-8"), new.to_str().expect("utf-8"));
+    let doc = json(&toolgate(&[
+        "analyze",
+        "--compare",
+        old,
+        new,
+        "--format",
+        "json",
+    ]));
+    let bash = &doc["tools"][0];
+    assert_eq!(bash["relation"], "more_permissive", "{doc}");
+    let witnesses = bash["witnesses"].as_array().expect("witnesses");
+    assert!(!witnesses.is_empty(), "{doc}");
+    for w in witnesses {
+        assert_eq!(
+            (&w["old"], &w["new"]),
+            (&serde_json::json!("deny"), &serde_json::json!("allow"))
+        );
+        assert_eq!(w["reproduced"], true, "{w}");
+    }
+
+    // `GIT *` beside `git *` changes nothing.
+    let both = profile("both", "{allow: ['git *', 'GIT *']}");
+    let doc = json(&toolgate(&[
+        "analyze",
+        "--compare",
+        new,
+        both.to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]));
+    assert_eq!(doc["tools"][0]["relation"], "equivalent", "{doc}");
+    assert_eq!(doc["tools"][0]["witnesses"], serde_json::json!([]));
+}
