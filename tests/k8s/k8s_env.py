@@ -9,6 +9,7 @@ import pathlib
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -171,6 +172,52 @@ def run_container(kube, pod: dict, name: str, workdir: pathlib.Path, binary: str
     proc = subprocess.Popen([binary, *args], env=env, stdout=open(logfile, "wb"), stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     return proc, logfile
+
+
+def post_json(url: str, body: dict, timeout=30) -> tuple[int, dict]:
+    """POSTs `body` as JSON: the HTTP status and the JSON answer (an error
+    status is returned, not raised; an empty error body reads as {})."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def start_injected_sidecar(kube, ns: str, pod_name: str, profile: str, tmp_path: pathlib.Path,
+                           env: dict | None = None):
+    """Creates pod `pod_name` in `ns` on `profile` (the webhook injects the
+    sidecar), runs its toolgate-sidecar container as a kubelet would
+    (`run_container`, with `env` added to the container's) on free loopback
+    ports, and waits until it is ready. Returns (agent API URL, ops URL,
+    the process); `stop_sidecar` ends it and prints its log."""
+    kube.create({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": pod_name, "namespace": ns, "annotations": {"toolgate.dev/profile": profile}},
+                 "spec": {"containers": [{"name": "agent", "image": "example.invalid/agent:1"}]}})
+    pod = kube.get("pod", pod_name, "-n", ns)
+    sidecar = next(c for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
+                   if c["name"] == "toolgate-sidecar")
+    sidecar.setdefault("env", []).extend({"name": k, "value": v} for k, v in (env or {}).items())
+    api, ops = free_port(), free_port()
+    proc, log = run_container(kube, pod, "toolgate-sidecar", tmp_path, kube.cluster["toolgate"], {
+        "127.0.0.1:15031": f"127.0.0.1:{api}", "0.0.0.0:15032": f"127.0.0.1:{ops}"})
+    proc.log = log
+    ops_url = f"http://127.0.0.1:{ops}"
+    try:
+        wait_for("sidecar ready", lambda: urllib.request.urlopen(f"{ops_url}/readyz", timeout=2).status == 200, 30)
+    except BaseException:
+        stop_sidecar(proc)
+        raise
+    return f"http://127.0.0.1:{api}", ops_url, proc
+
+
+def stop_sidecar(proc, tail=4000) -> None:
+    """Ends a sidecar `start_injected_sidecar` started and prints the end of
+    its log (pytest shows it when the test failed)."""
+    proc.terminate()
+    proc.wait(timeout=10)
+    print(proc.log.read_text(errors="replace")[-tail:])
 
 
 def user_kubeconfig(cluster: dict, user: str, groups: list[str], path: pathlib.Path) -> pathlib.Path:

@@ -9,12 +9,10 @@ Secret, an unreachable database or a namespace the file contradicts are
 errors (exit 1) saying what to do."""
 import json
 import subprocess
-import urllib.error
-import urllib.request
 
 import yaml
 
-from k8s_env import free_port, ready, run_container, wait_for
+from k8s_env import free_port, post_json, ready, start_injected_sidecar, stop_sidecar, wait_for
 
 RULES = {"bash": {"deny": ["rm *"], "allow": ["echo *", "git *", "curl *"], "escalate": ["deploy *"]},
          "reader": {"allow": ["*"]}}
@@ -70,31 +68,15 @@ def _report(out):
     return json.loads(out.stdout)
 
 
-def _post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return json.loads(e.read() or b"{}")
-
-
 def _record_calls(kube, ns, tmp_path):
     """Runs CALLS through the injected pod's sidecar (as a kubelet would
     start it); returns once the log holds every decision with its input."""
-    kube.create({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "agent-0", "namespace": ns, "annotations": {"toolgate.dev/profile": "replayed"}},
-                 "spec": {"containers": [{"name": "agent", "image": "example.invalid/agent:1"}]}})
-    pod = kube.get("pod", "agent-0", "-n", ns)
-    api, ops = free_port(), free_port()
-    proc, log = run_container(kube, pod, "toolgate-sidecar", tmp_path, kube.cluster["toolgate"], {
-        "127.0.0.1:15031": f"127.0.0.1:{api}", "0.0.0.0:15032": f"127.0.0.1:{ops}"})
+    url, _, proc = start_injected_sidecar(kube, ns, "agent-0", "replayed", tmp_path)
     try:
-        wait_for("sidecar ready", lambda: urllib.request.urlopen(f"http://127.0.0.1:{ops}/readyz").status == 200, 30)
         for i, (run, tool, arg, verdict) in enumerate(CALLS):
             name = "command" if tool == "bash" else "path"
-            answer = _post(f"http://127.0.0.1:{api}/v1/authorize",
-                           {"tool": tool, "arguments": {name: arg}, "run_id": run, "step_id": f"s{i}"})
+            _, answer = post_json(f"{url}/v1/authorize",
+                                  {"tool": tool, "arguments": {name: arg}, "run_id": run, "step_id": f"s{i}"})
             assert answer.get("verdict") == verdict, (tool, arg, answer)
         # The log is written behind the answers: replay the active profile
         # until every decision is there with its input.
@@ -102,9 +84,7 @@ def _record_calls(kube, ns, tmp_path):
         wait_for("every decision logged with its input",
                  lambda: _report(_replay(kube, active, "--format", "json"))["replayed"] == len(CALLS), 30)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        print(log.read_text(errors="replace")[-3000:])
+        stop_sidecar(proc)
 
 
 def test_replay_reads_the_namespace_log_through_its_tenant_secret(kube, cluster, tmp_path):

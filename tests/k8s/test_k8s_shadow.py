@@ -7,21 +7,10 @@ profile's status then carries `CandidateDisagrees` with the transitions,
 and `kubectl toolgate status` prints them. Changing the candidate re-signs
 the bundle without changing the active version; deleting it drops the
 candidate and says why."""
-import json
 import time
-import urllib.error
 import urllib.request
 
-from k8s_env import free_port, profile, run_container, wait_for
-
-
-def _post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return json.loads(e.read() or b"{}")
+from k8s_env import free_port, post_json, profile, start_injected_sidecar, stop_sidecar, wait_for
 
 
 def _condition(obj, kind):
@@ -66,26 +55,15 @@ def test_candidate_is_shadowed_counted_and_followed(kube, tmp_path):
     assert prod["status"]["version"].split("@")[1] == plain_version.split("@")[1]
 
     # A pod on prod, its sidecar run as a kubelet would, beating every second.
-    kube.create({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "agent-0", "namespace": ns, "annotations": {"toolgate.dev/profile": "prod"}},
-                 "spec": {"containers": [{"name": "agent", "image": "example.invalid/agent:1"}]}})
-    pod = kube.get("pod", "agent-0", "-n", ns)
-    sidecar = next(c for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
-                   if c["name"] == "toolgate-sidecar")
-    sidecar.setdefault("env", []).append({"name": "TOOLGATE_HEARTBEAT_INTERVAL", "value": "1s"})
-    api, ops = free_port(), free_port()
-    proc, log = run_container(kube, pod, "toolgate-sidecar", tmp_path, kube.cluster["toolgate"], {
-        "127.0.0.1:15031": f"127.0.0.1:{api}", "0.0.0.0:15032": f"127.0.0.1:{ops}"})
+    url, ops_url, proc = start_injected_sidecar(kube, ns, "agent-0", "prod", tmp_path,
+                                                env={"TOOLGATE_HEARTBEAT_INTERVAL": "1s"})
     try:
-        url = f"http://127.0.0.1:{api}"
-        wait_for("sidecar ready", lambda: urllib.request.urlopen(f"http://127.0.0.1:{ops}/readyz").status == 200,
-                 30)
         # Enforced: prod allows both; the candidate would deny the second.
         for command in ("git status", "git log -1", "git log -2"):
-            answer = _post(f"{url}/v1/authorize", {"tool": "bash", "arguments": {"command": command},
-                                                   "run_id": "shadow-run"})
+            _, answer = post_json(f"{url}/v1/authorize", {"tool": "bash", "arguments": {"command": command},
+                                                          "run_id": "shadow-run"})
             assert answer["verdict"] == "allow", answer
-        with urllib.request.urlopen(f"http://127.0.0.1:{ops}/metrics") as r:
+        with urllib.request.urlopen(f"{ops_url}/metrics") as r:
             metrics = r.read().decode()
         series = [l for l in metrics.splitlines() if l.startswith("toolgate_shadow_decisions_total{")
                   and all(f in l for f in ('active="allow"', 'candidate="deny"', 'profile="prod"'))]
@@ -141,7 +119,7 @@ def test_candidate_is_shadowed_counted_and_followed(kube, tmp_path):
         assert "toolgate.dev/candidate-version" not in _bundle_annotations(kube, ns, "prod")
         assert prod["status"]["version"] == before["version"]
     finally:
-        proc.terminate()
+        stop_sidecar(proc)
 
 
 def test_a_profile_cannot_shadow_itself(kube):

@@ -8,20 +8,9 @@ Approval object is deleted after its retention while the database row
 stays; `kubectl toolgate cancel` stops the run in the sidecar."""
 import json
 import subprocess
-import urllib.error
 import urllib.request
 
-from k8s_env import free_port, profile, run_container, user_kubeconfig, wait_for
-
-
-
-def _post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+from k8s_env import post_json, profile, start_injected_sidecar, stop_sidecar, user_kubeconfig, wait_for
 
 
 def _psql(cluster, sql):
@@ -44,28 +33,17 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
                             "name": "toolgate-approver"},
                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
                               "name": "platform-oncall"}]})
-    kube.create({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "agent-0", "namespace": ns,
-                              "annotations": {"toolgate.dev/profile": "sidecar-coding"}},
-                 "spec": {"containers": [{"name": "agent", "image": "example.invalid/agent:1"}]}})
-    pod = kube.get("pod", "agent-0", "-n", ns)
-
-    api, ops = free_port(), free_port()
-    proc, log = run_container(kube, pod, "toolgate-sidecar", tmp_path, kube.cluster["toolgate"], {
-        "127.0.0.1:15031": f"127.0.0.1:{api}", "0.0.0.0:15032": f"127.0.0.1:{ops}"})
+    url, _, proc = start_injected_sidecar(kube, ns, "agent-0", "sidecar-coding", tmp_path)
     try:
-        url = f"http://127.0.0.1:{api}"
-        wait_for("sidecar ready", lambda: urllib.request.urlopen(f"http://127.0.0.1:{ops}/readyz").status == 200,
-                 30)
         call = {"tool": "bash", "arguments": {"command": "git status"}, "run_id": "run-1"}
-        status, allowed = _post(f"{url}/v1/authorize", call)
+        status, allowed = post_json(f"{url}/v1/authorize", call)
         assert (status, allowed["verdict"]) == (200, "allow"), allowed
         version = kube.get("tgp", "sidecar-coding", "-n", ns)["status"]["version"]
         assert allowed["policy_version"] == version
 
         # An escalation: recorded with the tenant's own database role ...
         call = {"tool": "bash", "arguments": {"command": "make deploy"}, "run_id": "run-1"}
-        status, escalated = _post(f"{url}/v1/authorize", call)
+        status, escalated = post_json(f"{url}/v1/authorize", call)
         assert escalated["verdict"] == "escalate" and escalated["approval_id"], escalated
         approval_id = escalated["approval_id"]
         assert _psql(cluster, f"SELECT tenant, status FROM approvals WHERE id = '{approval_id}'") == f"{ns}|pending"
@@ -104,9 +82,9 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
         assert answer["status"] == "approved", answer
 
         # The approved call passes once; the same call again escalates anew.
-        status, passed = _post(f"{url}/v1/authorize", call)
+        status, passed = post_json(f"{url}/v1/authorize", call)
         assert passed["verdict"] == "allow", passed
-        status, again = _post(f"{url}/v1/authorize", call)
+        status, again = post_json(f"{url}/v1/authorize", call)
         assert again["verdict"] == "escalate" and again["approval_id"] != approval_id, again
 
         # Retention: the finished Approval object goes, the database row stays.
@@ -119,24 +97,23 @@ def test_sidecar_escalation_approval_retention_and_cancellation(kube, cluster, t
         # and the run's pending approval (the second escalation) is cancelled.
         out = kube("toolgate", "cancel", "run-1", "-n", ns, "--reason", "e2e stop", "--wait", "30")
         assert "applied" in out.stdout and "1 pending approval(s) cancelled" in out.stdout, out.stdout
-        status, refused = _post(f"{url}/v1/authorize", {**call, "arguments": {"command": "git status"}})
+        status, refused = post_json(f"{url}/v1/authorize", {**call, "arguments": {"command": "git status"}})
         assert refused.get("reason") == "run_cancelled" or refused.get("code") == "run_cancelled", refused
         rc = kube.get("tgrc", "-n", ns)["items"]
         assert [(o["spec"]["runId"], o["status"]["phase"]) for o in rc] == [("run-1", "Applied")], rc
 
         # The agent steps around a run stop with a new run id; stopping the
         # whole namespace (a kill switch) refuses every run id.
-        status, other = _post(f"{url}/v1/authorize", {**call, "run_id": "run-2", "arguments": {"command": "git status"}})
+        status, other = post_json(f"{url}/v1/authorize",
+                                  {**call, "run_id": "run-2", "arguments": {"command": "git status"}})
         assert other.get("verdict") == "allow", other
         out = kube("toolgate", "cancel", "--all", "-n", ns, "--reason", "kill switch", "--wait", "30")
         assert "applied: namespace cancelled" in out.stdout, out.stdout
         for run in ("run-2", "run-3"):
-            status, refused = _post(f"{url}/v1/authorize",
-                                    {**call, "run_id": run, "arguments": {"command": "git status"}})
+            status, refused = post_json(f"{url}/v1/authorize",
+                                        {**call, "run_id": run, "arguments": {"command": "git status"}})
             assert refused.get("reason") == "run_cancelled", (run, refused)
         scoped = [o for o in kube.get("tgrc", "-n", ns)["items"] if o["spec"].get("scope") == "namespace"]
         assert [o["status"]["phase"] for o in scoped] == ["Applied"], scoped
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        print(log.read_text(errors="replace")[-4000:])
+        stop_sidecar(proc)
