@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 crate::wire_enum! {
     /// Effective state of an approval. A `pending` row whose `expires_at`
     /// has passed is reported as `expired` even before expiry is swept.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
     pub enum ApprovalStatus {
         /// Waiting for a human.
         Pending = "pending",

@@ -380,8 +380,8 @@ fn admission_agrees_with_the_evaluators_lowercase_fallback() {
     let err = admit(&policy).unwrap_err();
     assert_eq!(err.code(), "shadowed_escalate");
     assert_eq!(err.field(), Some("spec.rules.bash.escalate[0]"));
-    // Case-blind analysis would miss it: `analyze` compares plain text.
-    assert!(!codes(&format!(
+    // `analyze` agrees: `git *` shadows `GIT *`.
+    assert!(codes(&format!(
         "mode: rules\nrules: {{bash: {{allow: ['git *'], escalate: ['GIT *']}}, fetch: {{allow: ['*']}}}}\n{EFFECTS}"
     ))
     .iter()
@@ -394,8 +394,9 @@ fn admission_agrees_with_the_evaluators_lowercase_fallback() {
     let policy = admission_profile(rules);
     assert_eq!(bash_verdict(&policy, "GIT PUSH x"), Decision::Deny);
     assert_eq!(admit(&policy).unwrap(), []);
+    // `analyze` agrees: nothing is allowed unasked.
     assert!(
-        codes(&format!("mode: rules\nrules: {rules}\n{EFFECTS}"))
+        !codes(&format!("mode: rules\nrules: {rules}\n{EFFECTS}"))
             .iter()
             .any(|(c, _)| c == "shadowed_escalate")
     );

@@ -181,10 +181,11 @@ async fn cancel_pod(
 // ---- tool discovery (gateways) ----
 
 /// Body of `POST /v1/tools/visible`: the tool names a gateway would offer.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VisibleToolsRequest {
     /// Policy tool names (aliases apply), e.g. `fs.read_file`.
+    #[schemars(length(max = MAX_VISIBLE_QUERY))]
     pub tools: Vec<String>,
     /// Definition digests the server announced, by policy tool name: a
     /// pinned tool is visible only with its pinned digest.

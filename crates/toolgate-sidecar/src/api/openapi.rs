@@ -24,9 +24,11 @@ use toolgate_gate::{
 };
 use toolgate_policy::Verdict;
 
+use super::VisibleToolsRequest;
+
 mod bodies;
 
-use bodies::{BegunIntent, VisibleTools, VisibleToolsRequest};
+use bodies::{BegunIntent, VisibleTools};
 
 /// Writes `T`'s schema into a generator's components; its `$ref` (or an
 /// inline schema for a type without a name).

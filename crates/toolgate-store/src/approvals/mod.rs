@@ -110,7 +110,6 @@ pub struct Approval {
     /// Who asked.
     pub requested_by: String,
     /// Effective status (lazy expiry applied).
-    #[schemars(with = "ApprovalStatusSchema")]
     pub status: ApprovalStatus,
     /// When it was requested.
     #[schemars(with = "String", extend("format" = "date-time"))]
@@ -134,26 +133,6 @@ pub struct Approval {
     /// The preview shown to the approver, as requested.
     #[serde(default)]
     pub preview: Option<String>,
-}
-
-/// The contract's [`ApprovalStatus`] as a schema, built from its wire
-/// names: the contract derives no `JsonSchema` for it yet (when it does,
-/// this goes and `status` needs no attribute).
-enum ApprovalStatusSchema {}
-
-impl schemars::JsonSchema for ApprovalStatusSchema {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "ApprovalStatus".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        let names =
-            ApprovalStatus::NAMES.map(|name| serde_json::json!({"type": "string", "const": name}));
-        schemars::json_schema!({
-            "description": "Effective state of an approval (lazy expiry applied).",
-            "oneOf": names,
-        })
-    }
 }
 
 /// An audit event attached to a run (`approval.requested`, `approval.resolved`,
