@@ -15,21 +15,11 @@ import json
 import os
 import pathlib
 import subprocess
-import urllib.error
 import urllib.request
 
-from k8s_env import free_port, profile, respawn, run_container, stop, wait_for
+from k8s_env import free_port, post_json, profile, respawn, run_container, stop, wait_for
 
 NS = "toolgate-system"
-
-
-def _post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
 
 
 def _psql(cluster, sql):
@@ -96,7 +86,7 @@ def test_the_leader_archives_on_a_schedule(kube, cluster, tmp_path):
         wait_for("sidecar ready", lambda: urllib.request.urlopen(f"http://127.0.0.1:{ops}/readyz").status == 200, 30)
         for i in range(4):
             call = {"tool": "bash", "arguments": {"command": "git status"}, "run_id": "run-1", "step_id": f"s{i}"}
-            status, allowed = _post(f"http://127.0.0.1:{api}/v1/authorize", call)
+            status, allowed = post_json(f"http://127.0.0.1:{api}/v1/authorize", call)
             assert (status, allowed["verdict"]) == (200, "allow"), allowed
         assert _psql(cluster, f"SELECT count(*) FROM decisions WHERE tenant = '{ns}'") == "4"
 
@@ -125,7 +115,7 @@ def test_the_leader_archives_on_a_schedule(kube, cluster, tmp_path):
 
         # A later row is archived by a later pass into the same directory,
         # continuing the stream's archive.
-        status, allowed = _post(f"http://127.0.0.1:{api}/v1/authorize",
+        status, allowed = post_json(f"http://127.0.0.1:{api}/v1/authorize",
                                 {"tool": "bash", "arguments": {"command": "git status"}, "run_id": "run-1"})
         assert allowed["verdict"] == "allow", allowed
         wait_for("the next pass", lambda: _archived_rows(archive, ns) == 4, 30)
