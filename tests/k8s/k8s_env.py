@@ -216,7 +216,12 @@ def stop_sidecar(proc, tail=4000) -> None:
     """Ends a sidecar `start_injected_sidecar` started and prints the end of
     its log (pytest shows it when the test failed)."""
     proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        # Called from `finally`: never hide the test's own failure.
+        proc.kill()
+        proc.wait(timeout=10)
     print(proc.log.read_text(errors="replace")[-tail:])
 
 
