@@ -9,7 +9,11 @@
 //! question reads are capped in number, length and distinct characters
 //! ([`AdmissionLimits`]), which sizes every allocation made before the
 //! automaton walk; the walk itself draws on a work budget shared by the
-//! whole profile, a cap on the states it stores, and a deadline.
+//! whole profile, a cap on the states it stores, and a deadline. The
+//! deadline is also checked before each tool and each rule, and the
+//! passes outside the walk (duplicates, `*` globs, findings) are linear,
+//! so a profile of many tools sharing thousands of `*` globs stops on
+//! time too.
 //!
 //! Past any cap the shadow check is skipped and the profile is admitted
 //! with a warning saying so (`analysis_skipped`). Failing open is right
@@ -26,9 +30,10 @@
 //! an uppercase escalate glob, and a deny glob can catch, by its lowercase
 //! copy, calls an allow glob would otherwise let through.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use super::bounded::{self, Budget, Class, Matching, Stop, evaluator_matches};
+use super::bounded::{self, Budget, Class, Matching, Stop, evaluator_matches, tells_sigmas_apart};
 use super::findings::{Finding, Severity};
 use super::model::{Role, Tier, ToolModel};
 use crate::compile::{ANY_TOOL, CompiledPolicy};
@@ -83,9 +88,9 @@ pub fn admission_check_with(
     limits: &AdmissionLimits,
     deadline: Instant,
 ) -> Result<Vec<Finding>, PolicyError> {
-    let mut out = Vec::new();
+    let mut out = Out::default();
     if policy.spec.mode != Mode::Rules {
-        return Ok(out);
+        return Ok(out.findings);
     }
     let mut budget = Budget {
         work: limits.max_work,
@@ -93,50 +98,50 @@ pub fn admission_check_with(
         states: usize::MAX,
         deadline: Some(deadline),
     };
+    let late = || Instant::now() >= deadline;
     let mut tools: Vec<&String> = policy.spec.effects.keys().collect();
     tools.sort();
-    // `*` escalate globs, by entry field: (reached or unjudged in some
-    // tool, the first tool's shadowing error).
-    let mut any: Vec<(String, bool, Option<PolicyError>)> = Vec::new();
+    // `*` escalate globs in entry order, and where each is by field:
+    // (reached or unjudged in some tool, the first tool's shadowing error).
+    let mut any: Vec<(bool, Option<PolicyError>)> = Vec::new();
+    let mut any_slot: HashMap<String, usize> = HashMap::new();
+    let any_prefix = format!("spec.rules.{ANY_TOOL}.");
+    // Some tool was left (partly) unjudged for lack of time: no `*`
+    // escalate glob is known to be shadowed in every tool.
+    let mut unjudged = false;
     for tool in tools {
+        // Checked before the tool's model is built: a profile of many
+        // tools sharing many `*` globs stops here once time is up.
+        if late() {
+            out.push(skip(tool, &stopped(Stop::Deadline, None)));
+            unjudged = true;
+            continue;
+        }
         let model = ToolModel::new(policy, tool);
         let entries = &model.entries;
         let rule = |j: usize| matches!(entries[j].role, Role::Rule { .. });
         if !(0..entries.len()).any(rule) {
-            push(&mut out, unused(tool));
+            out.push(unused(tool));
             continue;
         }
-        for i in (0..entries.len()).filter(|&i| rule(i)) {
-            // Same tier only: `*` escalating what a tool allows wholesale
-            // is the usual "everything else asks", not a slip.
-            let same = |j: usize| entries[j].role == entries[i].role;
-            if let Some(j) = (0..i).find(|&j| same(j) && entries[j].glob == entries[i].glob) {
-                let message = format!(
-                    "`{}` is the same glob as {}, which decides first",
-                    entries[i].glob, entries[j].field
-                );
-                push(
-                    &mut out,
-                    finding(tool, &model, i, "duplicate_glob", message),
-                );
-            }
-        }
         let skipped = over_caps(&model, limits);
+        duplicates(tool, &model, &mut out);
         if let Some(why) = &skipped {
-            push(&mut out, skip(tool, why));
+            out.push(skip(tool, why));
         }
         for i in (0..entries.len()).filter(|&i| rule(i)) {
+            if late() {
+                out.push(skip(tool, &stopped(Stop::Deadline, None)));
+                unjudged = true;
+                break;
+            }
             let entry = &entries[i];
-            let is_any = entry.field.starts_with(&format!("spec.rules.{ANY_TOOL}."));
-            let slot = is_any.then(
-                || match any.iter().position(|(f, _, _)| *f == entry.field) {
-                    Some(k) => k,
-                    None => {
-                        any.push((entry.field.clone(), false, None));
-                        any.len() - 1
-                    }
-                },
-            );
+            let slot = entry.field.starts_with(&any_prefix).then(|| {
+                *any_slot.entry(entry.field.clone()).or_insert_with(|| {
+                    any.push((false, None));
+                    any.len() - 1
+                })
+            });
             if entry.role
                 != (Role::Rule {
                     tier: Tier::Escalate,
@@ -144,28 +149,28 @@ pub fn admission_check_with(
             {
                 let deny = entry.role == (Role::Rule { tier: Tier::Deny });
                 if deny
-                    && !is_any
+                    && slot.is_none()
                     && skipped.is_none()
                     && let Some(message) = under_hardline(&model, i, &mut budget, &mut out, tool)
                 {
                     let found = finding(tool, &model, i, "shadowed_by_hardline", message);
-                    push(&mut out, found);
+                    out.push(found);
                 }
                 continue;
             }
             let verdict = match &skipped {
                 Some(_) => Err(()),
                 None => shadowed(tool, &model, i, &mut budget).map_err(|stop| {
-                    push(&mut out, skip(tool, &stopped(stop)));
+                    out.push(skip(tool, &stopped(stop, Some(&model))));
                 }),
             };
             match (verdict, slot) {
                 (Ok(Some(error)), None) => return Err(error),
                 (Ok(Some(error)), Some(k)) => {
-                    any[k].2.get_or_insert(error);
+                    any[k].1.get_or_insert(error);
                 }
                 // Reached, not leaking, or not judged: asks someone.
-                (_, Some(k)) => any[k].1 = true,
+                (_, Some(k)) => any[k].0 = true,
                 (_, None) => {}
             }
         }
@@ -173,9 +178,30 @@ pub fn admission_check_with(
     // A `*` escalate glob still asks for every tool it is not shadowed in
     // (a tool allowed wholesale beside a catch-all escalate is the usual
     // shape): refused only when it is shadowed in every tool.
-    match any.into_iter().find_map(|(_, asks, e)| e.filter(|_| !asks)) {
-        Some(error) => Err(error),
-        None => Ok(out),
+    match any.into_iter().find_map(|(asks, e)| e.filter(|_| !asks)) {
+        Some(error) if !unjudged => Err(error),
+        _ => Ok(out.findings),
+    }
+}
+
+/// `duplicate_glob`: a rule glob the same as an earlier one of its tier
+/// (a tier only: `*` escalating what a tool allows wholesale is the usual
+/// "everything else asks", not a slip). One pass with a map, so a tool
+/// with thousands of globs costs no more than reading them.
+fn duplicates(tool: &str, model: &ToolModel, out: &mut Out) {
+    let mut first: HashMap<(Tier, &str), usize> = HashMap::new();
+    for (i, entry) in model.entries.iter().enumerate() {
+        let Role::Rule { tier } = entry.role else {
+            continue;
+        };
+        let j = *first.entry((tier, entry.glob.as_str())).or_insert(i);
+        if j != i {
+            let message = format!(
+                "`{}` is the same glob as {}, which decides first",
+                entry.glob, model.entries[j].field
+            );
+            out.push(finding(tool, model, i, "duplicate_glob", message));
+        }
     }
 }
 
@@ -295,7 +321,7 @@ fn under_hardline(
     model: &ToolModel,
     i: usize,
     budget: &mut Budget,
-    out: &mut Vec<Finding>,
+    out: &mut Out,
     tool: &str,
 ) -> Option<String> {
     let entries = &model.entries;
@@ -311,7 +337,7 @@ fn under_hardline(
     let classes = match explore(&question, 1, &|a| a[1] && !a[0], budget) {
         Ok(classes) => classes,
         Err(stop) => {
-            push(out, skip(tool, &stopped(stop)));
+            out.push(skip(tool, &stopped(stop, Some(model))));
             return None;
         }
     };
@@ -322,12 +348,22 @@ fn under_hardline(
     })
 }
 
-fn stopped(stop: Stop) -> String {
+/// Why a question stopped; for final sigma, naming the tool's first glob
+/// at fault when the model is at hand.
+fn stopped(stop: Stop, model: Option<&ToolModel>) -> String {
     match stop {
         Stop::Budget => "the profile's analysis budget is spent".into(),
         Stop::Deadline => "the analysis ran out of time".into(),
         Stop::FinalSigma => {
-            "a glob tells σ from ς, which lowercasing picks by context (final sigma)".into()
+            let at = model
+                .and_then(|m| {
+                    m.entries
+                        .iter()
+                        .find(|e| e.union.iter().any(|g| tells_sigmas_apart(g)))
+                })
+                .map(|e| format!(" ({})", e.field))
+                .unwrap_or_default();
+            format!("a glob{at} tells σ from ς, which lowercasing picks by context (final sigma)")
         }
     }
 }
@@ -377,14 +413,19 @@ fn skip(tool: &str, why: &str) -> Finding {
     }
 }
 
-/// Adds `finding` unless its field already has one of its code (a `*`
-/// rule is read once per tool).
-fn push(out: &mut Vec<Finding>, finding: Finding) {
-    if !out
-        .iter()
-        .any(|f| f.code == finding.code && f.field == finding.field)
-    {
-        out.push(finding);
+/// The findings so far, each (code, field) once (a `*` rule is read once
+/// per tool), kept with a set so thousands of them cost a pass.
+#[derive(Default)]
+struct Out {
+    findings: Vec<Finding>,
+    seen: HashSet<(&'static str, String)>,
+}
+
+impl Out {
+    fn push(&mut self, finding: Finding) {
+        if self.seen.insert((finding.code, finding.field.clone())) {
+            self.findings.push(finding);
+        }
     }
 }
 

@@ -102,6 +102,24 @@ pub(crate) fn evaluator_matches(glob: &str, text: &str) -> bool {
     m.is_match(text) || (text.chars().any(char::is_uppercase) && m.is_match(&text.to_lowercase()))
 }
 
+/// Whether `glob` has a set holding one of `σ` and `ς` but not the other:
+/// the globs of a question tell them apart (and [`Stop::FinalSigma`]
+/// stops it) exactly when one of them does, so this names the glob at
+/// fault.
+pub(crate) fn tells_sigmas_apart(glob: &str) -> bool {
+    parse(glob).iter().flatten().any(|piece| match piece {
+        Piece::Set { ranges, .. } => {
+            let holds = |c: char| {
+                ranges
+                    .iter()
+                    .any(|&(lo, hi)| lo <= c as u32 && c as u32 <= hi)
+            };
+            holds('σ') != holds('ς')
+        }
+        Piece::Star => false,
+    })
+}
+
 /// A character whose lowercase image is not itself, or that is
 /// uppercase (it turns lowercasing on), with its image.
 struct Cased {

@@ -3,8 +3,10 @@
 
 use serde::Serialize;
 
-use super::bounded::{Class, evaluator_matches, explore_evaluated, incomplete};
-use super::model::{Role, Tier, ToolModel};
+use super::bounded::{
+    Class, Stop, evaluator_matches, explore_evaluated, incomplete, tells_sigmas_apart,
+};
+use super::model::{Entry, Role, Tier, ToolModel};
 use crate::compile::CompiledPolicy;
 use crate::flows::FlowSelector;
 use crate::model::{Enforcement, Mode, Risk, SideEffect};
@@ -171,12 +173,17 @@ fn tool_findings(tool: &str, model: &ToolModel, out: &mut Vec<Finding>) {
     let classes = match explore_evaluated(&model.languages()) {
         Ok(classes) => classes,
         Err(stop) => {
+            // Final sigma: name the glob at fault, which may be a
+            // hardline entry shared by every exec or workspace tool.
+            let at = (stop == Stop::FinalSigma)
+                .then(|| sigma_entry(model))
+                .flatten();
             out.push(Finding {
                 code: "analysis_incomplete",
                 severity: Severity::Warning,
                 tool: Some(tool.to_owned()),
-                field: format!("spec.rules.{tool}"),
-                glob: None,
+                field: at.map_or_else(|| format!("spec.rules.{tool}"), |e| e.field.clone()),
+                glob: at.map(|e| e.glob.clone()),
                 witness: None,
                 message: incomplete(stop).into(),
             });
@@ -328,8 +335,17 @@ impl ToolModel {
     }
 }
 
+/// The first entry of `model` telling `σ` from `ς`.
+fn sigma_entry(model: &ToolModel) -> Option<&Entry> {
+    model
+        .entries
+        .iter()
+        .find(|e| e.union.iter().any(|g| tells_sigmas_apart(g)))
+}
+
 /// `flow_label_unsettable`: a flow rule one of whose `when` labels no
-/// call the profile can allow (or escalate) sets, so it never fires.
+/// call the profile can allow (or escalate) sets, so it never fires; or,
+/// when that cannot be decided, `analysis_incomplete` on the flow rule.
 fn flow_findings(policy: &CompiledPolicy) -> Vec<Finding> {
     let Some(flows) = &policy.spec.flows else {
         return Vec::new();
@@ -340,30 +356,68 @@ fn flow_findings(policy: &CompiledPolicy) -> Vec<Finding> {
             let Some(selector) = flows.labels.get(label) else {
                 continue;
             };
-            if !settable(policy, selector) {
-                out.push(Finding {
+            let field = format!("spec.flows.rules[{i}]");
+            match settable(policy, selector) {
+                Ok(true) => {}
+                Ok(false) => out.push(Finding {
                     code: "flow_label_unsettable",
                     severity: Severity::Warning,
                     tool: None,
-                    field: format!("spec.flows.rules[{i}]"),
+                    field,
                     glob: None,
                     witness: None,
                     message: format!(
                         "label `{label}` is set by no call this profile can allow, so this \
                          rule never applies"
                     ),
-                });
+                }),
+                Err(unknown) => {
+                    let why = match unknown.stop {
+                        Stop::FinalSigma => {
+                            "a glob tells σ from ς, which the evaluator's \
+                                             lowercase copy picks by context (final sigma)"
+                        }
+                        Stop::Budget | Stop::Deadline => "its globs are too intricate",
+                    };
+                    out.push(Finding {
+                        code: "analysis_incomplete",
+                        severity: Severity::Warning,
+                        tool: Some(unknown.tool.clone()),
+                        field,
+                        glob: unknown.glob,
+                        witness: None,
+                        message: format!(
+                            "whether label `{label}` is set by some call this profile can \
+                             allow is not known: no call checked sets it, and for tool `{}` \
+                             {why}, so flow_label_unsettable is not judged",
+                            unknown.tool
+                        ),
+                    });
+                }
             }
         }
     }
     out
 }
 
+/// A tool whose calls [`settable`] could not judge: why, and the glob at
+/// fault when one glob is.
+struct Unknown {
+    tool: String,
+    stop: Stop,
+    glob: Option<String>,
+}
+
 /// Whether some call the profile may allow or escalate is selected by
-/// `selector` (by tool or side effect and match text, or by provenance).
-fn settable(policy: &CompiledPolicy, selector: &FlowSelector) -> bool {
+/// `selector` (by tool or side effect and match text, or by provenance);
+/// `Err` when none of the tools judged does and some tool could not be
+/// judged.
+fn settable(policy: &CompiledPolicy, selector: &FlowSelector) -> Result<bool, Unknown> {
     let by_any_kind = selector.tools.is_empty() && selector.side_effects.is_empty();
-    policy.spec.effects.iter().any(|(tool, effect)| {
+    let mut unknown = None;
+    let mut tools: Vec<(&String, _)> = policy.spec.effects.iter().collect();
+    tools.sort_by_key(|(tool, _)| *tool);
+    for (tool, effect) in tools {
         let by_provenance =
             !selector.provenance.is_empty() && effect.side_effect == SideEffect::WorkspaceRead;
         let by_kind = (by_any_kind && !selector.match_text.is_empty())
@@ -373,7 +427,7 @@ fn settable(policy: &CompiledPolicy, selector: &FlowSelector) -> bool {
                 evaluator_matches(glob, tool)
             });
         if !by_kind && !by_provenance {
-            return false;
+            continue;
         }
         let model = ToolModel::new(policy, tool);
         let mut globs = model.languages();
@@ -384,12 +438,30 @@ fn settable(policy: &CompiledPolicy, selector: &FlowSelector) -> bool {
             &[]
         };
         globs.extend(texts.iter().map(|t| vec![t.as_str()]));
-        let Ok(classes) = explore_evaluated(&globs) else {
-            return true;
+        let classes = match explore_evaluated(&globs) {
+            Ok(classes) => classes,
+            Err(stop) => {
+                let glob = (stop == Stop::FinalSigma)
+                    .then(|| {
+                        let text = texts.iter().find(|t| tells_sigmas_apart(t));
+                        text.or_else(|| sigma_entry(&model).map(|e| &e.glob))
+                    })
+                    .flatten()
+                    .cloned();
+                unknown.get_or_insert(Unknown {
+                    tool: tool.clone(),
+                    stop,
+                    glob,
+                });
+                continue;
+            }
         };
-        classes.iter().any(|c| {
+        if classes.iter().any(|c| {
             (texts.is_empty() || c.accepts[own..].iter().any(|a| *a))
                 && model.verdict(&c.accepts[..own]).0 != Decision::Deny
-        })
-    })
+        }) {
+            return Ok(true);
+        }
+    }
+    unknown.map_or(Ok(false), Err)
 }

@@ -28,7 +28,7 @@ pub(crate) const SHELL_CONTROL: [&str; 9] = [
 ];
 
 /// A rule tier, in evaluation order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
     /// `deny` globs.

@@ -5,6 +5,9 @@ use serde_json::Value;
 use toolgate_policy::analyze::{Relation, Severity, analyze, compare};
 use toolgate_policy::{Call, CompiledPolicy, Context, Decision, load};
 
+#[path = "analyze_limits.rs"]
+mod limits;
+
 fn compile(yaml: &str) -> CompiledPolicy {
     CompiledPolicy::compile("p", &load::from_str(yaml).expect("parses"), &[]).expect("compiles")
 }
