@@ -206,7 +206,9 @@ async fn each_runner_is_answered_in_its_own_format() {
                 "{format}: {esc}"
             );
         }
-        // The hook decisions are in the log like any other.
+        // The hook decisions are in the log like any other (stopping the
+        // sidecar writes what its background writer still holds).
+        h.stop().await;
         let log = h.tenant_log().await;
         assert!(log.len() >= FORMATS.len() * 6, "{}", log.len());
     });
