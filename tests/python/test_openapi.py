@@ -34,6 +34,11 @@ def _check(path: str, method: str, response: httpx.Response) -> dict:
     status = str(response.status_code)
     assert status in answers, f"{method} {path} answered {status}, which the document does not list"
     answer = answers[status]
+    if 'text/plain' in answer['content']:
+        assert response.headers['content-type'].startswith('text/plain'), response.headers
+        for name, header in answer.get('headers', {}).items():
+            assert response.headers.get(name) == header['schema']['const'], (name, response.headers)
+        return {}
     body = response.json()
     schema = answer['content']['application/json']['schema']
     jsonschema.Draft202012Validator(_schema(schema)).validate(body)
@@ -145,6 +150,141 @@ def test_workspace_answers_match_the_document(sidecar, run_id):
     refused = call('read', path='../escape')
     assert refused['error']['code'] == 'policy_denied', refused
     assert refused['verdict']['verdict'] == 'deny' and set(refused['verdict']) <= _members('AuthorizeResponse')
+
+
+# ---- every error a route lists, made to happen ----
+
+BIG = b'{"pad": "' + b'x' * (300 * 1024) + b'"}'
+BAD_RUN = 'Not A Run'
+# Codes a route lists that this sidecar cannot be made to answer here: a
+# broken or foreign-owned database, an approval left to expire, an
+# upstream that is down.
+STORE_FAULTS = {'store_unavailable', 'permission_denied', 'stored_data_corrupt'}
+UNREACHED = {
+    ('post', '/v1/authorize'): STORE_FAULTS | {'approval_expired'},
+    ('post', '/v1/authorize/batch'): STORE_FAULTS | {'approval_expired'},
+    ('post', '/v1/intents'): STORE_FAULTS,
+    ('post', '/v1/runs/{run_id}/cancel'): STORE_FAULTS,
+    ('post', '/v1/intents/{id}/effect-sent'): STORE_FAULTS,
+    ('post', '/mcp/{server}'): {'mcp_upstream_unavailable'},
+    ('get', '/mcp/{server}'): set(),
+    ('delete', '/mcp/{server}'): set(),
+}
+
+
+def _send(sidecar, method, path, body=None, *, content=None, headers=None):
+    headers = {'content-type': 'application/json', **(headers or {})}
+    if body is not None:
+        content = json.dumps(body).encode()
+    return httpx.request(method.upper(), sidecar['url'] + path, content=content, headers=headers, timeout=30)
+
+
+def _intent_body(sidecar, run_id, tool='transfer', **over):
+    verdict = _send(sidecar, 'post', '/v1/authorize', {'tool': tool, 'arguments': {'to': 'bob'}, 'run_id': run_id}).json()
+    body = {'decision_id': verdict['decision_id'], 'run_id': run_id, 'step_id': 's1', 'tool': tool,
+            'args_digest': verdict['args_digest'], 'call_digest': verdict['call_digest']}
+    return {**body, **over}
+
+
+def _cases(sidecar, run_id):
+    """(method, document path, request path, send kwargs, the code it must answer)."""
+    call = {'tool': 'lookup', 'arguments': {}, 'run_id': run_id}
+    batch = {'run_id': run_id, 'calls': [{'tool': 'lookup', 'arguments': {}}]}
+    begun = _intent_body(sidecar, run_id)
+    assert _send(sidecar, 'post', '/v1/intents', begun).status_code == 201
+    closed = _send(sidecar, 'post', '/v1/intents', _intent_body(sidecar, run_id)).json()['intent_id']
+    done = _send(sidecar, 'post', f"/v1/intents/{closed}/complete", {'outcome': 'completed'})
+    assert done.status_code == 200, done.text
+    mcp = {'jsonrpc': '2.0', 'id': 1, 'method': 'tools/list'}
+    cases = [
+        ('post', '/v1/authorize', '/v1/authorize', {'body': {**call, 'surprise': 1}}, 'invalid_request'),
+        ('post', '/v1/authorize', '/v1/authorize', {'body': {**call, 'run_id': BAD_RUN}}, 'invalid_run_id'),
+        ('post', '/v1/authorize/batch', '/v1/authorize/batch', {'body': {**batch, 'calls': []}}, 'invalid_request'),
+        ('post', '/v1/authorize/batch', '/v1/authorize/batch', {'body': {**batch, 'run_id': BAD_RUN}},
+         'invalid_run_id'),
+        ('post', '/v1/intents', '/v1/intents', {'body': {**begun, 'surprise': 1}}, 'invalid_request'),
+        ('post', '/v1/intents', '/v1/intents', {'body': {**begun, 'run_id': BAD_RUN}}, 'invalid_run_id'),
+        ('post', '/v1/intents', '/v1/intents', {'body': begun}, 'intent_exists'),
+        ('post', '/v1/intents', '/v1/intents', {'body': {**begun, 'decision_id': 'no-such-decision'}},
+         'decision_not_allowed'),
+        ('post', '/v1/intents', '/v1/intents',
+         {'body': _intent_body(sidecar, run_id, args_digest='sha256:' + '0' * 64)}, 'intent_digest_mismatch'),
+        ('post', '/v1/intents', '/v1/intents', {'body': _intent_body(sidecar, run_id, tool='drop_table')},
+         'decision_not_allowed'),
+        ('post', '/v1/runs/{run_id}/cancel', f"/v1/runs/{run_id}/cancel", {'body': {'surprise': 1}},
+         'invalid_request'),
+        ('post', '/v1/runs/{run_id}/cancel', '/v1/runs/Not%20A%20Run/cancel', {'body': {}}, 'invalid_run_id'),
+        ('post', '/v1/intents/{id}/effect-sent', '/v1/intents/no-such-intent/effect-sent', {'body': {}},
+         'not_found'),
+        ('post', '/v1/intents/{id}/effect-sent', f"/v1/intents/{closed}/effect-sent", {'body': {}}, 'conflict'),
+        ('post', '/v1/intents/{id}/effect-sent', '/v1/intents/x/effect-sent', {'body': {'surprise': 1}},
+         'invalid_request'),
+        ('post', '/v1/intents/{id}/effect-sent', '/v1/intents/x/effect-sent', {'body': {'run_id': BAD_RUN}},
+         'invalid_run_id'),
+        ('post', '/mcp/{server}', '/mcp/nowhere', {'body': mcp}, 'mcp_unknown_server'),
+        ('post', '/mcp/{server}', '/mcp/blocked', {'body': mcp}, 'mcp_upstream_not_allowed'),
+        ('post', '/mcp/{server}', '/mcp/demo', {'body': mcp, 'headers': {'x-toolgate-run-id': BAD_RUN}},
+         'invalid_run_id'),
+        ('get', '/mcp/{server}', '/mcp/nowhere', {}, 'mcp_unknown_server'),
+        ('delete', '/mcp/{server}', '/mcp/nowhere', {}, 'mcp_unknown_server'),
+    ]
+    for method, doc_path in UNREACHED:
+        where = {'/v1/runs/{run_id}/cancel': f"/v1/runs/{run_id}/cancel",
+                 '/v1/intents/{id}/effect-sent': '/v1/intents/x/effect-sent', '/mcp/{server}': '/mcp/demo'}
+        path = where.get(doc_path, doc_path)
+        # The request guard's, on every route.
+        cases += [
+            (method, doc_path, path, {'body': {}, 'headers': {'host': 'evil.example'}}, 'host_not_allowed'),
+            (method, doc_path, path, {'body': {}, 'headers': {'origin': 'http://evil.example'}},
+             'origin_not_allowed'),
+        ]
+        if method == 'post':
+            cases += [
+                (method, doc_path, path, {'body': {}, 'headers': {'content-type': 'text/plain'}},
+                 'unsupported_media_type'),
+                (method, doc_path, path, {'content': BIG}, 'body_too_large'),
+            ]
+    return cases
+
+
+def test_each_error_a_route_lists_is_one_it_answers(sidecar, run_id):
+    """For a few routes: every code the document lists is made to happen
+    (but those in UNREACHED) and is answered under its listed status, and
+    the route answers no code the document does not list."""
+    answered = {key: set() for key in UNREACHED}
+    for method, doc_path, path, kw, code in _cases(sidecar, run_id):
+        r = _send(sidecar, method, path, **kw)
+        body = _check(doc_path, method, r)
+        assert body.get('error', {}).get('code') == code, (method, path, code, r.status_code, r.text[:300])
+        answered[(method, doc_path)].add(code)
+    for (method, doc_path), codes in answered.items():
+        listed = {c for answer in DOC['paths'][doc_path][method]['responses'].values()
+                  for c in answer.get('x-error-codes', ())}
+        assert codes | UNREACHED[(method, doc_path)] == listed, (method, doc_path, listed ^ codes)
+
+
+@pytest.mark.parametrize('method', ['get', 'delete'])
+def test_the_mcp_gateway_refuses_all_but_post_as_documented(sidecar, method):
+    r = _send(sidecar, method, '/mcp/demo')
+    assert r.status_code == 405 and r.headers['allow'] == 'POST'
+    _check('/mcp/{server}', method, r)
+    assert set(DOC['paths']['/mcp/{server}'][method]['responses']) == {'403', '404', '405', '421'}
+
+
+def test_readiness_answers_match_the_document(sidecar):
+    r = httpx.get(sidecar['ops_url'] + '/readyz', timeout=30)
+    assert _check('/readyz', 'get', r)['ready'] is True
+    # Not ready is the same body under 503.
+    assert set(DOC['paths']['/readyz']['get']['responses']) == {'200', '403', '421', '503'}
+
+
+def test_effect_sent_takes_an_empty_body_or_an_empty_object():
+    body = DOC['paths']['/v1/intents/{id}/effect-sent']['post']['requestBody']
+    assert body['required'] is False
+    schema = _schema(body['content']['application/json']['schema'])
+    jsonschema.Draft202012Validator(schema).validate({})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(schema).validate({'surprise': 1})
 
 
 # ---- the Python client against the document (no sidecar needed) ----

@@ -2,6 +2,8 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::MAX_BODY_BYTES;
@@ -14,11 +16,38 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for StrictJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES)
-            .await
-            .map_err(|_| ApiError::TooLarge(MAX_BODY_BYTES))?;
-        parse_body(&bytes).map(StrictJson)
+        parse_body(&read_body(req.into_body()).await?).map(StrictJson)
     }
+}
+
+/// A body read whole under the API's limit, for a handler that takes an
+/// empty body or reads its own (without it axum's own 2 MB limit and
+/// plain-text 413 would apply).
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        read_body(req.into_body()).await.map(RawBody)
+    }
+}
+
+/// The same limit as middleware, for a handler outside this module that
+/// reads its own body (the MCP gateway): the body is read here, then
+/// handed on whole.
+pub(crate) async fn bounded(req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    match read_body(body).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, bytes.into())).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn read_body(body: axum::body::Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| ApiError::TooLarge(MAX_BODY_BYTES))
 }
 
 pub(crate) fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {

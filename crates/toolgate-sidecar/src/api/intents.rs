@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -12,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use toolgate_gate::intents::{IntentView, OpenIntents, intent_view, open_intent};
 use toolgate_gate::{BeginIntentRequest, CompleteRequest};
 
-use super::{AppState, StrictJson, parse_body};
+use super::{AppState, RawBody, StrictJson, parse_body};
 use crate::error::ApiError;
 
 pub(crate) async fn begin_intent(
@@ -24,15 +23,15 @@ pub(crate) async fn begin_intent(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-/// Body of `POST /v1/intents/{id}/effect-sent` (may be empty).
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// Body of `POST /v1/intents/{id}/effect-sent`: empty, or `{}`.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EffectSentRequest {}
 
 pub(crate) async fn effect_sent(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> Result<Json<IntentView>, ApiError> {
     if !body.is_empty() {
         let _: EffectSentRequest = parse_body(&body)?;

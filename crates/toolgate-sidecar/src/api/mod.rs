@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{FromRef, Path, Query, State};
+use axum::handler::Handler;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,8 +28,8 @@ mod intents;
 pub mod openapi;
 mod workspace;
 
-pub use body::StrictJson;
 pub(crate) use body::parse_body;
+pub use body::{RawBody, StrictJson};
 pub use intents::{EffectSentRequest, ListIntentsQuery};
 use intents::{begin_intent, complete_intent, effect_sent, list_intents};
 use workspace::{workspace_list, workspace_read, workspace_stat, workspace_write};
@@ -75,10 +76,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/intents/{id}/complete", post(complete_intent))
         .route("/v1/approvals/{id}", get(get_approval))
         .route("/v1/tools/visible", post(visible_tools))
+        // GET and DELETE are routed to be refused (405) by the gateway.
         .route(
             "/mcp/{server}",
             get(crate::mcp::proxy)
-                .post(crate::mcp::proxy)
+                .post(crate::mcp::proxy.layer(axum::middleware::from_fn(body::bounded)))
                 .delete(crate::mcp::proxy),
         )
         .route("/v1/workspace/read", post(workspace_read))
@@ -152,29 +154,29 @@ async fn run_status(
 }
 
 /// A cancellation's body: empty, or strict JSON.
-fn cancel_request(body: &axum::body::Bytes) -> Result<CancelRequest, ApiError> {
+fn cancel_request(RawBody(body): RawBody) -> Result<CancelRequest, ApiError> {
     if body.is_empty() {
         Ok(CancelRequest::default())
     } else {
-        parse_body(body)
+        parse_body(&body)
     }
 }
 
 async fn cancel_run(
     State(app): State<Arc<AppState>>,
     Path(run_id): Path<String>,
-    body: axum::body::Bytes,
+    body: RawBody,
 ) -> Result<Json<CancelResponse>, ApiError> {
     let run_id = toolgate_gate::run_id(&run_id)?;
-    let req = cancel_request(&body)?;
+    let req = cancel_request(body)?;
     Ok(Json(app.gate.cancel_run(&run_id, &req).await?))
 }
 
 async fn cancel_pod(
     State(app): State<Arc<AppState>>,
-    body: axum::body::Bytes,
+    body: RawBody,
 ) -> Result<Json<PodCancelResponse>, ApiError> {
-    let req = cancel_request(&body)?;
+    let req = cancel_request(body)?;
     Ok(Json(app.gate.cancel_pod(&req).await?))
 }
 

@@ -24,7 +24,7 @@ use toolgate_gate::{
 };
 use toolgate_policy::Verdict;
 
-use super::VisibleToolsRequest;
+use super::{EffectSentRequest, VisibleToolsRequest};
 
 mod bodies;
 
@@ -41,15 +41,18 @@ fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> schemars::Schema {
 /// A query parameter: name, schema, meaning.
 pub type Query = (&'static str, fn() -> Value, &'static str);
 
-/// What a route answers on success.
+/// What a route answers besides an `ErrorBody`.
 #[derive(Clone, Copy)]
 pub enum Answer {
     /// JSON of this schema.
     Json(u16, SchemaFn),
     /// Any JSON the other side defines (an MCP server, an agent runner).
     Foreign(u16, &'static str),
-    /// `text/plain`.
-    Text(u16),
+    /// `text/plain`: status, meaning.
+    Text(u16, &'static str),
+    /// `405` (`text/plain`) with `Allow` naming the methods that are: a
+    /// method routed only to be refused.
+    NotAllowed(&'static str),
 }
 
 /// One route of the agent API.
@@ -64,8 +67,9 @@ pub struct Route {
     pub query: &'static [Query],
     /// The JSON body it takes, and whether the body may be empty.
     pub body: Option<(SchemaFn, bool)>,
-    /// Its success answer.
-    pub answer: Answer,
+    /// Its answers other than errors (a success, a refusal that is not
+    /// an `ErrorBody`), each under its own status.
+    pub answers: &'static [Answer],
     /// The error codes it can answer with (each with its status from
     /// [`codes::ALL`]), besides [`GUARD`]'s.
     pub errors: &'static [&'static str],
@@ -74,8 +78,11 @@ pub struct Route {
 /// What the request guard refuses on every route.
 pub const GUARD: &[&str] = &[codes::HOST_NOT_ALLOWED, codes::ORIGIN_NOT_ALLOWED];
 
-const JSON_BODY: [&str; 3] = [
+/// A body read by `api::body`: a malformed one with a `run_id` member
+/// that is not a run id is `invalid_run_id`, whichever route it went to.
+const JSON_BODY: [&str; 4] = [
     codes::INVALID_REQUEST,
+    codes::INVALID_RUN_ID,
     codes::UNSUPPORTED_MEDIA_TYPE,
     codes::BODY_TOO_LARGE,
 ];
@@ -102,25 +109,23 @@ const fn concat<const N: usize>(parts: &[&[&'static str]]) -> [&'static str; N] 
     out
 }
 
-const DECIDE: [&str; 7] = concat(&[&JSON_BODY, &STORE, &[codes::APPROVAL_EXPIRED]]);
-const WRITE: [&str; 6] = concat(&[&JSON_BODY, &STORE]);
+const DECIDE: [&str; 8] = concat(&[&JSON_BODY, &STORE, &[codes::APPROVAL_EXPIRED]]);
+const WRITE: [&str; 7] = concat(&[&JSON_BODY, &STORE]);
 const RUN_READ: [&str; 5] = concat(&[&STORE, &[codes::INVALID_RUN_ID, codes::INVALID_REQUEST]]);
-const RUN_CANCEL: [&str; 7] = concat(&[&WRITE, &[codes::INVALID_RUN_ID]]);
+/// An unknown decision is `decision_not_allowed`, not `not_found`.
 const BEGIN_INTENT: [&str; 10] = concat(&[
     &WRITE,
     &[
         codes::DECISION_NOT_ALLOWED,
         codes::INTENT_DIGEST_MISMATCH,
         codes::INTENT_EXISTS,
-        codes::NOT_FOUND,
     ],
 ]);
-const CLOSE_INTENT: [&str; 8] = concat(&[&WRITE, &[codes::NOT_FOUND, codes::CONFLICT]]);
+const CLOSE_INTENT: [&str; 9] = concat(&[&WRITE, &[codes::NOT_FOUND, codes::CONFLICT]]);
 const APPROVAL: [&str; 5] = concat(&[&STORE, &[codes::INVALID_REQUEST, codes::NOT_FOUND]]);
 const WORKSPACE: [&str; 24] = concat(&[
     &WRITE,
     &[
-        codes::INVALID_RUN_ID,
         codes::POLICY_DENIED,
         codes::APPROVAL_REQUIRED,
         codes::WORKSPACE_INVALID_PATH,
@@ -140,13 +145,16 @@ const WORKSPACE: [&str; 24] = concat(&[
         codes::APPROVAL_EXPIRED,
     ],
 ]);
+/// A message to the gateway (`X-Toolgate-Run-Id` not a run id:
+/// `invalid_run_id`; the body is limited as the API's are; a body that is
+/// not a JSON-RPC message is answered in JSON-RPC, not here).
 const MCP: [&str; 6] = [
     codes::MCP_UNKNOWN_SERVER,
+    codes::INVALID_RUN_ID,
     codes::MCP_UPSTREAM_NOT_ALLOWED,
     codes::MCP_UPSTREAM_UNAVAILABLE,
     codes::BODY_TOO_LARGE,
     codes::UNSUPPORTED_MEDIA_TYPE,
-    codes::INVALID_REQUEST,
 ];
 
 fn wait_param() -> Value {
@@ -173,7 +181,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Decide one tool call.",
         query: &[],
         body: Some((schema::<AuthorizeRequest>, false)),
-        answer: Answer::Json(200, schema::<Authorized>),
+        answers: &[Answer::Json(200, schema::<Authorized>)],
         errors: &DECIDE,
     },
     Route {
@@ -182,7 +190,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Decide up to 64 calls, and whether they may run at once.",
         query: &[],
         body: Some((schema::<BatchRequest>, false)),
-        answer: Answer::Json(200, schema::<BatchResponse>),
+        answers: &[Answer::Json(200, schema::<BatchResponse>)],
         errors: &DECIDE,
     },
     Route {
@@ -196,7 +204,7 @@ pub const ROUTES: &[Route] = &[
             "Seconds to wait for an escalation's answer.",
         )],
         body: None,
-        answer: Answer::Foreign(200, "The runner's own hook output."),
+        answers: &[Answer::Foreign(200, "The runner's own hook output.")],
         errors: &[codes::NO_ROUTE, codes::UNSUPPORTED_MEDIA_TYPE],
     },
     Route {
@@ -205,7 +213,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Record a refusal an edge made on its own, as a denial.",
         query: &[],
         body: Some((schema::<RefusalRequest>, false)),
-        answer: Answer::Json(201, schema::<RecordedRefusal>),
+        answers: &[Answer::Json(201, schema::<RecordedRefusal>)],
         errors: &WRITE,
     },
     Route {
@@ -214,7 +222,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Whether a run's MCP message (not a tools/call) may pass its flow rules.",
         query: &[],
         body: Some((schema::<MessageScreen>, false)),
-        answer: Answer::Json(200, schema::<Screened>),
+        answers: &[Answer::Json(200, schema::<Screened>)],
         errors: &WRITE,
     },
     Route {
@@ -223,7 +231,7 @@ pub const ROUTES: &[Route] = &[
         summary: "A run's cancellation, budgets, open intents and flow labels.",
         query: &[],
         body: None,
-        answer: Answer::Json(200, schema::<RunStatus>),
+        answers: &[Answer::Json(200, schema::<RunStatus>)],
         errors: &RUN_READ,
     },
     Route {
@@ -232,8 +240,8 @@ pub const ROUTES: &[Route] = &[
         summary: "Cancel a run (the body may be empty).",
         query: &[],
         body: Some((schema::<CancelRequest>, true)),
-        answer: Answer::Json(200, schema::<CancelResponse>),
-        errors: &RUN_CANCEL,
+        answers: &[Answer::Json(200, schema::<CancelResponse>)],
+        errors: &WRITE,
     },
     Route {
         method: "post",
@@ -241,7 +249,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Cancel every run of this pod (the body may be empty).",
         query: &[],
         body: Some((schema::<CancelRequest>, true)),
-        answer: Answer::Json(200, schema::<PodCancelResponse>),
+        answers: &[Answer::Json(200, schema::<PodCancelResponse>)],
         errors: &WRITE,
     },
     Route {
@@ -250,7 +258,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Record the intent of an allowed high-risk call before its effect.",
         query: &[],
         body: Some((schema::<BeginIntentRequest>, false)),
-        answer: Answer::Json(201, schema::<BegunIntent>),
+        answers: &[Answer::Json(201, schema::<BegunIntent>)],
         errors: &BEGIN_INTENT,
     },
     Route {
@@ -262,7 +270,7 @@ pub const ROUTES: &[Route] = &[
             ("status", pending_param, "Only `pending` is supported."),
         ],
         body: None,
-        answer: Answer::Json(200, schema::<OpenIntents>),
+        answers: &[Answer::Json(200, schema::<OpenIntents>)],
         errors: &RUN_READ,
     },
     Route {
@@ -270,8 +278,8 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/intents/{id}/effect-sent",
         summary: "Mark that the intent's effect is about to be sent (the body may be empty).",
         query: &[],
-        body: None,
-        answer: Answer::Json(200, schema::<IntentView>),
+        body: Some((schema::<EffectSentRequest>, true)),
+        answers: &[Answer::Json(200, schema::<IntentView>)],
         errors: &CLOSE_INTENT,
     },
     Route {
@@ -280,7 +288,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Close an intent with its outcome.",
         query: &[],
         body: Some((schema::<CompleteRequest>, false)),
-        answer: Answer::Json(200, schema::<IntentView>),
+        answers: &[Answer::Json(200, schema::<IntentView>)],
         errors: &CLOSE_INTENT,
     },
     Route {
@@ -289,7 +297,7 @@ pub const ROUTES: &[Route] = &[
         summary: "An approval; `?wait=` long-polls until it is resolved.",
         query: &[("wait", wait_param, "Seconds to wait for a resolution.")],
         body: None,
-        answer: Answer::Json(200, schema::<ApprovalView>),
+        answers: &[Answer::Json(200, schema::<ApprovalView>)],
         errors: &APPROVAL,
     },
     Route {
@@ -298,7 +306,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Which of these tools a gateway may offer the run.",
         query: &[],
         body: Some((schema::<VisibleToolsRequest>, false)),
-        answer: Answer::Json(200, schema::<VisibleTools>),
+        answers: &[Answer::Json(200, schema::<VisibleTools>)],
         errors: &JSON_BODY,
     },
     Route {
@@ -308,26 +316,34 @@ pub const ROUTES: &[Route] = &[
                   the run is named by the X-Toolgate-Run-Id header.",
         query: &[],
         body: None,
-        answer: Answer::Foreign(200, "The upstream's MCP answer."),
+        answers: &[Answer::Foreign(
+            200,
+            "The upstream's MCP answer, JSON or an SSE stream (the upstream's own status \
+             passes through, 202 for a notification); the gateway's own JSON-RPC refusals \
+             are 200, or 400 for a header that contradicts the body and 404 for an \
+             `Mcp-Session-Id` the upstream never issued.",
+        )],
         errors: &MCP,
     },
     Route {
         method: "get",
         path: "/mcp/{server}",
-        summary: "The MCP gateway's server-to-client stream of upstream NAME.",
+        summary: "Refused: no server-initiated stream passes the gateway (only POST \
+                  carries MCP messages).",
         query: &[],
         body: None,
-        answer: Answer::Foreign(200, "The upstream's MCP stream."),
-        errors: &MCP,
+        answers: &[Answer::NotAllowed("POST")],
+        errors: &[codes::MCP_UNKNOWN_SERVER],
     },
     Route {
         method: "delete",
         path: "/mcp/{server}",
-        summary: "Ends an MCP session with upstream NAME.",
+        summary: "Refused: no session ending passes the gateway (only POST carries \
+                  MCP messages).",
         query: &[],
         body: None,
-        answer: Answer::Foreign(200, "The upstream's answer."),
-        errors: &MCP,
+        answers: &[Answer::NotAllowed("POST")],
+        errors: &[codes::MCP_UNKNOWN_SERVER],
     },
     Route {
         method: "post",
@@ -335,7 +351,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Read a UTF-8 file of the run's workspace (the governed call workspace.read).",
         query: &[],
         body: Some((schema::<PathRequest>, false)),
-        answer: Answer::Json(200, schema::<Governed<FileRead>>),
+        answers: &[Answer::Json(200, schema::<Governed<FileRead>>)],
         errors: &WORKSPACE,
     },
     Route {
@@ -344,7 +360,7 @@ pub const ROUTES: &[Route] = &[
         summary: "Write a UTF-8 file of the run's workspace.",
         query: &[],
         body: Some((schema::<WriteRequest>, false)),
-        answer: Answer::Json(200, schema::<Governed<FileWritten>>),
+        answers: &[Answer::Json(200, schema::<Governed<FileWritten>>)],
         errors: &WORKSPACE,
     },
     Route {
@@ -353,7 +369,7 @@ pub const ROUTES: &[Route] = &[
         summary: "List a directory of the run's workspace.",
         query: &[],
         body: Some((schema::<PathRequest>, false)),
-        answer: Answer::Json(200, schema::<Governed<Listing>>),
+        answers: &[Answer::Json(200, schema::<Governed<Listing>>)],
         errors: &WORKSPACE,
     },
     Route {
@@ -362,16 +378,16 @@ pub const ROUTES: &[Route] = &[
         summary: "Stat a path of the run's workspace.",
         query: &[],
         body: Some((schema::<PathRequest>, false)),
-        answer: Answer::Json(200, schema::<Governed<Stat>>),
+        answers: &[Answer::Json(200, schema::<Governed<Stat>>)],
         errors: &WORKSPACE,
     },
     Route {
         method: "get",
         path: "/healthz",
-        summary: "Liveness: `ok`.",
+        summary: "Liveness.",
         query: &[],
         body: None,
-        answer: Answer::Text(200),
+        answers: &[Answer::Text(200, "`ok`.")],
         errors: &[],
     },
     Route {
@@ -380,10 +396,17 @@ pub const ROUTES: &[Route] = &[
         summary: "Readiness: a live bundle and a reachable database (503 otherwise, same body).",
         query: &[],
         body: None,
-        answer: Answer::Foreign(
-            200,
-            "`{ready, bundle, bundle_expired, last_rejected_bundle, database}`.",
-        ),
+        answers: &[
+            Answer::Foreign(
+                200,
+                "Ready: `{ready, bundle, bundle_expired, last_rejected_bundle, database}`.",
+            ),
+            Answer::Foreign(
+                503,
+                "Not ready (no live bundle, or the database unreachable): the same body, \
+                 `ready: false`.",
+            ),
+        ],
         errors: &[],
     },
 ];
@@ -432,21 +455,38 @@ fn error_responses(route: &Route, error_body: &Value) -> Map<String, Value> {
 fn operation(route: &Route, req: &mut SchemaGenerator, res: &mut SchemaGenerator) -> Value {
     let error_body = Value::from(schema::<ErrorBody<Verdict>>(res));
     let mut responses = error_responses(route, &error_body);
-    let (status, ok) = match route.answer {
-        Answer::Json(status, f) => (
-            status,
-            json!({"description": "Success.", "content": json_content(f(res))}),
-        ),
-        Answer::Foreign(status, what) => (
-            status,
-            json!({"description": what, "content": json_content(json!({}))}),
-        ),
-        Answer::Text(status) => (
-            status,
-            json!({"description": "Success.", "content": {"text/plain": {"schema": {"type": "string"}}}}),
-        ),
-    };
-    responses.insert(status.to_string(), ok);
+    let text = json!({"text/plain": {"schema": {"type": "string"}}});
+    for answer in route.answers {
+        let (status, described) = match *answer {
+            Answer::Json(status, f) => (
+                status,
+                json!({"description": "Success.", "content": json_content(f(res))}),
+            ),
+            Answer::Foreign(status, what) => (
+                status,
+                json!({"description": what, "content": json_content(json!({}))}),
+            ),
+            Answer::Text(status, what) => (
+                status,
+                json!({"description": what, "content": text.clone()}),
+            ),
+            Answer::NotAllowed(allow) => (
+                405,
+                json!({
+                    "description": format!("Not allowed here: only {allow}."),
+                    "headers": {"Allow": {"required": true, "schema": {"type": "string", "const": allow}}},
+                    "content": text.clone(),
+                }),
+            ),
+        };
+        let clash = responses.insert(status.to_string(), described);
+        assert!(
+            clash.is_none(),
+            "{} {}: two answers under {status}",
+            route.method,
+            route.path
+        );
+    }
     let mut parameters = path_params(route.path);
     for (name, schema, meaning) in route.query {
         parameters.push(json!({"name": name, "in": "query", "required": *name == "run_id", "schema": schema(), "description": meaning}));

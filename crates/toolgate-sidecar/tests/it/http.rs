@@ -616,6 +616,33 @@ async fn malformed_requests_get_typed_errors() {
                 413,
                 "body_too_large",
             ),
+            // Routes that read a raw body (empty, `{}`, or the MCP
+            // gateway's own) are held to the same limit and error body
+            // (not axum's 2 MB and plain text).
+            (
+                "/v1/runs/r/cancel",
+                vec![b' '; 300 * 1024],
+                413,
+                "body_too_large",
+            ),
+            (
+                "/v1/pod/cancel",
+                vec![b' '; 300 * 1024],
+                413,
+                "body_too_large",
+            ),
+            (
+                "/v1/intents/i/effect-sent",
+                vec![b' '; 300 * 1024],
+                413,
+                "body_too_large",
+            ),
+            (
+                "/mcp/nowhere",
+                vec![b' '; 300 * 1024],
+                413,
+                "body_too_large",
+            ),
             (
                 "/v1/workspace/read",
                 br#"{"run_id":"r"}"#.to_vec(),

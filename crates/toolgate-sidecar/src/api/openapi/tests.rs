@@ -27,20 +27,68 @@ fn the_checked_in_document_is_the_generated_one() {
     );
 }
 
-/// Every route of the router is in the table and none is made up: each
-/// row's method and path answer something other than `no_route`.
+/// Every route of the router is in the table and none is made up: the
+/// `(method, path)` pairs of `api/mod.rs`'s `.route(...)` calls are the
+/// table's rows.
 #[test]
 fn the_table_names_every_route_of_the_router() {
-    let source = include_str!("../mod.rs");
-    // The first string after each `.route(` (some span two lines).
-    let routed: BTreeSet<&str> = source
-        .split(".route(")
-        .skip(1)
-        .filter_map(|rest| rest.trim_start().strip_prefix('"')?.split('"').next())
-        .filter(|p| *p != "/metrics")
+    let routed = routed_methods(include_str!("../mod.rs"));
+    assert!(routed.contains(&("delete", "/mcp/{server}".to_owned())));
+    let listed: BTreeSet<(&str, String)> = ROUTES
+        .iter()
+        .map(|r| (r.method, r.path.to_owned()))
         .collect();
-    let listed: BTreeSet<&str> = ROUTES.iter().map(|r| r.path).collect();
     assert_eq!(routed, listed);
+}
+
+/// `(method, path)` of each `.route("PATH", get(..).post(..))` in `source`
+/// but `/metrics`: the method routers named in the call's arguments.
+fn routed_methods(source: &str) -> BTreeSet<(&'static str, String)> {
+    const METHODS: [&str; 7] = ["get", "post", "put", "patch", "delete", "head", "options"];
+    let mut out = BTreeSet::new();
+    for rest in source.split(".route(").skip(1) {
+        // The call's arguments: up to the parenthesis that closes it.
+        let mut depth = 0usize;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| match c {
+                '(' => {
+                    depth += 1;
+                    false
+                }
+                ')' if depth == 0 => true,
+                ')' => {
+                    depth -= 1;
+                    false
+                }
+                _ => false,
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        let args = &rest[..end];
+        let Some(path) = args
+            .trim_start()
+            .strip_prefix('"')
+            .and_then(|p| p.split('"').next())
+        else {
+            continue;
+        };
+        if path == "/metrics" {
+            continue;
+        }
+        // A method router is a word right before `(`: `get(`, `.post(`.
+        let mut found = 0;
+        for (at, _) in args.match_indices('(') {
+            let word_start = args[..at]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(0, |i| i + 1);
+            if let Some(m) = METHODS.iter().find(|m| **m == &args[word_start..at]) {
+                out.insert((*m, path.to_owned()));
+                found += 1;
+            }
+        }
+        assert!(found > 0, "no method read for {path}");
+    }
+    out
 }
 
 /// Every stable code is answered by some route, and a route lists only
