@@ -18,7 +18,9 @@
 //!   carry `resultType: "complete"`.
 //! - Only a POST carries a message: `GET` (a server-initiated stream) and
 //!   `DELETE` (ending a session) are `405`, so nothing but a decided
-//!   message reaches the upstream.
+//!   message reaches the upstream. A message is at most
+//!   `api::MAX_BODY_BYTES` (256 KiB, as for `/v1/authorize`: what is
+//!   judged is read whole); past it `413 body_too_large`.
 //! - Sessions: an `Mcp-Session-Id` the upstream never issued is `404`
 //!   (the client starts a new session): an id the agent made up would be a
 //!   message to the server that nothing decided.
